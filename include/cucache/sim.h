@@ -1,0 +1,50 @@
+/*
+ * Extensions of the simulated CUDA device (sim/), exported by its
+ * libcuda.so.1 next to the driver API.  Tests use them to stand in for
+ * kernels (work with declared device ranges), to inject a device fault and to
+ * read the race detector.  Reach them with dlsym(RTLD_DEFAULT, ...) so a
+ * program still runs on a real driver, where they are absent.
+ */
+#ifndef CUCACHE_SIM_H
+#define CUCACHE_SIM_H
+
+#include "cucache/cuda_api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One device range a simulated kernel reads or writes. */
+struct cucache_sim_access {
+    const void *ptr; /* device address */
+    size_t bytes;    /* length of the range */
+    int write;       /* 0: read only, 1: written */
+};
+
+/* Queue fn(arg) on hStream as if it were a kernel touching the given ranges:
+ * it runs on the stream's worker in stream order, and the race detector
+ * checks its ranges like those of a copy.  Stream 0 is the legacy stream. */
+CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc,
+                          unsigned int nacc);
+
+/* Queue an operation that faults when it runs, like a kernel dereferencing a
+ * bad address: the context gets the sticky CUDA_ERROR_ILLEGAL_ADDRESS. */
+CUresult cucacheSimLaunchFault(CUstream hStream);
+
+/* Number of races reported since start (or the last reset), and the text of
+ * the last report (returns its length; copies at most len-1 bytes). */
+unsigned long cucacheSimRaceCount(void);
+size_t cucacheSimLastRace(char *buf, size_t len);
+void cucacheSimRaceReset(void);
+
+/* Number of device allocations and frees the driver has served (cuMemAlloc,
+ * cuMemFree and the stream-ordered pools' device-level growth), for tests
+ * that prove a cache avoided them. */
+unsigned long cucacheSimDeviceAllocs(void);
+unsigned long cucacheSimDeviceFrees(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

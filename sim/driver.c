@@ -1,0 +1,445 @@
+/*
+ * Driver API of the simulated device: initialisation, devices, contexts,
+ * error strings and the test extensions' counters.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "driver.h"
+
+/* ------------------------------------------------------------------------
+ * Initialisation and version
+ * ---------------------------------------------------------------------- */
+
+SIM_API CUresult cuInit(unsigned int Flags)
+{
+    if (Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_init();
+}
+
+SIM_API CUresult cuDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return CUDA_ERROR_INVALID_VALUE;
+    *driverVersion = 13000;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------
+ * Devices
+ * ---------------------------------------------------------------------- */
+
+/* Checks init and the ordinal; returns the device or NULL with *r set. */
+static sim_device_t *device_get(CUdevice dev, CUresult *r)
+{
+    *r = sim_check_init();
+    if (*r != CUDA_SUCCESS)
+        return NULL;
+    if (dev < 0 || dev >= sim.ndev) {
+        *r = CUDA_ERROR_INVALID_DEVICE;
+        return NULL;
+    }
+    return &sim.dev[dev];
+}
+
+SIM_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!device)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= sim.ndev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetCount(int *count)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!count)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = sim.ndev;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    CUresult r;
+    if (!device_get(dev, &r))
+        return r;
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)len, "cucache simulated GPU (H100-like)");
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+    CUresult r;
+    if (!device_get(dev, &r))
+        return r;
+    if (!uuid)
+        return CUDA_ERROR_INVALID_VALUE;
+    static const char stem[12] = {'c', 'u', 'c', 'a', 'c', 'h', 'e', '-', 's', 'i', 'm', '-'};
+    memcpy(uuid->bytes, stem, sizeof stem);
+    uuid->bytes[12] = 'd';
+    uuid->bytes[13] = (char)('0' + dev / 10);
+    uuid->bytes[14] = (char)('0' + dev % 10);
+    uuid->bytes[15] = 0;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUresult r;
+    sim_device_t *d = device_get(dev, &r);
+    if (!d)
+        return r;
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    *bytes = d->capacity;
+    return CUDA_SUCCESS;
+}
+
+/* The attributes of an H100 SXM, as a program would read them. */
+static int attribute_value(CUdevice_attribute a, CUdevice dev, bool *known)
+{
+    *known = true;
+    switch ((int)a) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: return 1024;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: return 2147483647;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: return 49152;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: return 32;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: return 1980000;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: return 132;
+    case CU_DEVICE_ATTRIBUTE_INTEGRATED: return 0;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: return 1;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: return 1;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: return 0x18 + dev;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: return 0;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: return 2619000;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: return 5120;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: return 52428800;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: return 2048;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: return 3;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: return 1;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: return 0;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: return 9;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: return 0;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: return 1;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: return 233472;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: return 1;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: return 1;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: return 1;
+    default: *known = false; return 0;
+    }
+}
+
+SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    CUresult r;
+    if (!device_get(dev, &r))
+        return r;
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    bool known;
+    int v = attribute_value(attrib, dev, &known);
+    if (!known)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pi = v;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------
+ * Primary contexts
+ * ---------------------------------------------------------------------- */
+
+SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult r;
+    sim_lock();
+    sim_device_t *d = device_get(dev, &r);
+    if (!d)
+        return drv_leave(r);
+    if (!pctx)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!d->primary)
+        d->primary = sim_ctx_create(d, true);
+    d->primary_refs++;
+    *pctx = d->primary;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    CUresult r;
+    sim_lock();
+    sim_device_t *d = device_get(dev, &r);
+    if (!d)
+        return drv_leave(r);
+    if (d->primary_refs == 0)
+        return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
+    if (--d->primary_refs == 0)
+        sim_ctx_destroy(d->primary); /* resets it in place */
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    CUresult r;
+    sim_lock();
+    sim_device_t *d = device_get(dev, &r);
+    if (!d)
+        return drv_leave(r);
+    if (d->primary) {
+        sim_ctx_destroy(d->primary);
+        d->primary_refs = 0;
+    }
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CUresult r;
+    sim_lock();
+    sim_device_t *d = device_get(dev, &r);
+    if (!d)
+        return drv_leave(r);
+    if (!flags || !active)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    *flags = d->primary_flags;
+    *active = d->primary_refs > 0;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+    CUresult r;
+    sim_lock();
+    sim_device_t *d = device_get(dev, &r);
+    if (!d)
+        return drv_leave(r);
+    d->primary_flags = flags;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------
+ * Contexts and the per-thread context stack
+ * ---------------------------------------------------------------------- */
+
+SIM_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CUresult r;
+    sim_lock();
+    sim_device_t *d = device_get(dev, &r);
+    if (!d)
+        return drv_leave(r);
+    if (!pctx)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    sim_thread_t *t = sim_thread();
+    if (t->depth == (int)(sizeof t->ctx_stack / sizeof t->ctx_stack[0]))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    struct CUctx_st *ctx = sim_ctx_create(d, false);
+    t->ctx_stack[t->depth++] = ctx;
+    *pctx = ctx;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    sim_lock();
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if (!sim_ctx_valid(ctx) || ctx->primary)
+        return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
+    sim_ctx_destroy(ctx);
+    sim_thread_t *t = sim_thread();
+    for (int i = 0; i < t->depth; i++)
+        if (t->ctx_stack[i] == ctx) {
+            memmove(&t->ctx_stack[i], &t->ctx_stack[i + 1], (size_t)(t->depth - i - 1) * sizeof(CUcontext));
+            t->depth--;
+            break;
+        }
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = sim_ctx_current();
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    sim_lock();
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_thread_t *t = sim_thread();
+    if (!ctx) {
+        if (t->depth)
+            t->depth--;
+        return drv_leave(CUDA_SUCCESS);
+    }
+    if (!sim_ctx_valid(ctx))
+        return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
+    if (t->depth == 0)
+        t->depth = 1;
+    t->ctx_stack[t->depth - 1] = ctx;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    sim_lock();
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_thread_t *t = sim_thread();
+    if (!sim_ctx_valid(ctx) || t->depth == (int)(sizeof t->ctx_stack / sizeof t->ctx_stack[0]))
+        return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
+    t->ctx_stack[t->depth++] = ctx;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    sim_thread_t *t = sim_thread();
+    if (t->depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUcontext c = t->ctx_stack[--t->depth];
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxGetDevice(CUdevice *device)
+{
+    DRV_ENTER(ctx);
+    if (!device)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    *device = ctx->dev->ordinal;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuCtxSynchronize(void)
+{
+    DRV_ENTER(ctx);
+    CUresult r = sim_capture_check_unsafe();
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    r = sim_ctx_wait_idle(ctx);
+    sim_pools_trim_after_sync(ctx);
+    return drv_leave(r);
+}
+
+SIM_API CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    DRV_ENTER(ctx);
+    (void)ctx;
+    if (leastPriority)
+        *leastPriority = 0;
+    if (greatestPriority)
+        *greatestPriority = -5;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------
+ * Error strings
+ * ---------------------------------------------------------------------- */
+
+static const struct {
+    CUresult code;
+    const char *name, *text;
+} errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {CUDA_ERROR_CONTEXT_ALREADY_CURRENT, "CUDA_ERROR_CONTEXT_ALREADY_CURRENT", "context already current"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+    {CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE",
+     "primary context for the specified device has already been initialized"},
+    {CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+    {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+     "operation not permitted when stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+     "operation failed due to a previous error during capture"},
+    {CUDA_ERROR_STREAM_CAPTURE_MERGE, "CUDA_ERROR_STREAM_CAPTURE_MERGE", "operation would result in a merge of separate capture sequences"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "capture was not ended in the same stream as it began"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", "capturing stream has unjoined work"},
+    {CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION",
+     "dependency created on uncaptured work in another stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT", "operation not permitted on an event last recorded in a capturing stream"},
+    {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+     "attempt to terminate a thread-local capture sequence from another thread"},
+    {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static int error_index(CUresult e)
+{
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++)
+        if (errors[i].code == e)
+            return (int)i;
+    return -1;
+}
+
+SIM_API CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    int i = error_index(error);
+    *pStr = i < 0 ? NULL : errors[i].text;
+    return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+    if (!pStr)
+        return CUDA_ERROR_INVALID_VALUE;
+    int i = error_index(error);
+    *pStr = i < 0 ? NULL : errors[i].name;
+    return i < 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------
+ * Test extensions: counters
+ * ---------------------------------------------------------------------- */
+
+SIM_API unsigned long cucacheSimDeviceAllocs(void)
+{
+    return atomic_load(&sim.device_allocs);
+}
+
+SIM_API unsigned long cucacheSimDeviceFrees(void)
+{
+    return atomic_load(&sim.device_frees);
+}

@@ -1,0 +1,55 @@
+/*
+ * Shared by the driver API files (driver*.c): entering a call with the
+ * engine lock held and the current context checked.
+ */
+#ifndef CUCACHE_SIM_DRIVER_H
+#define CUCACHE_SIM_DRIVER_H
+
+#include "engine.h"
+#include "handles.h"
+
+/* Takes the lock and fetches the current context into `ctx`; returns the
+ * error (init, no context, sticky) from the calling function otherwise. */
+#define DRV_ENTER(ctx)                                                                                                 \
+    struct CUctx_st *ctx = NULL;                                                                                       \
+    sim_lock();                                                                                                        \
+    do {                                                                                                               \
+        CUresult enter_r_ = sim_ctx_get(&ctx);                                                                         \
+        if (enter_r_ != CUDA_SUCCESS) {                                                                                \
+            sim_unlock();                                                                                              \
+            return enter_r_;                                                                                           \
+        }                                                                                                              \
+    } while (0)
+
+/* Unlocks and returns r. */
+static inline CUresult drv_leave(CUresult r)
+{
+    sim_unlock();
+    return r;
+}
+
+#define DRV_UNPAREN(...) __VA_ARGS__
+
+/* Exports a legacy-stream entry point and its per-thread-default-stream
+ * twin, both calling impl(..., ptds). */
+#define DRV_PTSZ(name, impl, params, args)                                                                            \
+    SIM_API CUresult name params                                                                                       \
+    {                                                                                                                  \
+        return impl(DRV_UNPAREN args, false);                                                                                      \
+    }                                                                                                                  \
+    SIM_API CUresult name##_ptsz params                                                                                \
+    {                                                                                                                  \
+        return impl(DRV_UNPAREN args, true);                                                                                       \
+    }
+
+#define DRV_PTDS(name, impl, params, args)                                                                            \
+    SIM_API CUresult name params                                                                                       \
+    {                                                                                                                  \
+        return impl(DRV_UNPAREN args, false);                                                                                      \
+    }                                                                                                                  \
+    SIM_API CUresult name##_ptds params                                                                                \
+    {                                                                                                                  \
+        return impl(DRV_UNPAREN args, true);                                                                                       \
+    }
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * cuGetProcAddress: how the runtime, and frameworks that look up the driver
+ * themselves, obtain driver entry points.  A lookup names the base symbol
+ * ("cuMemAlloc"), the CUDA version whose ABI the caller wants (1000 * major
+ * + 10 * minor) and whether stream handle 0 means the legacy or the
+ * per-thread default stream; the answer is the newest variant not newer than
+ * that version, in its _ptsz/_ptds form when per-thread is asked for.
+ */
+#include <string.h>
+
+#include "driver.h"
+
+typedef struct procaddr_s {
+    const char *name;  /* base name */
+    int version;       /* first CUDA version whose ABI this entry is */
+    void *legacy;      /* entry point */
+    void *per_thread;  /* per-thread default stream variant, or NULL */
+} procaddr_t;
+
+SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+
+#define E(name, ver, fn) {name, ver, (void *)fn, NULL}
+#define P(name, ver, fn, pt) {name, ver, (void *)fn, (void *)pt}
+
+static const procaddr_t table[] = {
+    E("cuInit", 2000, cuInit),
+    E("cuDriverGetVersion", 2020, cuDriverGetVersion),
+    E("cuGetErrorString", 6000, cuGetErrorString),
+    E("cuGetErrorName", 6000, cuGetErrorName),
+    E("cuGetProcAddress", 11030, cuGetProcAddress),
+    E("cuGetProcAddress", 12000, cuGetProcAddress_v2),
+    E("cuDeviceGet", 2000, cuDeviceGet),
+    E("cuDeviceGetCount", 2000, cuDeviceGetCount),
+    E("cuDeviceGetName", 2000, cuDeviceGetName),
+    E("cuDeviceGetUuid", 11040, cuDeviceGetUuid_v2),
+    E("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+    E("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+    E("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
+    E("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool),
+    E("cuDeviceSetMemPool", 11020, cuDeviceSetMemPool),
+    E("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+    E("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    E("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2),
+    E("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+    E("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2),
+    E("cuCtxCreate", 3020, cuCtxCreate_v2),
+    E("cuCtxDestroy", 4000, cuCtxDestroy_v2),
+    E("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+    E("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+    E("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
+    E("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
+    E("cuCtxGetDevice", 2000, cuCtxGetDevice),
+    E("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    E("cuCtxGetStreamPriorityRange", 5050, cuCtxGetStreamPriorityRange),
+    E("cuMemAlloc", 3020, cuMemAlloc_v2),
+    E("cuMemFree", 3020, cuMemFree_v2),
+    E("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    E("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+    E("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+    E("cuMemHostAlloc", 2020, cuMemHostAlloc),
+    E("cuMemFreeHost", 2000, cuMemFreeHost),
+    E("cuMemAllocManaged", 6000, cuMemAllocManaged),
+    E("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    E("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+    P("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds),
+    P("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz),
+    P("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
+    P("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds),
+    P("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds),
+    P("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
+    P("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
+    P("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz),
+    P("cuMemsetD8", 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds),
+    P("cuMemsetD32", 3020, cuMemsetD32_v2, cuMemsetD32_v2_ptds),
+    P("cuMemsetD8Async", 3020, cuMemsetD8Async, cuMemsetD8Async_ptsz),
+    P("cuMemsetD32Async", 3020, cuMemsetD32Async, cuMemsetD32Async_ptsz),
+    P("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
+    P("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
+    P("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz),
+    E("cuMemPoolCreate", 11020, cuMemPoolCreate),
+    E("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+    E("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
+    E("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
+    E("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo),
+    E("cuStreamCreate", 2000, cuStreamCreate),
+    E("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    E("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+    P("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
+    P("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+    P("cuStreamWaitEvent", 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
+    P("cuStreamGetFlags", 5050, cuStreamGetFlags, cuStreamGetFlags_ptsz),
+    P("cuStreamGetPriority", 5050, cuStreamGetPriority, cuStreamGetPriority_ptsz),
+    P("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
+    P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
+    P("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
+    P("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),
+    E("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
+    E("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    E("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
+    P("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz),
+    E("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+    E("cuGraphDestroy", 10000, cuGraphDestroy),
+    E("cuEventCreate", 2000, cuEventCreate),
+    P("cuEventRecord", 2000, cuEventRecord, cuEventRecord_ptsz),
+    E("cuEventQuery", 2000, cuEventQuery),
+    E("cuEventSynchronize", 2000, cuEventSynchronize),
+    /* v1 and v2 share a signature; both are served by the v2 code. */
+    E("cuEventElapsedTime", 2000, cuEventElapsedTime_v2),
+    E("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
+    E("cuEventDestroy", 4000, cuEventDestroy_v2),
+};
+
+SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *symbolStatus)
+{
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
+        return CUDA_ERROR_INVALID_VALUE;
+    const procaddr_t *best = NULL;
+    bool named = false;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(table[i].name, symbol) != 0)
+            continue;
+        named = true;
+        if (table[i].version <= cudaVersion && (!best || table[i].version > best->version))
+            best = &table[i];
+    }
+    *pfn = NULL;
+    if (!best) {
+        if (symbolStatus)
+            *symbolStatus = named ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        return CUDA_ERROR_NOT_FOUND;
+    }
+    bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    *pfn = per_thread && best->per_thread ? best->per_thread : best->legacy;
+    if (symbolStatus)
+        *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+/* The CUDA 11.3 form, without the status argument. */
+SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    return cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, NULL);
+}

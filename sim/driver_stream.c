@@ -1,0 +1,488 @@
+/*
+ * Driver API of the simulated device: streams, events, host functions,
+ * stream capture and graphs, and the kernel-like test extensions.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "driver.h"
+
+/* ------------------------------------------------------------------------
+ * Streams
+ * ---------------------------------------------------------------------- */
+
+static CUresult stream_create(CUstream *ph, unsigned flags, int prio)
+{
+    DRV_ENTER(ctx);
+    if (!ph || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (prio > 0)
+        prio = 0;
+    if (prio < -5)
+        prio = -5;
+    struct CUstream_st *s = sim_stream_create(ctx, SIM_STREAM_CREATED, flags, prio);
+    if (!s)
+        return drv_leave(CUDA_ERROR_OUT_OF_MEMORY);
+    *ph = s;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    return stream_create(phStream, Flags, 0);
+}
+
+SIM_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
+{
+    return stream_create(phStream, flags, priority);
+}
+
+SIM_API CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    sim_lock();
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
+        !sim_stream_valid(hStream) || hStream->kind != SIM_STREAM_CREATED)
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    sim_stream_destroy(hStream);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+static CUresult stream_sync(CUstream h, bool ptds)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && s->capture) {
+        s->capture->invalidated = true;
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (r == CUDA_SUCCESS)
+        r = sim_capture_check_implicit(s);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    r = sim_stream_wait_idle(s);
+    sim_pools_trim_after_sync(ctx);
+    return drv_leave(r);
+}
+
+static CUresult stream_query(CUstream h, bool ptds)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && s->capture) {
+        s->capture->invalidated = true;
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if (!sim_stream_done(s))
+        return drv_leave(CUDA_ERROR_NOT_READY);
+    sim_host_observe(s->vc);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+/* The capture e was last recorded into, if that capture is still going. */
+static sim_capture_t *event_capture(const struct CUevent_st *e)
+{
+    for (sim_capture_t *c = sim.captures; c; c = c->next)
+        if (c == e->captured)
+            return c;
+    return NULL;
+}
+
+static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool ptds)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && (!handle_is(e, SIM_MAGIC_EVENT) || flags > 1))
+        r = !handle_is(e, SIM_MAGIC_EVENT) ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_capture_t *cap = event_capture(e);
+    if (cap) {
+        /* Waiting on an event of a capture joins the capture. */
+        if (!s->capture)
+            s->capture = cap;
+        return drv_leave(CUDA_SUCCESS);
+    }
+    if (!e->recorded || s->capture)
+        return drv_leave(CUDA_SUCCESS);
+    sim_op_t *op = sim_op_new(SIM_OP_WAIT, "cuStreamWaitEvent");
+    sim_op_add_dep(op, e->slot, e->seq);
+    vc_join(&op->vc, e->vc);
+    return drv_leave(sim_enqueue(s, op));
+}
+
+static CUresult stream_get_flags(CUstream h, unsigned *flags, bool ptds)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !flags)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *flags = s->flags;
+    return drv_leave(r);
+}
+
+static CUresult stream_get_priority(CUstream h, int *prio, bool ptds)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !prio)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *prio = s->priority;
+    return drv_leave(r);
+}
+
+DRV_PTSZ(cuStreamSynchronize, stream_sync, (CUstream hStream), (hStream))
+DRV_PTSZ(cuStreamQuery, stream_query, (CUstream hStream), (hStream))
+DRV_PTSZ(cuStreamWaitEvent, stream_wait_event, (CUstream hStream, CUevent hEvent, unsigned int Flags),
+         (hStream, hEvent, Flags))
+DRV_PTSZ(cuStreamGetFlags, stream_get_flags, (CUstream hStream, unsigned int *flags), (hStream, flags))
+DRV_PTSZ(cuStreamGetPriority, stream_get_priority, (CUstream hStream, int *priority), (hStream, priority))
+
+/* ------------------------------------------------------------------------
+ * Host functions and simulated kernels
+ * ---------------------------------------------------------------------- */
+
+static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc,
+                       unsigned nacc, bool ptds, const char *what)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && nacc && !acc)
+        r = CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; r == CUDA_SUCCESS && i < nacc; i++)
+        if (acc[i].bytes && !sim_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, NULL))
+            r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_op_t *op = sim_op_new(SIM_OP_HOSTFN, what);
+    op->fn = fn;
+    op->arg = arg;
+    sim_range_t *rg = op->ranges;
+    if (nacc > 2)
+        rg = op->xranges = sim_xcalloc(nacc, sizeof *rg);
+    for (unsigned i = 0; i < nacc; i++)
+        rg[i] = (sim_range_t){(uintptr_t)acc[i].ptr, (uintptr_t)acc[i].ptr + acc[i].bytes, acc[i].write != 0};
+    op->nranges = nacc;
+    return drv_leave(sim_enqueue(s, op));
+}
+
+static void nothing(void *arg)
+{
+    (void)arg;
+}
+
+static CUresult host_func(CUstream h, CUhostFn fn, void *data, bool ptds)
+{
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    return launch(h, fn, data, NULL, 0, ptds, "host function");
+}
+
+DRV_PTSZ(cuLaunchHostFunc, host_func, (CUstream hStream, CUhostFn fn, void *userData), (hStream, fn, userData))
+
+SIM_API CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *arg,
+                                  const struct cucache_sim_access *acc, unsigned int nacc)
+{
+    return launch(hStream, fn ? fn : nothing, arg, acc, nacc, false, "simulated kernel");
+}
+
+SIM_API CUresult cucacheSimLaunchFault(CUstream hStream)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, hStream, false, &s);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    return drv_leave(sim_enqueue(s, sim_op_new(SIM_OP_FAULT, "faulting kernel")));
+}
+
+/* ------------------------------------------------------------------------
+ * Events
+ * ---------------------------------------------------------------------- */
+
+SIM_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    DRV_ENTER(ctx);
+    if (!phEvent || (Flags & ~7u))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    struct CUevent_st *e = sim_xcalloc(1, sizeof *e);
+    e->magic = SIM_MAGIC_EVENT;
+    e->flags = Flags;
+    e->ctx = ctx;
+    handle_add(e, SIM_MAGIC_EVENT);
+    *phEvent = e;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+static CUresult event_record(CUevent e, CUstream h, bool ptds)
+{
+    DRV_ENTER(ctx);
+    if (!handle_is(e, SIM_MAGIC_EVENT))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_op_t *op = sim_op_new(SIM_OP_RECORD, "event record");
+    op->event = e;
+    return drv_leave(sim_enqueue(s, op));
+}
+
+DRV_PTSZ(cuEventRecord, event_record, (CUevent hEvent, CUstream hStream), (hEvent, hStream))
+
+SIM_API CUresult cuEventQuery(CUevent hEvent)
+{
+    sim_lock();
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if (!handle_is(hEvent, SIM_MAGIC_EVENT))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    if (event_capture(hEvent))
+        return drv_leave(CUDA_ERROR_CAPTURED_EVENT);
+    if (hEvent->ctx->sticky != CUDA_SUCCESS)
+        return drv_leave(hEvent->ctx->sticky);
+    if (!hEvent->recorded)
+        return drv_leave(CUDA_SUCCESS);
+    if (sim.completed[hEvent->slot] < hEvent->seq)
+        return drv_leave(CUDA_ERROR_NOT_READY);
+    sim_host_observe(hEvent->vc);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuEventSynchronize(CUevent hEvent)
+{
+    sim_lock();
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if (!handle_is(hEvent, SIM_MAGIC_EVENT))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    if (event_capture(hEvent))
+        return drv_leave(CUDA_ERROR_CAPTURED_EVENT);
+    struct CUevent_st *e = hEvent;
+    if (e->recorded) {
+        sim_vc_t *vc = vc_retain(e->vc);
+        struct CUctx_st *ctx = e->ctx;
+        sim_wait_seq(e->slot, e->seq);
+        sim_host_observe(vc);
+        vc_release(vc);
+        sim_pools_trim_after_sync(ctx);
+        return drv_leave(ctx->sticky);
+    }
+    return drv_leave(e->ctx->sticky);
+}
+
+SIM_API CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
+{
+    sim_lock();
+    if (!pMilliseconds)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!handle_is(hStart, SIM_MAGIC_EVENT) || !handle_is(hEnd, SIM_MAGIC_EVENT))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    if ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING || !hStart->recorded || !hEnd->recorded)
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    if (!hStart->done || !hEnd->done)
+        return drv_leave(CUDA_ERROR_NOT_READY);
+    *pMilliseconds = (float)(((double)hEnd->time_ns - (double)hStart->time_ns) / 1e6);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuEventDestroy_v2(CUevent hEvent)
+{
+    sim_lock();
+    if (!handle_is(hEvent, SIM_MAGIC_EVENT))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    handle_del(hEvent);
+    hEvent->dead = true;
+    if (hEvent->pending == 0)
+        sim_event_free(hEvent);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------
+ * Stream capture
+ * ---------------------------------------------------------------------- */
+
+static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool ptds)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (s->kind == SIM_STREAM_LEGACY)
+        return drv_leave(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    if (s->capture)
+        return drv_leave(CUDA_ERROR_ILLEGAL_STATE);
+    sim_capture_t *c = sim_xcalloc(1, sizeof *c);
+    c->origin = s;
+    c->mode = mode;
+    c->thread = pthread_self();
+    c->graph = sim_xcalloc(1, sizeof *c->graph);
+    c->graph->magic = SIM_MAGIC_GRAPH;
+    c->graph->ctx = ctx;
+    c->next = sim.captures;
+    sim.captures = c;
+    s->capture = c;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+static void graph_free(struct CUgraph_st *g)
+{
+    for (size_t i = 0; i < g->nops; i++)
+        sim_op_free(g->ops[i]);
+    free(g->ops);
+    g->magic = SIM_MAGIC_DEAD;
+    free(g);
+}
+
+static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptds)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !phGraph)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_capture_t *c = s->capture;
+    if (!c)
+        return drv_leave(CUDA_ERROR_ILLEGAL_STATE);
+    if (c->origin != s)
+        return drv_leave(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+    if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self()))
+        return drv_leave(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+    for (struct CUstream_st *o = ctx->streams; o; o = o->ctx_next)
+        if (o->capture == c)
+            o->capture = NULL;
+    for (sim_capture_t **p = &sim.captures; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    struct CUgraph_st *g = c->graph;
+    bool invalid = c->invalidated;
+    free(c);
+    if (invalid) {
+        graph_free(g);
+        *phGraph = NULL;
+        return drv_leave(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    }
+    handle_add(g, SIM_MAGIC_GRAPH);
+    *phGraph = g;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *status, bool ptds)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !status)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if (s->kind == SIM_STREAM_LEGACY)
+        for (struct CUstream_st *b = ctx->streams; b; b = b->ctx_next)
+            if (b->capture && sim_stream_is_blocking(b))
+                return drv_leave(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    *status = !s->capture                ? CU_STREAM_CAPTURE_STATUS_NONE
+              : s->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                        : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+DRV_PTSZ(cuStreamBeginCapture_v2, begin_capture, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+DRV_PTSZ(cuStreamEndCapture, end_capture, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph))
+DRV_PTSZ(cuStreamIsCapturing, is_capturing, (CUstream hStream, CUstreamCaptureStatus *captureStatus),
+         (hStream, captureStatus))
+
+SIM_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    sim_thread_t *t = sim_thread();
+    CUstreamCaptureMode old = t->capture_mode;
+    t->capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------
+ * Graphs: a captured graph is its operations in capture order; launching
+ * it queues copies of them on the launch stream.
+ * ---------------------------------------------------------------------- */
+
+SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
+{
+    sim_lock();
+    if (!phGraphExec || !handle_is(hGraph, SIM_MAGIC_GRAPH))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    (void)flags;
+    struct CUgraphExec_st *x = sim_xcalloc(1, sizeof *x);
+    x->magic = SIM_MAGIC_EXEC;
+    x->nops = hGraph->nops;
+    x->ops = sim_xcalloc(x->nops, sizeof *x->ops);
+    for (size_t i = 0; i < x->nops; i++)
+        x->ops[i] = sim_op_clone(hGraph->ops[i]);
+    handle_add(x, SIM_MAGIC_EXEC);
+    *phGraphExec = x;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+static CUresult graph_launch(CUgraphExec x, CUstream h, bool ptds)
+{
+    DRV_ENTER(ctx);
+    if (!handle_is(x, SIM_MAGIC_EXEC))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    for (size_t i = 0; r == CUDA_SUCCESS && i < x->nops; i++) {
+        if (x->ops[i]->kind == SIM_OP_FREE)
+            continue;
+        if (x->ops[i]->kind == SIM_OP_RECORD && !handle_is(x->ops[i]->event, SIM_MAGIC_EVENT))
+            continue;
+        r = sim_enqueue(s, sim_op_clone(x->ops[i]));
+    }
+    return drv_leave(r);
+}
+
+DRV_PTSZ(cuGraphLaunch, graph_launch, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
+
+SIM_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    sim_lock();
+    if (!handle_is(hGraphExec, SIM_MAGIC_EXEC))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    handle_del(hGraphExec);
+    for (size_t i = 0; i < hGraphExec->nops; i++)
+        sim_op_free(hGraphExec->ops[i]);
+    free(hGraphExec->ops);
+    free(hGraphExec);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuGraphDestroy(CUgraph hGraph)
+{
+    sim_lock();
+    if (!handle_is(hGraph, SIM_MAGIC_GRAPH))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    handle_del(hGraph);
+    graph_free(hGraph);
+    return drv_leave(CUDA_SUCCESS);
+}

@@ -1,0 +1,404 @@
+/*
+ * The simulated device's engine: the state behind the driver API.
+ *
+ * Map of the main types:
+ *   - sim_device_t: one simulated GPU.  Its memory is one mmap'ed region of
+ *     `capacity` bytes; an address-ordered extent list hands out ranges, and a
+ *     sorted table of live allocations answers "which allocation holds this
+ *     address".  Each device has a primary context and a default memory pool.
+ *   - struct CUctx_st: a context (primary or created).  It owns a legacy
+ *     default stream, the streams created in it, and a sticky error.
+ *   - struct CUstream_st: a FIFO of operations run by one worker thread.
+ *     Every stream has a *slot* in the process-wide clock table; an operation
+ *     is named by (slot, seq) and carries a vector clock saying which
+ *     operations of other slots happen before it.  The worker runs an
+ *     operation once its explicit dependencies (other slots' seqs) completed.
+ *   - struct CUevent_st: a recorded position (slot, seq) plus that
+ *     operation's vector clock.
+ *   - sim_op_t: one queued operation (copy, memset, host function, event
+ *     record, wait, stream-ordered free, fault).
+ *
+ * Ordering rules (CUDA's): an operation on a context's legacy stream depends
+ * on the last operation of every blocking stream of the context (created
+ * without cudaStreamNonBlocking, and the per-thread default streams), and an
+ * operation on a blocking stream depends on the last operation of the legacy
+ * stream.  Non-blocking streams have no implicit dependencies.
+ *
+ * Happens-before: the host is one more participant.  Whenever the host
+ * observes a completion (stream, event or device synchronisation, a query
+ * that returns success, a synchronous copy), the host clock joins the
+ * completed operation's clock, and every operation enqueued afterwards joins
+ * the host clock.  All host threads share one host clock: ordering that
+ * threads establish among themselves is invisible to the simulator, so this
+ * errs towards missing a race, never towards inventing one.
+ *
+ * The race detector (engine_race.c) checks every new operation's device
+ * ranges against the ranges of earlier operations that do not happen before
+ * it.
+ *
+ * Locking: one engine mutex `sim.lock` protects everything here; workers
+ * drop it while they move bytes.  `sim.cv` is broadcast on every completion.
+ */
+#ifndef CUCACHE_SIM_ENGINE_H
+#define CUCACHE_SIM_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cucache/cuda_api.h"
+#include "cucache/sim.h"
+
+#define SIM_API __attribute__((visibility("default")))
+
+#define SIM_MAX_DEVICES 16
+#define SIM_MAX_SLOTS 4096
+#define SIM_MAGIC_CTX 0x43545853u    /* "SXTC" */
+#define SIM_MAGIC_STREAM 0x4d525453u /* "STRM" */
+#define SIM_MAGIC_EVENT 0x544e5645u  /* "EVNT" */
+#define SIM_MAGIC_POOL 0x4c4f4f50u   /* "POOL" */
+#define SIM_MAGIC_GRAPH 0x48505247u  /* "GRPH" */
+#define SIM_MAGIC_EXEC 0x43455847u   /* "GXEC" */
+#define SIM_MAGIC_DEAD 0xdeadbeefu
+
+/* ------------------------------------------------------------------------
+ * Vector clocks
+ * ---------------------------------------------------------------------- */
+
+/* A vector clock: c[slot] = the highest seq of that slot known to happen
+ * before (or be) the owner.  Immutable once shared; reference counted. */
+typedef struct sim_vc_s {
+    uint32_t refs; /* owners; freed at 0 (under sim.lock) */
+    uint32_t n;    /* entries in c; missing entries are 0 */
+    uint64_t c[];
+} sim_vc_t;
+
+sim_vc_t *vc_new(uint32_t n);
+sim_vc_t *vc_retain(sim_vc_t *vc);
+void vc_release(sim_vc_t *vc);
+/* a := a joined with b (a is replaced by a new clock when shared or short). */
+void vc_join(sim_vc_t **a, const sim_vc_t *b);
+static inline uint64_t vc_get(const sim_vc_t *vc, int slot)
+{
+    return vc && (uint32_t)slot < vc->n ? vc->c[slot] : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Device memory
+ * ---------------------------------------------------------------------- */
+
+typedef enum sim_alloc_kind_e {
+    SIM_ALLOC_DEVICE = 1, /* cuMemAlloc */
+    SIM_ALLOC_POOL,       /* stream-ordered pool memory (cuMemAllocAsync) */
+    SIM_ALLOC_HOST,       /* pinned host memory (cuMemAllocHost) */
+    SIM_ALLOC_MANAGED,    /* managed memory: plain host memory here */
+} sim_alloc_kind_t;
+
+/* One live allocation, device or registered host. */
+typedef struct sim_alloc_s {
+    uintptr_t addr;     /* first byte handed out */
+    size_t size;        /* bytes requested */
+    size_t reserved;    /* bytes taken from the device (rounded); 0 for host */
+    sim_alloc_kind_t kind;
+    int device;         /* ordinal */
+    struct CUctx_st *ctx;
+    struct CUmemPoolHandle_st *pool; /* SIM_ALLOC_POOL: owning pool */
+    bool pool_free;     /* pool block freed by cuMemFreeAsync, reusable per rules */
+    int free_slot;      /* pool block: slot and seq of the freeing op */
+    uint64_t free_seq;
+    sim_vc_t *free_vc;  /* clock of the freeing op */
+} sim_alloc_t;
+
+typedef struct sim_extent_s {
+    size_t off, len; /* free range [off, off+len) inside the device region */
+} sim_extent_t;
+
+typedef struct sim_device_s {
+    int ordinal;
+    uint8_t *base;   /* mmap'ed region */
+    size_t capacity; /* bytes; cuMemGetInfo's total */
+    size_t used;     /* bytes reserved by live allocations */
+    sim_extent_t *ext; /* free extents, sorted by offset, never adjacent */
+    size_t next, cap_ext;
+    struct CUctx_st *primary;
+    unsigned primary_flags;
+    int primary_refs;
+    struct CUmemPoolHandle_st *default_pool;
+    struct CUmemPoolHandle_st *current_pool;
+} sim_device_t;
+
+/* ------------------------------------------------------------------------
+ * Contexts, streams, events, pools, graphs
+ * ---------------------------------------------------------------------- */
+
+struct CUctx_st {
+    uint32_t magic;
+    sim_device_t *dev;
+    bool primary;
+    CUresult sticky;             /* CUDA_SUCCESS or the error every call returns */
+    struct CUstream_st *legacy;  /* the legacy default stream */
+    struct CUstream_st *streams; /* all live streams of the context (list) */
+    uint64_t generation;         /* bumped on reset: per-thread streams re-made */
+};
+
+typedef enum sim_stream_kind_e {
+    SIM_STREAM_LEGACY,
+    SIM_STREAM_PER_THREAD,
+    SIM_STREAM_CREATED,
+} sim_stream_kind_t;
+
+typedef struct sim_op_s sim_op_t;
+typedef struct sim_capture_s sim_capture_t;
+
+struct CUstream_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    sim_stream_kind_t kind;
+    unsigned flags;    /* CU_STREAM_NON_BLOCKING or 0 */
+    int priority;
+    int slot;          /* clock slot */
+    uint64_t last_seq; /* seq of the last enqueued op (0: none yet) */
+    sim_vc_t *vc;      /* clock of the last enqueued op */
+    sim_op_t *head, *tail; /* pending ops, run in order by the worker */
+    pthread_t worker;
+    bool worker_started;
+    bool dying;        /* destroyed by the program; worker exits when drained */
+    sim_capture_t *capture; /* non-NULL while capturing (or joined to a capture) */
+    struct CUstream_st *ctx_next; /* list of the context's streams */
+    unsigned long id;  /* creation number, for reports */
+};
+
+struct CUevent_st {
+    uint32_t magic;
+    unsigned flags;
+    struct CUctx_st *ctx;
+    bool recorded;
+    int slot;         /* position recorded: (slot, seq) */
+    uint64_t seq;
+    sim_vc_t *vc;
+    bool done;        /* the record op ran */
+    uint64_t time_ns; /* CLOCK_MONOTONIC when the record op ran */
+    sim_capture_t *captured; /* recorded into this capture */
+    unsigned pending;  /* record ops queued and not yet run */
+    bool dead;         /* destroyed; freed when pending reaches 0 */
+};
+
+struct CUmemPoolHandle_st {
+    uint32_t magic;
+    sim_device_t *dev;
+    bool is_default;
+    uint64_t release_threshold;
+    uint64_t reserved_cur, reserved_high; /* bytes held from the device */
+    uint64_t used_cur, used_high;         /* bytes handed to the program */
+    int reuse_follow_events, reuse_opportunistic, reuse_internal_deps;
+};
+
+/* What a graph holds: the operations captured from its streams, in order. */
+struct CUgraph_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    sim_op_t **ops;
+    size_t nops;
+};
+
+struct CUgraphExec_st {
+    uint32_t magic;
+    struct CUgraph_st *graph; /* instantiated from (copied ops) */
+    sim_op_t **ops;
+    size_t nops;
+};
+
+struct sim_capture_s {
+    struct CUstream_st *origin;
+    struct CUgraph_st *graph;
+    CUstreamCaptureMode mode;
+    pthread_t thread; /* thread that began it */
+    bool invalidated;
+    sim_capture_t *next; /* list of live captures */
+};
+
+/* ------------------------------------------------------------------------
+ * Operations
+ * ---------------------------------------------------------------------- */
+
+typedef enum sim_op_kind_e {
+    SIM_OP_COPY,      /* memcpy(dst, src, bytes) */
+    SIM_OP_SET8,      /* memset */
+    SIM_OP_SET32,     /* 32-bit pattern fill of `bytes/4` words */
+    SIM_OP_HOSTFN,    /* fn(arg) (cuLaunchHostFunc, cucacheSimLaunch) */
+    SIM_OP_RECORD,    /* event record: timestamps the event */
+    SIM_OP_WAIT,      /* no work: carries a dependency (cuStreamWaitEvent) */
+    SIM_OP_FREE,      /* stream-ordered free: the block becomes free at run */
+    SIM_OP_FAULT,     /* sets the context's sticky CUDA_ERROR_ILLEGAL_ADDRESS */
+} sim_op_kind_t;
+
+typedef struct sim_range_s {
+    uintptr_t lo, hi; /* device range [lo, hi) */
+    bool write;
+} sim_range_t;
+
+typedef struct sim_dep_s {
+    int slot;
+    uint64_t seq;
+} sim_dep_t;
+
+struct sim_op_s {
+    sim_op_t *next;
+    sim_op_kind_t kind;
+    const char *what;     /* "memcpy HtoD", ... for reports */
+    struct CUstream_st *stream;
+    int slot;
+    uint64_t seq;
+    sim_vc_t *vc;
+    sim_dep_t *deps;      /* must complete before this op runs */
+    uint32_t ndeps;
+    sim_range_t ranges[2];
+    sim_range_t *xranges; /* cucacheSimLaunch: more ranges */
+    uint32_t nranges;
+    /* payload */
+    void *dst;
+    const void *src;
+    size_t bytes;
+    uint32_t value;
+    void (*fn)(void *);
+    void *arg;
+    void *staging;        /* owned copy of pageable host source */
+    struct CUevent_st *event;
+    uintptr_t free_addr;
+};
+
+/* ------------------------------------------------------------------------
+ * Configuration and global state
+ * ---------------------------------------------------------------------- */
+
+typedef struct sim_config_s {
+    int devices;
+    size_t capacity;
+    unsigned alloc_us, free_us;
+    double copy_gbps; /* 0: instant */
+    bool race;
+    bool race_fatal;
+} sim_config_t;
+
+typedef struct sim_state_s {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool initialized;
+    CUresult init_result;
+    sim_config_t cfg;
+    sim_device_t dev[SIM_MAX_DEVICES];
+    int ndev;
+    /* clock slots */
+    uint64_t completed[SIM_MAX_SLOTS];   /* highest completed seq per slot */
+    uint64_t slot_seq[SIM_MAX_SLOTS];    /* highest seq ever used per slot */
+    bool slot_used[SIM_MAX_SLOTS];
+    int nslots;                           /* slots ever handed out */
+    sim_vc_t *host_vc;
+    /* allocations (device and host), sorted by addr */
+    sim_alloc_t *allocs;
+    size_t nallocs, cap_allocs;
+    /* captures */
+    sim_capture_t *captures;
+    unsigned long stream_ids;
+    /* race detector */
+    struct sim_race_s *race;
+    /* statistics for tests */
+    atomic_ulong device_allocs, device_frees;
+} sim_state_t;
+
+extern sim_state_t sim;
+
+/* Thread state: current context and capture mode. */
+typedef struct sim_thread_s {
+    struct CUctx_st *ctx_stack[8];
+    int depth;  /* ctx_stack[depth-1] is current; 0: none */
+    CUstreamCaptureMode capture_mode;
+    struct CUstream_st *pts[SIM_MAX_DEVICES * 2]; /* per-thread default streams */
+    struct CUctx_st *pts_ctx[SIM_MAX_DEVICES * 2];
+    uint64_t pts_gen[SIM_MAX_DEVICES * 2];
+    bool registered;
+} sim_thread_t;
+
+sim_thread_t *sim_thread(void);
+
+/* ------------------------------------------------------------------------
+ * Engine functions.  Unless said otherwise, call with sim.lock held.
+ * ---------------------------------------------------------------------- */
+
+/* Initialisation (cuInit); takes the lock itself. */
+CUresult sim_init(void);
+/* CUDA_ERROR_NOT_INITIALIZED before cuInit, else CUDA_SUCCESS. */
+CUresult sim_check_init(void);
+void sim_lock(void);
+void sim_unlock(void);
+void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Contexts */
+struct CUctx_st *sim_ctx_current(void);
+CUresult sim_ctx_get(struct CUctx_st **out); /* current ctx, checked, sticky */
+bool sim_ctx_valid(const struct CUctx_st *ctx);
+struct CUctx_st *sim_ctx_create(sim_device_t *dev, bool primary);
+void sim_ctx_destroy(struct CUctx_st *ctx); /* waits for its work; frees memory */
+
+/* Streams */
+CUresult sim_stream_resolve(struct CUctx_st *ctx, CUstream h, bool ptds, struct CUstream_st **out);
+struct CUstream_st *sim_stream_create(struct CUctx_st *ctx, sim_stream_kind_t kind, unsigned flags, int prio);
+void sim_stream_destroy(struct CUstream_st *s);
+bool sim_stream_valid(const struct CUstream_st *s);
+bool sim_stream_is_blocking(const struct CUstream_st *s);
+/* Queue op on s (or record it into s's capture): fills seq, vc, deps, checks
+ * races, starts the worker.  Takes ownership of op. */
+CUresult sim_enqueue(struct CUstream_st *s, sim_op_t *op);
+sim_op_t *sim_op_new(sim_op_kind_t kind, const char *what);
+/* A copy of op's payload (for graphs), without clock or dependencies. */
+sim_op_t *sim_op_clone(const sim_op_t *op);
+void sim_op_add_dep(sim_op_t *op, int slot, uint64_t seq);
+/* Which device, if any, owns the address (inside its region). */
+sim_device_t *sim_device_of(uintptr_t addr);
+void sim_event_free(struct CUevent_st *e);
+void sim_op_free(sim_op_t *op);
+/* Host waits: they drop and retake the lock while waiting. */
+CUresult sim_stream_wait_idle(struct CUstream_st *s);
+void sim_wait_seq(int slot, uint64_t seq);
+CUresult sim_ctx_wait_idle(struct CUctx_st *ctx);
+void sim_device_wait_idle(sim_device_t *dev);
+bool sim_stream_done(const struct CUstream_st *s);
+/* The host observed that (slot, seq) completed, whose clock is vc. */
+void sim_host_observe(const sim_vc_t *vc);
+
+/* Capture */
+/* Returns CUDA_SUCCESS or the error for a potentially unsafe call, and
+ * invalidates the captures that prohibit it. */
+CUresult sim_capture_check_unsafe(void);
+/* Legacy-stream work while a blocking stream of ctx captures. */
+CUresult sim_capture_check_implicit(struct CUstream_st *s);
+void sim_capture_end_all(struct CUctx_st *ctx);
+
+/* Memory (engine_mem.c) */
+sim_alloc_t *sim_alloc_find(uintptr_t addr); /* allocation containing addr */
+sim_alloc_t *sim_alloc_exact(uintptr_t addr);
+CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx,
+                       sim_alloc_t **out);
+void sim_dev_free(sim_alloc_t *a); /* returns the range to the device */
+CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, int device, struct CUctx_st *ctx, void **out);
+void sim_host_free(sim_alloc_t *a);
+bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out);
+void sim_pool_trim(struct CUmemPoolHandle_st *pool, size_t keep);
+void sim_pools_trim_after_sync(struct CUctx_st *ctx);
+struct CUmemPoolHandle_st *sim_pool_new(sim_device_t *dev, bool is_default);
+void sim_free_ctx_memory(struct CUctx_st *ctx);
+
+/* Race detector (engine_race.c) */
+void race_init(void);
+void race_check_and_add(const sim_op_t *op);
+void race_gc(void);
+
+/* Misc */
+uint64_t sim_now_ns(void);
+void sim_sleep_us(unsigned us);
+const char *sim_stream_name(const struct CUstream_st *s, char *buf, size_t len);
+void *sim_xmalloc(size_t n);
+void *sim_xcalloc(size_t n, size_t m);
+
+#endif

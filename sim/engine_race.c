@@ -1,0 +1,162 @@
+/*
+ * The race detector.  Every queued operation declares the device ranges it
+ * reads and writes.  A record of each range stays here until the host has
+ * observed the operation's completion (then every later operation is ordered
+ * after it).  A new operation races with a record when the ranges overlap,
+ * at least one of the two writes, and the record's operation does not happen
+ * before the new one by the vector clocks.  Called with sim.lock held.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+typedef struct race_rec_s {
+    uintptr_t lo, hi; /* device range [lo, hi) */
+    bool write;
+    int slot;         /* the operation: (slot, seq) */
+    uint64_t seq;
+    const char *what;
+    char stream[80];  /* its stream, named for reports */
+} race_rec_t;
+
+typedef struct sim_race_s {
+    race_rec_t *recs;
+    size_t n, cap;
+    unsigned long count; /* races reported */
+    char last[768];      /* text of the last report */
+    unsigned adds_since_gc;
+} sim_race_t;
+
+static sim_race_t race_state;
+
+void race_init(void)
+{
+    sim.race = &race_state;
+}
+
+/* Drops the records every future operation is ordered after. */
+void race_gc(void)
+{
+    sim_race_t *r = sim.race;
+    if (!r)
+        return;
+    size_t j = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if (vc_get(sim.host_vc, r->recs[i].slot) < r->recs[i].seq)
+            r->recs[j++] = r->recs[i];
+    r->n = j;
+    r->adds_since_gc = 0;
+}
+
+static void report(const race_rec_t *old, const sim_op_t *op, const sim_range_t *rg)
+{
+    sim_race_t *r = sim.race;
+    char name[80];
+    sim_stream_name(op->stream, name, sizeof name);
+    uintptr_t lo = old->lo > rg->lo ? old->lo : rg->lo;
+    uintptr_t hi = old->hi < rg->hi ? old->hi : rg->hi;
+    snprintf(r->last, sizeof r->last,
+             "RACE on device memory [0x%lx, 0x%lx) (%lu bytes): %s on %s, op %lu, %s it while %s on %s, op %lu, "
+             "which %s it, may still be running; no stream order, event or synchronisation orders them",
+             (unsigned long)lo, (unsigned long)hi, (unsigned long)(hi - lo), op->what, name, (unsigned long)op->seq,
+             rg->write ? "writes" : "reads", old->what, old->stream, (unsigned long)old->seq,
+             old->write ? "writes" : "reads");
+    r->count++;
+    sim_log("%s", r->last);
+    if (sim.cfg.race_fatal) {
+        sim_log("CUCACHE_SIM_RACE_FATAL=1: aborting on the first race");
+        abort();
+    }
+}
+
+static void add_record(const sim_op_t *op, const sim_range_t *rg)
+{
+    sim_race_t *r = sim.race;
+    /* A write ordered after older records that it covers makes them moot:
+     * anything unordered with them but ordered after this write is still
+     * checked against this write. */
+    if (rg->write) {
+        size_t j = 0;
+        for (size_t i = 0; i < r->n; i++) {
+            race_rec_t *o = &r->recs[i];
+            bool covered = o->lo >= rg->lo && o->hi <= rg->hi && vc_get(op->vc, o->slot) >= o->seq;
+            if (!covered)
+                r->recs[j++] = *o;
+        }
+        r->n = j;
+    }
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 256;
+        r->recs = realloc(r->recs, r->cap * sizeof *r->recs);
+        if (!r->recs)
+            abort();
+    }
+    race_rec_t *n = &r->recs[r->n++];
+    n->lo = rg->lo;
+    n->hi = rg->hi;
+    n->write = rg->write;
+    n->slot = op->slot;
+    n->seq = op->seq;
+    n->what = op->what;
+    sim_stream_name(op->stream, n->stream, sizeof n->stream);
+}
+
+void race_check_and_add(const sim_op_t *op)
+{
+    sim_race_t *r = sim.race;
+    const sim_range_t *ranges = op->nranges > 2 ? op->xranges : op->ranges;
+    bool reported = false;
+    for (uint32_t k = 0; k < op->nranges && !reported; k++) {
+        const sim_range_t *rg = &ranges[k];
+        for (size_t i = 0; i < r->n; i++) {
+            const race_rec_t *o = &r->recs[i];
+            if (o->hi <= rg->lo || rg->hi <= o->lo || !(o->write || rg->write))
+                continue;
+            if (vc_get(op->vc, o->slot) >= o->seq)
+                continue;
+            report(o, op, rg);
+            reported = true;
+            break;
+        }
+    }
+    for (uint32_t k = 0; k < op->nranges; k++)
+        if (ranges[k].hi > ranges[k].lo)
+            add_record(op, &ranges[k]);
+    if (++r->adds_since_gc >= 1024)
+        race_gc();
+}
+
+/* ------------------------------------------------------------------------
+ * Extension API for tests
+ * ---------------------------------------------------------------------- */
+
+SIM_API unsigned long cucacheSimRaceCount(void)
+{
+    sim_lock();
+    unsigned long n = race_state.count;
+    sim_unlock();
+    return n;
+}
+
+SIM_API size_t cucacheSimLastRace(char *buf, size_t len)
+{
+    sim_lock();
+    size_t n = strlen(race_state.last);
+    if (buf && len) {
+        size_t m = n < len - 1 ? n : len - 1;
+        memcpy(buf, race_state.last, m);
+        buf[m] = 0;
+    }
+    sim_unlock();
+    return n;
+}
+
+SIM_API void cucacheSimRaceReset(void)
+{
+    sim_lock();
+    race_state.count = 0;
+    race_state.last[0] = 0;
+    sim_unlock();
+}
