@@ -34,7 +34,7 @@ SIM_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 static sim_alloc_t *freeable(CUdeviceptr p)
 {
     sim_alloc_t *a = sim_alloc_exact(p);
-    if (!a || (a->kind != SIM_ALLOC_DEVICE && a->kind != SIM_ALLOC_POOL))
+    if (!a || a->kind == SIM_ALLOC_HOST)
         return NULL;
     if (a->kind == SIM_ALLOC_POOL && a->pool_free)
         return NULL;
@@ -64,7 +64,10 @@ SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
         a->pool->used_cur -= a->reserved;
         a->pool->reserved_cur -= a->reserved;
     }
-    sim_dev_free(a);
+    if (a->kind == SIM_ALLOC_MANAGED)
+        sim_host_free(a);
+    else
+        sim_dev_free(a);
     return drv_leave(ctx->sticky);
 }
 
@@ -459,17 +462,20 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
     DRV_ENTER(ctx);
     if (!dptr || size == 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    if (pool && (!handle_is(pool, SIM_MAGIC_POOL) || pool->dev != ctx->dev))
+    if (pool && !handle_is(pool, SIM_MAGIC_POOL))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    if (!pool)
-        pool = ctx->dev->current_pool;
     struct CUstream_st *s = NULL;
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !pool)
+        pool = s->ctx->dev->current_pool;
     if (r == CUDA_SUCCESS)
         r = sim_capture_check_implicit(s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     size_t len = size <= ((size_t)1 << 20) ? (size + 511) / 512 * 512 : (size + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    if (pool->dev != s->ctx->dev)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    ctx = s->ctx; /* memory comes from the stream's device */
     sim_alloc_t *a = s->capture ? NULL : pool_find(pool, s, len);
     if (a) {
         if (vc_get(s->vc, a->free_slot) < a->free_seq)

@@ -153,12 +153,16 @@ DRV_PTSZ(cuStreamGetPriority, stream_get_priority, (CUstream hStream, int *prior
  * Host functions and simulated kernels
  * ---------------------------------------------------------------------- */
 
+/* Queues fn(arg) with the given ranges.  A kernel (unlike a host function)
+ * must go to a stream of the current device, as in CUDA. */
 static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc,
-                       unsigned nacc, bool ptds, const char *what)
+                       unsigned nacc, bool ptds, bool kernel)
 {
     DRV_ENTER(ctx);
     struct CUstream_st *s = NULL;
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && kernel && s->ctx->dev != ctx->dev)
+        r = CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS && nacc && !acc)
         r = CUDA_ERROR_INVALID_VALUE;
     for (unsigned i = 0; r == CUDA_SUCCESS && i < nacc; i++)
@@ -166,7 +170,7 @@ static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct c
             r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
-    sim_op_t *op = sim_op_new(SIM_OP_HOSTFN, what);
+    sim_op_t *op = sim_op_new(SIM_OP_HOSTFN, kernel ? "simulated kernel" : "host function");
     op->fn = fn;
     op->arg = arg;
     sim_range_t *rg = op->ranges;
@@ -187,7 +191,7 @@ static CUresult host_func(CUstream h, CUhostFn fn, void *data, bool ptds)
 {
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
-    return launch(h, fn, data, NULL, 0, ptds, "host function");
+    return launch(h, fn, data, NULL, 0, ptds, false);
 }
 
 DRV_PTSZ(cuLaunchHostFunc, host_func, (CUstream hStream, CUhostFn fn, void *userData), (hStream, fn, userData))
@@ -195,7 +199,7 @@ DRV_PTSZ(cuLaunchHostFunc, host_func, (CUstream hStream, CUhostFn fn, void *user
 SIM_API CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *arg,
                                   const struct cucache_sim_access *acc, unsigned int nacc)
 {
-    return launch(hStream, fn ? fn : nothing, arg, acc, nacc, false, "simulated kernel");
+    return launch(hStream, fn ? fn : nothing, arg, acc, nacc, false, true);
 }
 
 SIM_API CUresult cucacheSimLaunchFault(CUstream hStream)
@@ -235,6 +239,8 @@ static CUresult event_record(CUevent e, CUstream h, bool ptds)
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
+    if (e->ctx->dev != s->ctx->dev)
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     sim_op_t *op = sim_op_new(SIM_OP_RECORD, "event record");
     op->event = e;
     return drv_leave(sim_enqueue(s, op));
@@ -330,6 +336,7 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool ptds)
     if (s->capture)
         return drv_leave(CUDA_ERROR_ILLEGAL_STATE);
     sim_capture_t *c = sim_xcalloc(1, sizeof *c);
+    ctx = s->ctx;
     c->origin = s;
     c->mode = mode;
     c->thread = pthread_self();

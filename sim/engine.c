@@ -432,8 +432,21 @@ static void ctx_teardown(struct CUctx_st *ctx)
 {
     sim_ctx_wait_idle(ctx);
     sim_capture_end_all(ctx);
-    while (ctx->streams)
-        sim_stream_destroy(ctx->streams);
+    for (struct CUstream_st *s = ctx->streams, *next; s; s = next) {
+        next = s->ctx_next;
+        if (!s->dying)
+            sim_stream_destroy(s);
+    }
+    struct CUevent_st **evs = NULL;
+    size_t nev = handle_list(SIM_MAGIC_EVENT, (void ***)&evs);
+    for (size_t i = 0; i < nev; i++)
+        if (evs[i]->ctx == ctx) {
+            handle_del(evs[i]);
+            evs[i]->dead = true;
+            if (evs[i]->pending == 0)
+                sim_event_free(evs[i]);
+        }
+    free(evs);
     sim_free_ctx_memory(ctx);
     ctx->generation++;
 }
@@ -511,13 +524,28 @@ static void ctx_unlink_stream(struct CUstream_st *s)
         }
 }
 
-/* Frees a stream whose worker is gone (or never started). */
+/* Freed handle structs wait here before free(), so that a stale handle the
+ * program still holds is not revived by a new object at the same address. */
+#define SIM_QUARANTINE 256
+static void *quarantine[SIM_QUARANTINE];
+static size_t quarantine_next;
+
+void sim_handle_release(void *p)
+{
+    free(quarantine[quarantine_next]);
+    quarantine[quarantine_next] = p;
+    quarantine_next = (quarantine_next + 1) % SIM_QUARANTINE;
+}
+
+/* Frees a stream whose worker is gone (or never started).  Until then it
+ * stays in its context's list: the legacy stream still waits for its work. */
 static void stream_free(struct CUstream_st *s)
 {
+    ctx_unlink_stream(s);
     sim.slot_used[s->slot] = false;
     vc_release(s->vc);
     s->magic = SIM_MAGIC_DEAD;
-    free(s);
+    sim_handle_release(s);
 }
 
 /* The program destroyed s: it disappears at once for the program, its
@@ -525,7 +553,6 @@ static void stream_free(struct CUstream_st *s)
 void sim_stream_destroy(struct CUstream_st *s)
 {
     handle_del(s);
-    ctx_unlink_stream(s);
     if (s->capture) {
         if (s->capture->origin == s)
             s->capture->invalidated = true;
@@ -563,9 +590,9 @@ CUresult sim_stream_resolve(struct CUctx_st *ctx, CUstream h, bool ptds, struct 
         *out = s;
         return CUDA_SUCCESS;
     }
+    /* A stream of another device is fine: copies and synchronisation may
+     * use it whatever the current device (callers that launch work check). */
     if (!sim_stream_valid(h))
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (h->ctx != ctx && h->ctx->dev != ctx->dev)
         return CUDA_ERROR_INVALID_HANDLE;
     *out = h;
     return CUDA_SUCCESS;
@@ -821,7 +848,7 @@ void sim_event_free(struct CUevent_st *e)
 {
     vc_release(e->vc);
     e->magic = SIM_MAGIC_DEAD;
-    free(e);
+    sim_handle_release(e);
 }
 
 bool sim_stream_done(const struct CUstream_st *s)

@@ -357,6 +357,8 @@ void sim_op_add_dep(sim_op_t *op, int slot, uint64_t seq);
 /* Which device, if any, owns the address (inside its region). */
 sim_device_t *sim_device_of(uintptr_t addr);
 void sim_event_free(struct CUevent_st *e);
+/* Frees a handle struct after a delay (see engine.c). */
+void sim_handle_release(void *p);
 void sim_op_free(sim_op_t *op);
 /* Host waits: they drop and retake the lock while waiting. */
 CUresult sim_stream_wait_idle(struct CUstream_st *s);

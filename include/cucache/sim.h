@@ -2,8 +2,11 @@
  * Extensions of the simulated CUDA device (sim/), exported by its
  * libcuda.so.1 next to the driver API.  Tests use them to stand in for
  * kernels (work with declared device ranges), to inject a device fault and to
- * read the race detector.  Reach them with dlsym(RTLD_DEFAULT, ...) so a
- * program still runs on a real driver, where they are absent.
+ * read the race detector.  A program linked only with the runtime reaches
+ * them with dlsym(dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), ...): the
+ * runtime opens the driver RTLD_LOCAL, like NVIDIA's, so RTLD_DEFAULT does
+ * not see them.  On a real driver they are absent, and the program still
+ * runs.
  */
 #ifndef CUCACHE_SIM_H
 #define CUCACHE_SIM_H

@@ -1,0 +1,550 @@
+/*
+ * The simulated runtime's core: loading the driver, the last error and the
+ * error strings, devices and their primary contexts, versions, device
+ * properties and driver entry points.  See runtime_internal.h for the map.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "runtime_internal.h"
+
+/* ------------------------------------------------------------------------
+ * Driver loading
+ * ---------------------------------------------------------------------- */
+
+RT_HIDDEN rt_driver_t rt_drv[2];
+
+static pthread_once_t rt_load_once = PTHREAD_ONCE_INIT;
+static cudaError_t rt_load_status = cudaErrorInsufficientDriver; /* written once, under rt_load_once */
+static __typeof__(cuGetProcAddress_v2) *rt_getproc;              /* the driver's (or a hook's) lookup */
+static int rt_ndev;                                              /* devices, clamped to RT_MAX_DEVICES */
+static CUdevice rt_devh[RT_MAX_DEVICES];                         /* driver handle of each ordinal */
+
+/* Resolves every entry of one table with the given stream flags. */
+static bool rt_resolve(rt_driver_t *t, cuuint64_t flags)
+{
+    void *p;
+    CUdriverProcAddressQueryResult q;
+#define RT_RESOLVE(field, base)                                                                                        \
+    p = NULL;                                                                                                          \
+    if (rt_getproc(base, &p, RT_CUDART_VERSION, flags, &q) != CUDA_SUCCESS || !p || q != CU_GET_PROC_ADDRESS_SUCCESS)  \
+        return false;                                                                                                  \
+    memcpy(&t->field, &p, sizeof p);
+    RT_DRIVER_FUNCS(RT_RESOLVE)
+#undef RT_RESOLVE
+    return true;
+}
+
+/* Records the devices the driver reports, after cuInit. */
+static cudaError_t rt_load_devices(void)
+{
+    int n = 0;
+    CUresult r = rt_drv[RT_LEGACY].cuDeviceGetCount(&n);
+    if (r != CUDA_SUCCESS)
+        return rt_err(r);
+    if (n > RT_MAX_DEVICES)
+        n = RT_MAX_DEVICES;
+    for (int i = 0; i < n; i++) {
+        r = rt_drv[RT_LEGACY].cuDeviceGet(&rt_devh[i], i);
+        if (r != CUDA_SUCCESS)
+            return rt_err(r);
+    }
+    rt_ndev = n;
+    return cudaSuccess;
+}
+
+/* Opens libcuda.so.1, builds both tables and runs cuInit(0). */
+static void rt_load(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h)
+        return; /* rt_load_status stays cudaErrorInsufficientDriver */
+    /* Plain dlsym, never dlvsym: an LD_PRELOAD interposer hooks dlsym to hand
+     * us its own cuGetProcAddress_v2, through which it sees every lookup. */
+    void *sym = dlsym(h, "cuGetProcAddress_v2");
+    if (!sym)
+        return;
+    memcpy(&rt_getproc, &sym, sizeof sym); /* object to function pointer, without -Wpedantic's complaint */
+    if (!rt_resolve(&rt_drv[RT_LEGACY], CU_GET_PROC_ADDRESS_LEGACY_STREAM) ||
+        !rt_resolve(&rt_drv[RT_PTDS], CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
+        return;
+    CUresult r = rt_drv[RT_LEGACY].cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        rt_load_status = rt_err(r);
+        return;
+    }
+    rt_load_status = rt_load_devices();
+}
+
+cudaError_t rt_ready(void)
+{
+    pthread_once(&rt_load_once, rt_load);
+    return rt_load_status;
+}
+
+/* ------------------------------------------------------------------------
+ * Last error
+ * ---------------------------------------------------------------------- */
+
+/* Bumped by every cudaDeviceReset: invalidates every thread's cached
+ * context and sticky error. */
+static atomic_uint rt_reset_gen;
+
+static _Thread_local cudaError_t rt_tls_last;    /* cudaGetLastError's answer */
+static _Thread_local cudaError_t rt_tls_sticky;  /* context-corrupting error seen by this thread */
+static _Thread_local unsigned rt_tls_sticky_gen; /* rt_reset_gen when it was seen */
+
+cudaError_t rt_err(CUresult r)
+{
+    return (cudaError_t)r;
+}
+
+/* The error that survives cudaGetLastError: the context is corrupted. */
+static bool rt_is_sticky(cudaError_t e)
+{
+    return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure;
+}
+
+/* This thread's sticky error, unless a device reset cleared it since. */
+static cudaError_t rt_sticky(void)
+{
+    if (rt_tls_sticky != cudaSuccess && rt_tls_sticky_gen != atomic_load(&rt_reset_gen))
+        rt_tls_sticky = cudaSuccess;
+    return rt_tls_sticky;
+}
+
+cudaError_t rt_ret(cudaError_t e)
+{
+    if (e == cudaSuccess)
+        return e;
+    rt_tls_last = e;
+    if (rt_is_sticky(e)) {
+        rt_tls_sticky = e;
+        rt_tls_sticky_gen = atomic_load(&rt_reset_gen);
+    }
+    return e;
+}
+
+/* As the real runtime, a failed start (no driver, cuInit failed) is every
+ * thread's last error for good. */
+RT_API cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = rt_ready();
+    if (e != cudaSuccess)
+        return e;
+    e = rt_tls_last;
+    rt_tls_last = rt_sticky();
+    return e;
+}
+
+RT_API cudaError_t cudaPeekAtLastError(void)
+{
+    cudaError_t e = rt_ready();
+    return e != cudaSuccess ? e : rt_tls_last;
+}
+
+/* ------------------------------------------------------------------------
+ * Error names and strings (the real runtime's texts)
+ * ---------------------------------------------------------------------- */
+
+static const struct rt_error_text {
+    cudaError_t code;
+    const char *name;
+    const char *text;
+} rt_errors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
+    {cudaErrorCudartUnloading, "cudaErrorCudartUnloading", "driver shutting down"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+    {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+    {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
+    {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+     "CUDA driver version is insufficient for CUDA runtime version"},
+    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorDeviceUninitialized, "cudaErrorDeviceUninitialized", "invalid device context"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
+    {cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+    {cudaErrorSetOnActiveProcess, "cudaErrorSetOnActiveProcess", "cannot set while device is active in this process"},
+    {cudaErrorContextIsDestroyed, "cudaErrorContextIsDestroyed", "context is destroyed"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+    {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
+    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureMerge, "cudaErrorStreamCaptureMerge",
+     "operation would result in a merge of separate capture sequences"},
+    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
+     "capture was not ended in the same stream as it began"},
+    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work"},
+    {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
+     "dependency created on uncaptured work in another stream"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {cudaErrorCapturedEvent, "cudaErrorCapturedEvent",
+     "operation not permitted on an event last recorded in a capturing stream"},
+    {cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another thread"},
+    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
+};
+
+/* The table row of a code, or NULL (both texts are then the real runtime's
+ * "unrecognized error code"). */
+static const struct rt_error_text *rt_error_find(cudaError_t e)
+{
+    for (size_t i = 0; i < sizeof rt_errors / sizeof rt_errors[0]; i++)
+        if (rt_errors[i].code == e)
+            return &rt_errors[i];
+    return NULL;
+}
+
+RT_API const char *cudaGetErrorString(cudaError_t error)
+{
+    const struct rt_error_text *t = rt_error_find(error);
+    return t ? t->text : "unrecognized error code";
+}
+
+RT_API const char *cudaGetErrorName(cudaError_t error)
+{
+    const struct rt_error_text *t = rt_error_find(error);
+    return t ? t->name : "unrecognized error code";
+}
+
+/* ------------------------------------------------------------------------
+ * Devices and primary contexts
+ * ---------------------------------------------------------------------- */
+
+static pthread_mutex_t rt_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUcontext rt_primary[RT_MAX_DEVICES]; /* retained primary contexts; under rt_ctx_lock */
+
+static _Thread_local int rt_tls_device;       /* cudaSetDevice's ordinal; 0 by default */
+static _Thread_local CUcontext rt_tls_ctx;    /* what this thread last made current; NULL: unknown */
+static _Thread_local int rt_tls_ctx_device;   /* ...for this ordinal */
+static _Thread_local unsigned rt_tls_ctx_gen; /* ...at this rt_reset_gen */
+
+cudaError_t rt_device(int ordinal, CUdevice *dev)
+{
+    if (ordinal < 0 || ordinal >= rt_ndev)
+        return cudaErrorInvalidDevice;
+    *dev = rt_devh[ordinal];
+    return cudaSuccess;
+}
+
+/* Slow path of rt_enter: retains the device's primary context if needed and
+ * makes it current on this thread if the thread's cache says otherwise. */
+static cudaError_t rt_ctx_bind(int ordinal, unsigned gen)
+{
+    CUdevice dev;
+    cudaError_t e = rt_device(ordinal, &dev);
+    if (e != cudaSuccess)
+        return e;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&rt_ctx_lock);
+    if (!rt_primary[ordinal])
+        r = rt_drv[RT_LEGACY].cuDevicePrimaryCtxRetain(&rt_primary[ordinal], dev);
+    CUcontext ctx = rt_primary[ordinal];
+    pthread_mutex_unlock(&rt_ctx_lock);
+    if (r != CUDA_SUCCESS)
+        return rt_err(r);
+    if (ctx != rt_tls_ctx || gen != rt_tls_ctx_gen) {
+        r = rt_drv[RT_LEGACY].cuCtxSetCurrent(ctx);
+        if (r != CUDA_SUCCESS)
+            return rt_err(r);
+    }
+    rt_tls_ctx = ctx;
+    rt_tls_ctx_device = ordinal;
+    rt_tls_ctx_gen = gen;
+    return cudaSuccess;
+}
+
+cudaError_t rt_enter(void)
+{
+    cudaError_t e = rt_ready();
+    if (e != cudaSuccess)
+        return e;
+    unsigned gen = atomic_load(&rt_reset_gen);
+    if (rt_tls_ctx && rt_tls_ctx_device == rt_tls_device && rt_tls_ctx_gen == gen)
+        return cudaSuccess;
+    return rt_ctx_bind(rt_tls_device, gen);
+}
+
+RT_API cudaError_t cudaGetDeviceCount(int *count)
+{
+    if (!count)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_ready();
+    if (e != cudaSuccess) {
+        *count = 0;
+        return rt_ret(e);
+    }
+    *count = rt_ndev;
+    return rt_ret(rt_ndev == 0 ? cudaErrorNoDevice : cudaSuccess);
+}
+
+RT_API cudaError_t cudaGetDevice(int *device)
+{
+    if (!device)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_ready();
+    if (e == cudaSuccess)
+        *device = rt_tls_device;
+    return rt_ret(e);
+}
+
+/* Like CUDA 12+, cudaSetDevice also makes the device's primary context
+ * current at once. */
+RT_API cudaError_t cudaSetDevice(int device)
+{
+    CUdevice dev;
+    cudaError_t e = rt_ready();
+    if (e == cudaSuccess)
+        e = rt_device(device, &dev);
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    rt_tls_device = device;
+    return rt_ret(rt_enter());
+}
+
+RT_API cudaError_t cudaDeviceSynchronize(void)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuCtxSynchronize()));
+}
+
+/* Resets the current device's primary context, forgets it (it is retained
+ * again on next use) and clears the calling thread's errors. */
+RT_API cudaError_t cudaDeviceReset(void)
+{
+    CUdevice dev;
+    cudaError_t e = rt_ready();
+    if (e == cudaSuccess)
+        e = rt_device(rt_tls_device, &dev);
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    pthread_mutex_lock(&rt_ctx_lock);
+    CUresult r = RT_DRV->cuDevicePrimaryCtxReset_v2(dev);
+    rt_primary[rt_tls_device] = NULL;
+    atomic_fetch_add(&rt_reset_gen, 1);
+    pthread_mutex_unlock(&rt_ctx_lock);
+    rt_tls_ctx = NULL;
+    rt_tls_last = cudaSuccess;
+    rt_tls_sticky = cudaSuccess;
+    return rt_ret(rt_err(r));
+}
+
+RT_API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+{
+    CUdevice dev;
+    if (!value)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_ready();
+    if (e == cudaSuccess)
+        e = rt_device(device, &dev);
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    return rt_ret(rt_err(RT_DRV->cuDeviceGetAttribute(value, (CUdevice_attribute)attr, dev)));
+}
+
+RT_API cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuCtxGetStreamPriorityRange(leastPriority, greatestPriority)));
+}
+
+/* ------------------------------------------------------------------------
+ * Versions
+ * ---------------------------------------------------------------------- */
+
+/* As the real runtime: with no driver, version 0 and success; it answers
+ * even when cuInit failed. */
+RT_API cudaError_t cudaDriverGetVersion(int *driverVersion)
+{
+    if (!driverVersion)
+        return rt_ret(cudaErrorInvalidValue);
+    (void)rt_ready();
+    if (!RT_DRV->cuDriverGetVersion) {
+        *driverVersion = 0;
+        return cudaSuccess;
+    }
+    return rt_ret(rt_err(RT_DRV->cuDriverGetVersion(driverVersion)));
+}
+
+RT_API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
+{
+    if (!runtimeVersion)
+        return rt_ret(cudaErrorInvalidValue);
+    *runtimeVersion = RT_CUDART_VERSION;
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------------------
+ * Device properties
+ * ---------------------------------------------------------------------- */
+
+/* The fields of struct cudaDeviceProp (CUDA 13 layout) that come from one
+ * device attribute; `wide` fields are size_t, the others int. */
+static const struct rt_prop_attr {
+    CUdevice_attribute attr;
+    size_t off;
+    bool wide;
+} rt_prop_attrs[] = {
+#define RT_OFF(field) offsetof(struct cudaDeviceProp, field)
+    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, RT_OFF(sharedMemPerBlock), true},
+    {CU_DEVICE_ATTRIBUTE_WARP_SIZE, RT_OFF(warpSize), false},
+    {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, RT_OFF(maxThreadsPerBlock), false},
+    {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, RT_OFF(maxThreadsDim[0]), false},
+    {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, RT_OFF(maxGridSize[0]), false},
+    {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, RT_OFF(major), false},
+    {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, RT_OFF(minor), false},
+    {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, RT_OFF(multiProcessorCount), false},
+    {CU_DEVICE_ATTRIBUTE_INTEGRATED, RT_OFF(integrated), false},
+    {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, RT_OFF(canMapHostMemory), false},
+    {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, RT_OFF(concurrentKernels), false},
+    {CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, RT_OFF(pciBusID), false},
+    {CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, RT_OFF(pciDeviceID), false},
+    {CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, RT_OFF(pciDomainID), false},
+    {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, RT_OFF(asyncEngineCount), false},
+    {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, RT_OFF(unifiedAddressing), false},
+    {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, RT_OFF(memoryBusWidth), false},
+    {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, RT_OFF(l2CacheSize), false},
+    {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, RT_OFF(maxThreadsPerMultiProcessor), false},
+    {CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, RT_OFF(streamPrioritiesSupported), false},
+    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, RT_OFF(sharedMemPerMultiprocessor), true},
+    {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, RT_OFF(managedMemory), false},
+    {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, RT_OFF(concurrentManagedAccess), false},
+    {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, RT_OFF(memoryPoolsSupported), false},
+#undef RT_OFF
+};
+
+/* Fills a zeroed CUDA 13 cudaDeviceProp from the driver. */
+static cudaError_t rt_props_fill(struct cudaDeviceProp *p, CUdevice dev)
+{
+    CUresult r = RT_DRV->cuDeviceGetName(p->name, (int)sizeof p->name, dev);
+    if (r == CUDA_SUCCESS)
+        r = RT_DRV->cuDeviceTotalMem_v2(&p->totalGlobalMem, dev);
+    if (r == CUDA_SUCCESS)
+        r = RT_DRV->cuDeviceGetUuid_v2(&p->uuid, dev);
+    for (size_t i = 0; r == CUDA_SUCCESS && i < sizeof rt_prop_attrs / sizeof rt_prop_attrs[0]; i++) {
+        const struct rt_prop_attr *a = &rt_prop_attrs[i];
+        int v = 0;
+        r = RT_DRV->cuDeviceGetAttribute(&v, a->attr, dev);
+        size_t wide = (size_t)v;
+        if (a->wide)
+            memcpy((char *)p + a->off, &wide, sizeof wide);
+        else
+            memcpy((char *)p + a->off, &v, sizeof v);
+    }
+    return rt_err(r);
+}
+
+/* Bytes of struct cudaDeviceProp that CUDA 11, 12 and 13 lay out alike:
+ * name .. maxGridSize.  CUDA 12 (and 11) had clockRate next and a different
+ * total size, so libcudart.so.12 writes this prefix only and never past it;
+ * the CUDA 13 layout below it is not the caller's. */
+#define RT_PROP_COMMON_BYTES                                                                                           \
+    (offsetof(struct cudaDeviceProp, maxGridSize) + sizeof(((struct cudaDeviceProp *)0)->maxGridSize))
+
+/* Fills `bytes` bytes of the caller's struct (all of it in the CUDA 13
+ * layout, or the common prefix for CUDA 12). */
+static cudaError_t rt_props(void *prop, int device, size_t bytes)
+{
+    struct cudaDeviceProp p;
+    CUdevice dev;
+    if (!prop)
+        return cudaErrorInvalidValue;
+    cudaError_t e = rt_ready();
+    if (e == cudaSuccess)
+        e = rt_device(device, &dev);
+    if (e != cudaSuccess)
+        return e;
+    memset(&p, 0, sizeof p);
+    e = rt_props_fill(&p, dev);
+    if (e == cudaSuccess)
+        memcpy(prop, &p, bytes);
+    return e;
+}
+
+#if SIM_CUDART_MAJOR == 12
+/* CUDA 12's headers map cudaGetDeviceProperties to this name (new layout);
+ * the CUDA 13 headers no longer declare it. */
+RT_API cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device);
+
+RT_API cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device)
+{
+    return rt_ret(rt_props(prop, device, RT_PROP_COMMON_BYTES));
+}
+
+RT_API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+    return rt_ret(rt_props(prop, device, RT_PROP_COMMON_BYTES));
+}
+#else
+RT_API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+    return rt_ret(rt_props(prop, device, sizeof(struct cudaDeviceProp)));
+}
+#endif
+
+/* ------------------------------------------------------------------------
+ * Driver entry points
+ * ---------------------------------------------------------------------- */
+
+/* cudaGetDriverEntryPoint*: forwards to cuGetProcAddress_v2.  cudaEnableDefault
+ * (0) means the stream semantics of the calling variant: legacy for the plain
+ * export, per-thread for the _ptsz one. */
+static cudaError_t rt_entry_point(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                  unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus,
+                                  cuuint64_t default_flags)
+{
+    CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (!symbol || !funcPtr)
+        return cudaErrorInvalidValue;
+    cudaError_t e = rt_ready();
+    if (e != cudaSuccess)
+        return e;
+    CUresult r = rt_getproc(symbol, funcPtr, (int)cudaVersion, flags ? flags : default_flags, &q);
+    if (driverStatus)
+        *driverStatus = (enum cudaDriverEntryPointQueryResult)q;
+    return rt_err(r);
+}
+
+RT_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+                                           enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    return rt_ret(
+        rt_entry_point(symbol, funcPtr, RT_CUDART_VERSION, flags, driverStatus, CU_GET_PROC_ADDRESS_LEGACY_STREAM));
+}
+
+RT_API cudaError_t cudaGetDriverEntryPoint_ptsz(const char *symbol, void **funcPtr, unsigned long long flags,
+                                                enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    return rt_ret(rt_entry_point(symbol, funcPtr, RT_CUDART_VERSION, flags, driverStatus,
+                                 CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM));
+}
+
+RT_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                    unsigned long long flags,
+                                                    enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    return rt_ret(rt_entry_point(symbol, funcPtr, cudaVersion, flags, driverStatus, CU_GET_PROC_ADDRESS_LEGACY_STREAM));
+}
+
+RT_API cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                         unsigned long long flags,
+                                                         enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    return rt_ret(rt_entry_point(symbol, funcPtr, cudaVersion, flags, driverStatus,
+                                 CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM));
+}

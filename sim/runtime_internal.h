@@ -1,0 +1,162 @@
+/*
+ * The simulated CUDA runtime's private header.
+ *
+ * The runtime (libcudart.so.12, libcudart.so.13, libcudart_static.a) is a
+ * thin translation layer over the driver, like NVIDIA's: it holds no device
+ * state beyond the calling thread's current device and last error and the
+ * primary contexts it retained.  It reaches the driver only through
+ * dlopen("libcuda.so.1") + cuGetProcAddress_v2, so a preloaded interposer
+ * sees every lookup and every call.
+ *
+ * Files:
+ *   runtime_core.c    driver loading, errors, devices, contexts, versions,
+ *                     device properties, driver entry points
+ *   runtime_mem.c     allocation, pointer attributes, copies, memsets,
+ *                     stream-ordered allocation and memory pools
+ *   runtime_stream.c  streams, events, host functions, capture, graphs
+ *
+ * Every runtime call with a _ptsz/_ptds twin is implemented once, taking the
+ * driver table to use: rt_drv[RT_LEGACY] (entry points looked up with
+ * CU_GET_PROC_ADDRESS_LEGACY_STREAM) or rt_drv[RT_PTDS] (looked up with
+ * CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, so stream 0 means the
+ * per-thread default stream).  RT_STREAM_API generates both exports.
+ */
+#ifndef CUCACHE_SIM_RUNTIME_INTERNAL_H
+#define CUCACHE_SIM_RUNTIME_INTERNAL_H
+
+#include "cucache/cuda_api.h"
+
+#ifndef SIM_CUDART_MAJOR
+#error "SIM_CUDART_MAJOR must be 12 or 13"
+#endif
+
+/* The version this runtime reports and asks the driver for (12000, 13000). */
+#define RT_CUDART_VERSION (SIM_CUDART_MAJOR * 1000)
+
+/* Exported runtime entry points; everything else stays hidden. */
+#define RT_API __attribute__((visibility("default")))
+/* Cross-file internals: hidden even in the static archive's final link. */
+#define RT_HIDDEN __attribute__((visibility("hidden")))
+
+/* Devices the runtime keeps a primary-context record for. */
+#define RT_MAX_DEVICES 64
+
+/* ------------------------------------------------------------------------
+ * Driver table
+ * ---------------------------------------------------------------------- */
+
+/* X(field, base): `field` is the driver's exported name, whose prototype in
+ * cuda_api.h gives the pointer type; `base` is the name without _v2/_ptsz/
+ * _ptds, as cuGetProcAddress_v2 expects it. */
+#define RT_DRIVER_FUNCS(X)                                                                                             \
+    X(cuInit, "cuInit")                                                                                                \
+    X(cuDriverGetVersion, "cuDriverGetVersion")                                                                        \
+    X(cuDeviceGet, "cuDeviceGet")                                                                                      \
+    X(cuDeviceGetCount, "cuDeviceGetCount")                                                                            \
+    X(cuDeviceGetName, "cuDeviceGetName")                                                                              \
+    X(cuDeviceGetUuid_v2, "cuDeviceGetUuid")                                                                           \
+    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem")                                                                         \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                                                                    \
+    X(cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool")                                                          \
+    X(cuDeviceGetMemPool, "cuDeviceGetMemPool")                                                                        \
+    X(cuDeviceSetMemPool, "cuDeviceSetMemPool")                                                                        \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                                                            \
+    X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease")                                                       \
+    X(cuDevicePrimaryCtxReset_v2, "cuDevicePrimaryCtxReset")                                                           \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent")                                                                              \
+    X(cuCtxSynchronize, "cuCtxSynchronize")                                                                            \
+    X(cuCtxGetStreamPriorityRange, "cuCtxGetStreamPriorityRange")                                                      \
+    X(cuMemAlloc_v2, "cuMemAlloc")                                                                                     \
+    X(cuMemFree_v2, "cuMemFree")                                                                                       \
+    X(cuMemGetInfo_v2, "cuMemGetInfo")                                                                                 \
+    X(cuMemAllocHost_v2, "cuMemAllocHost")                                                                             \
+    X(cuMemHostAlloc, "cuMemHostAlloc")                                                                                \
+    X(cuMemFreeHost, "cuMemFreeHost")                                                                                  \
+    X(cuMemAllocManaged, "cuMemAllocManaged")                                                                          \
+    X(cuPointerGetAttributes, "cuPointerGetAttributes")                                                                \
+    X(cuMemcpy, "cuMemcpy")                                                                                            \
+    X(cuMemcpyAsync, "cuMemcpyAsync")                                                                                  \
+    X(cuMemsetD8_v2, "cuMemsetD8")                                                                                     \
+    X(cuMemsetD8Async, "cuMemsetD8Async")                                                                              \
+    X(cuMemAllocAsync, "cuMemAllocAsync")                                                                              \
+    X(cuMemFreeAsync, "cuMemFreeAsync")                                                                                \
+    X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")                                                              \
+    X(cuMemPoolCreate, "cuMemPoolCreate")                                                                              \
+    X(cuMemPoolDestroy, "cuMemPoolDestroy")                                                                            \
+    X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                                                                  \
+    X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")                                                                  \
+    X(cuMemPoolTrimTo, "cuMemPoolTrimTo")                                                                              \
+    X(cuStreamCreate, "cuStreamCreate")                                                                                \
+    X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority")                                                        \
+    X(cuStreamDestroy_v2, "cuStreamDestroy")                                                                           \
+    X(cuStreamSynchronize, "cuStreamSynchronize")                                                                      \
+    X(cuStreamQuery, "cuStreamQuery")                                                                                  \
+    X(cuStreamWaitEvent, "cuStreamWaitEvent")                                                                          \
+    X(cuStreamGetFlags, "cuStreamGetFlags")                                                                            \
+    X(cuStreamGetPriority, "cuStreamGetPriority")                                                                      \
+    X(cuLaunchHostFunc, "cuLaunchHostFunc")                                                                            \
+    X(cuStreamBeginCapture_v2, "cuStreamBeginCapture")                                                                 \
+    X(cuStreamEndCapture, "cuStreamEndCapture")                                                                        \
+    X(cuStreamIsCapturing, "cuStreamIsCapturing")                                                                      \
+    X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode")                                          \
+    X(cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags")                                                      \
+    X(cuGraphLaunch, "cuGraphLaunch")                                                                                  \
+    X(cuGraphExecDestroy, "cuGraphExecDestroy")                                                                        \
+    X(cuGraphDestroy, "cuGraphDestroy")                                                                                \
+    X(cuEventCreate, "cuEventCreate")                                                                                  \
+    X(cuEventRecord, "cuEventRecord")                                                                                  \
+    X(cuEventQuery, "cuEventQuery")                                                                                    \
+    X(cuEventSynchronize, "cuEventSynchronize")                                                                        \
+    X(cuEventElapsedTime_v2, "cuEventElapsedTime")                                                                     \
+    X(cuEventDestroy_v2, "cuEventDestroy")
+
+/* One typed table of driver entry points, all resolved or the runtime is
+ * unusable.  Only the type comes from the prototype: no link reference. */
+typedef struct rt_driver_s {
+#define RT_DRIVER_FIELD(field, base) __typeof__(field) *field;
+    RT_DRIVER_FUNCS(RT_DRIVER_FIELD)
+#undef RT_DRIVER_FIELD
+} rt_driver_t;
+
+enum { RT_LEGACY = 0, RT_PTDS = 1 };
+
+/* [RT_LEGACY], [RT_PTDS]; valid once rt_ready() returned cudaSuccess. */
+RT_HIDDEN extern rt_driver_t rt_drv[2];
+
+/* The legacy table, for calls without a per-thread twin. */
+#define RT_DRV (&rt_drv[RT_LEGACY])
+
+/* ------------------------------------------------------------------------
+ * Shared helpers (runtime_core.c)
+ * ---------------------------------------------------------------------- */
+
+/* Loads the driver and runs cuInit once; the load result afterwards. */
+RT_HIDDEN cudaError_t rt_ready(void);
+
+/* rt_ready(), then makes the calling thread's current device's primary
+ * context current (retaining it on first use). */
+RT_HIDDEN cudaError_t rt_enter(void);
+
+/* Driver result to runtime error: the numeric values are the same. */
+RT_HIDDEN cudaError_t rt_err(CUresult r);
+
+/* Records a failure as the calling thread's last error; returns e. */
+RT_HIDDEN cudaError_t rt_ret(cudaError_t e);
+
+/* Checks a device ordinal (rt_ready() must have succeeded) and gives its
+ * driver handle. */
+RT_HIDDEN cudaError_t rt_device(int ordinal, CUdevice *dev);
+
+/* Defines the legacy-stream export `plain` and its per-thread twin
+ * `suffixed`; both call impl(table, args...) and record its error. */
+#define RT_STREAM_API(plain, suffixed, impl, params, ...)                                                              \
+    RT_API cudaError_t plain params                                                                                    \
+    {                                                                                                                  \
+        return rt_ret(impl(&rt_drv[RT_LEGACY], __VA_ARGS__));                                                          \
+    }                                                                                                                  \
+    RT_API cudaError_t suffixed params                                                                                 \
+    {                                                                                                                  \
+        return rt_ret(impl(&rt_drv[RT_PTDS], __VA_ARGS__));                                                            \
+    }
+
+#endif /* CUCACHE_SIM_RUNTIME_INTERNAL_H */

@@ -1,0 +1,306 @@
+/*
+ * The simulated runtime's memory calls: device, pinned-host and managed
+ * allocation, pointer attributes, copies and memsets, stream-ordered
+ * allocation and memory pools.  Each is a translation to the driver call
+ * of the same meaning, in the current device's primary context.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "runtime_internal.h"
+
+/* Device pointer to the runtime's void * and back. */
+static void *rt_host_ptr(CUdeviceptr p)
+{
+    return (void *)(uintptr_t)p;
+}
+
+static CUdeviceptr rt_dptr(const void *p)
+{
+    return (CUdeviceptr)(uintptr_t)p;
+}
+
+/* ------------------------------------------------------------------------
+ * Device, pinned-host and managed allocation
+ * ---------------------------------------------------------------------- */
+
+/* Size 0 gives NULL without a device allocation, as the real runtime. */
+RT_API cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    CUdeviceptr p = 0;
+    if (!devPtr)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_enter();
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    if (size == 0) {
+        *devPtr = NULL;
+        return cudaSuccess;
+    }
+    e = rt_err(RT_DRV->cuMemAlloc_v2(&p, size));
+    if (e == cudaSuccess)
+        *devPtr = rt_host_ptr(p);
+    return rt_ret(e);
+}
+
+/* cudaFree(NULL) only makes sure the context exists (a common idiom). */
+RT_API cudaError_t cudaFree(void *devPtr)
+{
+    cudaError_t e = rt_enter();
+    if (e != cudaSuccess || !devPtr)
+        return rt_ret(e);
+    return rt_ret(rt_err(RT_DRV->cuMemFree_v2(rt_dptr(devPtr))));
+}
+
+RT_API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemGetInfo_v2(free, total)));
+}
+
+RT_API cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+    if (!ptr)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemAllocHost_v2(ptr, size)));
+}
+
+/* The cudaHostAlloc* flags have the CU_MEMHOSTALLOC_* values. */
+RT_API cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+    if (!pHost)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemHostAlloc(pHost, size, flags)));
+}
+
+RT_API cudaError_t cudaFreeHost(void *ptr)
+{
+    cudaError_t e = rt_enter();
+    if (e != cudaSuccess || !ptr)
+        return rt_ret(e);
+    return rt_ret(rt_err(RT_DRV->cuMemFreeHost(ptr)));
+}
+
+/* flags: cudaMemAttachGlobal (C++'s default) or cudaMemAttachHost, the
+ * CU_MEM_ATTACH_* values. */
+RT_API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+    CUdeviceptr p = 0;
+    if (!devPtr)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuMemAllocManaged(&p, size, flags));
+    if (e == cudaSuccess)
+        *devPtr = rt_host_ptr(p);
+    return rt_ret(e);
+}
+
+/* ------------------------------------------------------------------------
+ * Pointer attributes
+ * ---------------------------------------------------------------------- */
+
+/* The driver answers zeros for memory it does not know: that is plain
+ * (unregistered) host memory, which the real runtime reports with device -2
+ * and the pointer itself as host pointer. */
+RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
+{
+    unsigned int type = 0, managed = 0;
+    int ordinal = 0;
+    CUdeviceptr dptr = 0;
+    void *hptr = NULL;
+    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                                   CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    void *data[] = {&type, &ordinal, &dptr, &hptr, &managed};
+    if (!attributes)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuPointerGetAttributes(5, which, data, rt_dptr(ptr)));
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    *attributes = (struct cudaPointerAttributes){0};
+    if (managed) {
+        attributes->type = cudaMemoryTypeManaged;
+    } else if (type == CU_MEMORYTYPE_DEVICE) {
+        attributes->type = cudaMemoryTypeDevice;
+    } else if (type == CU_MEMORYTYPE_HOST) {
+        attributes->type = cudaMemoryTypeHost;
+    } else {
+        attributes->type = cudaMemoryTypeUnregistered;
+        attributes->device = -2;
+        attributes->hostPointer = (void *)(uintptr_t)ptr;
+        return cudaSuccess;
+    }
+    attributes->device = ordinal;
+    attributes->devicePointer = rt_host_ptr(dptr);
+    attributes->hostPointer = hptr;
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------------------
+ * Copies and memsets (unified addressing: the driver finds the direction)
+ * ---------------------------------------------------------------------- */
+
+/* Checks a copy's direction; count 0 is then a successful no-op. */
+static cudaError_t rt_memcpy_check(enum cudaMemcpyKind kind)
+{
+    if ((unsigned)kind > (unsigned)cudaMemcpyDefault)
+        return cudaErrorInvalidMemcpyDirection;
+    return rt_enter();
+}
+
+static cudaError_t rt_memcpy(const rt_driver_t *d, void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+    cudaError_t e = rt_memcpy_check(kind);
+    if (e != cudaSuccess || count == 0)
+        return e;
+    return rt_err(d->cuMemcpy(rt_dptr(dst), rt_dptr(src), count));
+}
+
+static cudaError_t rt_memcpy_async(const rt_driver_t *d, void *dst, const void *src, size_t count,
+                                   enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    cudaError_t e = rt_memcpy_check(kind);
+    if (e != cudaSuccess || count == 0)
+        return e;
+    return rt_err(d->cuMemcpyAsync(rt_dptr(dst), rt_dptr(src), count, stream));
+}
+
+static cudaError_t rt_memset(const rt_driver_t *d, void *devPtr, int value, size_t count)
+{
+    cudaError_t e = rt_enter();
+    return e != cudaSuccess ? e : rt_err(d->cuMemsetD8_v2(rt_dptr(devPtr), (unsigned char)value, count));
+}
+
+static cudaError_t rt_memset_async(const rt_driver_t *d, void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+    cudaError_t e = rt_enter();
+    return e != cudaSuccess ? e : rt_err(d->cuMemsetD8Async(rt_dptr(devPtr), (unsigned char)value, count, stream));
+}
+
+RT_STREAM_API(cudaMemcpy, cudaMemcpy_ptds, rt_memcpy,
+              (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind), dst, src, count, kind)
+RT_STREAM_API(cudaMemcpyAsync, cudaMemcpyAsync_ptsz, rt_memcpy_async,
+              (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream), dst, src,
+              count, kind, stream)
+RT_STREAM_API(cudaMemset, cudaMemset_ptds, rt_memset, (void *devPtr, int value, size_t count), devPtr, value, count)
+RT_STREAM_API(cudaMemsetAsync, cudaMemsetAsync_ptsz, rt_memset_async,
+              (void *devPtr, int value, size_t count, cudaStream_t stream), devPtr, value, count, stream)
+
+/* ------------------------------------------------------------------------
+ * Stream-ordered allocation
+ * ---------------------------------------------------------------------- */
+
+static cudaError_t rt_malloc_async(const rt_driver_t *d, void **devPtr, size_t size, cudaStream_t stream)
+{
+    CUdeviceptr p = 0;
+    if (!devPtr)
+        return cudaErrorInvalidValue;
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess)
+        e = rt_err(d->cuMemAllocAsync(&p, size, stream));
+    if (e == cudaSuccess)
+        *devPtr = rt_host_ptr(p);
+    return e;
+}
+
+static cudaError_t rt_free_async(const rt_driver_t *d, void *devPtr, cudaStream_t stream)
+{
+    cudaError_t e = rt_enter();
+    return e != cudaSuccess ? e : rt_err(d->cuMemFreeAsync(rt_dptr(devPtr), stream));
+}
+
+static cudaError_t rt_malloc_from_pool_async(const rt_driver_t *d, void **ptr, size_t size, cudaMemPool_t pool,
+                                             cudaStream_t stream)
+{
+    CUdeviceptr p = 0;
+    if (!ptr)
+        return cudaErrorInvalidValue;
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess)
+        e = rt_err(d->cuMemAllocFromPoolAsync(&p, size, pool, stream));
+    if (e == cudaSuccess)
+        *ptr = rt_host_ptr(p);
+    return e;
+}
+
+RT_STREAM_API(cudaMallocAsync, cudaMallocAsync_ptsz, rt_malloc_async,
+              (void **devPtr, size_t size, cudaStream_t hStream), devPtr, size, hStream)
+RT_STREAM_API(cudaFreeAsync, cudaFreeAsync_ptsz, rt_free_async, (void *devPtr, cudaStream_t hStream), devPtr, hStream)
+RT_STREAM_API(cudaMallocFromPoolAsync, cudaMallocFromPoolAsync_ptsz, rt_malloc_from_pool_async,
+              (void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream), ptr, size, memPool, stream)
+
+/* ------------------------------------------------------------------------
+ * Memory pools (struct cudaMemPoolProps and CUmemPoolProps share a layout,
+ * cudaMemPoolAttr and CUmemPool_attribute their values)
+ * ---------------------------------------------------------------------- */
+
+RT_API cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
+{
+    CUmemPoolProps props;
+    if (!memPool || !poolProps)
+        return rt_ret(cudaErrorInvalidValue);
+    _Static_assert(sizeof props == sizeof *poolProps, "pool props layouts differ");
+    memcpy(&props, poolProps, sizeof props);
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemPoolCreate(memPool, &props)));
+}
+
+RT_API cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemPoolDestroy(memPool)));
+}
+
+RT_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e
+                                   : rt_err(RT_DRV->cuMemPoolSetAttribute(memPool, (CUmemPool_attribute)attr, value)));
+}
+
+RT_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e
+                                   : rt_err(RT_DRV->cuMemPoolGetAttribute(memPool, (CUmemPool_attribute)attr, value)));
+}
+
+RT_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemPoolTrimTo(memPool, minBytesToKeep)));
+}
+
+/* Checks the ordinal and enters the current device's context (the pool
+ * calls below name a device but, like the real runtime, run in one). */
+static cudaError_t rt_enter_device(int device, CUdevice *dev)
+{
+    cudaError_t e = rt_enter();
+    return e != cudaSuccess ? e : rt_device(device, dev);
+}
+
+RT_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+    CUdevice dev;
+    cudaError_t e = rt_enter_device(device, &dev);
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuDeviceGetDefaultMemPool(memPool, dev)));
+}
+
+RT_API cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
+{
+    CUdevice dev;
+    cudaError_t e = rt_enter_device(device, &dev);
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuDeviceGetMemPool(memPool, dev)));
+}
+
+RT_API cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
+{
+    CUdevice dev;
+    cudaError_t e = rt_enter_device(device, &dev);
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuDeviceSetMemPool(dev, memPool)));
+}
