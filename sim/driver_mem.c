@@ -60,14 +60,16 @@ SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
     a = freeable(dptr); /* another thread may have freed it meanwhile */
     if (!a)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    if (a->kind == SIM_ALLOC_POOL) {
-        a->pool->used_cur -= a->reserved;
-        a->pool->reserved_cur -= a->reserved;
+    struct CUmemPoolHandle_st *pool = a->kind == SIM_ALLOC_POOL ? a->pool : NULL;
+    if (pool) {
+        pool->used_cur -= a->reserved;
+        pool->reserved_cur -= a->reserved;
     }
     if (a->kind == SIM_ALLOC_MANAGED)
         sim_host_free(a);
     else
         sim_dev_free(a);
+    sim_pool_maybe_release(pool);
     return drv_leave(ctx->sticky);
 }
 
@@ -615,9 +617,9 @@ SIM_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (pool->dev->current_pool == pool)
         pool->dev->current_pool = pool->dev->default_pool;
-    sim_pool_trim(pool, 0);
     handle_del(pool);
-    /* Blocks still out keep pointing at the struct; it is never freed. */
+    pool->dead = true;
+    sim_pool_trim(pool, 0); /* frees the struct too once no block is out */
     return drv_leave(CUDA_SUCCESS);
 }
 

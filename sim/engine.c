@@ -363,7 +363,8 @@ static void thread_exit(void *arg)
     sim_lock();
     for (size_t i = 0; i < SIM_MAX_DEVICES * 2; i++) {
         struct CUstream_st *s = t->pts[i];
-        if (s && handle_is(s, SIM_MAGIC_STREAM) && t->pts_ctx[i]->generation == t->pts_gen[i])
+        if (s && handle_is(s, SIM_MAGIC_STREAM) && handle_is(t->pts_ctx[i], SIM_MAGIC_CTX) &&
+            t->pts_ctx[i]->generation == t->pts_gen[i])
             sim_stream_destroy(s);
         t->pts[i] = NULL;
     }
@@ -460,9 +461,15 @@ void sim_ctx_destroy(struct CUctx_st *ctx)
         return;
     }
     handle_del(ctx);
-    ctx->magic = SIM_MAGIC_DEAD;
-    /* Leaked on purpose: threads may still hold it on their stack and the
-     * handle table no longer validates it. */
+    /* Threads may still hold it on their stack: the handle table no longer
+     * validates it, and the struct outlives a while in quarantine; streams
+     * still draining keep pointing at it, so it is kept while they run. */
+    if (!ctx->streams) {
+        vc_release(ctx->retired_vc);
+        vc_release(ctx->retired_blocking_vc);
+        ctx->magic = SIM_MAGIC_DEAD;
+        sim_handle_release(ctx);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -541,11 +548,24 @@ void sim_handle_release(void *p)
  * stays in its context's list: the legacy stream still waits for its work. */
 static void stream_free(struct CUstream_st *s)
 {
+    /* Its work stays ordered before whatever the context's synchronisation
+     * (and, for a blocking stream, the legacy stream) orders after it. */
+    vc_join(&s->ctx->retired_vc, s->vc);
+    if (sim_stream_is_blocking(s))
+        vc_join(&s->ctx->retired_blocking_vc, s->vc);
     ctx_unlink_stream(s);
+    struct CUctx_st *ctx = s->ctx;
     sim.slot_used[s->slot] = false;
     vc_release(s->vc);
     s->magic = SIM_MAGIC_DEAD;
     sim_handle_release(s);
+    if (!ctx->streams && !ctx->primary && !handle_is(ctx, SIM_MAGIC_CTX)) {
+        /* the last stream of a destroyed context */
+        vc_release(ctx->retired_vc);
+        vc_release(ctx->retired_blocking_vc);
+        ctx->magic = SIM_MAGIC_DEAD;
+        sim_handle_release(ctx);
+    }
 }
 
 /* The program destroyed s: it disappears at once for the program, its
@@ -669,6 +689,7 @@ static void add_implicit_deps(struct CUstream_st *s, sim_op_t *op)
 {
     struct CUctx_st *ctx = s->ctx;
     if (s->kind == SIM_STREAM_LEGACY) {
+        vc_join(&op->vc, ctx->retired_blocking_vc);
         for (struct CUstream_st *b = ctx->streams; b; b = b->ctx_next)
             if (b != s && sim_stream_is_blocking(b) && b->last_seq) {
                 sim_op_add_dep(op, b->slot, b->last_seq);
@@ -888,6 +909,7 @@ CUresult sim_ctx_wait_idle(struct CUctx_st *ctx)
     }
     free(pos);
     free(vcs);
+    sim_host_observe(ctx->retired_vc);
     return ctx->sticky;
 }
 

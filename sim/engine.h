@@ -140,6 +140,8 @@ struct CUctx_st {
     struct CUstream_st *legacy;  /* the legacy default stream */
     struct CUstream_st *streams; /* all live streams of the context (list) */
     uint64_t generation;         /* bumped on reset: per-thread streams re-made */
+    sim_vc_t *retired_vc;        /* clocks of its destroyed, drained streams */
+    sim_vc_t *retired_blocking_vc; /* the same, blocking streams only */
 };
 
 typedef enum sim_stream_kind_e {
@@ -192,6 +194,7 @@ struct CUmemPoolHandle_st {
     uint64_t reserved_cur, reserved_high; /* bytes held from the device */
     uint64_t used_cur, used_high;         /* bytes handed to the program */
     int reuse_follow_events, reuse_opportunistic, reuse_internal_deps;
+    bool dead; /* destroyed by the program; freed with its last block */
 };
 
 /* What a graph holds: the operations captured from its streams, in order. */
@@ -389,6 +392,8 @@ bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out);
 void sim_pool_trim(struct CUmemPoolHandle_st *pool, size_t keep);
 void sim_pools_trim_after_sync(struct CUctx_st *ctx);
 struct CUmemPoolHandle_st *sim_pool_new(sim_device_t *dev, bool is_default);
+/* Frees a destroyed pool once no block refers to it. */
+void sim_pool_maybe_release(struct CUmemPoolHandle_st *pool);
 void sim_free_ctx_memory(struct CUctx_st *ctx);
 
 /* Race detector (engine_race.c) */

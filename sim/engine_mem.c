@@ -235,17 +235,17 @@ void sim_free_ctx_memory(struct CUctx_st *ctx)
         sim_alloc_t *a = &sim.allocs[i];
         if (a->ctx != ctx)
             continue;
-        if (a->kind == SIM_ALLOC_POOL && a->pool) {
-            a->pool->reserved_cur -= a->reserved;
+        struct CUmemPoolHandle_st *pool = a->kind == SIM_ALLOC_POOL ? a->pool : NULL;
+        if (pool) {
+            pool->reserved_cur -= a->reserved;
             if (!a->pool_free)
-                a->pool->used_cur -= a->reserved;
+                pool->used_cur -= a->reserved;
         }
-        if (a->kind == SIM_ALLOC_HOST)
-            sim_host_free(a);
-        else if (a->kind == SIM_ALLOC_MANAGED)
+        if (a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_MANAGED)
             sim_host_free(a);
         else
             sim_dev_free(a);
+        sim_pool_maybe_release(pool);
     }
 }
 
@@ -266,6 +266,17 @@ struct CUmemPoolHandle_st *sim_pool_new(sim_device_t *dev, bool is_default)
     return p;
 }
 
+void sim_pool_maybe_release(struct CUmemPoolHandle_st *pool)
+{
+    if (!pool || !pool->dead)
+        return;
+    for (size_t i = 0; i < sim.nallocs; i++)
+        if (sim.allocs[i].kind == SIM_ALLOC_POOL && sim.allocs[i].pool == pool)
+            return;
+    pool->magic = SIM_MAGIC_DEAD;
+    sim_handle_release(pool);
+}
+
 /* Releases freed blocks whose free has completed until the pool holds at
  * most `keep` bytes. */
 void sim_pool_trim(struct CUmemPoolHandle_st *pool, size_t keep)
@@ -279,6 +290,7 @@ void sim_pool_trim(struct CUmemPoolHandle_st *pool, size_t keep)
         pool->reserved_cur -= a->reserved;
         sim_dev_free(a);
     }
+    sim_pool_maybe_release(pool);
 }
 
 /* CUDA releases pool memory above the release threshold at synchronisation

@@ -1,0 +1,96 @@
+# shellcheck shell=bash
+# Shared by scripts/test and scripts/demo: build dependencies, configure, build.
+# Source it from the repository root: `source scripts/lib.sh`.
+
+# Debian packages the build and the test suites need.  clang is for the
+# libFuzzer and ThreadSanitizer configurations that come later.
+CUCACHE_DEB_PACKAGES=(meson ninja-build pkg-config libcmocka-dev libjemalloc-dev gcc clang python3)
+
+cucache_say() {
+    printf '==> %s\n' "$*"
+}
+
+# Print the Debian packages that are missing, space separated.
+cucache_missing_packages() {
+    local missing=() pair pkg
+    # command:package
+    for pair in meson:meson ninja:ninja-build pkg-config:pkg-config gcc:gcc clang:clang python3:python3 nm:binutils; do
+        command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+    done
+    if command -v dpkg >/dev/null 2>&1; then
+        for pkg in libcmocka-dev libjemalloc-dev; do
+            dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+        done
+    fi
+    echo "${missing[*]}"
+}
+
+# Install what is missing (as root, with apt-get), or say what to install.
+cucache_ensure_deps() {
+    local missing
+    missing=$(cucache_missing_packages)
+    if [ -z "$missing" ]; then
+        return 0
+    fi
+    if [ "$EUID" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "cucache: missing build dependencies: $missing" >&2
+        echo "cucache: on Debian/Ubuntu, as root: apt-get install --no-install-recommends ${CUCACHE_DEB_PACKAGES[*]}" >&2
+        exit 1
+    fi
+    cucache_say "installing build dependencies (missing: $missing)"
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${CUCACHE_DEB_PACKAGES[@]}"
+}
+
+# cucache_configure DIR [MESON OPTIONS...]: set up DIR, or reconfigure it with
+# the options given when it exists.  A directory left broken by an earlier
+# failure is wiped and set up again.
+cucache_configure() {
+    local dir=$1
+    shift
+    if [ -d "$dir/meson-private" ]; then
+        cucache_say "meson setup --reconfigure $dir $*"
+        meson setup --reconfigure "$dir" "$@" || {
+            cucache_say "reconfigure failed: meson setup --wipe $dir $*"
+            meson setup --wipe "$dir" "$@"
+        }
+    else
+        cucache_say "meson setup $dir $*"
+        meson setup "$dir" "$@"
+    fi
+}
+
+# cucache_build DIR: build every target of DIR.
+cucache_build() {
+    cucache_say "ninja -C $1"
+    ninja -C "$1"
+}
+
+# The simulated device: LD_LIBRARY_PATH=$(cucache_sim_libdir build) runs a
+# program linked against libcudart.so.12/13 and libcuda.so.1 on it.
+cucache_sim_libdir() {
+    echo "$PWD/$1/sim/lib"
+}
+
+# Succeeds when an NVIDIA GPU and its driver answer.
+cucache_have_gpu() {
+    command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1
+}
+
+# The CUDA toolkit's library directory (real libcudart), or nothing.
+cucache_cuda_libdir() {
+    local root=${CUDA_HOME:-${CUDA_PATH:-}} dir
+    if [ -z "$root" ]; then
+        if [ -d /usr/local/cuda ]; then
+            root=/usr/local/cuda
+        elif command -v nvcc >/dev/null 2>&1; then
+            root=$(dirname "$(dirname "$(command -v nvcc)")")
+        fi
+    fi
+    for dir in "$root/lib64" "$root/targets/x86_64-linux/lib" "$root/targets/sbsa-linux/lib" "$root/lib"; do
+        if [ -n "$root" ] && ls "$dir"/libcudart.so.* >/dev/null 2>&1; then
+            echo "$dir"
+            return 0
+        fi
+    done
+}

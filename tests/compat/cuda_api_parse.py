@@ -1,0 +1,118 @@
+"""Parser of include/cucache/cuda_api.h for the compat checks (python3 only).
+
+The header has three sections (see its top comment).  Section 2, between
+`#ifndef CUCACHE_CUDA_CHECK_AGAINST_REAL` and its `#endif`, holds the enum and
+struct bodies; section 3, after it, the function prototypes.  The parser
+understands exactly the forms the header uses and stops with an error on
+anything else, so that a declaration it cannot read is never silently left
+unchecked.
+"""
+import re
+
+GUARD_BEGIN = "#ifndef CUCACHE_CUDA_CHECK_AGAINST_REAL"
+GUARD_END = "#endif /* CUCACHE_CUDA_CHECK_AGAINST_REAL */"
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+class ParseError(Exception):
+    pass
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def split_sections(text):
+    """(section 2, section 3) of the header, comments removed."""
+    begin = text.find(GUARD_BEGIN)
+    end = text.find(GUARD_END)
+    if begin < 0 or end < 0 or end < begin:
+        raise ParseError(f"cannot find section 2: expected '{GUARD_BEGIN}' ... '{GUARD_END}'")
+    return strip_comments(text[begin + len(GUARD_BEGIN):end]), strip_comments(text[end + len(GUARD_END):])
+
+
+def parse_enum_body(tag, body):
+    names = []
+    for item in body.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        m = re.fullmatch(rf"({IDENT})(\s*=\s*[^=].*)?", item, flags=re.S)
+        if not m:
+            raise ParseError(f"enum {tag}: cannot read enumerator '{item}'")
+        names.append(m.group(1))
+    if not names:
+        raise ParseError(f"enum {tag}: no enumerators")
+    return names
+
+
+def parse_struct_body(tag, body):
+    """[(field name, declaration)] of a struct body."""
+    fields = []
+    for decl in body.split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        if any(c in decl for c in ",:(){}"):
+            raise ParseError(f"struct {tag}: declaration '{decl}' is not a plain single field "
+                             "(teach tests/compat/cuda_api_parse.py to read it)")
+        m = re.fullmatch(rf"(.*[\s*])({IDENT})\s*((?:\[[^\]]+\]\s*)*)", decl)
+        if not m or not m.group(1).strip():
+            raise ParseError(f"struct {tag}: cannot read field declaration '{decl}'")
+        fields.append((m.group(2), decl))
+    if not fields:
+        raise ParseError(f"struct {tag}: no fields")
+    return fields
+
+
+def parse_bodies(section2):
+    """([(enum tag, [enumerator])], [(struct tag, body, [(field, decl)])])."""
+    enums, structs = [], []
+    pos = 0
+    for m in re.finditer(rf"\b(enum|struct)\s+({IDENT})\s*\{{(.*?)\}}\s*;", section2, flags=re.S):
+        between = section2[pos:m.start()].strip()
+        if between:
+            raise ParseError(f"section 2 has something other than enum/struct bodies: '{between[:80]}'")
+        pos = m.end()
+        kind, tag, body = m.groups()
+        if "{" in body:
+            raise ParseError(f"{kind} {tag}: nested braces are not supported")
+        if kind == "enum":
+            enums.append((tag, parse_enum_body(tag, body)))
+        else:
+            structs.append((tag, body.strip(), parse_struct_body(tag, body)))
+    rest = section2[pos:].strip()
+    if rest:
+        raise ParseError(f"section 2 has something other than enum/struct bodies: '{rest[:80]}'")
+    if not enums:
+        raise ParseError("no enum bodies found in section 2: refusing to check nothing")
+    if not structs:
+        raise ParseError("no struct bodies found in section 2: refusing to check nothing")
+    return enums, structs
+
+
+def parse_functions(section3):
+    """Names of the functions declared in section 3."""
+    text = "\n".join(l for l in section3.splitlines() if not l.lstrip().startswith("#"))
+    text = re.sub(r'extern\s+"C"\s*\{|\}', " ", text)
+    names = []
+    for decl in text.split(";"):
+        decl = " ".join(decl.split())
+        if not decl:
+            continue
+        m = re.match(rf"(?:const\s+)?{IDENT}\s*\**\s*({IDENT})\s*\(", decl)
+        if not m:
+            raise ParseError(f"section 3: cannot read prototype '{decl[:80]}'")
+        names.append(m.group(1))
+    if not names:
+        raise ParseError("no prototypes found in section 3: refusing to check nothing")
+    return names
+
+
+def parse_header(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    section2, section3 = split_sections(text)
+    enums, structs = parse_bodies(section2)
+    return enums, structs, parse_functions(section3)
