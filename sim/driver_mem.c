@@ -34,7 +34,7 @@ SIM_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 static sim_alloc_t *freeable(CUdeviceptr p)
 {
     sim_alloc_t *a = sim_alloc_exact(p);
-    if (!a || a->kind == SIM_ALLOC_HOST)
+    if (!a || a->kind == SIM_ALLOC_HOST || a->freeing)
         return NULL;
     if (a->kind == SIM_ALLOC_POOL && a->pool_free)
         return NULL;
@@ -508,7 +508,10 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
 {
     DRV_ENTER(ctx);
     sim_alloc_t *a = sim_alloc_exact(dptr);
-    if (!a || a->kind != SIM_ALLOC_POOL || a->pool_free)
+    bool pooled = a && a->kind == SIM_ALLOC_POOL;
+    /* cuMemAlloc memory may be freed in stream order too: it goes back to
+     * the device when the free runs. */
+    if (!a || a->freeing || (a->kind != SIM_ALLOC_POOL && a->kind != SIM_ALLOC_DEVICE) || (pooled && a->pool_free))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUstream_st *s = NULL;
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
@@ -517,12 +520,16 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
     if (s->capture) /* the graph's free node; the memory stays with the program */
         return drv_leave(CUDA_SUCCESS);
     sim_op_t *op = sim_op_new(SIM_OP_FREE, "cuMemFreeAsync");
-    op->free_addr = dptr;
+    op->free_addr = pooled ? 0 : dptr;
     op_range(op, dptr, a->size, true);
     r = sim_enqueue(s, op);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     a = sim_alloc_exact(dptr);
+    if (!pooled) {
+        a->freeing = true;
+        return drv_leave(CUDA_SUCCESS);
+    }
     a->pool_free = true;
     a->free_slot = s->slot;
     a->free_seq = s->last_seq;

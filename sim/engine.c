@@ -94,7 +94,10 @@ const char *sim_stream_name(const struct CUstream_st *s, char *buf, size_t len)
                        : s->kind == SIM_STREAM_PER_THREAD ? "per-thread default"
                        : (s->flags & CU_STREAM_NON_BLOCKING) ? "non-blocking"
                                                              : "blocking";
-    snprintf(buf, len, "stream #%lu (%s, device %d)", s->id, kind, s->ctx->dev->ordinal);
+    if (s->kind == SIM_STREAM_CREATED)
+        snprintf(buf, len, "stream #%lu %p (%s, device %d)", s->id, (const void *)s, kind, s->ctx->dev->ordinal);
+    else
+        snprintf(buf, len, "stream #%lu (%s, device %d)", s->id, kind, s->ctx->dev->ordinal);
     return buf;
 }
 
@@ -834,6 +837,12 @@ static void *stream_worker(void *arg)
             }
             if (--e->pending == 0 && e->dead)
                 sim_event_free(e);
+        }
+        if (op->kind == SIM_OP_FREE && op->free_addr) {
+            /* cuMemFreeAsync of cuMemAlloc memory: released in stream order */
+            sim_alloc_t *a = sim_alloc_exact(op->free_addr);
+            if (a && a->freeing)
+                sim_dev_free(a);
         }
         s->head = op->next;
         if (!s->head)

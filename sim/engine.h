@@ -105,6 +105,7 @@ typedef struct sim_alloc_s {
     struct CUctx_st *ctx;
     struct CUmemPoolHandle_st *pool; /* SIM_ALLOC_POOL: owning pool */
     bool pool_free;     /* pool block freed by cuMemFreeAsync, reusable per rules */
+    bool freeing;       /* cuMemAlloc memory passed to cuMemFreeAsync: released when the free runs */
     int free_slot;      /* pool block: slot and seq of the freeing op */
     uint64_t free_seq;
     sim_vc_t *free_vc;  /* clock of the freeing op */

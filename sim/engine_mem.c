@@ -82,7 +82,7 @@ static void table_remove(sim_alloc_t *a)
 bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out)
 {
     sim_alloc_t *a = sim_alloc_find(addr);
-    if (!a || (a->kind == SIM_ALLOC_POOL && a->pool_free))
+    if (!a || a->freeing || (a->kind == SIM_ALLOC_POOL && a->pool_free))
         return false;
     if (bytes > a->size || addr - a->addr > a->size - bytes)
         return false;

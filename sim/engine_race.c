@@ -18,14 +18,14 @@ typedef struct race_rec_s {
     int slot;         /* the operation: (slot, seq) */
     uint64_t seq;
     const char *what;
-    char stream[80];  /* its stream, named for reports */
+    char stream[96];  /* its stream, named for reports */
 } race_rec_t;
 
 typedef struct sim_race_s {
     race_rec_t *recs;
     size_t n, cap;
     unsigned long count; /* races reported */
-    char last[768];      /* text of the last report */
+    char last[1024];     /* text of the last report */
     unsigned adds_since_gc;
 } sim_race_t;
 
@@ -53,7 +53,7 @@ void race_gc(void)
 static void report(const race_rec_t *old, const sim_op_t *op, const sim_range_t *rg)
 {
     sim_race_t *r = sim.race;
-    char name[80];
+    char name[96];
     sim_stream_name(op->stream, name, sizeof name);
     uintptr_t lo = old->lo > rg->lo ? old->lo : rg->lo;
     uintptr_t hi = old->hi < rg->hi ? old->hi : rg->hi;

@@ -1,0 +1,227 @@
+/*
+ * Proves the simulated device's configuration through CUCACHE_SIM_*: the
+ * defaults (one device of 80 GiB), the device count, capacities with K/M/G/T
+ * units, that a bad value of any variable makes initialisation fail with a
+ * message naming the variable, and the race detector's switches (off,
+ * counting, fatal).  Each case runs a helper program (sim_probe, race_fatal)
+ * in a child process with its own environment.
+ */
+#include "simtest.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define GIB (1ull << 30)
+
+struct run {
+    int status;      /* as from waitpid */
+    char out[16384]; /* stdout */
+    char err[16384]; /* stderr */
+};
+
+static void read_file(int fd, char *buf, size_t len)
+{
+    lseek(fd, 0, SEEK_SET);
+    size_t used = 0;
+    ssize_t n;
+    while (used + 1 < len && (n = read(fd, buf + used, len - 1 - used)) > 0)
+        used += (size_t)n;
+    buf[used] = '\0';
+    close(fd);
+}
+
+static int temp_fd(void)
+{
+    char name[] = "/tmp/simtest-XXXXXX";
+    int fd = mkstemp(name);
+    assert_true(fd >= 0);
+    unlink(name);
+    return fd;
+}
+
+/* Run env var `prog` (a path) with one argument (or none), in the current
+ * environment without any CUCACHE_SIM_* variable, plus `set` (NULL-ended
+ * "NAME=value" strings). */
+static void run_with(const char *prog_var, const char *arg, const char *const *set, struct run *r)
+{
+    const char *prog = getenv(prog_var);
+    if (!prog) {
+        print_error("%s is not set (meson passes it)\n", prog_var);
+        fail();
+    }
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    const char **env = calloc(n + 16, sizeof *env);
+    assert_non_null(env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "CUCACHE_SIM_", 12) != 0)
+            env[k++] = environ[i];
+    for (size_t i = 0; set && set[i] && k < n + 15; i++)
+        env[k++] = set[i];
+    env[k] = NULL;
+
+    int out = temp_fd(), err = temp_fd();
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out, 1);
+    posix_spawn_file_actions_adddup2(&fa, err, 2);
+    char *argv[] = {(char *)prog, (char *)arg, NULL};
+    pid_t pid;
+    int rc = posix_spawn(&pid, prog, &fa, NULL, argv, (char *const *)env);
+    posix_spawn_file_actions_destroy(&fa);
+    free(env);
+    assert_int_equal(rc, 0);
+    assert_int_equal(waitpid(pid, &r->status, 0), pid);
+    read_file(out, r->out, sizeof r->out);
+    read_file(err, r->err, sizeof r->err);
+}
+
+/* Value of "key=<number>" in text; fails the test when absent. */
+static long long field(const char *text, const char *key)
+{
+    size_t kl = strlen(key);
+    for (const char *p = text; (p = strstr(p, key)) != NULL; p++) {
+        if ((p == text || p[-1] == ' ' || p[-1] == '\n') && p[kl] == '=')
+            return strtoll(p + kl + 1, NULL, 10);
+    }
+    print_error("no %s= in output:\n%s\n", key, text);
+    fail();
+    return 0;
+}
+
+static void expect_exit0(const struct run *r)
+{
+    if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0) {
+        print_error("child status 0x%x\nstdout:\n%s\nstderr:\n%s\n", r->status, r->out, r->err);
+        fail();
+    }
+}
+
+static void probe(const char *const *set, struct run *r)
+{
+    run_with("SIMTEST_PROBE", NULL, set, r);
+    expect_exit0(r);
+}
+
+static void test_defaults_one_device_of_80g(void **state)
+{
+    (void)state;
+    static struct run r;
+    const char *const set[] = {"CUCACHE_SIM_ALLOC_US=0", "CUCACHE_SIM_FREE_US=0", NULL};
+    probe(set, &r);
+    assert_int_equal(field(r.out, "count"), cudaSuccess);
+    assert_int_equal(field(r.out, "devices"), 1);
+    assert_int_equal(field(r.out, "total"), 80 * GIB);
+    assert_int_equal(field(r.out, "total0"), 80 * GIB);
+    assert_int_equal(field(r.out, "malloc"), cudaSuccess);
+}
+
+static void test_device_count(void **state)
+{
+    (void)state;
+    static struct run r;
+    const char *const set[] = {"CUCACHE_SIM_DEVICES=3", "CUCACHE_SIM_CAPACITY=1G", NULL};
+    probe(set, &r);
+    assert_int_equal(field(r.out, "devices"), 3);
+    assert_int_equal(field(r.out, "total0"), GIB);
+    assert_int_equal(field(r.out, "total2"), GIB);
+}
+
+static void test_capacity_units(void **state)
+{
+    (void)state;
+    static struct run r;
+    static const struct {
+        const char *set;
+        unsigned long long bytes;
+    } cases[] = {
+        {"CUCACHE_SIM_CAPACITY=512M", 512ull << 20}, {"CUCACHE_SIM_CAPACITY=1048576K", GIB},
+        {"CUCACHE_SIM_CAPACITY=3G", 3 * GIB},        {"CUCACHE_SIM_CAPACITY=1T", 1024 * GIB},
+        {"CUCACHE_SIM_CAPACITY=1073741824", GIB},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *const set[] = {cases[i].set, NULL};
+        probe(set, &r);
+        if ((unsigned long long)field(r.out, "total") != cases[i].bytes) {
+            print_error("%s: got total=%lld, expected %llu\n", cases[i].set, field(r.out, "total"), cases[i].bytes);
+            fail();
+        }
+        assert_int_equal(field(r.out, "malloc"), cudaSuccess);
+    }
+}
+
+static void test_bad_values_fail_init_naming_the_variable(void **state)
+{
+    (void)state;
+    static struct run r;
+    static const char *const bad[] = {
+        "CUCACHE_SIM_CAPACITY=lots", "CUCACHE_SIM_CAPACITY=12Q",       "CUCACHE_SIM_DEVICES=many",
+        "CUCACHE_SIM_ALLOC_US=slow", "CUCACHE_SIM_FREE_US=-x",         "CUCACHE_SIM_COPY_GBPS=fast",
+        "CUCACHE_SIM_RACE=perhaps",  "CUCACHE_SIM_RACE_FATAL=perhaps",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *const set[] = {bad[i], NULL};
+        probe(set, &r);
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(strchr(bad[i], '=') - bad[i]), bad[i]);
+        if (field(r.out, "count") == cudaSuccess || field(r.out, "malloc") == cudaSuccess ||
+            strstr(r.err, name) == NULL) {
+            print_error("%s: expected failing calls and a message naming %s\nstdout:\n%s\nstderr:\n%s\n", bad[i], name,
+                        r.out, r.err);
+            fail();
+        }
+    }
+}
+
+static void test_race_fatal_aborts_on_planted_race(void **state)
+{
+    (void)state;
+    static struct run r;
+    const char *const set[] = {"CUCACHE_SIM_RACE_FATAL=1", NULL};
+    run_with("SIMTEST_RACE_FATAL", "planted", set, &r);
+    if (!WIFSIGNALED(r.status) || WTERMSIG(r.status) != SIGABRT || strstr(r.err, "race") == NULL) {
+        print_error("expected SIGABRT and a race report; status 0x%x\nstdout:\n%s\nstderr:\n%s\n", r.status, r.out,
+                    r.err);
+        fail();
+    }
+    run_with("SIMTEST_RACE_FATAL", "ordered", set, &r);
+    expect_exit0(&r);
+    assert_int_equal(field(r.out, "races"), 0);
+}
+
+static void test_race_detector_counts_and_can_be_off(void **state)
+{
+    (void)state;
+    static struct run r;
+    const char *const counting[] = {"CUCACHE_SIM_RACE=1", "CUCACHE_SIM_RACE_FATAL=0", NULL};
+    run_with("SIMTEST_RACE_FATAL", "planted", counting, &r);
+    expect_exit0(&r);
+    assert_true(field(r.out, "races") >= 1);
+    const char *const off[] = {"CUCACHE_SIM_RACE=0", "CUCACHE_SIM_RACE_FATAL=1", NULL};
+    run_with("SIMTEST_RACE_FATAL", "planted", off, &r);
+    expect_exit0(&r);
+    assert_int_equal(field(r.out, "races"), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_one_device_of_80g),
+        cmocka_unit_test(test_device_count),
+        cmocka_unit_test(test_capacity_units),
+        cmocka_unit_test(test_bad_values_fail_init_naming_the_variable),
+        cmocka_unit_test(test_race_fatal_aborts_on_planted_race),
+        cmocka_unit_test(test_race_detector_counts_and_can_be_off),
+    };
+    return cmocka_run_group_tests_name("sim.config", tests, NULL, NULL);
+}
