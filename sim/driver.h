@@ -32,24 +32,24 @@ static inline CUresult drv_leave(CUresult r)
 
 /* Exports a legacy-stream entry point and its per-thread-default-stream
  * twin, both calling impl(..., ptds). */
-#define DRV_PTSZ(name, impl, params, args)                                                                            \
+#define DRV_PTSZ(name, impl, params, args)                                                                             \
     SIM_API CUresult name params                                                                                       \
     {                                                                                                                  \
-        return impl(DRV_UNPAREN args, false);                                                                                      \
+        return impl(DRV_UNPAREN args, false);                                                                          \
     }                                                                                                                  \
     SIM_API CUresult name##_ptsz params                                                                                \
     {                                                                                                                  \
-        return impl(DRV_UNPAREN args, true);                                                                                       \
+        return impl(DRV_UNPAREN args, true);                                                                           \
     }
 
-#define DRV_PTDS(name, impl, params, args)                                                                            \
+#define DRV_PTDS(name, impl, params, args)                                                                             \
     SIM_API CUresult name params                                                                                       \
     {                                                                                                                  \
-        return impl(DRV_UNPAREN args, false);                                                                                      \
+        return impl(DRV_UNPAREN args, false);                                                                          \
     }                                                                                                                  \
     SIM_API CUresult name##_ptds params                                                                                \
     {                                                                                                                  \
-        return impl(DRV_UNPAREN args, true);                                                                                       \
+        return impl(DRV_UNPAREN args, true);                                                                           \
     }
 
 #endif

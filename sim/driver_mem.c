@@ -437,11 +437,10 @@ static sim_alloc_t *pool_find(struct CUmemPoolHandle_st *pool, struct CUstream_s
     sim_alloc_t *best = NULL;
     for (size_t i = 0; i < sim.nallocs; i++) {
         sim_alloc_t *a = &sim.allocs[i];
-        if (a->kind != SIM_ALLOC_POOL || a->pool != pool || !a->pool_free || a->reserved < len ||
-            a->reserved > 2 * len)
+        if (a->kind != SIM_ALLOC_POOL || a->pool != pool || !a->pool_free || a->reserved < len || a->reserved > 2 * len)
             continue;
-        bool ordered = vc_get(s->vc, a->free_slot) >= a->free_seq &&
-                       (pool->reuse_follow_events || a->free_slot == s->slot);
+        bool ordered =
+            vc_get(s->vc, a->free_slot) >= a->free_seq && (pool->reuse_follow_events || a->free_slot == s->slot);
         bool completed = pool->reuse_opportunistic && sim.completed[a->free_slot] >= a->free_seq;
         if ((ordered || completed) && (!best || a->reserved < best->reserved))
             best = a;
@@ -474,7 +473,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
         r = sim_capture_check_implicit(s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
-    size_t len = size <= ((size_t)1 << 20) ? (size + 511) / 512 * 512 : (size + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    size_t len = size <= ((size_t)1 << 20) ? (size + 511) / 512 * 512
+                                           : (size + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
     if (pool->dev != s->ctx->dev)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     ctx = s->ctx; /* memory comes from the stream's device */
@@ -550,11 +550,11 @@ static CUresult alloc_from_pool(CUdeviceptr *dptr, size_t size, CUmemoryPool poo
     return alloc_async(dptr, size, pool, h, ptds);
 }
 
-DRV_PTSZ(cuMemAllocAsync, alloc_async_default, (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
+DRV_PTSZ(cuMemAllocAsync, alloc_async_default, (CUdeviceptr * dptr, size_t bytesize, CUstream hStream),
          (dptr, bytesize, hStream))
 DRV_PTSZ(cuMemFreeAsync, free_async, (CUdeviceptr dptr, CUstream hStream), (dptr, hStream))
 DRV_PTSZ(cuMemAllocFromPoolAsync, alloc_from_pool,
-         (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream), (dptr, bytesize, pool, hStream))
+         (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream), (dptr, bytesize, pool, hStream))
 
 /* ------------------------------------------------------------------------
  * Pools
@@ -636,10 +636,18 @@ SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     if (!handle_is(pool, SIM_MAGIC_POOL) || !value)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     switch ((int)attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: pool->reuse_follow_events = *(int *)value != 0; break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: pool->reuse_opportunistic = *(int *)value != 0; break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: pool->reuse_internal_deps = *(int *)value != 0; break;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pool->release_threshold = *(cuuint64_t *)value; break;
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+        pool->reuse_follow_events = *(int *)value != 0;
+        break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+        pool->reuse_opportunistic = *(int *)value != 0;
+        break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        pool->reuse_internal_deps = *(int *)value != 0;
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        pool->release_threshold = *(cuuint64_t *)value;
+        break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
         if (*(cuuint64_t *)value != 0)
             return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -650,7 +658,8 @@ SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
             return drv_leave(CUDA_ERROR_INVALID_VALUE);
         pool->used_high = pool->used_cur;
         break;
-    default: return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    default:
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
     }
     return drv_leave(CUDA_SUCCESS);
 }
@@ -661,15 +670,32 @@ SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     if (!handle_is(pool, SIM_MAGIC_POOL) || !value)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     switch ((int)attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: *(int *)value = pool->reuse_follow_events; break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: *(int *)value = pool->reuse_opportunistic; break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *(int *)value = pool->reuse_internal_deps; break;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = pool->release_threshold; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)value = pool->reserved_cur; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)value = pool->reserved_high; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)value = pool->used_cur; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = pool->used_high; break;
-    default: return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+        *(int *)value = pool->reuse_follow_events;
+        break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+        *(int *)value = pool->reuse_opportunistic;
+        break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+        *(int *)value = pool->reuse_internal_deps;
+        break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        *(cuuint64_t *)value = pool->release_threshold;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+        *(cuuint64_t *)value = pool->reserved_cur;
+        break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        *(cuuint64_t *)value = pool->reserved_high;
+        break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        *(cuuint64_t *)value = pool->used_cur;
+        break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        *(cuuint64_t *)value = pool->used_high;
+        break;
+    default:
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
     }
     return drv_leave(CUDA_SUCCESS);
 }

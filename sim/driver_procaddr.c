@@ -11,16 +11,22 @@
 #include "driver.h"
 
 typedef struct procaddr_s {
-    const char *name;  /* base name */
-    int version;       /* first CUDA version whose ABI this entry is */
-    void *legacy;      /* entry point */
-    void *per_thread;  /* per-thread default stream variant, or NULL */
+    const char *name; /* base name */
+    int version;      /* first CUDA version whose ABI this entry is */
+    void *legacy;     /* entry point */
+    void *per_thread; /* per-thread default stream variant, or NULL */
 } procaddr_t;
 
 SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 
-#define E(name, ver, fn) {name, ver, (void *)fn, NULL}
-#define P(name, ver, fn, pt) {name, ver, (void *)fn, (void *)pt}
+#define E(name, ver, fn)                                                                                               \
+    {                                                                                                                  \
+        name, ver, (void *)fn, NULL                                                                                    \
+    }
+#define P(name, ver, fn, pt)                                                                                           \
+    {                                                                                                                  \
+        name, ver, (void *)fn, (void *)pt                                                                              \
+    }
 
 static const procaddr_t table[] = {
     E("cuInit", 2000, cuInit),

@@ -155,8 +155,8 @@ DRV_PTSZ(cuStreamGetPriority, stream_get_priority, (CUstream hStream, int *prior
 
 /* Queues fn(arg) with the given ranges.  A kernel (unlike a host function)
  * must go to a stream of the current device, as in CUDA. */
-static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc,
-                       unsigned nacc, bool ptds, bool kernel)
+static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc, unsigned nacc,
+                       bool ptds, bool kernel)
 {
     DRV_ENTER(ctx);
     struct CUstream_st *s = NULL;
@@ -196,8 +196,8 @@ static CUresult host_func(CUstream h, CUhostFn fn, void *data, bool ptds)
 
 DRV_PTSZ(cuLaunchHostFunc, host_func, (CUstream hStream, CUhostFn fn, void *userData), (hStream, fn, userData))
 
-SIM_API CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *arg,
-                                  const struct cucache_sim_access *acc, unsigned int nacc)
+SIM_API CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc,
+                                  unsigned int nacc)
 {
     return launch(hStream, fn ? fn : nothing, arg, acc, nacc, false, true);
 }
@@ -408,7 +408,7 @@ static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *status, bool ptd
         for (struct CUstream_st *b = ctx->streams; b; b = b->ctx_next)
             if (b->capture && sim_stream_is_blocking(b))
                 return drv_leave(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
-    *status = !s->capture                ? CU_STREAM_CAPTURE_STATUS_NONE
+    *status = !s->capture               ? CU_STREAM_CAPTURE_STATUS_NONE
               : s->capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
                                         : CU_STREAM_CAPTURE_STATUS_ACTIVE;
     return drv_leave(CUDA_SUCCESS);

@@ -77,6 +77,8 @@ typedef struct sim_vc_s {
 sim_vc_t *vc_new(uint32_t n);
 sim_vc_t *vc_retain(sim_vc_t *vc);
 void vc_release(sim_vc_t *vc);
+/* A private (unshared) clock with at least n entries holding *a's values. */
+sim_vc_t *vc_own(sim_vc_t **a, uint32_t n);
 /* a := a joined with b (a is replaced by a new clock when shared or short). */
 void vc_join(sim_vc_t **a, const sim_vc_t *b);
 static inline uint64_t vc_get(const sim_vc_t *vc, int slot)
@@ -97,18 +99,18 @@ typedef enum sim_alloc_kind_e {
 
 /* One live allocation, device or registered host. */
 typedef struct sim_alloc_s {
-    uintptr_t addr;     /* first byte handed out */
-    size_t size;        /* bytes requested */
-    size_t reserved;    /* bytes taken from the device (rounded); 0 for host */
+    uintptr_t addr;  /* first byte handed out */
+    size_t size;     /* bytes requested */
+    size_t reserved; /* bytes taken from the device (rounded); 0 for host */
     sim_alloc_kind_t kind;
-    int device;         /* ordinal */
+    int device; /* ordinal */
     struct CUctx_st *ctx;
     struct CUmemPoolHandle_st *pool; /* SIM_ALLOC_POOL: owning pool */
-    bool pool_free;     /* pool block freed by cuMemFreeAsync, reusable per rules */
-    bool freeing;       /* cuMemAlloc memory passed to cuMemFreeAsync: released when the free runs */
-    int free_slot;      /* pool block: slot and seq of the freeing op */
+    bool pool_free;                  /* pool block freed by cuMemFreeAsync, reusable per rules */
+    bool freeing;                    /* cuMemAlloc memory passed to cuMemFreeAsync: released when the free runs */
+    int free_slot;                   /* pool block: slot and seq of the freeing op */
     uint64_t free_seq;
-    sim_vc_t *free_vc;  /* clock of the freeing op */
+    sim_vc_t *free_vc; /* clock of the freeing op */
 } sim_alloc_t;
 
 typedef struct sim_extent_s {
@@ -117,9 +119,9 @@ typedef struct sim_extent_s {
 
 typedef struct sim_device_s {
     int ordinal;
-    uint8_t *base;   /* mmap'ed region */
-    size_t capacity; /* bytes; cuMemGetInfo's total */
-    size_t used;     /* bytes reserved by live allocations */
+    uint8_t *base;     /* mmap'ed region */
+    size_t capacity;   /* bytes; cuMemGetInfo's total */
+    size_t used;       /* bytes reserved by live allocations */
     sim_extent_t *ext; /* free extents, sorted by offset, never adjacent */
     size_t next, cap_ext;
     struct CUctx_st *primary;
@@ -137,11 +139,11 @@ struct CUctx_st {
     uint32_t magic;
     sim_device_t *dev;
     bool primary;
-    CUresult sticky;             /* CUDA_SUCCESS or the error every call returns */
-    struct CUstream_st *legacy;  /* the legacy default stream */
-    struct CUstream_st *streams; /* all live streams of the context (list) */
-    uint64_t generation;         /* bumped on reset: per-thread streams re-made */
-    sim_vc_t *retired_vc;        /* clocks of its destroyed, drained streams */
+    CUresult sticky;               /* CUDA_SUCCESS or the error every call returns */
+    struct CUstream_st *legacy;    /* the legacy default stream */
+    struct CUstream_st *streams;   /* all live streams of the context (list) */
+    uint64_t generation;           /* bumped on reset: per-thread streams re-made */
+    sim_vc_t *retired_vc;          /* clocks of its destroyed, drained streams */
     sim_vc_t *retired_blocking_vc; /* the same, blocking streams only */
 };
 
@@ -158,18 +160,18 @@ struct CUstream_st {
     uint32_t magic;
     struct CUctx_st *ctx;
     sim_stream_kind_t kind;
-    unsigned flags;    /* CU_STREAM_NON_BLOCKING or 0 */
+    unsigned flags; /* CU_STREAM_NON_BLOCKING or 0 */
     int priority;
-    int slot;          /* clock slot */
-    uint64_t last_seq; /* seq of the last enqueued op (0: none yet) */
-    sim_vc_t *vc;      /* clock of the last enqueued op */
+    int slot;              /* clock slot */
+    uint64_t last_seq;     /* seq of the last enqueued op (0: none yet) */
+    sim_vc_t *vc;          /* clock of the last enqueued op */
     sim_op_t *head, *tail; /* pending ops, run in order by the worker */
     pthread_t worker;
     bool worker_started;
-    bool dying;        /* destroyed by the program; worker exits when drained */
-    sim_capture_t *capture; /* non-NULL while capturing (or joined to a capture) */
+    bool dying;                   /* destroyed by the program; worker exits when drained */
+    sim_capture_t *capture;       /* non-NULL while capturing (or joined to a capture) */
     struct CUstream_st *ctx_next; /* list of the context's streams */
-    unsigned long id;  /* creation number, for reports */
+    unsigned long id;             /* creation number, for reports */
 };
 
 struct CUevent_st {
@@ -177,14 +179,14 @@ struct CUevent_st {
     unsigned flags;
     struct CUctx_st *ctx;
     bool recorded;
-    int slot;         /* position recorded: (slot, seq) */
+    int slot; /* position recorded: (slot, seq) */
     uint64_t seq;
     sim_vc_t *vc;
-    bool done;        /* the record op ran */
-    uint64_t time_ns; /* CLOCK_MONOTONIC when the record op ran */
+    bool done;               /* the record op ran */
+    uint64_t time_ns;        /* CLOCK_MONOTONIC when the record op ran */
     sim_capture_t *captured; /* recorded into this capture */
-    unsigned pending;  /* record ops queued and not yet run */
-    bool dead;         /* destroyed; freed when pending reaches 0 */
+    unsigned pending;        /* record ops queued and not yet run */
+    bool dead;               /* destroyed; freed when pending reaches 0 */
 };
 
 struct CUmemPoolHandle_st {
@@ -227,14 +229,14 @@ struct sim_capture_s {
  * ---------------------------------------------------------------------- */
 
 typedef enum sim_op_kind_e {
-    SIM_OP_COPY,      /* memcpy(dst, src, bytes) */
-    SIM_OP_SET8,      /* memset */
-    SIM_OP_SET32,     /* 32-bit pattern fill of `bytes/4` words */
-    SIM_OP_HOSTFN,    /* fn(arg) (cuLaunchHostFunc, cucacheSimLaunch) */
-    SIM_OP_RECORD,    /* event record: timestamps the event */
-    SIM_OP_WAIT,      /* no work: carries a dependency (cuStreamWaitEvent) */
-    SIM_OP_FREE,      /* stream-ordered free: the block becomes free at run */
-    SIM_OP_FAULT,     /* sets the context's sticky CUDA_ERROR_ILLEGAL_ADDRESS */
+    SIM_OP_COPY,   /* memcpy(dst, src, bytes) */
+    SIM_OP_SET8,   /* memset */
+    SIM_OP_SET32,  /* 32-bit pattern fill of `bytes/4` words */
+    SIM_OP_HOSTFN, /* fn(arg) (cuLaunchHostFunc, cucacheSimLaunch) */
+    SIM_OP_RECORD, /* event record: timestamps the event */
+    SIM_OP_WAIT,   /* no work: carries a dependency (cuStreamWaitEvent) */
+    SIM_OP_FREE,   /* stream-ordered free: the block becomes free at run */
+    SIM_OP_FAULT,  /* sets the context's sticky CUDA_ERROR_ILLEGAL_ADDRESS */
 } sim_op_kind_t;
 
 typedef struct sim_range_s {
@@ -250,12 +252,12 @@ typedef struct sim_dep_s {
 struct sim_op_s {
     sim_op_t *next;
     sim_op_kind_t kind;
-    const char *what;     /* "memcpy HtoD", ... for reports */
+    const char *what; /* "memcpy HtoD", ... for reports */
     struct CUstream_st *stream;
     int slot;
     uint64_t seq;
     sim_vc_t *vc;
-    sim_dep_t *deps;      /* must complete before this op runs */
+    sim_dep_t *deps; /* must complete before this op runs */
     uint32_t ndeps;
     sim_range_t ranges[2];
     sim_range_t *xranges; /* cucacheSimLaunch: more ranges */
@@ -267,7 +269,7 @@ struct sim_op_s {
     uint32_t value;
     void (*fn)(void *);
     void *arg;
-    void *staging;        /* owned copy of pageable host source */
+    void *staging; /* owned copy of pageable host source */
     struct CUevent_st *event;
     uintptr_t free_addr;
 };
@@ -294,10 +296,10 @@ typedef struct sim_state_s {
     sim_device_t dev[SIM_MAX_DEVICES];
     int ndev;
     /* clock slots */
-    uint64_t completed[SIM_MAX_SLOTS];   /* highest completed seq per slot */
-    uint64_t slot_seq[SIM_MAX_SLOTS];    /* highest seq ever used per slot */
+    uint64_t completed[SIM_MAX_SLOTS]; /* highest completed seq per slot */
+    uint64_t slot_seq[SIM_MAX_SLOTS];  /* highest seq ever used per slot */
     bool slot_used[SIM_MAX_SLOTS];
-    int nslots;                           /* slots ever handed out */
+    int nslots; /* slots ever handed out */
     sim_vc_t *host_vc;
     /* allocations (device and host), sorted by addr */
     sim_alloc_t *allocs;
@@ -316,7 +318,7 @@ extern sim_state_t sim;
 /* Thread state: current context and capture mode. */
 typedef struct sim_thread_s {
     struct CUctx_st *ctx_stack[8];
-    int depth;  /* ctx_stack[depth-1] is current; 0: none */
+    int depth; /* ctx_stack[depth-1] is current; 0: none */
     CUstreamCaptureMode capture_mode;
     struct CUstream_st *pts[SIM_MAX_DEVICES * 2]; /* per-thread default streams */
     struct CUctx_st *pts_ctx[SIM_MAX_DEVICES * 2];
@@ -384,8 +386,7 @@ void sim_capture_end_all(struct CUctx_st *ctx);
 /* Memory (engine_mem.c) */
 sim_alloc_t *sim_alloc_find(uintptr_t addr); /* allocation containing addr */
 sim_alloc_t *sim_alloc_exact(uintptr_t addr);
-CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx,
-                       sim_alloc_t **out);
+CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx, sim_alloc_t **out);
 void sim_dev_free(sim_alloc_t *a); /* returns the range to the device */
 CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, int device, struct CUctx_st *ctx, void **out);
 void sim_host_free(sim_alloc_t *a);

@@ -160,8 +160,7 @@ static void release_pages(uint8_t *p, size_t len)
         madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
-CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx,
-                       sim_alloc_t **out)
+CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx, sim_alloc_t **out)
 {
     if (size == 0 || size > dev->capacity)
         return size ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;

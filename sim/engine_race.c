@@ -15,10 +15,10 @@
 typedef struct race_rec_s {
     uintptr_t lo, hi; /* device range [lo, hi) */
     bool write;
-    int slot;         /* the operation: (slot, seq) */
+    int slot; /* the operation: (slot, seq) */
     uint64_t seq;
     const char *what;
-    char stream[96];  /* its stream, named for reports */
+    char stream[96]; /* its stream, named for reports */
 } race_rec_t;
 
 typedef struct sim_race_s {
