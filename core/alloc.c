@@ -1,0 +1,569 @@
+/*
+ * The allocator's entry points, segments, and the slow path: the retry
+ * ladder when no cached block fits (PyTorch's order, with cucache's pending
+ * frees woven in), limits, garbage collection, Paddle's preallocation, empty
+ * cache and private pools.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostalloc.h"
+#include "types.h"
+
+#define CORE_MAX_DEVICES 64
+
+/* The private pool each thread routes its allocations to, per device. */
+static __thread int tls_pool[CORE_MAX_DEVICES];
+
+/* ------------------------------------------------------------------------
+ * Devices
+ * ---------------------------------------------------------------------- */
+
+static void ppool_init(ppool_t *pp, int id)
+{
+    memset(pp, 0, sizeof *pp);
+    pp->id = id;
+    pp->small.small = true;
+    pp->small.owner = pp;
+    pp->large.owner = pp;
+}
+
+/* The bytes this allocator may hold: per_process_memory_fraction of the
+ * device, and limit_mb, whichever is smaller. */
+static size_t allowed_bytes(const core_dev_t *d)
+{
+    size_t allowed = SIZE_MAX;
+    size_t free_bytes = 0, total = 0;
+    if (d->conf.memory_fraction < 1.0 && d->be.mem_info(d->be.ctx, d->device, &free_bytes, &total) == CORE_OK)
+        allowed = (size_t)(d->conf.memory_fraction * (double)total);
+    if (d->conf.limit && d->conf.limit < allowed)
+        allowed = d->conf.limit;
+    return allowed;
+}
+
+core_dev_t *core_dev_new(const core_backend_t *backend, int device, const conf_t *conf)
+{
+    core_dev_t *d = hostalloc_calloc(1, sizeof *d);
+    if (!d)
+        return NULL;
+    pthread_mutex_init(&d->lock, NULL);
+    d->device = device;
+    d->conf = *conf;
+    d->be = *backend;
+    ppool_init(&d->defaults, 0);
+    d->allowed = allowed_bytes(d);
+    d->stats.max_split_size = conf->max_split_size;
+    if (!map_grow(d)) {
+        hostalloc_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+ppool_t *ppool_find(core_dev_t *d, int id)
+{
+    if (id == 0)
+        return &d->defaults;
+    for (ppool_t *p = d->privates; p; p = p->next)
+        if (p->id == id && !p->destroyed)
+            return p;
+    return NULL;
+}
+
+static void ppool_unlink_free(core_dev_t *d, ppool_t *pp)
+{
+    for (ppool_t **p = &d->privates; *p; p = &(*p)->next)
+        if (*p == pp) {
+            *p = pp->next;
+            hostalloc_free(pp);
+            return;
+        }
+}
+
+void core_dev_destroy(core_dev_t *d)
+{
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->lock);
+    pend_release_all(d, true);
+    for (seg_t *s = d->segs, *next; s; s = next) {
+        next = s->next;
+        for (block_t *b = s->first, *bn; b; b = bn) {
+            bn = b->next;
+            hostalloc_free(b->uses);
+            hostalloc_free(b);
+        }
+        d->be.seg_free(d->be.ctx, d->device, s->addr, s->size);
+        hostalloc_free(s);
+    }
+    while (d->spare) {
+        block_t *b = d->spare;
+        d->spare = b->pend_next;
+        hostalloc_free(b);
+    }
+    while (d->privates) {
+        ppool_t *p = d->privates;
+        d->privates = p->next;
+        hostalloc_free(p);
+    }
+    hostalloc_free(d->map.buckets);
+    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_destroy(&d->lock);
+    hostalloc_free(d);
+}
+
+/* ------------------------------------------------------------------------
+ * Segments
+ * ---------------------------------------------------------------------- */
+
+bool seg_is_free(const seg_t *s)
+{
+    return s->first->state == BLOCK_FREE && !s->first->next;
+}
+
+static void seg_stats(core_dev_t *d, const seg_t *s, int sign)
+{
+    int cls = pool_class(s->pool);
+    stat_add(&d->stats.segment[CORE_POOL_ALL], sign);
+    stat_add(&d->stats.segment[cls], sign);
+    stat_add(&d->stats.reserved_bytes[CORE_POOL_ALL], sign * (int64_t)s->size);
+    stat_add(&d->stats.reserved_bytes[cls], sign * (int64_t)s->size);
+    if (s->oversize)
+        stat_add(&d->stats.oversize_segments, sign);
+}
+
+/* Why a new segment could not be had. */
+typedef struct seg_failure_s {
+    bool limit_hit;
+    int backend_error;
+} seg_failure_t;
+
+/* A new segment of `size` bytes for pool/stream, whole and free in the
+ * pool's tree.  NULL when the limit or the device refuses. */
+static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t size, bool direct,
+                      seg_failure_t *why)
+{
+    if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + size > d->allowed ||
+        size > d->allowed) {
+        why->limit_hit = true;
+        return NULL;
+    }
+    seg_t *s = hostalloc_calloc(1, sizeof *s);
+    block_t *b = block_new(d);
+    uintptr_t addr = 0;
+    int r = s && b ? d->be.seg_alloc(d->be.ctx, d->device, size, &addr) : CORE_EFAIL;
+    if (r != CORE_OK) {
+        why->backend_error = r;
+        hostalloc_free(s);
+        if (b)
+            block_delete(d, b);
+        return NULL;
+    }
+    *s = (seg_t){.addr = addr, .size = size, .pool = pool, .stream = stream, .first = b, .next = d->segs,
+                 .free_since = d->alloc_clock, .oversize = size >= d->conf.max_split_size, .direct = direct};
+    if (d->segs)
+        d->segs->prev = s;
+    d->segs = s;
+    pool->owner->segments++;
+    b->addr = addr;
+    b->size = size;
+    b->seg = s;
+    b->pool = pool;
+    b->stream = stream;
+    b->state = BLOCK_FREE;
+    pool_tree_insert(pool, b);
+    seg_stats(d, s, +1);
+    d->stats.num_device_alloc++;
+    core_emit(d, CORE_EV_SEGMENT_ALLOC, addr, size, stream, pool->owner->id);
+    return s;
+}
+
+/* Returns a whole free segment to the device. */
+void seg_release(core_dev_t *d, seg_t *s)
+{
+    block_t *b = s->first;
+    pool_tree_remove(s->pool, b);
+    block_delete(d, b);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        d->segs = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    seg_stats(d, s, -1);
+    d->stats.num_device_free++;
+    core_emit(d, CORE_EV_SEGMENT_FREE, s->addr, s->size, s->stream, s->pool->owner->id);
+    d->be.seg_free(d->be.ctx, d->device, s->addr, s->size);
+    ppool_t *pp = s->pool->owner;
+    hostalloc_free(s);
+    if (--pp->segments == 0 && pp->destroyed)
+        ppool_unlink_free(d, pp);
+}
+
+/* May the cache give this segment back?  Live private pools keep theirs. */
+static bool releasable(const core_dev_t *d, const seg_t *s, const ppool_t *only)
+{
+    const ppool_t *owner = s->pool->owner;
+    if (only)
+        return owner == only;
+    return owner == &d->defaults || owner->destroyed;
+}
+
+/* Releases free segments (of `only`, or of every releasable pool), the
+ * largest first, until `want` bytes went back.  Returns the bytes released. */
+size_t seg_release_free(core_dev_t *d, ppool_t *only, bool oversize_only, size_t want)
+{
+    size_t released = 0;
+    while (released < want) {
+        seg_t *best = NULL;
+        for (seg_t *s = d->segs; s; s = s->next)
+            if (seg_is_free(s) && releasable(d, s, only) && (!oversize_only || s->oversize) &&
+                (!best || s->size > best->size))
+                best = s;
+        if (!best)
+            break;
+        released += best->size;
+        seg_release(d, best);
+    }
+    return released;
+}
+
+/* ------------------------------------------------------------------------
+ * Garbage collection (garbage_collection_threshold)
+ * ---------------------------------------------------------------------- */
+
+/* Above threshold x allowed, releases whole free large segments of the
+ * default pools that have been free for at least the average time, oldest
+ * first in spirit (PyTorch's rule), until usage is back at the threshold. */
+static void gc_collect(core_dev_t *d)
+{
+    size_t reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
+    size_t threshold = (size_t)(d->conf.gc_threshold * (double)d->allowed);
+    if (reserved <= threshold)
+        return;
+    size_t target = reserved - threshold, reclaimed = 0;
+    bool freed = true;
+    while (reclaimed < target && freed) {
+        uint64_t total_age = 0, count = 0;
+        for (seg_t *s = d->segs; s; s = s->next)
+            if (seg_is_free(s) && s->pool == &d->defaults.large) {
+                total_age += d->alloc_clock - s->free_since;
+                count++;
+            }
+        if (count == 0)
+            break;
+        uint64_t threshold_age = total_age / count;
+        freed = false;
+        for (seg_t *s = d->segs, *next; s && reclaimed < target; s = next) {
+            next = s->next;
+            if (seg_is_free(s) && s->pool == &d->defaults.large && d->alloc_clock - s->free_since >= threshold_age) {
+                reclaimed += s->size;
+                seg_release(d, s);
+                freed = true;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The slow path
+ * ---------------------------------------------------------------------- */
+
+/* Preallocate: the segment to ask for.  The first use reserves `fraction`
+ * of the device's free memory as one chunk; requests larger than the chunk
+ * get a segment of their own (direct), returned on free. */
+static size_t prealloc_size(core_dev_t *d, size_t rounded, bool *direct)
+{
+    if (d->chunk_size == 0) {
+        size_t free_bytes = 0, total = 0;
+        if (d->be.mem_info(d->be.ctx, d->device, &free_bytes, &total) != CORE_OK)
+            free_bytes = 0;
+        size_t chunk = (size_t)(d->conf.fraction * (double)free_bytes);
+        if (d->allowed != SIZE_MAX && chunk > d->allowed)
+            chunk = d->allowed;
+        chunk = chunk / d->conf.round_large * d->conf.round_large;
+        d->chunk_size = chunk ? chunk : d->conf.round_large;
+    }
+    *direct = rounded > d->chunk_size;
+    if (*direct)
+        return (rounded + d->conf.round_large - 1) / d->conf.round_large * d->conf.round_large;
+    return d->chunk_size;
+}
+
+static size_t largest_free_block(const core_dev_t *d)
+{
+    size_t largest = 0;
+    for (const seg_t *s = d->segs; s; s = s->next)
+        for (const block_t *b = s->first; b; b = b->next)
+            if (b->state == BLOCK_FREE && b->size > largest)
+                largest = b->size;
+    return largest;
+}
+
+static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded, size_t alloc_size, int pool_id,
+                     const seg_failure_t *why)
+{
+    core_emit(d, CORE_EV_OOM, 0, size, 0, pool_id);
+    d->stats.num_ooms++;
+    if (!oom)
+        return;
+    memset(oom, 0, sizeof *oom);
+    oom->requested = size;
+    oom->rounded = rounded;
+    oom->alloc_size = alloc_size;
+    oom->pool_id = pool_id;
+    oom->limit_hit = why->limit_hit;
+    oom->limit = d->allowed;
+    oom->backend_error = why->backend_error ? why->backend_error : CORE_ENOMEM;
+    if (d->be.mem_info(d->be.ctx, d->device, &oom->device_free, &oom->device_total) != CORE_OK)
+        oom->device_free = oom->device_total = 0;
+    oom->allocated = (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current;
+    oom->reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
+    oom->largest_free = largest_free_block(d);
+    oom->pending = d->pending_bytes;
+}
+
+static uintptr_t take(core_dev_t *d, block_t *b, size_t rounded, size_t size)
+{
+    b = pool_take(d, b, rounded, size);
+    return b ? b->addr : 0;
+}
+
+uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,
+                          core_oom_t *oom)
+{
+    pool_t *pool = pool_for(d, pp, rounded);
+    seg_failure_t why = {false, 0};
+    bool direct = false;
+    size_t alloc_size = d->conf.strategy == CONF_STRATEGY_PREALLOCATE ? prealloc_size(d, rounded, &direct)
+                                                                        : pool_alloc_size(&d->conf, rounded);
+    block_t *b;
+    seg_t *s;
+    if (d->map.count >= d->map.mask && !map_grow(d))
+        goto oom;
+    /* 1. frees whose fence or event completed; record the open batch's fence */
+    if (d->pending_bytes) {
+        if (pend_poll(d) && (b = pool_find_free(d, pool, stream, rounded)))
+            return take(d, b, rounded, size);
+        pend_close(d);
+        if (pend_poll(d) && (b = pool_find_free(d, pool, stream, rounded)))
+            return take(d, b, rounded, size);
+    }
+    /* 2. garbage collection above the threshold */
+    if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
+        gc_collect(d);
+    /* 3. a new segment */
+    if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
+        return take(d, s->first, rounded, size);
+    if (why.backend_error == CORE_EFAIL)
+        goto oom;
+    /* 4. memory is short: wait for the oldest fences, as cudaFree would have */
+    while (d->pending_bytes && pend_wait_oldest(d))
+        if ((b = pool_find_free(d, pool, stream, rounded)))
+            return take(d, b, rounded, size);
+    /* 5. release cached oversize blocks, then retry */
+    if (d->conf.max_split_size != SIZE_MAX && seg_release_free(d, NULL, true, alloc_size) &&
+        (s = seg_new(d, pool, stream, alloc_size, direct, &why)))
+        return take(d, s->first, rounded, size);
+    /* 6. wait for everything pending, release every free segment, retry */
+    pend_release_all(d, true);
+    if ((b = pool_find_free(d, pool, stream, rounded)))
+        return take(d, b, rounded, size);
+    seg_release_free(d, NULL, false, SIZE_MAX);
+    d->stats.num_alloc_retries++;
+    why = (seg_failure_t){false, 0};
+    if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
+        return take(d, s->first, rounded, size);
+oom:
+    fill_oom(d, oom, size, rounded, alloc_size, pp->id, &why);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Entry points
+ * ---------------------------------------------------------------------- */
+
+/* The hit path: a few dozen instructions around one tree lookup when a
+ * cached block fits; everything else is seg_malloc_slow. */
+uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom_t *oom)
+{
+    if (__builtin_expect(size > (SIZE_MAX >> 2), 0)) {
+        pthread_mutex_lock(&d->lock);
+        seg_failure_t why = {false, CORE_ENOMEM};
+        fill_oom(d, oom, size, size, size, 0, &why);
+        pthread_mutex_unlock(&d->lock);
+        return 0;
+    }
+    size_t rounded = pool_round_size(&d->conf, size);
+    int pid = (unsigned)d->device < CORE_MAX_DEVICES ? tls_pool[d->device] : 0;
+    pthread_mutex_lock(&d->lock);
+    ppool_t *pp = pid ? ppool_find(d, pid) : &d->defaults;
+    if (__builtin_expect(!pp, 0))
+        pp = &d->defaults;
+    d->alloc_clock++;
+    uintptr_t addr = 0;
+    if (__builtin_expect(d->map.count < d->map.mask, 1)) {
+        block_t *b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
+        if (__builtin_expect(b != NULL, 1) && (addr = take(d, b, rounded, size))) {
+            d->stats.num_cache_hits++;
+            pthread_mutex_unlock(&d->lock);
+            return addr;
+        }
+    }
+    addr = seg_malloc_slow(d, pp, size, rounded, stream, oom);
+    pthread_mutex_unlock(&d->lock);
+    return addr;
+}
+
+int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stream)
+{
+    pthread_mutex_lock(&d->lock);
+    block_t *b = map_remove(d, addr);
+    if (!b) {
+        pthread_mutex_unlock(&d->lock);
+        return CORE_NOT_MINE;
+    }
+    stats_block_free(d, b);
+    if (b->nuses && how != CORE_FREE_FENCED)
+        how = CORE_FREE_FENCED; /* used on several streams: the device-wide fence covers them all */
+    if (how == CORE_FREE_AFTER_STREAM && stream == b->stream)
+        how = CORE_FREE_NOW; /* stream order on the block's own stream */
+    if (how == CORE_FREE_AFTER_STREAM && pend_after_stream(d, b, stream) != 0)
+        how = CORE_FREE_FENCED;
+    if (how == CORE_FREE_NOW)
+        pool_release_block(d, b);
+    else if (how == CORE_FREE_FENCED)
+        pend_fenced(d, b);
+    pthread_mutex_unlock(&d->lock);
+    return CORE_FREED;
+}
+
+bool core_lookup(core_dev_t *d, uintptr_t addr, uintptr_t *base, size_t *size, core_stream_t *stream)
+{
+    pthread_mutex_lock(&d->lock);
+    const block_t *found = map_find(d, addr);
+    for (const seg_t *s = d->segs; !found && s; s = s->next)
+        if (addr >= s->addr && addr - s->addr < s->size)
+            for (const block_t *b = s->first; b; b = b->next)
+                if (addr >= b->addr && addr - b->addr < b->size) {
+                    found = b->state == BLOCK_ALLOCATED && addr - b->addr < b->requested ? b : NULL;
+                    break;
+                }
+    if (found) {
+        if (base)
+            *base = found->addr;
+        if (size)
+            *size = found->requested;
+        if (stream)
+            *stream = found->stream;
+    }
+    pthread_mutex_unlock(&d->lock);
+    return found != NULL;
+}
+
+int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream)
+{
+    pthread_mutex_lock(&d->lock);
+    block_t *b = map_find(d, addr);
+    int r = CORE_NOT_MINE;
+    if (b) {
+        r = CORE_FREED;
+        bool known = stream == b->stream;
+        for (uint32_t i = 0; i < b->nuses && !known; i++)
+            known = b->uses[i] == stream;
+        if (!known) {
+            core_stream_t *u = hostalloc_realloc(b->uses, (b->nuses + 1) * sizeof *u);
+            if (u) {
+                u[b->nuses++] = stream;
+                b->uses = u;
+            } else {
+                r = CORE_EFAIL;
+            }
+        }
+    }
+    pthread_mutex_unlock(&d->lock);
+    return r;
+}
+
+void core_synchronized(core_dev_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    if (d->pending_bytes)
+        pend_release_all(d, false);
+    pthread_mutex_unlock(&d->lock);
+}
+
+void core_empty_cache(core_dev_t *d, int pool_id)
+{
+    pthread_mutex_lock(&d->lock);
+    pend_release_all(d, true);
+    if (pool_id < 0) {
+        seg_release_free(d, NULL, false, SIZE_MAX);
+    } else {
+        ppool_t *pp = ppool_find(d, pool_id);
+        if (pp == &d->defaults)
+            seg_release_free(d, pp, false, SIZE_MAX);
+        /* a live private pool keeps its segments */
+    }
+    pthread_mutex_unlock(&d->lock);
+}
+
+void core_usage(core_dev_t *d, core_usage_t *u)
+{
+    pthread_mutex_lock(&d->lock);
+    u->allocated = (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current;
+    u->reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
+    u->pending = d->pending_bytes;
+    u->cached_free = u->reserved - (size_t)d->stats.active_bytes[CORE_POOL_ALL].current;
+    u->largest_free = largest_free_block(d);
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* ------------------------------------------------------------------------
+ * Private pools
+ * ---------------------------------------------------------------------- */
+
+int core_pool_create(core_dev_t *d)
+{
+    ppool_t *pp = hostalloc_malloc(sizeof *pp);
+    if (!pp)
+        return -1;
+    pthread_mutex_lock(&d->lock);
+    ppool_init(pp, ++d->next_pool_id);
+    pp->next = d->privates;
+    d->privates = pp;
+    int id = pp->id;
+    pthread_mutex_unlock(&d->lock);
+    return id;
+}
+
+int core_pool_use(core_dev_t *d, int pool_id)
+{
+    if ((unsigned)d->device >= CORE_MAX_DEVICES)
+        return -1;
+    pthread_mutex_lock(&d->lock);
+    bool ok = ppool_find(d, pool_id) != NULL;
+    pthread_mutex_unlock(&d->lock);
+    if (!ok)
+        return -1;
+    tls_pool[d->device] = pool_id;
+    return 0;
+}
+
+int core_pool_destroy(core_dev_t *d, int pool_id)
+{
+    pthread_mutex_lock(&d->lock);
+    ppool_t *pp = pool_id > 0 ? ppool_find(d, pool_id) : NULL;
+    if (!pp) {
+        pthread_mutex_unlock(&d->lock);
+        return -1;
+    }
+    /* Its blocks still pending go back when their fences complete, and their
+     * segments with them. */
+    pp->destroyed = true;
+    seg_release_free(d, pp, false, SIZE_MAX);
+    if (pp->segments == 0)
+        ppool_unlink_free(d, pp);
+    pthread_mutex_unlock(&d->lock);
+    return 0;
+}

@@ -1,0 +1,169 @@
+/*
+ * The in-process backend (see backend_mem.h).
+ */
+#include "backend_mem.h"
+
+#include <string.h>
+
+#include "hostalloc.h"
+
+void mem_backend_init(mem_backend_t *m, size_t capacity)
+{
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->lock, NULL);
+    m->capacity = capacity;
+    m->next_addr = (uintptr_t)1 << 40; /* looks like a device address; never 0 */
+    m->auto_complete = true;
+    m->fail_code = CORE_ENOMEM;
+}
+
+void mem_backend_fini(mem_backend_t *m)
+{
+    hostalloc_free(m->seg_addr);
+    hostalloc_free(m->seg_size);
+    pthread_mutex_destroy(&m->lock);
+}
+
+static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    int r = CORE_OK;
+    if (m->fail_allocs > 0) {
+        m->fail_allocs--;
+        r = m->fail_code;
+    } else if (size > m->capacity - m->used) {
+        r = CORE_ENOMEM;
+    } else if (m->nsegs == m->cap_segs) {
+        size_t n = m->cap_segs ? m->cap_segs * 2 : 64;
+        uintptr_t *a = hostalloc_realloc(m->seg_addr, n * sizeof *a);
+        if (a)
+            m->seg_addr = a;
+        size_t *s = a ? hostalloc_realloc(m->seg_size, n * sizeof *s) : NULL;
+        if (s)
+            m->seg_size = s;
+        if (!a || !s)
+            r = CORE_EFAIL;
+        else
+            m->cap_segs = n;
+    }
+    if (r == CORE_OK) {
+        *addr = m->next_addr;
+        m->next_addr += (size + 4095) & ~(size_t)4095;
+        m->used += size;
+        m->seg_addr[m->nsegs] = *addr;
+        m->seg_size[m->nsegs] = size;
+        m->nsegs++;
+        m->n_alloc++;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    size_t i = 0;
+    while (i < m->nsegs && m->seg_addr[i] != addr)
+        i++;
+    if (i == m->nsegs || m->seg_size[i] != size) {
+        m->n_bad_free++;
+    } else {
+        m->used -= size;
+        m->seg_addr[i] = m->seg_addr[m->nsegs - 1];
+        m->seg_size[i] = m->seg_size[m->nsegs - 1];
+        m->nsegs--;
+        m->n_free++;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    *free_bytes = m->capacity - m->used;
+    *total = m->capacity;
+    pthread_mutex_unlock(&m->lock);
+    return CORE_OK;
+}
+
+static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *event)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    *event = ++m->next_event;
+    if (m->auto_complete)
+        m->completed = m->next_event;
+    m->n_record++;
+    if (stream == 0)
+        m->n_fence++;
+    pthread_mutex_unlock(&m->lock);
+    return CORE_OK;
+}
+
+static int event_query(void *ctx, int device, uint64_t event)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    m->n_query++;
+    int done = event <= m->completed;
+    pthread_mutex_unlock(&m->lock);
+    return done;
+}
+
+/* Waiting makes the event (and, the timeline being one, all before it)
+ * complete. */
+static void event_wait(void *ctx, int device, uint64_t event)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    m->n_wait++;
+    if (event > m->completed)
+        m->completed = event;
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void event_release(void *ctx, int device, uint64_t event)
+{
+    (void)ctx, (void)device, (void)event;
+}
+
+static void device_sync(void *ctx, int device)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    m->n_sync++;
+    m->completed = m->next_event;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void mem_backend_complete_all(mem_backend_t *m)
+{
+    pthread_mutex_lock(&m->lock);
+    m->completed = m->next_event;
+    pthread_mutex_unlock(&m->lock);
+}
+
+core_backend_t mem_backend_vtable(mem_backend_t *m)
+{
+    return (core_backend_t){
+        .ctx = m,
+        .seg_alloc = seg_alloc,
+        .seg_free = seg_free,
+        .mem_info = mem_info,
+        .event_record = event_record,
+        .event_query = event_query,
+        .event_wait = event_wait,
+        .event_release = event_release,
+        .device_sync = device_sync,
+    };
+}

@@ -1,0 +1,47 @@
+/*
+ * An in-process backend: a device that exists only as numbers.  Segments
+ * get unique addresses from a bump pointer and count against a capacity;
+ * events are marks on one logical timeline.  Used by the trace replay, the
+ * benchmarks and the unit tests, which also use its controls: complete the
+ * recorded events, fail the next allocations, read the counters.
+ *
+ * By default (auto_complete) the device is idle: every event has completed
+ * by the time it is queried.  Tests turn that off to keep frees pending.
+ */
+#ifndef CUCACHE_CORE_BACKEND_MEM_H
+#define CUCACHE_CORE_BACKEND_MEM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+
+typedef struct mem_backend_s {
+    pthread_mutex_t lock;
+    size_t capacity;        /* bytes the device has */
+    size_t used;            /* bytes in live segments */
+    uintptr_t next_addr;    /* bump pointer (addresses are never reused) */
+    uint64_t next_event;    /* last event handle given */
+    uint64_t completed;     /* events up to this handle have completed */
+    bool auto_complete;     /* events complete as they are recorded */
+    int fail_allocs;        /* the next N seg_alloc calls fail ... */
+    int fail_code;          /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
+    /* counters */
+    uint64_t n_alloc, n_free, n_record, n_query, n_wait, n_sync, n_fence;
+    uint64_t n_bad_free;    /* seg_free of an address that is not a live segment */
+    /* live segments, for checking frees (small: segments are few) */
+    uintptr_t *seg_addr;
+    size_t *seg_size;
+    size_t nsegs, cap_segs;
+} mem_backend_t;
+
+void mem_backend_init(mem_backend_t *m, size_t capacity);
+void mem_backend_fini(mem_backend_t *m);
+/* The vtable for core_dev_new (ctx = m). */
+core_backend_t mem_backend_vtable(mem_backend_t *m);
+/* Marks every event recorded so far completed. */
+void mem_backend_complete_all(mem_backend_t *m);
+
+#endif

@@ -1,0 +1,190 @@
+/*
+ * core_check: re-derives every invariant of core/types.h from the blocks
+ * and compares it with the allocator's structures and counters.  Tests run
+ * it after every step; it is too slow for production (O(blocks)).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "types.h"
+
+typedef struct tally_s {
+    int64_t allocation[CORE_POOL_CLASSES], allocated_bytes[CORE_POOL_CLASSES], requested_bytes[CORE_POOL_CLASSES];
+    int64_t active[CORE_POOL_CLASSES], active_bytes[CORE_POOL_CLASSES];
+    int64_t segment[CORE_POOL_CLASSES], reserved_bytes[CORE_POOL_CLASSES];
+    int64_t inactive_split[CORE_POOL_CLASSES], inactive_split_bytes[CORE_POOL_CLASSES];
+    size_t free_blocks, pending_blocks, pending_bytes;
+} tally_t;
+
+static int fail(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int fail(char *why, size_t len, const char *fmt, ...)
+{
+    if (why && len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, len, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void count(int64_t *arr, int cls, int64_t v)
+{
+    arr[CORE_POOL_ALL] += v;
+    arr[cls] += v;
+}
+
+/* One segment: tiling, neighbours, ownership; adds its blocks to t. */
+static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *why, size_t len)
+{
+    int cls = pool_class(s->pool);
+    count(t->segment, cls, 1);
+    count(t->reserved_bytes, cls, (int64_t)s->size);
+    if (!s->first || s->first->prev || s->first->addr != s->addr)
+        return fail(why, len, "segment 0x%lx: first block does not start it", (unsigned long)s->addr);
+    size_t sum = 0;
+    for (const block_t *b = s->first; b; b = b->next) {
+        if (b->seg != s || b->pool != s->pool || b->stream != s->stream)
+            return fail(why, len, "block 0x%lx: segment, pool or stream differs from its segment's",
+                        (unsigned long)b->addr);
+        if (b->next && (b->next->prev != b || b->next->addr != b->addr + b->size))
+            return fail(why, len, "block 0x%lx: not followed by its address neighbour", (unsigned long)b->addr);
+        if (b->size == 0 || b->size % d->conf.min_block_size)
+            return fail(why, len, "block 0x%lx: size %zu is not a positive multiple of %zu", (unsigned long)b->addr,
+                        b->size, d->conf.min_block_size);
+        if (b->state == BLOCK_FREE && b->next && b->next->state == BLOCK_FREE)
+            return fail(why, len, "blocks 0x%lx and 0x%lx: adjacent and both free (not coalesced)",
+                        (unsigned long)b->addr, (unsigned long)b->next->addr);
+        sum += b->size;
+        if (b->state == BLOCK_ALLOCATED) {
+            if (map_find(d, b->addr) != b)
+                return fail(why, len, "allocated block 0x%lx: not in the address map", (unsigned long)b->addr);
+            count(t->allocation, cls, 1);
+            count(t->allocated_bytes, cls, (int64_t)b->size);
+            count(t->requested_bytes, cls, (int64_t)b->requested);
+        }
+        if (b->state != BLOCK_FREE) {
+            count(t->active, cls, 1);
+            count(t->active_bytes, cls, (int64_t)b->size);
+        }
+        if (b->state == BLOCK_PENDING) {
+            t->pending_blocks++;
+            t->pending_bytes += b->size;
+        }
+        if (b->state == BLOCK_FREE) {
+            t->free_blocks++;
+            if (b->prev || b->next) {
+                count(t->inactive_split, cls, 1);
+                count(t->inactive_split_bytes, cls, (int64_t)b->size);
+            }
+        }
+    }
+    if (sum != s->size)
+        return fail(why, len, "segment 0x%lx: blocks sum to %zu bytes, segment has %zu", (unsigned long)s->addr, sum,
+                    s->size);
+    return 0;
+}
+
+static int tree_cmp(const rb_node_t *x, const rb_node_t *y)
+{
+    const block_t *a = rb_entry(x, block_t, node), *b = rb_entry(y, block_t, node);
+    if (a->stream != b->stream)
+        return a->stream < b->stream ? -1 : 1;
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
+/* Every node of the pool's tree is a FREE block of that pool. */
+static int check_pool(const pool_t *p, size_t *nodes, char *why, size_t len)
+{
+    const char *reason = NULL;
+    if (rb_check(&p->free, tree_cmp, &reason) < 0)
+        return fail(why, len, "free tree of pool %d (%s): %s", p->owner->id, p->small ? "small" : "large", reason);
+    for (const rb_node_t *n = rb_first(&p->free); n; n = rb_next(n)) {
+        const block_t *b = rb_entry(n, block_t, node);
+        if (b->state != BLOCK_FREE || b->pool != p)
+            return fail(why, len, "free tree of pool %d holds block 0x%lx in state %d of another pool", p->owner->id,
+                        (unsigned long)b->addr, (int)b->state);
+        (*nodes)++;
+    }
+    return 0;
+}
+
+static int check_stats(const core_dev_t *d, const tally_t *t, char *why, size_t len)
+{
+    static const char *const cls_name[] = {"all", "small_pool", "large_pool"};
+    const core_stats_t *s = &d->stats;
+#define CHECK_STAT(name)                                                                                               \
+    for (int c = 0; c < CORE_POOL_CLASSES; c++)                                                                        \
+        if (s->name[c].current != t->name[c])                                                                          \
+            return fail(why, len, "stat " #name ".%s.current is %lld, the blocks say %lld", cls_name[c],               \
+                        (long long)s->name[c].current, (long long)t->name[c]);
+    CHECK_STAT(allocation)
+    CHECK_STAT(allocated_bytes)
+    CHECK_STAT(requested_bytes)
+    CHECK_STAT(active)
+    CHECK_STAT(active_bytes)
+    CHECK_STAT(segment)
+    CHECK_STAT(reserved_bytes)
+    CHECK_STAT(inactive_split)
+    CHECK_STAT(inactive_split_bytes)
+#undef CHECK_STAT
+    return 0;
+}
+
+static size_t pending_listed(const core_dev_t *d, size_t *bytes)
+{
+    size_t n = 0;
+    *bytes = 0;
+    for (const fence_batch_t *f = d->fences; f; f = f->next)
+        for (const block_t *b = f->blocks; b; b = b->pend_next, n++)
+            *bytes += b->size;
+    for (const block_t *b = d->open.blocks; b; b = b->pend_next, n++)
+        *bytes += b->size;
+    for (const block_t *b = d->event_pending; b; b = b->pend_next, n++)
+        *bytes += b->size;
+    return n;
+}
+
+int core_check_locked(const core_dev_t *d, char *why, size_t len)
+{
+    tally_t t;
+    memset(&t, 0, sizeof t);
+    for (const seg_t *s = d->segs; s; s = s->next) {
+        if (s->next && s->next->prev != s)
+            return fail(why, len, "segment list: broken back link after 0x%lx", (unsigned long)s->addr);
+        if (check_segment(d, s, &t, why, len) < 0)
+            return -1;
+    }
+    size_t nodes = 0;
+    const ppool_t *pools[64];
+    size_t np = 0;
+    pools[np++] = &d->defaults;
+    for (const ppool_t *p = d->privates; p && np < 64; p = p->next)
+        pools[np++] = p;
+    for (size_t i = 0; i < np; i++)
+        if (check_pool(&pools[i]->small, &nodes, why, len) < 0 || check_pool(&pools[i]->large, &nodes, why, len) < 0)
+            return -1;
+    if (nodes != t.free_blocks)
+        return fail(why, len, "free trees hold %zu blocks, segments have %zu free blocks", nodes, t.free_blocks);
+    if (d->map.count != (size_t)t.allocation[CORE_POOL_ALL])
+        return fail(why, len, "address map holds %zu blocks, segments have %lld allocated", d->map.count,
+                    (long long)t.allocation[CORE_POOL_ALL]);
+    size_t pbytes = 0, plisted = pending_listed(d, &pbytes);
+    if (plisted != t.pending_blocks || pbytes != t.pending_bytes || d->pending_bytes != t.pending_bytes)
+        return fail(why, len, "pending lists hold %zu blocks (%zu bytes, counter %zu), segments have %zu (%zu bytes)",
+                    plisted, pbytes, d->pending_bytes, t.pending_blocks, t.pending_bytes);
+    return check_stats(d, &t, why, len);
+}
+
+int core_check(core_dev_t *d, char *why, size_t len)
+{
+    pthread_mutex_lock(&d->lock);
+    int r = core_check_locked(d, why, len);
+    pthread_mutex_unlock(&d->lock);
+    return r;
+}

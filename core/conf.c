@@ -1,0 +1,976 @@
+/*
+ * CUCACHE_CONF parsing (core/conf.h).
+ *
+ * Three layers, each tested on its own in tests/core/test_conf.c:
+ *
+ *   - the tokenizer (conf_tokenize) splits the text into `key:value` items at
+ *     top-level commas (commas inside [...] belong to the value), trims the
+ *     whitespace around keys and values, and knows nothing about keys;
+ *   - the value readers read a size, a fraction, a boolean, a name or the
+ *     roundup list out of one value;
+ *   - the option table (conf_opts) gives each key one row: name, type,
+ *     default, accepted values, meaning, handler.  conf_check applies the
+ *     constraints between keys once every item has been read.
+ *
+ * Rules that are ours rather than PyTorch's: a repeated key is not an error,
+ * the last one wins (roundup_power2_divisions is then replaced as a whole);
+ * an empty item (`a:1,,b:2`, a trailing comma) is an error; so is an unknown
+ * key.  Lines handed to the write callbacks carry no prefix and no newline:
+ * the caller's sink adds both.
+ *
+ * conf_parse works on a copy and commits only when everything is valid.
+ * Nothing here allocates or keeps state: buffers are on the stack and the
+ * configuration belongs to the caller.  Numbers are read and written without
+ * the C library's locale-dependent functions (strtod, %f, isdigit): the
+ * library runs inside programs that may call setlocale.
+ */
+#include "conf.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+/* Sizes stop at 1024T, so the core may add two of them without overflow. */
+#define CONF_SIZE_CAP ((uint64_t)1 << 50)
+
+#define CONF_DIVS_MAX 1024u      /* largest roundup_power2_divisions value */
+#define CONF_DIVS_KEY_MAX 32768u /* MiB: the key of the last interval (32 GiB) */
+
+#define CONF_SHOW_MAX 64   /* bytes of a value quoted in an error message */
+#define CONF_LINE_MAX 512  /* one line of conf_help / conf_describe */
+#define CONF_VALUE_MAX 256 /* one formatted value (the roundup list is the longest) */
+#define CONF_KEY_MAX 48    /* longest unknown key we look for a near match of */
+#define CONF_KEY_COLUMN 28 /* width of the key column in help and describe */
+
+_Static_assert(sizeof(conf_strategy_t) == sizeof(int), "choice fields are stored as int");
+_Static_assert(sizeof(conf_reuse_t) == sizeof(int), "choice fields are stored as int");
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "sizes are read as uint64_t");
+
+/*
+ * Test seam: the tokenizer on its own.  Not in conf.h, because nothing else
+ * should tokenise CUCACHE_CONF; tests/core/test_conf.c declares it too.
+ * Calls item() once per item, in order, with the trimmed key and value (not
+ * NUL-terminated) and the 1-based column of the key.  Returns 0; -1 with err
+ * written on a syntax error; or the first nonzero value item() returned.
+ */
+typedef int (*conf_item_fn)(void *ctx, const char *key, size_t klen, const char *val, size_t vlen, size_t col);
+int conf_tokenize(const char *text, conf_item_fn item, void *ctx, char *err, size_t errlen);
+
+/* ------------------------------------------------------------------------
+ * Errors and text helpers
+ * ---------------------------------------------------------------------- */
+
+typedef struct conf_err_s {
+    char *buf;  /* the caller's buffer, or NULL */
+    size_t len; /* its size in bytes */
+} conf_err_t;
+
+/* Writes "CUCACHE_CONF: " and the message into e (truncated, NUL-terminated); returns -1. */
+__attribute__((format(printf, 2, 3))) static int conf_fail(conf_err_t *e, const char *fmt, ...)
+{
+    if (!e->buf || !e->len)
+        return -1;
+    int n = snprintf(e->buf, e->len, "CUCACHE_CONF: ");
+    if (n >= 0 && (size_t)n < e->len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->buf + n, e->len - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static bool conf_is_space(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
+}
+
+static bool conf_is_digit(char ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+static char conf_lower(char ch)
+{
+    return ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+}
+
+/* Drops the whitespace at both ends of s[0..n). */
+static void conf_trim(const char **s, size_t *n)
+{
+    while (*n && conf_is_space(**s)) {
+        (*s)++;
+        (*n)--;
+    }
+    while (*n && conf_is_space((*s)[*n - 1]))
+        (*n)--;
+}
+
+static bool conf_eq(const char *s, size_t n, const char *word)
+{
+    return strlen(word) == n && memcmp(s, word, n) == 0;
+}
+
+/* Copies s[0..n) for an error message: one line, at most CONF_SHOW_MAX bytes. */
+static const char *conf_quote(char out[CONF_SHOW_MAX + 4], const char *s, size_t n)
+{
+    size_t k = n < CONF_SHOW_MAX ? n : CONF_SHOW_MAX;
+    for (size_t i = 0; i < k; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+    }
+    if (k < n) {
+        memcpy(out + k, "...", 3);
+        k += 3;
+    }
+    out[k] = '\0';
+    return out;
+}
+
+static bool conf_is_pow2(uint64_t v)
+{
+    return v && !(v & (v - 1));
+}
+
+/* A size as `20M`, `1536K`, `512` (or `512B` when a bare number would mean MiB). */
+static void conf_fmt_size(char *buf, size_t len, size_t v, bool bare_is_bytes)
+{
+    static const char units[] = "KMGT";
+    if (v == SIZE_MAX) {
+        snprintf(buf, len, "unlimited");
+        return;
+    }
+    for (int k = 4; k >= 1; k--) {
+        size_t unit = (size_t)1 << (10 * k);
+        if (v && v % unit == 0) {
+            snprintf(buf, len, "%zu%c", v / unit, units[k - 1]);
+            return;
+        }
+    }
+    snprintf(buf, len, "%zu%s", v, v && !bare_is_bytes ? "B" : "");
+}
+
+/* A fraction with up to six decimals and no trailing zeros; x in [0, 1e12). */
+static void conf_fmt_frac(char *buf, size_t len, double x)
+{
+    uint64_t r = (uint64_t)(x * 1e6 + 0.5);
+    unsigned frac = (unsigned)(r % 1000000);
+    int digits = 6;
+    while (frac && frac % 10 == 0) {
+        frac /= 10;
+        digits--;
+    }
+    if (frac)
+        snprintf(buf, len, "%llu.%0*u", (unsigned long long)(r / 1000000), digits, frac);
+    else
+        snprintf(buf, len, "%llu", (unsigned long long)(r / 1000000));
+}
+
+/* ------------------------------------------------------------------------
+ * The tokenizer
+ * ---------------------------------------------------------------------- */
+
+/* One item text[start..end): trims it, splits it at its first ':' and hands it on. */
+static int conf_split_item(const char *text, size_t start, size_t end, conf_item_fn item, void *ctx, conf_err_t *e)
+{
+    const char *s = text + start;
+    size_t n = end - start;
+    conf_trim(&s, &n);
+    size_t col = (size_t)(s - text) + 1;
+    char q[CONF_SHOW_MAX + 4];
+    if (!n)
+        return conf_fail(
+            e, "empty item at column %zu (two commas in a row, or a comma at an end); expected key:value,key:value",
+            start + 1);
+    const char *colon = memchr(s, ':', n);
+    if (!colon)
+        return conf_fail(e, "'%s' at column %zu: expected key:value (run with CUCACHE_CONF=help for the keys)",
+                         conf_quote(q, s, n), col);
+    const char *key = s, *val = colon + 1;
+    size_t klen = (size_t)(colon - s), vlen = n - klen - 1;
+    conf_trim(&key, &klen);
+    conf_trim(&val, &vlen);
+    if (!klen)
+        return conf_fail(e, "'%s' at column %zu: no key before ':'; expected key:value", conf_quote(q, s, n), col);
+    return item(ctx, key, klen, val, vlen, col);
+}
+
+int conf_tokenize(const char *text, conf_item_fn item, void *ctx, char *err, size_t errlen)
+{
+    conf_err_t e = {err, errlen};
+    if (!text)
+        return 0;
+    const char *all = text;
+    size_t n = strlen(text);
+    conf_trim(&all, &n);
+    if (!n)
+        return 0; /* only whitespace: no items */
+    n = strlen(text);
+    size_t start = 0;
+    for (;;) {
+        size_t i = start, open = 0;
+        bool inside = false;
+        for (; i < n; i++) {
+            if (text[i] == '[') {
+                if (inside)
+                    return conf_fail(&e, "'[' at column %zu inside the list opened at column %zu; lists do not nest",
+                                     i + 1, open + 1);
+                inside = true;
+                open = i;
+            } else if (text[i] == ']') {
+                if (!inside)
+                    return conf_fail(&e, "']' at column %zu closes no '['", i + 1);
+                inside = false;
+            } else if (text[i] == ',' && !inside) {
+                break;
+            }
+        }
+        if (inside)
+            return conf_fail(&e, "'[' at column %zu is never closed; expected [...]", open + 1);
+        int rc = conf_split_item(text, start, i, item, ctx, &e);
+        if (rc)
+            return rc;
+        if (i == n)
+            return 0;
+        start = i + 1;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Value readers
+ * ---------------------------------------------------------------------- */
+
+typedef enum conf_num_e {
+    CONF_NUM_OK,
+    CONF_NUM_BAD,  /* not a number of the expected form */
+    CONF_NUM_NEG,  /* starts with '-' */
+    CONF_NUM_BIG,  /* overflows, or more than CONF_SIZE_CAP */
+    CONF_NUM_FRAC, /* a decimal that is not a whole number of bytes */
+} conf_num_t;
+
+/* Reads decimal digits from s[*i..n) into *v; sets *ovf when they overflow. Returns how many. */
+static size_t conf_digits(const char *s, size_t n, size_t *i, uint64_t *v, bool *ovf)
+{
+    size_t count = 0;
+    for (; *i < n && conf_is_digit(s[*i]); (*i)++, count++) {
+        unsigned d = (unsigned)(s[*i] - '0');
+        if (*v > (UINT64_MAX - d) / 10)
+            *ovf = true;
+        else
+            *v = *v * 10 + d;
+    }
+    return count;
+}
+
+/* 10, 20, 30, 40 for K, M, G, T (either case); 0 for anything else. */
+static unsigned conf_unit_shift(char ch)
+{
+    switch (conf_lower(ch)) {
+    case 'k':
+        return 10;
+    case 'm':
+        return 20;
+    case 'g':
+        return 30;
+    case 't':
+        return 40;
+    default:
+        return 0;
+    }
+}
+
+/*
+ * A size: digits, an optional decimal part, optional whitespace, then an
+ * optional unit K/M/G/T (binary) with an optional `B` or `iB`, or a lone `B`
+ * for bytes; case-insensitive.  A bare number counts `bare` bytes a unit.
+ */
+static conf_num_t conf_read_size(const char *s, size_t n, uint64_t bare, uint64_t *out)
+{
+    size_t i = 0;
+    if (n && s[0] == '-')
+        return CONF_NUM_NEG;
+    uint64_t whole = 0, frac = 0, den = 1;
+    bool ovf = false, inexact = false;
+    size_t digits = conf_digits(s, n, &i, &whole, &ovf);
+    if (i < n && s[i] == '.') {
+        for (i++; i < n && conf_is_digit(s[i]); i++, digits++) {
+            if (den <= UINT64_MAX / 100) { /* 18 decimals are plenty */
+                frac = frac * 10 + (uint64_t)(s[i] - '0');
+                den *= 10;
+            } else if (s[i] != '0') {
+                inexact = true;
+            }
+        }
+    }
+    if (!digits)
+        return CONF_NUM_BAD;
+    while (i < n && conf_is_space(s[i]))
+        i++;
+    uint64_t mult = bare;
+    unsigned shift = i < n ? conf_unit_shift(s[i]) : 0;
+    if (shift) {
+        mult = (uint64_t)1 << shift;
+        i++;
+        if (i < n && conf_lower(s[i]) == 'i') {
+            i++;
+            if (i == n || conf_lower(s[i]) != 'b')
+                return CONF_NUM_BAD;
+        }
+        if (i < n && conf_lower(s[i]) == 'b')
+            i++;
+    } else if (i < n && conf_lower(s[i]) == 'b') {
+        mult = 1;
+        i++;
+    }
+    if (i != n)
+        return CONF_NUM_BAD;
+    if (ovf || __builtin_mul_overflow(whole, mult, &whole))
+        return CONF_NUM_BIG;
+    if (frac) {
+        uint64_t part;
+        if (inexact || __builtin_mul_overflow(frac, mult, &part) || part % den)
+            return CONF_NUM_FRAC;
+        if (__builtin_add_overflow(whole, part / den, &whole))
+            return CONF_NUM_BIG;
+    } else if (inexact) {
+        return CONF_NUM_FRAC;
+    }
+    if (whole > CONF_SIZE_CAP)
+        return CONF_NUM_BIG;
+    *out = whole;
+    return CONF_NUM_OK;
+}
+
+/*
+ * A plain decimal (`0.8`, `1`, `.5`, `1.`): digits and one optional point,
+ * nothing else.  The digits are read as one integer and divided once by a
+ * power of ten (exact up to 1e22), so `0.92` is the double nearest 0.92.
+ */
+static bool conf_read_frac(const char *s, size_t n, double *out)
+{
+    const uint64_t keep = 100000000000000000u; /* 17 significant digits are plenty */
+    uint64_t mant = 0;
+    unsigned decimals = 0;
+    size_t i = 0, digits = 0;
+    bool huge = false;
+    for (; i < n && conf_is_digit(s[i]); i++, digits++) {
+        if (mant < keep)
+            mant = mant * 10 + (uint64_t)(s[i] - '0');
+        else
+            huge = true;
+    }
+    if (i < n && s[i] == '.') {
+        for (i++; i < n && conf_is_digit(s[i]); i++, digits++) {
+            if (mant < keep && decimals < 22) {
+                mant = mant * 10 + (uint64_t)(s[i] - '0');
+                decimals++;
+            }
+        }
+    }
+    if (!digits || i != n)
+        return false;
+    double scale = 1;
+    for (unsigned k = 0; k < decimals; k++)
+        scale *= 10;
+    *out = huge ? 1e300 : (double)mant / scale;
+    return true;
+}
+
+/* PyTorch writes True/False; 1/0 and lower case are accepted too. */
+static bool conf_read_bool(const char *s, size_t n, bool *out)
+{
+    bool yes = conf_eq(s, n, "true") || conf_eq(s, n, "True") || conf_eq(s, n, "1");
+    bool no = conf_eq(s, n, "false") || conf_eq(s, n, "False") || conf_eq(s, n, "0");
+    *out = yes;
+    return yes || no;
+}
+
+/* A plain unsigned integer, digits only (the roundup list's keys and values). */
+static bool conf_read_uint(const char *s, size_t n, uint64_t *out)
+{
+    size_t i = 0;
+    bool ovf = false;
+    *out = 0;
+    return conf_digits(s, n, &i, out, &ovf) && i == n && !ovf;
+}
+
+/* ------------------------------------------------------------------------
+ * roundup_power2_divisions
+ * ---------------------------------------------------------------------- */
+
+/* One division count: 0 or a power of two up to CONF_DIVS_MAX.  On error writes why. */
+static bool conf_read_div(const char *s, size_t n, unsigned *out, char *why, size_t whylen)
+{
+    char q[CONF_SHOW_MAX + 4];
+    uint64_t v;
+    if (!conf_read_uint(s, n, &v)) {
+        snprintf(why, whylen, "'%s' is not a number", conf_quote(q, s, n));
+        return false;
+    }
+    if (v > CONF_DIVS_MAX) {
+        snprintf(why, whylen, "%s is more than %u", conf_quote(q, s, n), CONF_DIVS_MAX);
+        return false;
+    }
+    if (v && !conf_is_pow2(v)) {
+        snprintf(why, whylen, "%s is not 0 or a power of two", conf_quote(q, s, n));
+        return false;
+    }
+    *out = (unsigned)v;
+    return true;
+}
+
+/* floor(log2(v)) for v > 0 */
+static unsigned conf_log2(uint64_t v)
+{
+    return 63u - (unsigned)__builtin_clzll((unsigned long long)v);
+}
+
+/*
+ * `[256:1,512:2,1024:4,>:8]`, PyTorch's semantics: a key is a size in MiB
+ * (a power of two from 1 to 32768) and sets the interval floor(log2(key));
+ * the first key's value also fills every interval below it; `>` fills every
+ * interval after the last key (all of them when it comes alone); intervals
+ * between listed keys stay 0.  Keys must increase; nothing follows `>`.
+ */
+static bool conf_read_divs_list(const char *s, size_t n, unsigned divs[CONF_ROUNDUP_INTERVALS], char *why,
+                                size_t whylen)
+{
+    char q[CONF_SHOW_MAX + 4], q2[CONF_SHOW_MAX + 4];
+    if (n < 2 || s[n - 1] != ']') {
+        snprintf(why, whylen, "text after ']'");
+        return false;
+    }
+    const char *p = s + 1, *end = s + n - 1;
+    const char *last_key = NULL;
+    size_t last_klen = 0;
+    unsigned last = 0; /* interval of the last key */
+    bool any = false, closed = false;
+    {
+        const char *t = p;
+        size_t tn = (size_t)(end - p);
+        conf_trim(&t, &tn);
+        if (!tn) {
+            snprintf(why, whylen, "the list is empty");
+            return false;
+        }
+    }
+    while (p <= end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma ? comma : end;
+        const char *el = p, *key, *val;
+        size_t elen = (size_t)(stop - p), klen, vlen;
+        p = stop + 1;
+        conf_trim(&el, &elen);
+        if (!elen) {
+            snprintf(why, whylen, "empty entry in the list");
+            return false;
+        }
+        if (closed) {
+            snprintf(why, whylen, "'%s' after '>': '>' must come last", conf_quote(q, el, elen));
+            return false;
+        }
+        const char *colon = memchr(el, ':', elen);
+        if (!colon) {
+            snprintf(why, whylen, "'%s' is not MiB:divisions", conf_quote(q, el, elen));
+            return false;
+        }
+        key = el;
+        klen = (size_t)(colon - el);
+        val = colon + 1;
+        vlen = elen - klen - 1;
+        conf_trim(&key, &klen);
+        conf_trim(&val, &vlen);
+        unsigned d;
+        if (!conf_read_div(val, vlen, &d, why, whylen))
+            return false;
+        if (conf_eq(key, klen, ">")) {
+            for (unsigned i = any ? last + 1 : 0; i < CONF_ROUNDUP_INTERVALS; i++)
+                divs[i] = d;
+            closed = true;
+            continue;
+        }
+        uint64_t mib;
+        if (!conf_read_uint(key, klen, &mib)) {
+            snprintf(why, whylen, "key '%s' is not a number of MiB or '>'", conf_quote(q, key, klen));
+            return false;
+        }
+        if (!conf_is_pow2(mib) || mib > CONF_DIVS_KEY_MAX) {
+            snprintf(why, whylen, "key %s is not a power of two from 1 to %u", conf_quote(q, key, klen),
+                     CONF_DIVS_KEY_MAX);
+            return false;
+        }
+        unsigned idx = conf_log2(mib);
+        if (any && idx <= last) {
+            snprintf(why, whylen, "keys must increase: %s comes after %s", conf_quote(q, key, klen),
+                     conf_quote(q2, last_key, last_klen));
+            return false;
+        }
+        if (!any)
+            for (unsigned i = 0; i < idx; i++)
+                divs[i] = d;
+        divs[idx] = d;
+        last = idx;
+        last_key = key;
+        last_klen = klen;
+        any = true;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------------------------
+ * The option table
+ * ---------------------------------------------------------------------- */
+
+typedef struct conf_opt_s conf_opt_t;
+
+/* Reads the value v[0..n) into c or writes an error into e and returns -1. */
+typedef int (*conf_set_fn)(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e);
+/* Writes the field's current value, as describe shows it. */
+typedef void (*conf_show_fn)(const conf_opt_t *o, const conf_t *c, char *buf, size_t len);
+
+enum {
+    CONF_F_POW2 = 1u << 0,      /* size: a power of two */
+    CONF_F_ZERO_OK = 1u << 1,   /* size: 0 is accepted below min */
+    CONF_F_HI_CLOSED = 1u << 2, /* fraction: hi itself is accepted */
+};
+
+struct conf_opt_s {
+    const char *name;         /* the key */
+    const char *type;         /* as help shows it */
+    const char *def;          /* the default as help shows it; equals show() of conf_defaults (tested) */
+    const char *range;        /* accepted values, in help and in error messages */
+    const char *meaning;      /* one line */
+    conf_set_fn set;          /* the handler */
+    conf_show_fn show;        /* the effective value */
+    size_t off;               /* offsetof(conf_t, field) for the generic handlers */
+    uint64_t unit;            /* size: bytes in a bare number (1 or MiB) */
+    uint64_t min, max;        /* size: bounds, inclusive (max 0: CONF_SIZE_CAP) */
+    unsigned flags;           /* CONF_F_* */
+    double lo, hi;            /* fraction: bounds, exclusive unless CONF_F_HI_CLOSED */
+    const char *const *names; /* choice: accepted names, indexed by the enum value */
+};
+
+static void conf_get(const conf_opt_t *o, const conf_t *c, void *v, size_t n)
+{
+    memcpy(v, (const char *)c + o->off, n);
+}
+
+static void conf_put(const conf_opt_t *o, conf_t *c, const void *v, size_t n)
+{
+    memcpy((char *)c + o->off, v, n);
+}
+
+static int conf_size_fail(const conf_opt_t *o, const char *v, size_t n, const char *why, conf_err_t *e)
+{
+    char q[CONF_SHOW_MAX + 4];
+    return conf_fail(e, "%s:%s: %sexpected a size of %s (%s)", o->name, conf_quote(q, v, n), why, o->range,
+                     o->unit == MiB ? "a number of MiB, or with a unit: 512M, 2G"
+                                    : "a number of bytes, or with a unit: 4096, 64K, 2M");
+}
+
+static int conf_set_size(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
+{
+    uint64_t x = 0, max = o->max ? o->max : CONF_SIZE_CAP;
+    switch (conf_read_size(v, n, o->unit, &x)) {
+    case CONF_NUM_OK:
+        break;
+    case CONF_NUM_NEG:
+        return conf_size_fail(o, v, n, "negative; ", e);
+    case CONF_NUM_BIG:
+        return conf_size_fail(o, v, n, "too large (sizes stop at 1024T); ", e);
+    case CONF_NUM_FRAC:
+        return conf_size_fail(o, v, n, "not a whole number of bytes; ", e);
+    case CONF_NUM_BAD:
+    default:
+        return conf_size_fail(o, v, n, "", e);
+    }
+    if (x < o->min && !(x == 0 && (o->flags & CONF_F_ZERO_OK)))
+        return conf_size_fail(o, v, n, "too small; ", e);
+    if (x > max)
+        return conf_size_fail(o, v, n, "too large; ", e);
+    if ((o->flags & CONF_F_POW2) && !conf_is_pow2(x))
+        return conf_size_fail(o, v, n, "not a power of two; ", e);
+    size_t sz = (size_t)x;
+    conf_put(o, c, &sz, sizeof sz);
+    return 0;
+}
+
+static void conf_show_size(const conf_opt_t *o, const conf_t *c, char *buf, size_t len)
+{
+    size_t v;
+    conf_get(o, c, &v, sizeof v);
+    conf_fmt_size(buf, len, v, o->unit == 1);
+}
+
+static int conf_set_frac(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
+{
+    char q[CONF_SHOW_MAX + 4];
+    double x;
+    bool hi_ok = o->flags & CONF_F_HI_CLOSED;
+    if (!conf_read_frac(v, n, &x) || x <= o->lo || x > o->hi || (x == o->hi && !hi_ok))
+        return conf_fail(e, "%s:%s: expected a number %s (for example 0.8)", o->name, conf_quote(q, v, n), o->range);
+    conf_put(o, c, &x, sizeof x);
+    return 0;
+}
+
+static void conf_show_frac(const conf_opt_t *o, const conf_t *c, char *buf, size_t len)
+{
+    double v;
+    conf_get(o, c, &v, sizeof v);
+    conf_fmt_frac(buf, len, v);
+}
+
+static int conf_set_choice(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
+{
+    char q[CONF_SHOW_MAX + 4];
+    for (int i = 0; o->names[i]; i++) {
+        if (conf_eq(v, n, o->names[i])) {
+            conf_put(o, c, &i, sizeof i);
+            return 0;
+        }
+    }
+    return conf_fail(e, "%s:%s: expected %s", o->name, conf_quote(q, v, n), o->range);
+}
+
+static void conf_show_choice(const conf_opt_t *o, const conf_t *c, char *buf, size_t len)
+{
+    int v;
+    conf_get(o, c, &v, sizeof v);
+    snprintf(buf, len, "%s", o->names[v]);
+}
+
+/* expandable_segments: only false for now; the field waits for the VMM backend. */
+static int conf_set_expandable(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
+{
+    char q[CONF_SHOW_MAX + 4];
+    bool x;
+    if (!conf_read_bool(v, n, &x))
+        return conf_fail(e, "%s:%s: expected true or false (also True, False, 1, 0)", o->name, conf_quote(q, v, n));
+    if (x)
+        return conf_fail(e, "%s:%s is not supported yet by cucache; accepted: %s", o->name, conf_quote(q, v, n),
+                         o->range);
+    c->expandable_segments = x;
+    return 0;
+}
+
+static void conf_show_bool(const conf_opt_t *o, const conf_t *c, char *buf, size_t len)
+{
+    bool v;
+    conf_get(o, c, &v, sizeof v);
+    snprintf(buf, len, "%s", v ? "true" : "false");
+}
+
+/* backend: PyTorch's allocator backend.  cucache sits under the native one. */
+static int conf_set_backend(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
+{
+    char q[CONF_SHOW_MAX + 4];
+    (void)c;
+    if (conf_eq(v, n, "native"))
+        return 0;
+    if (conf_eq(v, n, "cudaMallocAsync"))
+        return conf_fail(e, "%s:%s: cucache replaces that backend; accepted: %s", o->name, conf_quote(q, v, n),
+                         o->range);
+    return conf_fail(e, "%s:%s: expected %s", o->name, conf_quote(q, v, n), o->range);
+}
+
+static void conf_show_backend(const conf_opt_t *o, const conf_t *c, char *buf, size_t len)
+{
+    (void)o;
+    (void)c;
+    snprintf(buf, len, "native");
+}
+
+static int conf_set_divs(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
+{
+    char q[CONF_SHOW_MAX + 4], why[2 * CONF_SHOW_MAX + 64];
+    unsigned divs[CONF_ROUNDUP_INTERVALS] = {0};
+    bool ok;
+    if (n && v[0] == '[') {
+        ok = conf_read_divs_list(v, n, divs, why, sizeof why);
+    } else {
+        unsigned d = 0;
+        ok = conf_read_div(v, n, &d, why, sizeof why);
+        for (unsigned i = 0; i < CONF_ROUNDUP_INTERVALS; i++)
+            divs[i] = d;
+    }
+    if (!ok)
+        return conf_fail(e, "%s:%s: %s; expected %s", o->name, conf_quote(q, v, n), why, o->range);
+    memcpy(c->roundup_divs, divs, sizeof divs);
+    return 0;
+}
+
+/*
+ * One number when every interval agrees; otherwise the shortest list that
+ * reads back the same: the first key ends the leading run, each interval
+ * up to the trailing run is listed, and `>` covers the trailing run.
+ */
+static void conf_show_divs(const conf_opt_t *o, const conf_t *c, char *buf, size_t len)
+{
+    const unsigned *d = c->roundup_divs;
+    unsigned lead = 0, tail = CONF_ROUNDUP_INTERVALS - 1;
+    (void)o;
+    while (lead + 1 < CONF_ROUNDUP_INTERVALS && d[lead + 1] == d[0])
+        lead++;
+    if (lead == CONF_ROUNDUP_INTERVALS - 1) {
+        snprintf(buf, len, "%u", d[0]);
+        return;
+    }
+    while (d[tail - 1] == d[CONF_ROUNDUP_INTERVALS - 1])
+        tail--; /* stops above lead: d[lead + 1] differs from d[0] */
+    size_t k = 0;
+    for (unsigned i = lead; i < tail && k < len; i++) {
+        int w = snprintf(buf + k, len - k, "%s%u:%u", i == lead ? "[" : ",", 1u << i, d[i]);
+        k += w > 0 ? (size_t)w : 0;
+    }
+    if (k < len)
+        snprintf(buf + k, len - k, ",>:%u]", d[CONF_ROUNDUP_INTERVALS - 1]);
+}
+
+static const char *const conf_strategy_names[] = {"auto_growth", "preallocate", NULL};
+static const char *const conf_reuse_names[] = {"fenced", "stream", "sync", NULL};
+
+#define CONF_DIVS_RANGE                                                                                                \
+    "0 or a power of two up to 1024, or a list [MiB:N,...,>:N] whose keys are powers of two from 1 to 32768 in "       \
+    "increasing order"
+
+#define F(field) offsetof(conf_t, field)
+
+/* clang-format off */
+static const conf_opt_t conf_opts[] = {
+    /* PyTorch's keys, same meaning */
+    {"max_split_size_mb", "MiB", "unlimited", "at least 20M",
+     "blocks this large or larger are never split; smaller requests never get one",
+     conf_set_size, conf_show_size, .off = F(max_split_size), .unit = MiB, .min = 20 * MiB},
+    {"max_non_split_rounding_mb", "MiB", "20M", "at least 20M",
+     "an unsplit block serves a request only if it is less than this much larger",
+     conf_set_size, conf_show_size, .off = F(max_non_split_rounding), .unit = MiB, .min = 20 * MiB},
+    {"roundup_power2_divisions", "list", "0", CONF_DIVS_RANGE,
+     "round requests up to 1/N steps between powers of two, per size interval (0 = off)",
+     conf_set_divs, conf_show_divs, .off = F(roundup_divs)},
+    {"garbage_collection_threshold", "fraction", "0", "more than 0 and less than 1",
+     "above this share of the allowed memory, release old unsplit cached blocks (0 = off)",
+     conf_set_frac, conf_show_frac, .off = F(gc_threshold), .lo = 0, .hi = 1},
+    {"expandable_segments", "bool", "false", "false",
+     "growable segments on virtual memory (not supported yet)",
+     conf_set_expandable, conf_show_bool, .off = F(expandable_segments)},
+    {"per_process_memory_fraction", "fraction", "1", "more than 0, at most 1",
+     "share of the device's memory this process may hold",
+     conf_set_frac, conf_show_frac, .off = F(memory_fraction), .lo = 0, .hi = 1, .flags = CONF_F_HI_CLOSED},
+    {"backend", "choice", "native", "native",
+     "PyTorch's allocator backend; cucache caches under the native one",
+     conf_set_backend, conf_show_backend, .off = 0 /* no field */},
+    /* cucache's and Paddle's keys */
+    {"limit_mb", "MiB", "0", "0 (none) or at least 1M",
+     "most device memory held at once, even when the device has more (Paddle's FLAGS_gpu_memory_limit_mb)",
+     conf_set_size, conf_show_size, .off = F(limit), .unit = MiB, .min = MiB, .flags = CONF_F_ZERO_OK},
+    {"strategy", "choice", "auto_growth", "auto_growth or preallocate",
+     "grow on demand and cache on free, or reserve `fraction` of free memory at first use",
+     conf_set_choice, conf_show_choice, .off = F(strategy), .names = conf_strategy_names},
+    {"fraction", "fraction", "0.92", "more than 0, at most 1",
+     "strategy:preallocate: share of free memory reserved at first use",
+     conf_set_frac, conf_show_frac, .off = F(fraction), .lo = 0, .hi = 1, .flags = CONF_F_HI_CLOSED},
+    {"reuse", "choice", "fenced", "fenced, stream or sync",
+     "a freed block serves other streams behind a shared fence, by stream order only, or after a device sync",
+     conf_set_choice, conf_show_choice, .off = F(reuse), .names = conf_reuse_names},
+    /* PyTorch's constants, configurable */
+    {"min_block_size", "bytes", "512", "a power of two from 256 to 64K",
+     "every request rounds up to a multiple of this",
+     conf_set_size, conf_show_size, .off = F(min_block_size), .unit = 1, .min = 256, .max = 64 * KiB,
+     .flags = CONF_F_POW2},
+    {"small_size", "bytes", "1M", "more than 0, at most small_segment_size",
+     "requests up to this size use the small pool",
+     conf_set_size, conf_show_size, .off = F(small_size), .unit = 1, .min = 1},
+    {"small_segment_size", "bytes", "2M", "at least small_size, a multiple of min_block_size",
+     "segment size for small requests",
+     conf_set_size, conf_show_size, .off = F(small_segment_size), .unit = 1, .min = 1},
+    {"min_large_alloc", "bytes", "10M", "more than 0, less than large_segment_size_mb",
+     "large requests below this get large_segment_size_mb segments",
+     conf_set_size, conf_show_size, .off = F(min_large_alloc), .unit = 1, .min = 1},
+    {"large_segment_size_mb", "MiB", "20M", "more than min_large_alloc, a multiple of min_block_size",
+     "segment size for requests above small_size and below min_large_alloc",
+     conf_set_size, conf_show_size, .off = F(large_segment_size), .unit = MiB, .min = 1},
+    {"round_large", "bytes", "2M", "a power of two, at least min_block_size",
+     "requests of min_large_alloc or more round their segment up to a multiple of this",
+     conf_set_size, conf_show_size, .off = F(round_large), .unit = 1, .min = 1, .flags = CONF_F_POW2},
+};
+/* clang-format on */
+
+#define CONF_NOPTS (sizeof conf_opts / sizeof conf_opts[0])
+
+/* Constraints between keys, checked once every item is read. */
+static int conf_check(const conf_t *c, conf_err_t *e)
+{
+    char a[32], b[32];
+#define CONF_CHECK(ok, ka, va, rel, kb, vb)                                                                            \
+    do {                                                                                                               \
+        if (!(ok)) {                                                                                                   \
+            conf_fmt_size(a, sizeof a, va, false);                                                                     \
+            conf_fmt_size(b, sizeof b, vb, false);                                                                     \
+            return conf_fail(e, "%s (%s) must be %s %s (%s)", ka, a, rel, kb, b);                                      \
+        }                                                                                                              \
+    } while (0)
+    CONF_CHECK(c->small_segment_size >= c->small_size, "small_segment_size", c->small_segment_size, "at least",
+               "small_size", c->small_size);
+    CONF_CHECK(c->small_segment_size % c->min_block_size == 0, "small_segment_size", c->small_segment_size,
+               "a multiple of", "min_block_size", c->min_block_size);
+    CONF_CHECK(c->large_segment_size > c->min_large_alloc, "large_segment_size_mb", c->large_segment_size, "more than",
+               "min_large_alloc", c->min_large_alloc);
+    CONF_CHECK(c->large_segment_size % c->min_block_size == 0, "large_segment_size_mb", c->large_segment_size,
+               "a multiple of", "min_block_size", c->min_block_size);
+    CONF_CHECK(c->round_large >= c->min_block_size, "round_large", c->round_large, "at least", "min_block_size",
+               c->min_block_size);
+#undef CONF_CHECK
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Parsing
+ * ---------------------------------------------------------------------- */
+
+/* Levenshtein distance, for "did you mean"; both strings at most CONF_KEY_MAX. */
+static size_t conf_distance(const char *a, size_t na, const char *b, size_t nb)
+{
+    size_t row[CONF_KEY_MAX + 1];
+    for (size_t j = 0; j <= nb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+/* The key nearest to key[0..n) when it is close enough to be a typo, else NULL. */
+static const char *conf_near_key(const char *key, size_t n)
+{
+    const char *best = NULL;
+    size_t best_d = 4; /* at most 3 edits */
+    if (n < 3 || n > CONF_KEY_MAX)
+        return NULL;
+    for (size_t i = 0; i < CONF_NOPTS; i++) {
+        size_t len = strlen(conf_opts[i].name);
+        size_t d = len <= CONF_KEY_MAX ? conf_distance(key, n, conf_opts[i].name, len) : SIZE_MAX;
+        if (d < best_d) {
+            best_d = d;
+            best = conf_opts[i].name;
+        }
+    }
+    return best;
+}
+
+typedef struct conf_parse_ctx_s {
+    conf_t *c; /* the working copy */
+    conf_err_t e;
+} conf_parse_ctx_t;
+
+static int conf_apply_item(void *ctx, const char *key, size_t klen, const char *val, size_t vlen, size_t col)
+{
+    conf_parse_ctx_t *p = ctx;
+    (void)col;
+    for (size_t i = 0; i < CONF_NOPTS; i++)
+        if (conf_eq(key, klen, conf_opts[i].name))
+            return conf_opts[i].set(&conf_opts[i], p->c, val, vlen, &p->e) ? -1 : 0;
+    char qk[CONF_SHOW_MAX + 4], qv[CONF_SHOW_MAX + 4], hint[CONF_KEY_MAX + 32] = "";
+    const char *near = conf_near_key(key, klen);
+    if (near)
+        snprintf(hint, sizeof hint, " (did you mean %s?)", near);
+    return conf_fail(&p->e, "%s:%s: unknown key%s; run with CUCACHE_CONF=help for the list of keys",
+                     conf_quote(qk, key, klen), conf_quote(qv, val, vlen), hint);
+}
+
+void conf_defaults(conf_t *c)
+{
+    memset(c, 0, sizeof *c);
+    c->min_block_size = 512;
+    c->small_size = 1 * MiB;
+    c->small_segment_size = 2 * MiB;
+    c->min_large_alloc = 10 * MiB;
+    c->large_segment_size = 20 * MiB;
+    c->round_large = 2 * MiB;
+    c->max_split_size = SIZE_MAX;
+    c->max_non_split_rounding = 20 * MiB;
+    /* roundup_divs: all 0 (off) */
+    c->gc_threshold = 0;
+    c->expandable_segments = false;
+    c->memory_fraction = 1.0;
+    c->limit = 0;
+    c->strategy = CONF_STRATEGY_AUTO_GROWTH;
+    c->fraction = 0.92;
+    c->reuse = CONF_REUSE_FENCED;
+}
+
+int conf_parse(conf_t *c, const char *text, char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    if (!text)
+        return 0;
+    const char *t = text;
+    size_t n = strlen(text);
+    conf_trim(&t, &n);
+    if (conf_eq(t, n, "help"))
+        return 1;
+    conf_t work = *c;
+    conf_parse_ctx_t p = {&work, {err, errlen}};
+    if (conf_tokenize(text, conf_apply_item, &p, err, errlen) || conf_check(&work, &p.e))
+        return -1;
+    *c = work;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Help and describe
+ * ---------------------------------------------------------------------- */
+
+void conf_help(void (*write)(void *ctx, const char *line), void *ctx)
+{
+    char line[CONF_LINE_MAX];
+    write(ctx, "CUCACHE_CONF=key:value,key:value,...  Sizes: 4096, 64K, 20M, 2G (binary units; keys ending in _mb "
+               "read a bare number as MiB).  A repeated key: the last one wins.");
+    snprintf(line, sizeof line, "%-*s %-8s %-11s %s", CONF_KEY_COLUMN, "key", "type", "default",
+             "meaning [accepted values]");
+    write(ctx, line);
+    for (size_t i = 0; i < CONF_NOPTS; i++) {
+        const conf_opt_t *o = &conf_opts[i];
+        snprintf(line, sizeof line, "%-*s %-8s %-11s %s [%s]", CONF_KEY_COLUMN, o->name, o->type, o->def, o->meaning,
+                 o->range);
+        write(ctx, line);
+    }
+}
+
+void conf_describe(const conf_t *c, void (*write)(void *ctx, const char *line), void *ctx)
+{
+    char line[CONF_LINE_MAX], key[CONF_KEY_COLUMN + 8], now[CONF_VALUE_MAX], def[CONF_VALUE_MAX];
+    conf_t d;
+    conf_defaults(&d);
+    for (size_t i = 0; i < CONF_NOPTS; i++) {
+        const conf_opt_t *o = &conf_opts[i];
+        o->show(o, c, now, sizeof now);
+        o->show(o, &d, def, sizeof def);
+        snprintf(key, sizeof key, "%s:", o->name);
+        snprintf(line, sizeof line, "%-*s %s (%s)", CONF_KEY_COLUMN + 1, key, now,
+                 strcmp(now, def) ? "CUCACHE_CONF" : "default");
+        write(ctx, line);
+    }
+}
+
+unsigned conf_roundup_divisions(const conf_t *c, size_t size)
+{
+    size_t mib = size >> 20;
+    unsigned i = mib ? conf_log2(mib) : 0;
+    return c->roundup_divs[i < CONF_ROUNDUP_INTERVALS ? i : CONF_ROUNDUP_INTERVALS - 1];
+}

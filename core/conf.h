@@ -1,0 +1,79 @@
+/*
+ * CUCACHE_CONF: the allocator's configuration, parsed in one place.
+ *
+ * Syntax, in the style of PYTORCH_CUDA_ALLOC_CONF: `key:value,key:value`,
+ * whitespace ignored, lists in brackets (`roundup_power2_divisions:[256:1,
+ * 512:2,>:8]`).  Keys keep PyTorch's names where the meaning is the same.
+ * Sizes take units (`4096`, `512K`, `20M`, `2G`, `1T`; binary multiples;
+ * optional `B`/`iB`); a key ending in `_mb` reads a bare number as MiB.
+ * Booleans: true/false (PyTorch's True/False accepted).
+ *
+ * Every key is one row of the option table in conf.c: name, type, default,
+ * range, one-line meaning.  The tokenizer is separate from the value
+ * handlers; both are unit-tested (tests/core/test_conf.c).
+ */
+#ifndef CUCACHE_CORE_CONF_H
+#define CUCACHE_CORE_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* roundup_power2_divisions intervals: index = floor(log2(size in MiB)),
+ * clamped to [0, 15] (sizes below 2 MiB use 0, 32 GiB and above use 15). */
+#define CONF_ROUNDUP_INTERVALS 16
+
+typedef enum conf_strategy_e {
+    CONF_STRATEGY_AUTO_GROWTH, /* grow on demand, cache on free (default) */
+    CONF_STRATEGY_PREALLOCATE, /* reserve `fraction` of free memory at first use */
+} conf_strategy_t;
+
+typedef enum conf_reuse_e {
+    CONF_REUSE_FENCED, /* frees pend behind a shared fence (default) */
+    CONF_REUSE_STREAM, /* trust stream order only */
+    CONF_REUSE_SYNC,   /* synchronise the device on every free */
+} conf_reuse_t;
+
+typedef struct conf_s {
+    /* sizes, in bytes */
+    size_t min_block_size;         /* every request rounds up to a multiple; 512; power of two */
+    size_t small_size;             /* requests up to this go to the small pool; 1 MiB */
+    size_t small_segment_size;     /* segment size for small requests; 2 MiB; >= small_size */
+    size_t min_large_alloc;        /* large requests below this get large_segment_size segments; 10 MiB */
+    size_t large_segment_size;     /* large_segment_size_mb; 20 MiB; > min_large_alloc */
+    size_t round_large;            /* larger requests round their segment up to this; 2 MiB */
+    size_t max_split_size;         /* max_split_size_mb; SIZE_MAX = unlimited; >= 20 MiB */
+    size_t max_non_split_rounding; /* max_non_split_rounding_mb; 20 MiB; >= 20 MiB */
+    unsigned roundup_divs[CONF_ROUNDUP_INTERVALS]; /* 0 or 1: off; else power of two */
+    double gc_threshold;           /* garbage_collection_threshold; 0 = off, else in (0, 1) */
+    bool expandable_segments;      /* accepted for PyTorch compatibility; true is refused until supported */
+    double memory_fraction;        /* per_process_memory_fraction; (0, 1]; 1 = whole device */
+    size_t limit;                  /* limit_mb; 0 = none */
+    conf_strategy_t strategy;      /* strategy:auto_growth|preallocate */
+    double fraction;               /* preallocate: share of free memory reserved; (0, 1]; 0.92 */
+    conf_reuse_t reuse;            /* reuse:fenced|stream|sync */
+} conf_t;
+
+/* The defaults (PyTorch's policy, Paddle's auto_growth, reuse:fenced). */
+void conf_defaults(conf_t *c);
+
+/* Parses `text` over the current contents of *c (call conf_defaults first).
+ * On error returns -1, leaves *c unchanged, and writes into err (always
+ * NUL-terminated) one line naming the key, the value and what is accepted,
+ * e.g. "CUCACHE_CONF: max_split_size_mb:abc: expected a size of at least
+ * 20M (a number of MiB, or with a unit: 512M, 2G)".  "help" is not an error:
+ * conf_parse returns 1 and sets nothing (the caller prints conf_help).
+ * Returns 0 on success.  NULL or empty text is success. */
+int conf_parse(conf_t *c, const char *text, char *err, size_t errlen);
+
+/* Writes the table of keys (name, default, meaning), one line per key, as
+ * `CUCACHE_CONF=help` prints it, through write(ctx, line).  Never allocates. */
+void conf_help(void (*write)(void *ctx, const char *line), void *ctx);
+
+/* Writes the effective configuration, one `key: value` line per key, each
+ * marked "(default)" or "(CUCACHE_CONF)" against the defaults. */
+void conf_describe(const conf_t *c, void (*write)(void *ctx, const char *line), void *ctx);
+
+/* The rounding divisions for a request of `size` bytes (0 or 1 = off). */
+unsigned conf_roundup_divisions(const conf_t *c, size_t size);
+
+#endif

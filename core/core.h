@@ -1,0 +1,155 @@
+/*
+ * The caching allocator: what the interposer, the replay tool, the
+ * benchmarks and the tests call.  It knows nothing of CUDA: it reaches the
+ * device through a backend (core_backend_t) and names streams by opaque
+ * keys.
+ *
+ *   core_dev_t *d = core_dev_new(&backend, device, &conf);
+ *   void *p = core_malloc(d, size, stream, &oom);   // NULL: out of memory, oom says why
+ *   core_free(d, p, CORE_FREE_FENCED, 0);           // or _NOW, _AFTER_STREAM
+ *
+ * Streams: a block belongs to the stream key it was allocated for and is
+ * only handed out again for that key (PyTorch's rule).  Key 0 stands for
+ * memory not tied to a stream (cudaMalloc): usable on every stream.
+ *
+ * Reuse safety is the caller's choice at free time:
+ *   CORE_FREE_NOW          no work can still use the block (the caller
+ *                          synchronised, or the free is ordered on the
+ *                          block's own stream): reusable at once;
+ *   CORE_FREE_FENCED       pending behind the device-wide fence (the next
+ *                          one recorded covers every free since the last):
+ *                          reusable once that fence completed, or after a
+ *                          synchronisation (core_synchronized);
+ *   CORE_FREE_AFTER_STREAM pending behind an event recorded on `stream` now
+ *                          (a free ordered on another stream than the
+ *                          block's, or record_stream uses).
+ *
+ * Thread safety: one lock per device; nothing global on the hit path.
+ */
+#ifndef CUCACHE_CORE_H
+#define CUCACHE_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf.h"
+
+typedef struct core_dev_s core_dev_t;
+typedef uintptr_t core_stream_t; /* opaque stream key; 0 = not stream-ordered */
+
+/* ------------------------------------------------------------------------
+ * The backend: how the core reaches a device
+ * ---------------------------------------------------------------------- */
+
+enum {
+    CORE_OK = 0,
+    CORE_ENOMEM = 1, /* the device has no room: the retry ladder goes on */
+    CORE_EFAIL = 2,  /* any other failure: reported as is */
+};
+
+typedef struct core_backend_s {
+    void *ctx;
+    /* Allocates a segment of `size` bytes on `device`. */
+    int (*seg_alloc)(void *ctx, int device, size_t size, uintptr_t *addr);
+    /* Returns a whole segment (never part of one) to the device. */
+    void (*seg_free)(void *ctx, int device, uintptr_t addr, size_t size);
+    /* The device's free and total bytes. */
+    int (*mem_info)(void *ctx, int device, size_t *free_bytes, size_t *total);
+    /* Records a marker after all work queued so far on `stream` (0: on every
+     * stream of the device: the fence) and returns its handle. */
+    int (*event_record)(void *ctx, int device, core_stream_t stream, uint64_t *event);
+    /* 1 when the marker's work has completed, 0 when not yet. */
+    int (*event_query)(void *ctx, int device, uint64_t event);
+    void (*event_wait)(void *ctx, int device, uint64_t event);
+    void (*event_release)(void *ctx, int device, uint64_t event);
+    /* Waits for all work on the device. */
+    void (*device_sync)(void *ctx, int device);
+} core_backend_t;
+
+/* ------------------------------------------------------------------------
+ * Devices, allocation and free
+ * ---------------------------------------------------------------------- */
+
+/* One allocator per device; conf is copied. NULL when out of host memory. */
+core_dev_t *core_dev_new(const core_backend_t *backend, int device, const conf_t *conf);
+/* Returns every segment to the device (after waiting for pending frees) and
+ * frees the state.  Live allocations are dropped. */
+void core_dev_destroy(core_dev_t *d);
+
+typedef enum core_free_e {
+    CORE_FREE_NOW,
+    CORE_FREE_FENCED,
+    CORE_FREE_AFTER_STREAM,
+} core_free_t;
+
+/* What an out-of-memory failure knows, for the OOM report. */
+typedef struct core_oom_s {
+    size_t requested;       /* bytes asked for */
+    size_t rounded;         /* after rounding */
+    size_t alloc_size;      /* segment size that was needed */
+    int pool_id;            /* 0: default pools */
+    bool limit_hit;         /* a limit (limit_mb, fraction) refused it, not the device */
+    size_t limit;           /* the allowed bytes (SIZE_MAX: none) */
+    size_t device_free, device_total;
+    size_t allocated, reserved; /* this allocator's bytes */
+    size_t largest_free;    /* largest free block in the cache */
+    size_t pending;         /* bytes still waiting on fences or events */
+    int backend_error;      /* CORE_ENOMEM or CORE_EFAIL */
+} core_oom_t;
+
+/* Allocates `size` bytes (0 is served as the minimum block) for `stream`.
+ * Returns the device address, or 0 with *oom filled (oom may be NULL). */
+uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom_t *oom);
+
+enum {
+    CORE_FREED = 0,
+    CORE_NOT_MINE = 1, /* no live allocation at that address */
+};
+
+/* Frees the allocation at addr.  `stream` matters for CORE_FREE_AFTER_STREAM.
+ * CORE_NOT_MINE: the address is not a live allocation of this device (a
+ * foreign pointer, an interior pointer or a double free); nothing changed. */
+int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stream);
+
+/* The live allocation containing addr: its base and requested size. */
+bool core_lookup(core_dev_t *d, uintptr_t addr, uintptr_t *base, size_t *size, core_stream_t *stream);
+
+/* record_stream: the allocation is also used on `stream`; its free waits
+ * for an event on that stream too. */
+int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream);
+
+/* The program synchronised the device: every pending block is reusable. */
+void core_synchronized(core_dev_t *d);
+
+/* Releases every free segment to the device (pool_id < 0: all pools). */
+void core_empty_cache(core_dev_t *d, int pool_id);
+
+/* ------------------------------------------------------------------------
+ * Private pools (CUDA graph capture, MemPool)
+ * ---------------------------------------------------------------------- */
+
+/* Creates a private pool and returns its id (> 0), or -1. */
+int core_pool_create(core_dev_t *d);
+/* Routes the calling thread's allocations on this device to pool_id (0:
+ * back to the default pools). */
+int core_pool_use(core_dev_t *d, int pool_id);
+/* Destroys the pool: its free segments are released now, the rest as their
+ * blocks are freed. */
+int core_pool_destroy(core_dev_t *d, int pool_id);
+
+/* ------------------------------------------------------------------------
+ * Memory information
+ * ---------------------------------------------------------------------- */
+
+typedef struct core_usage_s {
+    size_t allocated;  /* bytes in live allocations (rounded) */
+    size_t reserved;   /* bytes of segments held from the device */
+    size_t cached_free;/* reserved bytes free for reuse now */
+    size_t pending;    /* bytes freed but waiting on fences or events */
+    size_t largest_free;
+} core_usage_t;
+
+void core_usage(core_dev_t *d, core_usage_t *u);
+
+#endif

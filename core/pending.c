@@ -1,0 +1,195 @@
+/*
+ * Pending frees: blocks the program freed that queued work may still use.
+ *
+ * Fenced frees (cudaFree under reuse:fenced) join the open batch.  The
+ * batch's fence is recorded lazily, when an allocation first needs memory
+ * the cache cannot give: a fence recorded later than the frees covers them
+ * (it orders after everything queued before it), and one fence serves every
+ * free since the previous one, so its cost is shared.  Closed batches
+ * complete in order.
+ *
+ * Frees ordered on another stream than the block's (cudaFreeAsync on a
+ * second stream, record_stream uses) wait behind an event recorded on that
+ * stream at the free.
+ *
+ * A pending block is still active (PyTorch's meaning) and not in any free
+ * tree; when its fence or event completes it is released: merged with free
+ * neighbours and put back in its pool.
+ */
+#include <time.h>
+
+#include "hostalloc.h"
+#include "types.h"
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void pend_fenced(core_dev_t *d, block_t *b)
+{
+    b->state = BLOCK_PENDING;
+    b->event = 0;
+    b->pend_next = d->open.blocks;
+    d->open.blocks = b;
+    d->open.bytes += b->size;
+    d->pending_bytes += b->size;
+}
+
+/* Pending behind an event on `stream` (and one on each record_stream use). */
+int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream)
+{
+    uint64_t ev = 0;
+    if (d->be.event_record(d->be.ctx, d->device, stream, &ev) != CORE_OK)
+        return -1;
+    b->state = BLOCK_PENDING;
+    b->event = ev;
+    b->pend_next = d->event_pending;
+    d->event_pending = b;
+    d->pending_bytes += b->size;
+    return 0;
+}
+
+void pend_close(core_dev_t *d)
+{
+    if (!d->open.blocks)
+        return;
+    uint64_t ev = 0;
+    if (d->be.event_record(d->be.ctx, d->device, 0, &ev) != CORE_OK) {
+        /* No fence: the only safe thing is to wait for the device. */
+        d->be.device_sync(d->be.ctx, d->device);
+        d->stats.num_sync_all_streams++;
+        pend_release_all(d, false);
+        return;
+    }
+    fence_batch_t *f = hostalloc_malloc(sizeof *f);
+    if (!f) {
+        d->be.event_wait(d->be.ctx, d->device, ev);
+        d->be.event_release(d->be.ctx, d->device, ev);
+        pend_release_all(d, false);
+        return;
+    }
+    *f = d->open;
+    f->event = ev;
+    f->next = NULL;
+    if (d->fences_tail)
+        d->fences_tail->next = f;
+    else
+        d->fences = f;
+    d->fences_tail = f;
+    d->open.blocks = NULL;
+    d->open.bytes = 0;
+    d->stats.num_fences++;
+}
+
+static size_t release_list(core_dev_t *d, block_t *b)
+{
+    size_t bytes = 0;
+    while (b) {
+        block_t *next = b->pend_next;
+        b->pend_next = NULL;
+        bytes += b->size;
+        d->pending_bytes -= b->size;
+        pool_release_block(d, b);
+        b = next;
+    }
+    return bytes;
+}
+
+/* Releases the oldest closed batch (its fence completed or was waited). */
+static size_t release_oldest_batch(core_dev_t *d)
+{
+    fence_batch_t *f = d->fences;
+    d->fences = f->next;
+    if (!d->fences)
+        d->fences_tail = NULL;
+    d->be.event_release(d->be.ctx, d->device, f->event);
+    size_t bytes = release_list(d, f->blocks);
+    hostalloc_free(f);
+    return bytes;
+}
+
+/* Releases the event-pending blocks whose event completed (wait: all). */
+static size_t poll_events(core_dev_t *d, bool wait)
+{
+    size_t bytes = 0;
+    for (block_t **p = &d->event_pending; *p;) {
+        block_t *b = *p;
+        if (wait)
+            d->be.event_wait(d->be.ctx, d->device, b->event);
+        else if (d->be.event_query(d->be.ctx, d->device, b->event) != 1) {
+            p = &b->pend_next;
+            continue;
+        }
+        *p = b->pend_next;
+        d->be.event_release(d->be.ctx, d->device, b->event);
+        b->pend_next = NULL;
+        b->event = 0;
+        bytes += b->size;
+        d->pending_bytes -= b->size;
+        pool_release_block(d, b);
+    }
+    return bytes;
+}
+
+size_t pend_poll(core_dev_t *d)
+{
+    size_t bytes = 0;
+    while (d->fences && d->be.event_query(d->be.ctx, d->device, d->fences->event) == 1)
+        bytes += release_oldest_batch(d);
+    if (d->event_pending)
+        bytes += poll_events(d, false);
+    return bytes;
+}
+
+bool pend_wait_oldest(core_dev_t *d)
+{
+    pend_close(d);
+    uint64_t t0 = now_ns();
+    bool waited = false;
+    if (d->fences) {
+        d->be.event_wait(d->be.ctx, d->device, d->fences->event);
+        release_oldest_batch(d);
+        waited = true;
+    } else if (d->event_pending) {
+        block_t *oldest = d->event_pending;
+        while (oldest->pend_next)
+            oldest = oldest->pend_next;
+        d->be.event_wait(d->be.ctx, d->device, oldest->event);
+        poll_events(d, false);
+        waited = true;
+    }
+    if (waited) {
+        d->stats.num_fence_waits++;
+        d->stats.fence_wait_ns += now_ns() - t0;
+    }
+    return waited;
+}
+
+/* Everything pending becomes free: after waiting for each fence and event
+ * (wait), or because the device is known idle (the program synchronised). */
+void pend_release_all(core_dev_t *d, bool wait)
+{
+    uint64_t t0 = now_ns();
+    bool any = d->fences || d->event_pending;
+    while (d->fences) {
+        if (wait)
+            d->be.event_wait(d->be.ctx, d->device, d->fences->event);
+        release_oldest_batch(d);
+    }
+    poll_events(d, true);
+    block_t *open = d->open.blocks;
+    d->open.blocks = NULL;
+    d->open.bytes = 0;
+    if (open && wait) {
+        d->be.device_sync(d->be.ctx, d->device);
+        any = true;
+    }
+    release_list(d, open);
+    if (wait && any) {
+        d->stats.num_sync_all_streams++;
+        d->stats.fence_wait_ns += now_ns() - t0;
+    }
+}

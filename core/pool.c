@@ -1,0 +1,333 @@
+/*
+ * The hit path: size rounding, pool choice, best-fit lookup in the free
+ * trees, splitting a found block and merging a freed one with its free
+ * neighbours, and the address map of live allocations.  Everything here is
+ * O(1) or O(log n) in the number of cached blocks and allocates no host
+ * memory except when a block struct or the address map must grow.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostalloc.h"
+#include "types.h"
+
+/* ------------------------------------------------------------------------
+ * Sizes (PyTorch's round_size and get_allocation_size)
+ * ---------------------------------------------------------------------- */
+
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
+/* The next 1/divs step between the powers of two around size: with 4
+ * divisions, 1200 -> 1280 (steps of 256 between 1024 and 2048). */
+static size_t round_power2_division(size_t size, unsigned divs)
+{
+    if (size <= 4 || divs <= 1)
+        return size;
+    if ((size & (size - 1)) == 0)
+        return size;
+    unsigned log = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+    size_t floor2 = (size_t)1 << log;
+    size_t step = floor2 / divs;
+    if (step == 0)
+        return size;
+    return round_up(size, step);
+}
+
+size_t pool_round_size(const conf_t *c, size_t size)
+{
+    size_t min = c->min_block_size;
+    if (size < min)
+        return min;
+    unsigned divs = conf_roundup_divisions(c, size);
+    if (divs > 1 && size > min * divs)
+        return round_up(round_power2_division(size, divs), min);
+    return round_up(size, min);
+}
+
+/* The segment size to ask the device for, for a request of `rounded`. */
+size_t pool_alloc_size(const conf_t *c, size_t rounded)
+{
+    if (rounded <= c->small_size)
+        return c->small_segment_size;
+    if (rounded < c->min_large_alloc)
+        return c->large_segment_size;
+    return round_up(rounded, c->round_large);
+}
+
+pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded)
+{
+    if (d->conf.strategy == CONF_STRATEGY_PREALLOCATE)
+        return &pp->large;
+    return rounded <= d->conf.small_size ? &pp->small : &pp->large;
+}
+
+/* ------------------------------------------------------------------------
+ * Free trees, ordered by (stream, size, address)
+ * ---------------------------------------------------------------------- */
+
+typedef struct tree_key_s {
+    core_stream_t stream;
+    size_t size;
+} tree_key_t;
+
+static inline int block_cmp(const rb_node_t *x, const rb_node_t *y)
+{
+    const block_t *a = rb_entry(x, block_t, node), *b = rb_entry(y, block_t, node);
+    if (a->stream != b->stream)
+        return a->stream < b->stream ? -1 : 1;
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
+static inline int key_cmp(const void *key, const rb_node_t *n)
+{
+    const tree_key_t *k = key;
+    const block_t *b = rb_entry(n, block_t, node);
+    if (k->stream != b->stream)
+        return k->stream < b->stream ? -1 : 1;
+    if (k->size != b->size)
+        return k->size < b->size ? -1 : 1;
+    return -1; /* the key sorts before every block of its size */
+}
+
+void pool_tree_insert(pool_t *pool, block_t *b)
+{
+    rb_insert(&pool->free, &b->node, block_cmp);
+}
+
+void pool_tree_remove(pool_t *pool, block_t *b)
+{
+    rb_erase(&pool->free, &b->node);
+}
+
+/* Best fit for (stream, rounded), with PyTorch's oversize rules: a request
+ * below max_split_size never takes an oversize block, and an oversize
+ * request takes a block only if it wastes less than max_non_split_rounding. */
+block_t *pool_find_free(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded)
+{
+    tree_key_t key = {stream, rounded};
+    rb_node_t *n = rb_lower_bound(&pool->free, &key, key_cmp);
+    if (__builtin_expect(!n, 0))
+        return NULL;
+    block_t *b = rb_entry(n, block_t, node);
+    if (b->stream != stream)
+        return NULL;
+    size_t max_split = d->conf.max_split_size;
+    if (rounded < max_split && b->size >= max_split)
+        return NULL;
+    if (rounded >= max_split && b->size - rounded >= d->conf.max_non_split_rounding)
+        return NULL;
+    return b;
+}
+
+/* ------------------------------------------------------------------------
+ * Block structs
+ * ---------------------------------------------------------------------- */
+
+block_t *block_new(core_dev_t *d)
+{
+    block_t *b = d->spare;
+    if (b) {
+        d->spare = b->pend_next;
+    } else {
+        b = hostalloc_malloc(sizeof *b);
+        if (!b)
+            return NULL;
+    }
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+void block_delete(core_dev_t *d, block_t *b)
+{
+    hostalloc_free(b->uses);
+    b->uses = NULL;
+    b->pend_next = d->spare;
+    d->spare = b;
+}
+
+/* ------------------------------------------------------------------------
+ * Split and merge
+ * ---------------------------------------------------------------------- */
+
+/* Counted as inactive split: free, and not a whole segment. */
+static inline bool inactive_split(const block_t *b)
+{
+    return b->state == BLOCK_FREE && (b->prev || b->next);
+}
+
+static void inactive_stat(core_dev_t *d, const block_t *b, int sign)
+{
+    if (!inactive_split(b))
+        return;
+    int cls = pool_class(b->pool);
+    stat_add(&d->stats.inactive_split[CORE_POOL_ALL], sign);
+    stat_add(&d->stats.inactive_split[cls], sign);
+    stat_add(&d->stats.inactive_split_bytes[CORE_POOL_ALL], sign * (int64_t)b->size);
+    stat_add(&d->stats.inactive_split_bytes[cls], sign * (int64_t)b->size);
+}
+
+static bool should_split(const core_dev_t *d, const block_t *b, size_t size)
+{
+    size_t remaining = b->size - size;
+    if (b->seg->direct)
+        return false; /* returned whole to the device on free */
+    if (b->pool->small || d->conf.strategy == CONF_STRATEGY_PREALLOCATE)
+        return remaining >= d->conf.min_block_size;
+    return size < d->conf.max_split_size && remaining > d->conf.small_size;
+}
+
+/* Takes the free block b for a request: splits off the rest when the split
+ * rules say so, and makes the (low-address) part allocated.  Returns the
+ * allocated block, or NULL when a block struct cannot be had (b untouched). */
+block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
+{
+    if (should_split(d, b, rounded)) {
+        block_t *rest = block_new(d);
+        if (!rest)
+            return NULL;
+        inactive_stat(d, b, -1);
+        pool_tree_remove(b->pool, b);
+        *rest = *b;
+        rest->addr = b->addr + rounded;
+        rest->size = b->size - rounded;
+        rest->prev = b;
+        if (rest->next)
+            rest->next->prev = rest;
+        b->next = rest;
+        b->size = rounded;
+        memset(&rest->node, 0, sizeof rest->node);
+        pool_tree_insert(rest->pool, rest);
+        inactive_stat(d, rest, +1);
+    } else {
+        inactive_stat(d, b, -1);
+        pool_tree_remove(b->pool, b);
+    }
+    b->state = BLOCK_ALLOCATED;
+    b->requested = requested;
+    map_insert(d, b);
+    stats_block_alloc(d, b);
+    return b;
+}
+
+/* Merges free neighbour n into b (n is absorbed and deleted). */
+static void merge_into(core_dev_t *d, block_t *b, block_t *n)
+{
+    inactive_stat(d, n, -1);
+    pool_tree_remove(n->pool, n);
+    if (n == b->next) {
+        b->next = n->next;
+        if (n->next)
+            n->next->prev = b;
+    } else {
+        b->addr = n->addr;
+        b->prev = n->prev;
+        if (n->prev)
+            n->prev->next = b;
+        else
+            b->seg->first = b;
+    }
+    b->size += n->size;
+    block_delete(d, n);
+}
+
+/* A block whose last use is over becomes free: merged with its free
+ * neighbours and put in its pool's tree.  Its segment is released at once
+ * when it is direct (preallocate's oversize requests) or belongs to a
+ * destroyed private pool. */
+void pool_release_block(core_dev_t *d, block_t *b)
+{
+    int cls = pool_class(b->pool);
+    stat_add(&d->stats.active[CORE_POOL_ALL], -1);
+    stat_add(&d->stats.active[cls], -1);
+    stat_add(&d->stats.active_bytes[CORE_POOL_ALL], -(int64_t)b->size);
+    stat_add(&d->stats.active_bytes[cls], -(int64_t)b->size);
+    core_emit(d, CORE_EV_FREE_COMPLETED, b->addr, b->size, b->stream, b->pool->owner->id);
+    hostalloc_free(b->uses);
+    b->uses = NULL;
+    b->nuses = 0;
+    b->requested = 0;
+    b->state = BLOCK_FREE;
+    if (b->prev && b->prev->state == BLOCK_FREE)
+        merge_into(d, b, b->prev);
+    if (b->next && b->next->state == BLOCK_FREE)
+        merge_into(d, b, b->next);
+    pool_tree_insert(b->pool, b);
+    inactive_stat(d, b, +1);
+    seg_t *s = b->seg;
+    if (!b->prev && !b->next)
+        s->free_since = d->alloc_clock;
+    if (seg_is_free(s) && (s->pool->owner->destroyed || s->direct))
+        seg_release(d, s);
+}
+
+/* ------------------------------------------------------------------------
+ * The address map of allocated blocks
+ * ---------------------------------------------------------------------- */
+
+static inline size_t map_hash(uintptr_t addr, size_t mask)
+{
+    uint64_t k = (uint64_t)addr >> 9;
+    k *= 0x9e3779b97f4a7c15ull;
+    return (size_t)(k >> 32) & mask;
+}
+
+bool map_grow(core_dev_t *d)
+{
+    size_t n = d->map.buckets ? (d->map.mask + 1) * 2 : 1024;
+    block_t **nb = hostalloc_calloc(n, sizeof *nb);
+    if (!nb)
+        return false;
+    for (size_t i = 0; d->map.buckets && i <= d->map.mask; i++) {
+        for (block_t *b = d->map.buckets[i], *next; b; b = next) {
+            next = b->map_next;
+            size_t h = map_hash(b->addr, n - 1);
+            b->map_next = nb[h];
+            nb[h] = b;
+        }
+    }
+    hostalloc_free(d->map.buckets);
+    d->map.buckets = nb;
+    d->map.mask = n - 1;
+    return true;
+}
+
+/* The map is grown before any insert that would overload it (see
+ * core_malloc), so an insert never allocates. */
+void map_insert(core_dev_t *d, block_t *b)
+{
+    size_t h = map_hash(b->addr, d->map.mask);
+    b->map_next = d->map.buckets[h];
+    d->map.buckets[h] = b;
+    d->map.count++;
+}
+
+block_t *map_find(const core_dev_t *d, uintptr_t addr)
+{
+    if (!d->map.buckets)
+        return NULL;
+    for (block_t *b = d->map.buckets[map_hash(addr, d->map.mask)]; b; b = b->map_next)
+        if (b->addr == addr)
+            return b;
+    return NULL;
+}
+
+block_t *map_remove(core_dev_t *d, uintptr_t addr)
+{
+    if (!d->map.buckets)
+        return NULL;
+    for (block_t **p = &d->map.buckets[map_hash(addr, d->map.mask)]; *p; p = &(*p)->map_next) {
+        block_t *b = *p;
+        if (b->addr == addr) {
+            *p = b->map_next;
+            b->map_next = NULL;
+            d->map.count--;
+            return b;
+        }
+    }
+    return NULL;
+}

@@ -1,0 +1,144 @@
+/*
+ * Counters: updates from the allocation paths, copies, resets, and the flat
+ * listing with PyTorch's key names.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "types.h"
+
+void stat_add(core_stat_t *s, int64_t delta)
+{
+    s->current += delta;
+    if (delta > 0) {
+        s->allocated += (uint64_t)delta;
+        if (s->current > s->peak)
+            s->peak = s->current;
+    } else {
+        s->freed += (uint64_t)-delta;
+    }
+}
+
+static void add_both(core_stat_t *arr, int cls, int64_t delta)
+{
+    stat_add(&arr[CORE_POOL_ALL], delta);
+    stat_add(&arr[cls], delta);
+}
+
+void stats_block_alloc(core_dev_t *d, const block_t *b)
+{
+    int cls = pool_class(b->pool);
+    core_stats_t *s = &d->stats;
+    add_both(s->allocation, cls, 1);
+    add_both(s->allocated_bytes, cls, (int64_t)b->size);
+    add_both(s->requested_bytes, cls, (int64_t)b->requested);
+    add_both(s->active, cls, 1);
+    add_both(s->active_bytes, cls, (int64_t)b->size);
+    if (b->size >= d->conf.max_split_size)
+        stat_add(&s->oversize_allocations, 1);
+    core_emit(d, CORE_EV_ALLOC, b->addr, b->size, b->stream, b->pool->owner->id);
+}
+
+/* The program freed b; it stays active until its last use is over. */
+void stats_block_free(core_dev_t *d, const block_t *b)
+{
+    int cls = pool_class(b->pool);
+    core_stats_t *s = &d->stats;
+    add_both(s->allocation, cls, -1);
+    add_both(s->allocated_bytes, cls, -(int64_t)b->size);
+    add_both(s->requested_bytes, cls, -(int64_t)b->requested);
+    if (b->size >= d->conf.max_split_size)
+        stat_add(&s->oversize_allocations, -1);
+    core_emit(d, CORE_EV_FREE_REQUESTED, b->addr, b->size, b->stream, b->pool->owner->id);
+}
+
+void core_stats_get(core_dev_t *d, core_stats_t *out)
+{
+    pthread_mutex_lock(&d->lock);
+    *out = d->stats;
+    out->max_split_size = d->conf.max_split_size;
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void reset_peak(core_stat_t *s)
+{
+    s->peak = s->current;
+}
+
+static void reset_accumulated(core_stat_t *s)
+{
+    s->allocated = s->freed = 0;
+}
+
+void core_stats_reset_peaks(core_dev_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    core_stats_t *s = &d->stats;
+#define RESET_ARRAY(name)                                                                                              \
+    for (int i = 0; i < CORE_POOL_CLASSES; i++)                                                                        \
+        reset_peak(&s->name[i]);
+    CORE_STAT_ARRAYS(RESET_ARRAY)
+#undef RESET_ARRAY
+#define RESET_PLAIN(name) reset_peak(&s->name);
+    CORE_STAT_PLAIN(RESET_PLAIN)
+#undef RESET_PLAIN
+    pthread_mutex_unlock(&d->lock);
+}
+
+void core_stats_reset_accumulated(core_dev_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    core_stats_t *s = &d->stats;
+#define RESET_ARRAY(name)                                                                                              \
+    for (int i = 0; i < CORE_POOL_CLASSES; i++)                                                                        \
+        reset_accumulated(&s->name[i]);
+    CORE_STAT_ARRAYS(RESET_ARRAY)
+#undef RESET_ARRAY
+#define RESET_PLAIN(name) reset_accumulated(&s->name);
+    CORE_STAT_PLAIN(RESET_PLAIN)
+#undef RESET_PLAIN
+#define RESET_COUNTER(name) s->name = 0;
+    CORE_STAT_COUNTERS(RESET_COUNTER)
+#undef RESET_COUNTER
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void emit_stat(const char *name, const char *pool, const core_stat_t *st,
+                      void (*fn)(void *, const char *, int64_t), void *ctx)
+{
+    static const char *const metric[] = {"current", "peak", "allocated", "freed"};
+    const int64_t v[] = {st->current, st->peak, (int64_t)st->allocated, (int64_t)st->freed};
+    char key[96];
+    for (int m = 0; m < 4; m++) {
+        if (pool)
+            snprintf(key, sizeof key, "%s.%s.%s", name, pool, metric[m]);
+        else
+            snprintf(key, sizeof key, "%s.%s", name, metric[m]);
+        fn(ctx, key, v[m]);
+    }
+}
+
+void core_stats_foreach(const core_stats_t *s, void (*fn)(void *ctx, const char *key, int64_t value), void *ctx)
+{
+    static const char *const pools[CORE_POOL_CLASSES] = {"all", "small_pool", "large_pool"};
+#define EMIT_ARRAY(name)                                                                                               \
+    for (int i = 0; i < CORE_POOL_CLASSES; i++)                                                                        \
+        emit_stat(#name, pools[i], &s->name[i], fn, ctx);
+    CORE_STAT_ARRAYS(EMIT_ARRAY)
+#undef EMIT_ARRAY
+#define EMIT_PLAIN(name) emit_stat(#name, NULL, &s->name, fn, ctx);
+    CORE_STAT_PLAIN(EMIT_PLAIN)
+#undef EMIT_PLAIN
+#define EMIT_COUNTER(name) fn(ctx, #name, (int64_t)s->name);
+    CORE_STAT_COUNTERS(EMIT_COUNTER)
+#undef EMIT_COUNTER
+    fn(ctx, "max_split_size", (int64_t)s->max_split_size);
+}
+
+void core_set_observer(core_dev_t *d, core_observer_fn fn, void *ctx)
+{
+    pthread_mutex_lock(&d->lock);
+    d->observer = fn;
+    d->observer_ctx = ctx;
+    pthread_mutex_unlock(&d->lock);
+}

@@ -1,0 +1,202 @@
+/*
+ * The caching allocator's internal types: a map.
+ *
+ * A device (core_dev_t) holds segments, each one allocation from the
+ * backend.  A segment is tiled by blocks (block_t), chained in address order
+ * through prev/next, so a block's neighbours are found in O(1).  Blocks of
+ * different segments are never merged: the device frees only whole
+ * segments.
+ *
+ * Each block is in exactly one state:
+ *   FREE      in its pool's free tree, ordered by (stream, size, address);
+ *   ALLOCATED handed to the program; in the device's address map;
+ *   PENDING   freed by the program but maybe still in use by queued work:
+ *             on a pending list until its fence or event completes, then
+ *             FREE.
+ *
+ * A pool (pool_t) is a free tree plus its class (small or large) and the
+ * private pool (ppool_t) it belongs to; the default pools are private pool
+ * 0's.  Blocks never move between pools: a segment is created for one pool
+ * and all its blocks stay there.
+ *
+ * Invariants (core_check re-derives every one):
+ *   - a segment's blocks tile it exactly: first->addr == seg->addr, each
+ *     next->addr == addr + size, the sizes sum to seg->size;
+ *   - no two address-adjacent blocks of a segment are both FREE;
+ *   - a FREE block is in its pool's tree exactly once, and no other block is;
+ *   - an ALLOCATED block is in the address map exactly once, no other is;
+ *   - the stats equal the sums recomputed from the blocks.
+ */
+#ifndef CUCACHE_CORE_TYPES_H
+#define CUCACHE_CORE_TYPES_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "rbtree.h"
+#include "stats.h"
+
+typedef struct block_s block_t;
+typedef struct seg_s seg_t;
+typedef struct pool_s pool_t;
+typedef struct ppool_s ppool_t;
+
+typedef enum block_state_e {
+    BLOCK_FREE = 1,
+    BLOCK_ALLOCATED,
+    BLOCK_PENDING,
+} block_state_t;
+
+struct block_s {
+    uintptr_t addr;       /* device address of the first byte */
+    size_t size;          /* bytes; a multiple of min_block_size */
+    size_t requested;     /* bytes the program asked for (ALLOCATED/PENDING), else 0 */
+    block_t *prev, *next; /* address neighbours in the segment; NULL at the ends */
+    seg_t *seg;           /* owning segment */
+    pool_t *pool;         /* owning pool (the segment's) */
+    core_stream_t stream; /* stream key (the segment's) */
+    block_state_t state;
+    rb_node_t node;       /* FREE: in pool->free */
+    block_t *map_next;    /* ALLOCATED: address map chain */
+    block_t *pend_next;   /* PENDING: list link */
+    uint64_t event;       /* PENDING behind an event: its handle (0: the fence list) */
+    core_stream_t *uses;  /* record_stream: extra streams (hostalloc'ed), NULL if none */
+    uint32_t nuses;
+};
+
+struct seg_s {
+    uintptr_t addr;       /* backend address */
+    size_t size;          /* bytes */
+    pool_t *pool;
+    core_stream_t stream;
+    block_t *first;       /* lowest-address block */
+    seg_t *prev, *next;   /* the device's segment list (allocation order) */
+    uint64_t free_since;  /* alloc_clock when the segment last became entirely free */
+    bool oversize;        /* size >= max_split_size */
+    bool direct;          /* preallocate: a request larger than the chunk, returned to the device on free */
+};
+
+struct pool_s {
+    rb_tree_t free;       /* FREE blocks ordered by (stream, size, addr) */
+    bool small;           /* the small-request pool */
+    ppool_t *owner;
+};
+
+struct ppool_s {
+    int id;               /* 0: the default pools */
+    pool_t small, large;
+    bool destroyed;       /* released by the program; freed when its last segment goes */
+    size_t segments;      /* live segments */
+    ppool_t *next;
+};
+
+/* A batch of fenced frees: blocks waiting behind one fence. */
+typedef struct fence_batch_s {
+    uint64_t event;       /* the fence; 0 while the batch is open (not recorded yet) */
+    block_t *blocks;      /* pend_next list */
+    size_t bytes;
+    struct fence_batch_s *next; /* older to newer */
+} fence_batch_t;
+
+/* The address map of allocated blocks: open hashing with chains through
+ * block->map_next; grows by doubling. */
+typedef struct addr_map_s {
+    block_t **buckets;
+    size_t mask;          /* buckets - 1 (power of two) */
+    size_t count;
+} addr_map_t;
+
+struct core_dev_s {
+    pthread_mutex_t lock;
+    int device;
+    conf_t conf;
+    core_backend_t be;
+    ppool_t defaults;     /* id 0 */
+    ppool_t *privates;    /* ids > 0 */
+    int next_pool_id;
+    seg_t *segs;          /* every segment, newest first */
+    addr_map_t map;
+    /* pending frees */
+    fence_batch_t *fences;      /* closed batches, oldest first */
+    fence_batch_t *fences_tail;
+    fence_batch_t open;         /* frees since the last fence */
+    block_t *event_pending;     /* blocks behind per-stream events (pend_next) */
+    size_t pending_bytes;
+    /* block objects */
+    block_t *spare;             /* free block_t structs (pend_next) */
+    /* preallocate strategy */
+    size_t chunk_size;          /* 0 until the first use reserved the chunk */
+    uint64_t alloc_clock;       /* allocations so far: the garbage collector's clock */
+    /* limits */
+    size_t allowed;             /* bytes this allocator may hold (SIZE_MAX: no limit) */
+    /* statistics and observation */
+    core_stats_t stats;
+    core_observer_fn observer;
+    void *observer_ctx;
+};
+
+/* ------------------------------------------------------------------------
+ * Shared between core files (prefix by file: pool_ = pool.c, seg_ =
+ * alloc.c, pend_ = pending.c)
+ * ---------------------------------------------------------------------- */
+
+/* pool.c: sizes, free trees, split and merge, the address map */
+size_t pool_round_size(const conf_t *c, size_t size);
+size_t pool_alloc_size(const conf_t *c, size_t rounded);
+pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded);
+block_t *pool_find_free(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded);
+block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested);
+void pool_release_block(core_dev_t *d, block_t *b);
+void pool_tree_insert(pool_t *pool, block_t *b);
+void pool_tree_remove(pool_t *pool, block_t *b);
+block_t *block_new(core_dev_t *d);
+void block_delete(core_dev_t *d, block_t *b);
+void map_insert(core_dev_t *d, block_t *b);
+block_t *map_remove(core_dev_t *d, uintptr_t addr);
+block_t *map_find(const core_dev_t *d, uintptr_t addr);
+bool map_grow(core_dev_t *d);
+
+/* alloc.c: segments and the retry ladder */
+uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,
+                          core_oom_t *oom);
+void seg_release(core_dev_t *d, seg_t *s);
+bool seg_is_free(const seg_t *s);
+size_t seg_release_free(core_dev_t *d, ppool_t *only, bool oversize_only, size_t want);
+ppool_t *ppool_find(core_dev_t *d, int id);
+
+/* pending.c: fences and events */
+void pend_fenced(core_dev_t *d, block_t *b);
+int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream);
+/* Moves every pending block whose fence/event completed to the free trees;
+ * returns the bytes released. */
+size_t pend_poll(core_dev_t *d);
+/* Records the open batch's fence if it has blocks. */
+void pend_close(core_dev_t *d);
+/* Waits for the oldest fence or event; false when nothing is pending. */
+bool pend_wait_oldest(core_dev_t *d);
+/* Everything pending becomes free (the device is idle). */
+void pend_release_all(core_dev_t *d, bool wait);
+
+/* stats.c */
+void stat_add(core_stat_t *s, int64_t delta);
+void stats_block_alloc(core_dev_t *d, const block_t *b);
+void stats_block_free(core_dev_t *d, const block_t *b);
+static inline void core_emit(core_dev_t *d, core_event_kind_t kind, uintptr_t addr, size_t size,
+                             core_stream_t stream, int pool_id)
+{
+    if (d->observer) {
+        core_event_t e = {kind, d->device, pool_id, addr, size, stream};
+        d->observer(d->observer_ctx, &e);
+    }
+}
+
+/* The pool class index for stats. */
+static inline int pool_class(const pool_t *p)
+{
+    return p->small ? CORE_POOL_SMALL : CORE_POOL_LARGE;
+}
+
+#endif
