@@ -25,6 +25,7 @@
  * library runs inside programs that may call setlocale.
  */
 #include "conf.h"
+#include "conf_internal.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -50,15 +51,6 @@ _Static_assert(sizeof(conf_strategy_t) == sizeof(int), "choice fields are stored
 _Static_assert(sizeof(conf_reuse_t) == sizeof(int), "choice fields are stored as int");
 _Static_assert(sizeof(size_t) == sizeof(uint64_t), "sizes are read as uint64_t");
 
-/*
- * Test seam: the tokenizer on its own.  Not in conf.h, because nothing else
- * should tokenise CUCACHE_CONF; tests/core/test_conf.c declares it too.
- * Calls item() once per item, in order, with the trimmed key and value (not
- * NUL-terminated) and the 1-based column of the key.  Returns 0; -1 with err
- * written on a syntax error; or the first nonzero value item() returned.
- */
-typedef int (*conf_item_fn)(void *ctx, const char *key, size_t klen, const char *val, size_t vlen, size_t col);
-int conf_tokenize(const char *text, conf_item_fn item, void *ctx, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------------
  * Errors and text helpers
@@ -585,7 +577,6 @@ static int conf_set_size(const conf_opt_t *o, conf_t *c, const char *v, size_t n
     case CONF_NUM_FRAC:
         return conf_size_fail(o, v, n, "not a whole number of bytes; ", e);
     case CONF_NUM_BAD:
-    default:
         return conf_size_fail(o, v, n, "", e);
     }
     if (x < o->min && !(x == 0 && (o->flags & CONF_F_ZERO_OK)))

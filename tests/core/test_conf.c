@@ -9,11 +9,19 @@
  * conf_roundup_divisions picks the right interval; the constraints between
  * keys are checked whatever the order; an error leaves the configuration
  * byte for byte unchanged; help lists every key with the default that
- * conf_defaults really sets; describe marks exactly the changed keys and
- * reads back to the same configuration.
+ * conf_defaults really sets; describe marks exactly the changed keys, and
+ * what it shows for them reads back to the same configuration.
  *
- * Seen to fail (scratch edits of conf.c, reverted): see the report in the
- * commit that added this file; each planted bug fails at least one test.
+ * Seen to fail: each of 27 bugs planted one at a time in a scratch copy of
+ * conf.c fails at least one test here, among them commas inside [] ending
+ * an item, values left untrimmed, `>` overwriting the last listed interval
+ * (PyTorch before the fix), the first key not filling below, decreasing keys
+ * accepted, a bare `_mb` number read as bytes, unchecked overflow, decimals
+ * that are not whole bytes, parsing straight into *c, `>=` for `>` in a
+ * cross-key check, a fraction's closed bound opened, conf_roundup_divisions
+ * off by one interval or clamped at 14, help dropping a row, describe
+ * marking nothing, a default drifting from help's text, unknown keys
+ * ignored, empty items accepted, control characters quoted raw.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,9 +36,7 @@
 
 #include "conf.h"
 
-/* The tokenizer's test seam (conf.c). */
-typedef int (*conf_item_fn)(void *ctx, const char *key, size_t klen, const char *val, size_t vlen, size_t col);
-int conf_tokenize(const char *text, conf_item_fn item, void *ctx, char *err, size_t errlen);
+#include "conf_internal.h" /* the tokenizer's test seam */
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -981,8 +987,8 @@ static void test_describe_reads_back(void **state)
         "roundup_power2_divisions:[1:2,2:4,4:8,1024:0,>:1],reuse:stream,strategy:preallocate,max_split_size_mb:20.5",
         "roundup_power2_divisions:[32768:16],small_size:3000,small_segment_size:3M,round_large:16M",
         "roundup_power2_divisions:[2:1,8:2,32:4,128:8,512:16,2048:32,8192:64,32768:128],min_large_alloc:1",
-        "per_process_memory_fraction:0.75,garbage_collection_threshold:0.6,large_segment_size_mb:15.5,"
-        "max_non_split_rounding_mb:1T",
+        ("per_process_memory_fraction:0.75,garbage_collection_threshold:0.6,large_segment_size_mb:15.5,"
+         "max_non_split_rounding_mb:1T"),
     };
     (void)state;
     for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++) {
