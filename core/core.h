@@ -10,7 +10,8 @@
  *
  * Streams: a block belongs to the stream key it was allocated for and is
  * only handed out again for that key (PyTorch's rule).  Key 0 stands for
- * memory not tied to a stream (cudaMalloc): usable on every stream.
+ * memory not tied to a stream (cudaMalloc): usable on every stream.  Real
+ * streams, the legacy default stream included, need keys other than 0.
  *
  * Reuse safety is the caller's choice at free time:
  *   CORE_FREE_NOW          no work can still use the block (the caller
