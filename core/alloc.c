@@ -12,8 +12,17 @@
 
 #define CORE_MAX_DEVICES 64
 
-/* The private pool each thread routes its allocations to, per device. */
-static __thread int tls_pool[CORE_MAX_DEVICES];
+/* The private pool each thread routes its allocations to, per device.  The
+ * route names the device state it was set on (core_dev_t.gen): a device
+ * destroyed and created again with the same index (the replay tool runs one
+ * configuration after another) must not inherit a stale route to whatever
+ * pool reuses the id. */
+typedef struct tls_route_s {
+    uint64_t gen; /* core_dev_t.gen of the device the route was set on */
+    int pool;
+} tls_route_t;
+static __thread tls_route_t tls_pool[CORE_MAX_DEVICES];
+static _Atomic uint64_t dev_generations;
 
 /* ------------------------------------------------------------------------
  * Devices
@@ -48,11 +57,17 @@ core_dev_t *core_dev_new(const core_backend_t *backend, int device, const conf_t
         return NULL;
     pthread_mutex_init(&d->lock, NULL);
     d->device = device;
+    d->gen = ++dev_generations;
     d->conf = *conf;
+    /* Preallocate carves every request from one chunk: max_split_size would
+     * make the chunk's rest an oversize block that no request below it may
+     * take, so each would miss, ask for a chunk of its own and run out. */
+    if (conf->strategy == CONF_STRATEGY_PREALLOCATE)
+        d->conf.max_split_size = SIZE_MAX;
     d->be = *backend;
     ppool_init(&d->defaults, 0);
     d->allowed = allowed_bytes(d);
-    d->stats.max_split_size = conf->max_split_size;
+    d->stats.max_split_size = d->conf.max_split_size; /* the effective value */
     if (!map_grow(d)) {
         hostalloc_free(d);
         return NULL;
@@ -140,11 +155,9 @@ typedef struct seg_failure_s {
 
 /* A new segment of `size` bytes for pool/stream, whole and free in the
  * pool's tree.  NULL when the limit or the device refuses. */
-static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t size, bool direct,
-                      seg_failure_t *why)
+static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t size, bool direct, seg_failure_t *why)
 {
-    if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + size > d->allowed ||
-        size > d->allowed) {
+    if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + size > d->allowed || size > d->allowed) {
         why->limit_hit = true;
         return NULL;
     }
@@ -159,8 +172,15 @@ static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t 
             block_delete(d, b);
         return NULL;
     }
-    *s = (seg_t){.addr = addr, .size = size, .pool = pool, .stream = stream, .first = b, .next = d->segs,
-                 .free_since = d->alloc_clock, .oversize = size >= d->conf.max_split_size, .direct = direct};
+    *s = (seg_t){.addr = addr,
+                 .size = size,
+                 .pool = pool,
+                 .stream = stream,
+                 .first = b,
+                 .next = d->segs,
+                 .free_since = d->alloc_clock,
+                 .oversize = size >= d->conf.max_split_size,
+                 .direct = direct};
     if (d->segs)
         d->segs->prev = s;
     d->segs = s;
@@ -335,8 +355,11 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     pool_t *pool = pool_for(d, pp, rounded);
     seg_failure_t why = {false, 0};
     bool direct = false;
-    size_t alloc_size = d->conf.strategy == CONF_STRATEGY_PREALLOCATE ? prealloc_size(d, rounded, &direct)
-                                                                        : pool_alloc_size(&d->conf, rounded);
+    /* Preallocation serves the default pools from the chunk; private pools
+     * grow on demand as under auto_growth. */
+    size_t alloc_size = d->conf.strategy == CONF_STRATEGY_PREALLOCATE && pp == &d->defaults
+                            ? prealloc_size(d, rounded, &direct)
+                            : pool_alloc_size(&d->conf, rounded);
     block_t *b;
     seg_t *s;
     if (d->map.count >= d->map.mask && !map_grow(d))
@@ -383,8 +406,10 @@ oom:
  * Entry points
  * ---------------------------------------------------------------------- */
 
-/* The hit path: a few dozen instructions around one tree lookup when a
- * cached block fits; everything else is seg_malloc_slow. */
+/* The hit path when a cached block fits: the lock, rounding, one tree
+ * lookup, the split, the address map and PyTorch's counters.  About 490
+ * instructions here and 390 in core_free (callgrind on bench_core's hit_4k,
+ * gcc 12 -O3; docs/performance.md); everything else is seg_malloc_slow. */
 uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom_t *oom)
 {
     if (__builtin_expect(size > (SIZE_MAX >> 2), 0)) {
@@ -395,11 +420,17 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
         return 0;
     }
     size_t rounded = pool_round_size(&d->conf, size);
-    int pid = (unsigned)d->device < CORE_MAX_DEVICES ? tls_pool[d->device] : 0;
+    const tls_route_t *route = (unsigned)d->device < CORE_MAX_DEVICES ? &tls_pool[d->device] : NULL;
+    int pid = route && route->gen == d->gen ? route->pool : 0;
     pthread_mutex_lock(&d->lock);
     ppool_t *pp = pid ? ppool_find(d, pid) : &d->defaults;
     if (__builtin_expect(!pp, 0))
         pp = &d->defaults;
+    /* Paddle's preallocation carves the default pool's requests from one
+     * chunk, so those blocks are not tied to a stream (key 0): frees ordered
+     * on a stream go through an event (CORE_FREE_AFTER_STREAM) or the fence. */
+    if (d->conf.strategy == CONF_STRATEGY_PREALLOCATE && pp == &d->defaults)
+        stream = 0;
     d->alloc_clock++;
     uintptr_t addr = 0;
     if (__builtin_expect(d->map.count < d->map.mask, 1)) {
@@ -546,7 +577,7 @@ int core_pool_use(core_dev_t *d, int pool_id)
     pthread_mutex_unlock(&d->lock);
     if (!ok)
         return -1;
-    tls_pool[d->device] = pool_id;
+    tls_pool[d->device] = (tls_route_t){d->gen, pool_id};
     return 0;
 }
 
@@ -561,9 +592,10 @@ int core_pool_destroy(core_dev_t *d, int pool_id)
     /* Its blocks still pending go back when their fences complete, and their
      * segments with them. */
     pp->destroyed = true;
-    seg_release_free(d, pp, false, SIZE_MAX);
     if (pp->segments == 0)
         ppool_unlink_free(d, pp);
+    else /* seg_release frees pp with its last segment: pp is not read after this */
+        seg_release_free(d, pp, false, SIZE_MAX);
     pthread_mutex_unlock(&d->lock);
     return 0;
 }

@@ -20,17 +20,17 @@
 
 typedef struct mem_backend_s {
     pthread_mutex_t lock;
-    size_t capacity;        /* bytes the device has */
-    size_t used;            /* bytes in live segments */
-    uintptr_t next_addr;    /* bump pointer (addresses are never reused) */
-    uint64_t next_event;    /* last event handle given */
-    uint64_t completed;     /* events up to this handle have completed */
-    bool auto_complete;     /* events complete as they are recorded */
-    int fail_allocs;        /* the next N seg_alloc calls fail ... */
-    int fail_code;          /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
+    size_t capacity;     /* bytes the device has */
+    size_t used;         /* bytes in live segments */
+    uintptr_t next_addr; /* bump pointer (addresses are never reused) */
+    uint64_t next_event; /* last event handle given */
+    uint64_t completed;  /* events up to this handle have completed */
+    bool auto_complete;  /* events complete as they are recorded */
+    int fail_allocs;     /* the next N seg_alloc calls fail ... */
+    int fail_code;       /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
     /* counters */
     uint64_t n_alloc, n_free, n_record, n_query, n_wait, n_sync, n_fence;
-    uint64_t n_bad_free;    /* seg_free of an address that is not a live segment */
+    uint64_t n_bad_free; /* seg_free of an address that is not a live segment */
     /* live segments, for checking frees (small: segments are few) */
     uintptr_t *seg_addr;
     size_t *seg_size;

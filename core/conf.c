@@ -51,7 +51,6 @@ _Static_assert(sizeof(conf_strategy_t) == sizeof(int), "choice fields are stored
 _Static_assert(sizeof(conf_reuse_t) == sizeof(int), "choice fields are stored as int");
 _Static_assert(sizeof(size_t) == sizeof(uint64_t), "sizes are read as uint64_t");
 
-
 /* ------------------------------------------------------------------------
  * Errors and text helpers
  * ---------------------------------------------------------------------- */

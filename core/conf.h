@@ -44,13 +44,13 @@ typedef struct conf_s {
     size_t max_split_size;         /* max_split_size_mb; SIZE_MAX = unlimited; >= 20 MiB */
     size_t max_non_split_rounding; /* max_non_split_rounding_mb; 20 MiB; >= 20 MiB */
     unsigned roundup_divs[CONF_ROUNDUP_INTERVALS]; /* 0 or 1: off; else power of two */
-    double gc_threshold;           /* garbage_collection_threshold; 0 = off, else in (0, 1) */
-    bool expandable_segments;      /* accepted for PyTorch compatibility; true is refused until supported */
-    double memory_fraction;        /* per_process_memory_fraction; (0, 1]; 1 = whole device */
-    size_t limit;                  /* limit_mb; 0 = none */
-    conf_strategy_t strategy;      /* strategy:auto_growth|preallocate */
-    double fraction;               /* preallocate: share of free memory reserved; (0, 1]; 0.92 */
-    conf_reuse_t reuse;            /* reuse:fenced|stream|sync */
+    double gc_threshold;                           /* garbage_collection_threshold; 0 = off, else in (0, 1) */
+    bool expandable_segments; /* accepted for PyTorch compatibility; true is refused until supported */
+    double memory_fraction;   /* per_process_memory_fraction; (0, 1]; 1 = whole device */
+    size_t limit;             /* limit_mb; 0 = none */
+    conf_strategy_t strategy; /* strategy:auto_growth|preallocate */
+    double fraction;          /* preallocate: share of free memory reserved; (0, 1]; 0.92 */
+    conf_reuse_t reuse;       /* reuse:fenced|stream|sync */
 } conf_t;
 
 /* The defaults (PyTorch's policy, Paddle's auto_growth, reuse:fenced). */

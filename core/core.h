@@ -86,17 +86,17 @@ typedef enum core_free_e {
 
 /* What an out-of-memory failure knows, for the OOM report. */
 typedef struct core_oom_s {
-    size_t requested;       /* bytes asked for */
-    size_t rounded;         /* after rounding */
-    size_t alloc_size;      /* segment size that was needed */
-    int pool_id;            /* 0: default pools */
-    bool limit_hit;         /* a limit (limit_mb, fraction) refused it, not the device */
-    size_t limit;           /* the allowed bytes (SIZE_MAX: none) */
+    size_t requested;  /* bytes asked for */
+    size_t rounded;    /* after rounding */
+    size_t alloc_size; /* segment size that was needed */
+    int pool_id;       /* 0: default pools */
+    bool limit_hit;    /* a limit (limit_mb, fraction) refused it, not the device */
+    size_t limit;      /* the allowed bytes (SIZE_MAX: none) */
     size_t device_free, device_total;
     size_t allocated, reserved; /* this allocator's bytes */
-    size_t largest_free;    /* largest free block in the cache */
-    size_t pending;         /* bytes still waiting on fences or events */
-    int backend_error;      /* CORE_ENOMEM or CORE_EFAIL */
+    size_t largest_free;        /* largest free block in the cache */
+    size_t pending;             /* bytes still waiting on fences or events */
+    int backend_error;          /* CORE_ENOMEM or CORE_EFAIL */
 } core_oom_t;
 
 /* Allocates `size` bytes (0 is served as the minimum block) for `stream`.
@@ -144,10 +144,10 @@ int core_pool_destroy(core_dev_t *d, int pool_id);
  * ---------------------------------------------------------------------- */
 
 typedef struct core_usage_s {
-    size_t allocated;  /* bytes in live allocations (rounded) */
-    size_t reserved;   /* bytes of segments held from the device */
-    size_t cached_free;/* reserved bytes free for reuse now */
-    size_t pending;    /* bytes freed but waiting on fences or events */
+    size_t allocated;   /* bytes in live allocations (rounded) */
+    size_t reserved;    /* bytes of segments held from the device */
+    size_t cached_free; /* reserved bytes free for reuse now */
+    size_t pending;     /* bytes freed but waiting on fences or events */
     size_t largest_free;
 } core_usage_t;
 

@@ -59,8 +59,8 @@ size_t pool_alloc_size(const conf_t *c, size_t rounded)
 
 pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded)
 {
-    if (d->conf.strategy == CONF_STRATEGY_PREALLOCATE)
-        return &pp->large;
+    if (d->conf.strategy == CONF_STRATEGY_PREALLOCATE && pp->id == 0)
+        return &pp->large; /* the chunk serves every size */
     return rounded <= d->conf.small_size ? &pp->small : &pp->large;
 }
 
@@ -128,24 +128,31 @@ block_t *pool_find_free(core_dev_t *d, pool_t *pool, core_stream_t stream, size_
  * Block structs
  * ---------------------------------------------------------------------- */
 
-block_t *block_new(core_dev_t *d)
+/* A block struct with undefined contents (the caller fills every field). */
+static inline block_t *block_get(core_dev_t *d)
 {
     block_t *b = d->spare;
-    if (b) {
+    if (__builtin_expect(b != NULL, 1)) {
         d->spare = b->pend_next;
-    } else {
-        b = hostalloc_malloc(sizeof *b);
-        if (!b)
-            return NULL;
+        return b;
     }
-    memset(b, 0, sizeof *b);
+    return hostalloc_malloc(sizeof *b);
+}
+
+block_t *block_new(core_dev_t *d)
+{
+    block_t *b = block_get(d);
+    if (b)
+        memset(b, 0, sizeof *b);
     return b;
 }
 
 void block_delete(core_dev_t *d, block_t *b)
 {
-    hostalloc_free(b->uses);
-    b->uses = NULL;
+    if (b->uses) {
+        hostalloc_free(b->uses);
+        b->uses = NULL;
+    }
     b->pend_next = d->spare;
     d->spare = b;
 }
@@ -176,7 +183,7 @@ static bool should_split(const core_dev_t *d, const block_t *b, size_t size)
     size_t remaining = b->size - size;
     if (b->seg->direct)
         return false; /* returned whole to the device on free */
-    if (b->pool->small || d->conf.strategy == CONF_STRATEGY_PREALLOCATE)
+    if (b->pool->small || (d->conf.strategy == CONF_STRATEGY_PREALLOCATE && b->pool->owner->id == 0))
         return remaining >= d->conf.min_block_size;
     return size < d->conf.max_split_size && remaining > d->conf.small_size;
 }
@@ -187,7 +194,7 @@ static bool should_split(const core_dev_t *d, const block_t *b, size_t size)
 block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
 {
     if (should_split(d, b, rounded)) {
-        block_t *rest = block_new(d);
+        block_t *rest = block_get(d); /* every field is set from b below */
         if (!rest)
             return NULL;
         inactive_stat(d, b, -1);
@@ -247,8 +254,10 @@ void pool_release_block(core_dev_t *d, block_t *b)
     stat_add(&d->stats.active_bytes[CORE_POOL_ALL], -(int64_t)b->size);
     stat_add(&d->stats.active_bytes[cls], -(int64_t)b->size);
     core_emit(d, CORE_EV_FREE_COMPLETED, b->addr, b->size, b->stream, b->pool->owner->id);
-    hostalloc_free(b->uses);
-    b->uses = NULL;
+    if (b->uses) {
+        hostalloc_free(b->uses);
+        b->uses = NULL;
+    }
     b->nuses = 0;
     b->requested = 0;
     b->state = BLOCK_FREE;

@@ -7,18 +7,6 @@
 
 #include "types.h"
 
-void stat_add(core_stat_t *s, int64_t delta)
-{
-    s->current += delta;
-    if (delta > 0) {
-        s->allocated += (uint64_t)delta;
-        if (s->current > s->peak)
-            s->peak = s->current;
-    } else {
-        s->freed += (uint64_t)-delta;
-    }
-}
-
 static void add_both(core_stat_t *arr, int cls, int64_t delta)
 {
     stat_add(&arr[CORE_POOL_ALL], delta);

@@ -19,28 +19,28 @@
 /* name: PyTorch's key */
 #define CORE_STAT_ARRAYS(X)                                                                                            \
     X(allocation)           /* live allocations */                                                                     \
-    X(segment)              /* segments held from the device */                                                       \
+    X(segment)              /* segments held from the device */                                                        \
     X(active)               /* blocks allocated or still waiting on a fence/event */                                   \
-    X(inactive_split)       /* free blocks inside partly used segments */                                             \
-    X(allocated_bytes)      /* bytes of live allocations (rounded) */                                                 \
-    X(reserved_bytes)       /* bytes of segments */                                                                   \
-    X(active_bytes)         /* bytes of active blocks */                                                              \
-    X(inactive_split_bytes) /* bytes of inactive split blocks (cannot be released) */                                 \
+    X(inactive_split)       /* free blocks inside partly used segments */                                              \
+    X(allocated_bytes)      /* bytes of live allocations (rounded) */                                                  \
+    X(reserved_bytes)       /* bytes of segments */                                                                    \
+    X(active_bytes)         /* bytes of active blocks */                                                               \
+    X(inactive_split_bytes) /* bytes of inactive split blocks (cannot be released) */                                  \
     X(requested_bytes)      /* bytes the program asked for */
 
 #define CORE_STAT_PLAIN(X)                                                                                             \
-    X(oversize_allocations) /* live allocations of at least max_split_size */                                         \
+    X(oversize_allocations) /* live allocations of at least max_split_size */                                          \
     X(oversize_segments)    /* segments of at least max_split_size */
 
 #define CORE_STAT_COUNTERS(X)                                                                                          \
-    X(num_alloc_retries)    /* allocations that freed the whole cache and retried */                                  \
+    X(num_alloc_retries)    /* allocations that freed the whole cache and retried */                                   \
     X(num_ooms)             /* allocations that failed */                                                              \
     X(num_sync_all_streams) /* full waits for every pending free */                                                    \
     X(num_device_alloc)     /* segments asked from the device */                                                       \
     X(num_device_free)      /* segments returned to the device */                                                      \
-    X(num_cache_hits)       /* allocations served from cached blocks */                                               \
-    X(num_fences)           /* fences recorded (each shared by every free since the last) */                          \
-    X(num_fence_waits)      /* times an allocation waited for a fence or event */                                     \
+    X(num_cache_hits)       /* allocations served from cached blocks */                                                \
+    X(num_fences)           /* fences recorded (each shared by every free since the last) */                           \
+    X(num_fence_waits)      /* times an allocation waited for a fence or event */                                      \
     X(fence_wait_ns)        /* time spent in those waits */
 
 enum { CORE_POOL_ALL = 0, CORE_POOL_SMALL = 1, CORE_POOL_LARGE = 2, CORE_POOL_CLASSES = 3 };
@@ -92,8 +92,8 @@ typedef struct core_event_s {
     core_event_kind_t kind;
     int device;
     int pool_id;
-    uintptr_t addr;       /* block or segment address (0 for OOM) */
-    size_t size;          /* block, segment or requested size */
+    uintptr_t addr; /* block or segment address (0 for OOM) */
+    size_t size;    /* block, segment or requested size */
     core_stream_t stream;
 } core_event_t;
 

@@ -59,44 +59,44 @@ struct block_s {
     pool_t *pool;         /* owning pool (the segment's) */
     core_stream_t stream; /* stream key (the segment's) */
     block_state_t state;
-    rb_node_t node;       /* FREE: in pool->free */
-    block_t *map_next;    /* ALLOCATED: address map chain */
-    block_t *pend_next;   /* PENDING: list link */
-    uint64_t event;       /* PENDING behind an event: its handle (0: the fence list) */
-    core_stream_t *uses;  /* record_stream: extra streams (hostalloc'ed), NULL if none */
+    rb_node_t node;      /* FREE: in pool->free */
+    block_t *map_next;   /* ALLOCATED: address map chain */
+    block_t *pend_next;  /* PENDING: list link */
+    uint64_t event;      /* PENDING behind an event: its handle (0: the fence list) */
+    core_stream_t *uses; /* record_stream: extra streams (hostalloc'ed), NULL if none */
     uint32_t nuses;
 };
 
 struct seg_s {
-    uintptr_t addr;       /* backend address */
-    size_t size;          /* bytes */
+    uintptr_t addr; /* backend address */
+    size_t size;    /* bytes */
     pool_t *pool;
     core_stream_t stream;
-    block_t *first;       /* lowest-address block */
-    seg_t *prev, *next;   /* the device's segment list (allocation order) */
-    uint64_t free_since;  /* alloc_clock when the segment last became entirely free */
-    bool oversize;        /* size >= max_split_size */
-    bool direct;          /* preallocate: a request larger than the chunk, returned to the device on free */
+    block_t *first;      /* lowest-address block */
+    seg_t *prev, *next;  /* the device's segment list (allocation order) */
+    uint64_t free_since; /* alloc_clock when the segment last became entirely free */
+    bool oversize;       /* size >= max_split_size */
+    bool direct;         /* preallocate: a request larger than the chunk, returned to the device on free */
 };
 
 struct pool_s {
-    rb_tree_t free;       /* FREE blocks ordered by (stream, size, addr) */
-    bool small;           /* the small-request pool */
+    rb_tree_t free; /* FREE blocks ordered by (stream, size, addr) */
+    bool small;     /* the small-request pool */
     ppool_t *owner;
 };
 
 struct ppool_s {
-    int id;               /* 0: the default pools */
+    int id; /* 0: the default pools */
     pool_t small, large;
-    bool destroyed;       /* released by the program; freed when its last segment goes */
-    size_t segments;      /* live segments */
+    bool destroyed;  /* released by the program; freed when its last segment goes */
+    size_t segments; /* live segments */
     ppool_t *next;
 };
 
 /* A batch of fenced frees: blocks waiting behind one fence. */
 typedef struct fence_batch_s {
-    uint64_t event;       /* the fence; 0 while the batch is open (not recorded yet) */
-    block_t *blocks;      /* pend_next list */
+    uint64_t event;  /* the fence; 0 while the batch is open (not recorded yet) */
+    block_t *blocks; /* pend_next list */
     size_t bytes;
     struct fence_batch_s *next; /* older to newer */
 } fence_batch_t;
@@ -105,33 +105,34 @@ typedef struct fence_batch_s {
  * block->map_next; grows by doubling. */
 typedef struct addr_map_s {
     block_t **buckets;
-    size_t mask;          /* buckets - 1 (power of two) */
+    size_t mask; /* buckets - 1 (power of two) */
     size_t count;
 } addr_map_t;
 
 struct core_dev_s {
     pthread_mutex_t lock;
     int device;
+    uint64_t gen; /* unique per core_dev_new: tags the threads' pool routing (alloc.c) */
     conf_t conf;
     core_backend_t be;
-    ppool_t defaults;     /* id 0 */
-    ppool_t *privates;    /* ids > 0 */
+    ppool_t defaults;  /* id 0 */
+    ppool_t *privates; /* ids > 0 */
     int next_pool_id;
-    seg_t *segs;          /* every segment, newest first */
+    seg_t *segs; /* every segment, newest first */
     addr_map_t map;
     /* pending frees */
-    fence_batch_t *fences;      /* closed batches, oldest first */
+    fence_batch_t *fences; /* closed batches, oldest first */
     fence_batch_t *fences_tail;
-    fence_batch_t open;         /* frees since the last fence */
-    block_t *event_pending;     /* blocks behind per-stream events (pend_next) */
+    fence_batch_t open;     /* frees since the last fence */
+    block_t *event_pending; /* blocks behind per-stream events (pend_next) */
     size_t pending_bytes;
     /* block objects */
-    block_t *spare;             /* free block_t structs (pend_next) */
+    block_t *spare; /* free block_t structs (pend_next) */
     /* preallocate strategy */
-    size_t chunk_size;          /* 0 until the first use reserved the chunk */
-    uint64_t alloc_clock;       /* allocations so far: the garbage collector's clock */
+    size_t chunk_size;    /* 0 until the first use reserved the chunk */
+    uint64_t alloc_clock; /* allocations so far: the garbage collector's clock */
     /* limits */
-    size_t allowed;             /* bytes this allocator may hold (SIZE_MAX: no limit) */
+    size_t allowed; /* bytes this allocator may hold (SIZE_MAX: no limit) */
     /* statistics and observation */
     core_stats_t stats;
     core_observer_fn observer;
@@ -181,11 +182,22 @@ bool pend_wait_oldest(core_dev_t *d);
 void pend_release_all(core_dev_t *d, bool wait);
 
 /* stats.c */
-void stat_add(core_stat_t *s, int64_t delta);
+/* Inline: the hit pair makes about thirty of these updates. */
+static inline void stat_add(core_stat_t *s, int64_t delta)
+{
+    s->current += delta;
+    if (delta > 0) {
+        s->allocated += (uint64_t)delta;
+        if (s->current > s->peak)
+            s->peak = s->current;
+    } else {
+        s->freed += (uint64_t)-delta;
+    }
+}
 void stats_block_alloc(core_dev_t *d, const block_t *b);
 void stats_block_free(core_dev_t *d, const block_t *b);
-static inline void core_emit(core_dev_t *d, core_event_kind_t kind, uintptr_t addr, size_t size,
-                             core_stream_t stream, int pool_id)
+static inline void core_emit(core_dev_t *d, core_event_kind_t kind, uintptr_t addr, size_t size, core_stream_t stream,
+                             int pool_id)
 {
     if (d->observer) {
         core_event_t e = {kind, d->device, pool_id, addr, size, stream};
