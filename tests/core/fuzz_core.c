@@ -46,6 +46,7 @@
 #include "backend_mem.h"
 #include "check.h"
 #include "core.h"
+#include "types.h"
 #include "stats.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -158,6 +159,11 @@ static void op_alloc(fuzz_t *f, uint8_t a, uint8_t b, uint8_t c)
             fuzz_fail(f, "alloc %zu at 0x%lx overlaps live allocation 0x%lx (%zu bytes)", size, (unsigned long)p,
                       (unsigned long)l->addr, l->size);
     }
+    /* preallocate's default pool carves every stream's requests from one
+     * chunk: those blocks carry stream key 0 (core_malloc) */
+    const block_t *blk = map_find(f->d, p);
+    if (blk && f->d->conf.strategy == CONF_STRATEGY_PREALLOCATE && blk->pool->owner->id == 0)
+        stream = 0;
     f->live[f->nlive++] = (live_t){p, size, stream};
 }
 
