@@ -88,21 +88,11 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
     return 0;
 }
 
-static int tree_cmp(const rb_node_t *x, const rb_node_t *y)
-{
-    const block_t *a = rb_entry(x, block_t, node), *b = rb_entry(y, block_t, node);
-    if (a->stream != b->stream)
-        return a->stream < b->stream ? -1 : 1;
-    if (a->size != b->size)
-        return a->size < b->size ? -1 : 1;
-    return a->addr < b->addr ? -1 : a->addr > b->addr;
-}
-
 /* Every node of the pool's tree is a FREE block of that pool. */
 static int check_pool(const pool_t *p, size_t *nodes, char *why, size_t len)
 {
     const char *reason = NULL;
-    if (rb_check(&p->free, tree_cmp, &reason) < 0)
+    if (rb_check(&p->free, block_tree_cmp, &reason) < 0)
         return fail(why, len, "free tree of pool %d (%s): %s", p->owner->id, p->small ? "small" : "large", reason);
     for (const rb_node_t *n = rb_first(&p->free); n; n = rb_next(n)) {
         const block_t *b = rb_entry(n, block_t, node);

@@ -73,16 +73,6 @@ typedef struct tree_key_s {
     size_t size;
 } tree_key_t;
 
-static inline int block_cmp(const rb_node_t *x, const rb_node_t *y)
-{
-    const block_t *a = rb_entry(x, block_t, node), *b = rb_entry(y, block_t, node);
-    if (a->stream != b->stream)
-        return a->stream < b->stream ? -1 : 1;
-    if (a->size != b->size)
-        return a->size < b->size ? -1 : 1;
-    return a->addr < b->addr ? -1 : a->addr > b->addr;
-}
-
 static inline int key_cmp(const void *key, const rb_node_t *n)
 {
     const tree_key_t *k = key;
@@ -96,7 +86,7 @@ static inline int key_cmp(const void *key, const rb_node_t *n)
 
 void pool_tree_insert(pool_t *pool, block_t *b)
 {
-    rb_insert(&pool->free, &b->node, block_cmp);
+    rb_insert(&pool->free, &b->node, block_tree_cmp);
 }
 
 void pool_tree_remove(pool_t *pool, block_t *b)

@@ -205,6 +205,17 @@ static inline void core_emit(core_dev_t *d, core_event_kind_t kind, uintptr_t ad
     }
 }
 
+/* The free trees' order: (stream, size, address). */
+static inline int block_tree_cmp(const rb_node_t *x, const rb_node_t *y)
+{
+    const block_t *a = rb_entry(x, block_t, node), *b = rb_entry(y, block_t, node);
+    if (a->stream != b->stream)
+        return a->stream < b->stream ? -1 : 1;
+    if (a->size != b->size)
+        return a->size < b->size ? -1 : 1;
+    return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
 /* The pool class index for stats. */
 static inline int pool_class(const pool_t *p)
 {
