@@ -34,7 +34,6 @@ void pend_fenced(core_dev_t *d, block_t *b)
     b->event = 0;
     b->pend_next = d->open.blocks;
     d->open.blocks = b;
-    d->open.bytes += b->size;
     d->pending_bytes += b->size;
 }
 
@@ -80,7 +79,6 @@ void pend_close(core_dev_t *d)
         d->fences = f;
     d->fences_tail = f;
     d->open.blocks = NULL;
-    d->open.bytes = 0;
     d->stats.num_fences++;
 }
 
@@ -182,7 +180,6 @@ void pend_release_all(core_dev_t *d, bool wait)
     poll_events(d, true);
     block_t *open = d->open.blocks;
     d->open.blocks = NULL;
-    d->open.bytes = 0;
     if (open && wait) {
         d->be.device_sync(d->be.ctx, d->device);
         any = true;

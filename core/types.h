@@ -97,7 +97,6 @@ struct ppool_s {
 typedef struct fence_batch_s {
     uint64_t event;  /* the fence; 0 while the batch is open (not recorded yet) */
     block_t *blocks; /* pend_next list */
-    size_t bytes;
     struct fence_batch_s *next; /* older to newer */
 } fence_batch_t;
 

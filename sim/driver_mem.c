@@ -60,16 +60,7 @@ SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
     a = freeable(dptr); /* another thread may have freed it meanwhile */
     if (!a)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    struct CUmemPoolHandle_st *pool = a->kind == SIM_ALLOC_POOL ? a->pool : NULL;
-    if (pool) {
-        pool->used_cur -= a->reserved;
-        pool->reserved_cur -= a->reserved;
-    }
-    if (a->kind == SIM_ALLOC_MANAGED)
-        sim_host_free(a);
-    else
-        sim_dev_free(a);
-    sim_pool_maybe_release(pool);
+    sim_alloc_release(a);
     return drv_leave(ctx->sticky);
 }
 
@@ -473,8 +464,7 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
         r = sim_capture_check_implicit(s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
-    size_t len = size <= ((size_t)1 << 20) ? (size + 511) / 512 * 512
-                                           : (size + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+    size_t len = sim_dev_round(size);
     if (pool->dev != s->ctx->dev)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     ctx = s->ctx; /* memory comes from the stream's device */

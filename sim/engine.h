@@ -388,6 +388,11 @@ sim_alloc_t *sim_alloc_find(uintptr_t addr); /* allocation containing addr */
 sim_alloc_t *sim_alloc_exact(uintptr_t addr);
 CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx, sim_alloc_t **out);
 void sim_dev_free(sim_alloc_t *a); /* returns the range to the device */
+/* The bytes a device allocation of `size` takes (the real granularity). */
+size_t sim_dev_round(size_t size);
+/* Frees any allocation: pool accounting, device or host memory, and a
+ * destroyed pool with its last block. */
+void sim_alloc_release(sim_alloc_t *a);
 CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, int device, struct CUctx_st *ctx, void **out);
 void sim_host_free(sim_alloc_t *a);
 bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out);

@@ -160,13 +160,17 @@ static void release_pages(uint8_t *p, size_t len)
         madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
+size_t sim_dev_round(size_t size)
+{
+    return round_up(size, size <= SIM_SMALL_MAX ? SIM_SMALL_GRAIN : SIM_LARGE_GRAIN);
+}
+
 CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx, sim_alloc_t **out)
 {
     if (size == 0 || size > dev->capacity)
         return size ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
-    bool small = size <= SIM_SMALL_MAX;
-    size_t len = round_up(size, small ? SIM_SMALL_GRAIN : SIM_LARGE_GRAIN);
-    size_t off = ext_take(dev, len, small ? SIM_SMALL_GRAIN : SIM_LARGE_GRAIN);
+    size_t len = sim_dev_round(size);
+    size_t off = ext_take(dev, len, size <= SIM_SMALL_MAX ? SIM_SMALL_GRAIN : SIM_LARGE_GRAIN);
     if (off == SIZE_MAX)
         return CUDA_ERROR_OUT_OF_MEMORY;
     dev->used += len;
@@ -234,18 +238,23 @@ void sim_free_ctx_memory(struct CUctx_st *ctx)
         sim_alloc_t *a = &sim.allocs[i];
         if (a->ctx != ctx)
             continue;
-        struct CUmemPoolHandle_st *pool = a->kind == SIM_ALLOC_POOL ? a->pool : NULL;
-        if (pool) {
-            pool->reserved_cur -= a->reserved;
-            if (!a->pool_free)
-                pool->used_cur -= a->reserved;
-        }
-        if (a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_MANAGED)
-            sim_host_free(a);
-        else
-            sim_dev_free(a);
-        sim_pool_maybe_release(pool);
+        sim_alloc_release(a);
     }
+}
+
+void sim_alloc_release(sim_alloc_t *a)
+{
+    struct CUmemPoolHandle_st *pool = a->kind == SIM_ALLOC_POOL ? a->pool : NULL;
+    if (pool) {
+        pool->reserved_cur -= a->reserved;
+        if (!a->pool_free)
+            pool->used_cur -= a->reserved;
+    }
+    if (a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_MANAGED)
+        sim_host_free(a);
+    else
+        sim_dev_free(a);
+    sim_pool_maybe_release(pool);
 }
 
 /* ------------------------------------------------------------------------
