@@ -364,6 +364,12 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     seg_t *s;
     if (d->map.count >= d->map.mask && !map_grow(d))
         goto oom;
+    /* during a capture: a new segment or nothing (core_set_capturing) */
+    if (d->capturing) {
+        if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
+            return take(d, s->first, rounded, size);
+        goto oom;
+    }
     /* 1. frees whose fence or event completed; record the open batch's fence */
     if (d->pending_bytes) {
         if (pend_poll(d) && (b = pool_find_free(d, pool, stream, rounded)))
@@ -459,6 +465,8 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
         how = CORE_FREE_FENCED; /* used on several streams: the device-wide fence covers them all */
     if (how == CORE_FREE_AFTER_STREAM && stream == b->stream)
         how = CORE_FREE_NOW; /* stream order on the block's own stream */
+    if (how == CORE_FREE_AFTER_STREAM && d->capturing)
+        how = CORE_FREE_FENCED; /* no event may be recorded now */
     if (how == CORE_FREE_AFTER_STREAM && pend_after_stream(d, b, stream) != 0)
         how = CORE_FREE_FENCED;
     if (how == CORE_FREE_NOW)
@@ -516,6 +524,31 @@ int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream)
     return r;
 }
 
+bool core_owns(core_dev_t *d, uintptr_t addr)
+{
+    pthread_mutex_lock(&d->lock);
+    bool in = false;
+    for (const seg_t *s = d->segs; s && !in; s = s->next)
+        in = addr >= s->addr && addr - s->addr < s->size;
+    pthread_mutex_unlock(&d->lock);
+    return in;
+}
+
+void core_poll(core_dev_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    if (d->pending_bytes && !d->capturing)
+        pend_poll(d);
+    pthread_mutex_unlock(&d->lock);
+}
+
+void core_set_capturing(core_dev_t *d, bool on)
+{
+    pthread_mutex_lock(&d->lock);
+    d->capturing = on;
+    pthread_mutex_unlock(&d->lock);
+}
+
 void core_synchronized(core_dev_t *d)
 {
     pthread_mutex_lock(&d->lock);
@@ -527,6 +560,10 @@ void core_synchronized(core_dev_t *d)
 void core_empty_cache(core_dev_t *d, int pool_id)
 {
     pthread_mutex_lock(&d->lock);
+    if (d->capturing) { /* waits and releases are illegal now */
+        pthread_mutex_unlock(&d->lock);
+        return;
+    }
     pend_release_all(d, true);
     if (pool_id < 0) {
         seg_release_free(d, NULL, false, SIZE_MAX);
@@ -547,6 +584,7 @@ void core_usage(core_dev_t *d, core_usage_t *u)
     u->pending = d->pending_bytes;
     u->cached_free = u->reserved - (size_t)d->stats.active_bytes[CORE_POOL_ALL].current;
     u->largest_free = largest_free_block(d);
+    u->allowed = d->allowed;
     pthread_mutex_unlock(&d->lock);
 }
 

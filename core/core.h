@@ -120,8 +120,25 @@ bool core_lookup(core_dev_t *d, uintptr_t addr, uintptr_t *base, size_t *size, c
  * for an event on that stream too. */
 int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream);
 
+/* Whether addr lies inside one of the device's segments (live or not): a
+ * free the core refused there is a double free or a bad pointer, not a
+ * foreign one.  Walks the segments: for error paths. */
+bool core_owns(core_dev_t *d, uintptr_t addr);
+
 /* The program synchronised the device: every pending block is reusable. */
 void core_synchronized(core_dev_t *d);
+
+/* Some work completed (a stream or event synchronisation): pending blocks
+ * whose fence or event completed become reusable. */
+void core_poll(core_dev_t *d);
+
+/* A stream capture began (true) or the last one ended (false).  While
+ * capturing, the core makes no backend call that would be illegal in
+ * global capture mode: no fence or event is recorded, queried or waited
+ * for, the device is not synchronised, and no cached segment is released;
+ * a miss may still allocate a new segment.  Frees stay pending until the
+ * capture ended and a fence completed. */
+void core_set_capturing(core_dev_t *d, bool on);
 
 /* Releases every free segment to the device (pool_id < 0: all pools). */
 void core_empty_cache(core_dev_t *d, int pool_id);
@@ -149,6 +166,7 @@ typedef struct core_usage_s {
     size_t cached_free; /* reserved bytes free for reuse now */
     size_t pending;     /* bytes freed but waiting on fences or events */
     size_t largest_free;
+    size_t allowed; /* the limit (limit_mb, per_process_memory_fraction); SIZE_MAX: none */
 } core_usage_t;
 
 void core_usage(core_dev_t *d, core_usage_t *u);

@@ -53,7 +53,7 @@ int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream)
 
 void pend_close(core_dev_t *d)
 {
-    if (!d->open.blocks)
+    if (!d->open.blocks || d->capturing)
         return;
     uint64_t ev = 0;
     if (d->be.event_record(d->be.ctx, d->device, 0, &ev) != CORE_OK) {

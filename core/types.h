@@ -132,6 +132,9 @@ struct core_dev_s {
     uint64_t alloc_clock; /* allocations so far: the garbage collector's clock */
     /* limits */
     size_t allowed; /* bytes this allocator may hold (SIZE_MAX: no limit) */
+    /* a CUDA graph capture is in progress on the device: no fence, wait,
+     * sync or release call may be made (core_set_capturing) */
+    bool capturing;
     /* statistics and observation */
     core_stats_t stats;
     core_observer_fn observer;

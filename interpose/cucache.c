@@ -1,28 +1,124 @@
 /*
- * libcucache.so: the library a program is run with (LD_PRELOAD).
- *
- * For now a shell that proves the build of the preloadable library: it
- * exports its public API (cucache_*) and nothing else, and its metadata
- * allocator is the private jemalloc of core/hostalloc.  Issue 4 adds the CUDA
- * runtime and driver hooks, one file per family (style.md habit 8), and lists
- * them in cucache.map.
+ * cucache's public API (include/cucache/cucache.h): statistics, empty cache
+ * and private pools, for programs and Python (ctypes) running under
+ * cucache.  Each call names a device ordinal; a device without allocator
+ * state answers -1.
  */
+#include <string.h>
+
+#include "cucache/cucache.h"
+#include "hook.h"
 #include "hostalloc.h"
+#include "stats.h"
 
 #define CUCACHE_EXPORT __attribute__((visibility("default")))
 
-/* The version of cucache, "MAJOR.MINOR.PATCH". */
-CUCACHE_EXPORT const char *cucache_version(void);
+static core_dev_t *device_core(int device)
+{
+    if ((unsigned)device >= HOOK_MAX_DEVICES)
+        return NULL;
+    return hook_dev_core(&hook_devs[device]);
+}
 
-/* "jemalloc" or "libc": the allocator of cucache's own host-side metadata. */
-CUCACHE_EXPORT const char *cucache_hostalloc_backend(void);
-
-const char *cucache_version(void)
+CUCACHE_EXPORT const char *cucache_version(void)
 {
     return CUCACHE_VERSION;
 }
 
-const char *cucache_hostalloc_backend(void)
+CUCACHE_EXPORT const char *cucache_hostalloc_backend(void)
 {
     return hostalloc_backend();
+}
+
+typedef struct foreach_s {
+    void (*fn)(void *ctx, const char *key, int64_t value);
+    void *ctx;
+    int count;
+} foreach_t;
+
+static void foreach_one(void *ctx, const char *key, int64_t value)
+{
+    foreach_t *f = ctx;
+    f->fn(f->ctx, key, value);
+    f->count++;
+}
+
+CUCACHE_EXPORT int cucache_stats_foreach(int device, void (*fn)(void *ctx, const char *key, int64_t value), void *ctx)
+{
+    core_dev_t *d = device_core(device);
+    if (!d || !fn)
+        return -1;
+    core_stats_t s;
+    core_stats_get(d, &s);
+    foreach_t f = {fn, ctx, 0};
+    core_stats_foreach(&s, foreach_one, &f);
+    return f.count;
+}
+
+typedef struct find_s {
+    const char *key;
+    int64_t value;
+    bool found;
+} find_t;
+
+static void find_one(void *ctx, const char *key, int64_t value)
+{
+    find_t *f = ctx;
+    if (!f->found && strcmp(key, f->key) == 0) {
+        f->value = value;
+        f->found = true;
+    }
+}
+
+CUCACHE_EXPORT int cucache_stat(int device, const char *key, int64_t *value)
+{
+    core_dev_t *d = device_core(device);
+    if (!d || !key)
+        return -1;
+    core_stats_t s;
+    core_stats_get(d, &s);
+    find_t f = {key, 0, false};
+    core_stats_foreach(&s, find_one, &f);
+    if (!f.found)
+        return -1;
+    if (value)
+        *value = f.value;
+    return 0;
+}
+
+CUCACHE_EXPORT int cucache_reset_peak_stats(int device)
+{
+    core_dev_t *d = device_core(device);
+    if (!d)
+        return -1;
+    core_stats_reset_peaks(d);
+    return 0;
+}
+
+CUCACHE_EXPORT int cucache_empty_cache(int device)
+{
+    core_dev_t *d = device_core(device);
+    if (!d)
+        return -1;
+    core_empty_cache(d, -1);
+    return 0;
+}
+
+CUCACHE_EXPORT int cucache_pool_create(int device)
+{
+    hook_dev_t *hd = hook_dev_open(device);
+    core_dev_t *d = hd ? hook_dev_core(hd) : NULL;
+    return d ? core_pool_create(d) : -1;
+}
+
+CUCACHE_EXPORT int cucache_pool_use(int device, int pool_id)
+{
+    core_dev_t *d = device_core(device);
+    return d ? core_pool_use(d, pool_id) : -1;
+}
+
+CUCACHE_EXPORT int cucache_pool_destroy(int device, int pool_id)
+{
+    core_dev_t *d = device_core(device);
+    return d ? core_pool_destroy(d, pool_id) : -1;
 }

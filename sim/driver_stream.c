@@ -130,6 +130,18 @@ static CUresult stream_get_flags(CUstream h, unsigned *flags, bool ptds)
     return drv_leave(r);
 }
 
+static CUresult stream_get_ctx(CUstream h, CUcontext *pctx, bool ptds)
+{
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !pctx)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        *pctx = s->ctx;
+    return drv_leave(r);
+}
+
 static CUresult stream_get_priority(CUstream h, int *prio, bool ptds)
 {
     DRV_ENTER(ctx);
@@ -147,6 +159,7 @@ DRV_PTSZ(cuStreamQuery, stream_query, (CUstream hStream), (hStream))
 DRV_PTSZ(cuStreamWaitEvent, stream_wait_event, (CUstream hStream, CUevent hEvent, unsigned int Flags),
          (hStream, hEvent, Flags))
 DRV_PTSZ(cuStreamGetFlags, stream_get_flags, (CUstream hStream, unsigned int *flags), (hStream, flags))
+DRV_PTSZ(cuStreamGetCtx, stream_get_ctx, (CUstream hStream, CUcontext *pctx), (hStream, pctx))
 DRV_PTSZ(cuStreamGetPriority, stream_get_priority, (CUstream hStream, int *priority), (hStream, priority))
 
 /* ------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Symbol checks of the libraries that link core/hostalloc (run by meson).
 
-  check_symbols.py exports LIB [--only REGEX]
+  check_symbols.py exports LIB [--only REGEX] [--map VERSION_SCRIPT]
       LIB's dynamic symbol table defines none of the allocator's names
       (malloc, free, ..., mallocx, mallctl, je_*), and, with --only, nothing
-      that REGEX does not match.  It must define at least one symbol, so a
-      broken nm or an empty table cannot pass.
+      that REGEX does not match.  With --map, the table is exactly what the
+      linker version script's global list says: every exported name matches
+      an entry (entries with * are patterns), and every plain entry is
+      exported.  It must define at least one symbol, so a broken nm or an
+      empty table cannot pass.
 
   check_symbols.py cref MAPFILE
       MAPFILE is the linker map (-Wl,-Map=...,--cref) of a library.  No object
@@ -63,7 +66,33 @@ def forbidden_export(name):
     return base in ALLOCATOR_NAMES or base.startswith(ALLOCATOR_PREFIXES)
 
 
-def check_exports(nm, lib, only):
+def read_version_script(path):
+    """The global entries of a linker version script (comments removed)."""
+    with open(path, encoding="utf-8") as f:
+        text = re.sub(r"/\*.*?\*/", " ", f.read(), flags=re.S)
+    m = re.search(r"global\s*:(.*?)local\s*:", text, flags=re.S)
+    if not m:
+        return None
+    return [e.strip() for e in m.group(1).split(";") if e.strip()]
+
+
+def check_map(names, map_path):
+    entries = read_version_script(map_path)
+    if not entries:
+        return [f"{map_path}: no global list found"]
+    exact = {e for e in entries if "*" not in e}
+    patterns = [re.compile("^" + re.escape(e).replace("\\*", ".*") + "$") for e in entries if "*" in e]
+    failures = []
+    bases = {n.split("@")[0] for n in names}
+    for name in sorted(bases):
+        if name not in exact and not any(p.match(name) for p in patterns):
+            failures.append(f"exports {name}, which {map_path} does not list")
+    for name in sorted(exact - bases):
+        failures.append(f"{map_path} lists {name}, which is not exported (no definition, or hidden)")
+    return failures
+
+
+def check_exports(nm, lib, only, map_path=None):
     names = []
     for line in run_nm(nm, ["-D", "--defined-only", lib]).splitlines():
         fields = line.split()
@@ -78,6 +107,8 @@ def check_exports(nm, lib, only):
                             "(jemalloc linked without -Wl,--exclude-libs? see core/meson.build)")
         elif only and not re.search(only, name):
             failures.append(f"exports {name}, which does not match {only} (see interpose/cucache.map)")
+    if map_path:
+        failures += check_map(names, map_path)
     print(f"{lib}: {len(names)} exported symbols: {' '.join(sorted(names))}")
     return failures
 
@@ -133,12 +164,13 @@ def main():
     ex = sub.add_parser("exports")
     ex.add_argument("lib")
     ex.add_argument("--only", help="regular expression every exported name must match")
+    ex.add_argument("--map", help="linker version script whose global list the exports must equal")
     cr = sub.add_parser("cref")
     cr.add_argument("mapfile")
     args = ap.parse_args()
 
     if args.cmd == "exports":
-        failures = check_exports(args.nm, args.lib, args.only)
+        failures = check_exports(args.nm, args.lib, args.only, args.map)
     else:
         failures = check_cref(args.mapfile)
     for f in failures:

@@ -1,0 +1,58 @@
+/*
+ * cucache's public API, exported by libcucache.so next to the CUDA hooks.
+ *
+ * A program run under cucache (LD_PRELOAD=libcucache.so, or cucache-run)
+ * reaches these with dlsym(RTLD_DEFAULT, "cucache_stat") or Python's
+ * ctypes.CDLL(None).cucache_stat, so that the same program still runs
+ * without cucache.  Nothing here calls CUDA except where a comment says so;
+ * all of it is thread-safe.
+ *
+ * Devices are CUDA ordinals (cudaGetDevice's numbering).  A device has
+ * allocator state once the program allocated on it through cucache; before
+ * that the calls below answer -1.
+ */
+#ifndef CUCACHE_H
+#define CUCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The version of cucache, "MAJOR.MINOR.PATCH". */
+const char *cucache_version(void);
+
+/* "jemalloc" or "libc": the allocator of cucache's own host-side metadata. */
+const char *cucache_hostalloc_backend(void);
+
+/* Calls fn once per statistic of the device, with PyTorch's flat key names
+ * (torch.cuda.memory_stats(): "allocated_bytes.all.current", "num_ooms",
+ * ...) plus cucache's own ("num_cache_hits", "num_fences", ...).  Returns
+ * the number of keys, or -1 when the device has no allocator state. */
+int cucache_stats_foreach(int device, void (*fn)(void *ctx, const char *key, int64_t value), void *ctx);
+
+/* One statistic by key: 0 and *value set, or -1 (unknown key or device). */
+int cucache_stat(int device, const char *key, int64_t *value);
+
+/* torch.cuda.reset_peak_memory_stats(): every peak := its current value. */
+int cucache_reset_peak_stats(int device);
+
+/* torch.cuda.empty_cache(): waits for pending frees and returns every free
+ * cached segment of the device to CUDA (this calls CUDA).  0 or -1. */
+int cucache_empty_cache(int device);
+
+/* Private pools (seed 002, torch.cuda.MemPool): create returns an id > 0 or
+ * -1; use routes the calling thread's allocations on the device to the pool
+ * (0: back to the default pools); destroy releases the pool's free
+ * segments now and the rest as their blocks are freed.  0 or -1. */
+int cucache_pool_create(int device);
+int cucache_pool_use(int device, int pool_id);
+int cucache_pool_destroy(int device, int pool_id);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,276 @@
+/*
+ * The core's device seam over the real driver (core/core.h's backend).
+ *
+ * Every call runs in the device's primary context: pushed for the call when
+ * another context (or none) is current on the calling thread, as when a
+ * runtime program's thread has not touched CUDA yet.  Stream keys become
+ * handles as hook.h describes.
+ *
+ * The fence (event_record on stream 0, design.md "Reuse must never race"):
+ * one event on the legacy default stream, which orders every blocking
+ * stream and per-thread default stream, plus one on each live non-blocking
+ * stream of the device.  It has completed when all of them have.
+ *
+ * During a capture on the device the core makes no fence, wait, sync or
+ * release call (core_set_capturing); a new segment is still allowed, with
+ * the thread's capture mode relaxed for our own cuMemAlloc only, as
+ * aws-ofi-nccl and Paddle do.
+ */
+#include <stdlib.h>
+
+#include "hook.h"
+#include "hostalloc.h"
+
+HOOK_TLS CUresult hook_backend_error;
+
+enum { SPARE_EVENTS_MAX = 256 };
+
+typedef struct scope_s {
+    bool pushed;
+} scope_t;
+
+static bool enter(hook_dev_t *hd, scope_t *sc)
+{
+    sc->pushed = false;
+    CUcontext cur = NULL;
+    if (real_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == hd->primary && cur)
+        return true;
+    CUresult r = hd->primary ? real_cu.cuCtxPushCurrent_v2(hd->primary) : CUDA_ERROR_INVALID_CONTEXT;
+    if (r != CUDA_SUCCESS) {
+        hook_backend_error = r;
+        return false;
+    }
+    sc->pushed = true;
+    return true;
+}
+
+static void leave(const scope_t *sc)
+{
+    CUcontext popped;
+    if (sc->pushed)
+        real_cu.cuCtxPopCurrent_v2(&popped);
+}
+
+/* Relaxes the thread's capture mode around one of our own calls while the
+ * device captures; restores it after. */
+static bool relax(hook_dev_t *hd, CUstreamCaptureMode *mode)
+{
+    *mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    return atomic_load_explicit(&hd->capturing, memory_order_relaxed) && real_cu.cuThreadExchangeStreamCaptureMode &&
+           real_cu.cuThreadExchangeStreamCaptureMode(mode) == CUDA_SUCCESS;
+}
+
+static void unrelax(bool relaxed, CUstreamCaptureMode *mode)
+{
+    if (relaxed)
+        real_cu.cuThreadExchangeStreamCaptureMode(mode);
+}
+
+/* ------------------------------------------------------------------------
+ * Segments and memory information
+ * ---------------------------------------------------------------------- */
+
+static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    scope_t sc;
+    if (!enter(hd, &sc))
+        return CORE_EFAIL;
+    CUstreamCaptureMode mode;
+    bool relaxed = relax(hd, &mode);
+    CUdeviceptr p = 0;
+    CUresult r = real_cu.cuMemAlloc_v2(&p, size);
+    unrelax(relaxed, &mode);
+    leave(&sc);
+    if (r == CUDA_SUCCESS) {
+        *addr = (uintptr_t)p;
+        return CORE_OK;
+    }
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return CORE_ENOMEM;
+    hook_backend_error = r;
+    return CORE_EFAIL;
+}
+
+static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    (void)ctx;
+    (void)size;
+    hook_dev_t *hd = &hook_devs[device];
+    scope_t sc;
+    if (!enter(hd, &sc))
+        return;
+    CUstreamCaptureMode mode;
+    bool relaxed = relax(hd, &mode);
+    CUresult r = real_cu.cuMemFree_v2((CUdeviceptr)addr);
+    unrelax(relaxed, &mode);
+    leave(&sc);
+    if (r != CUDA_SUCCESS)
+        hook_warn(HOOK_WARN_BACKEND, "device %d: returning a segment of %zu bytes at 0x%lx to CUDA failed (error %d)",
+                  device, size, (unsigned long)addr, (int)r);
+}
+
+static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    scope_t sc;
+    if (!enter(hd, &sc))
+        return CORE_EFAIL;
+    CUresult r = real_cu.cuMemGetInfo_v2(free_bytes, total);
+    leave(&sc);
+    if (r != CUDA_SUCCESS) {
+        hook_backend_error = r;
+        return CORE_EFAIL;
+    }
+    return CORE_OK;
+}
+
+static void device_sync(void *ctx, int device)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    scope_t sc;
+    if (atomic_load(&hd->capturing) || !enter(hd, &sc))
+        return;
+    real_cu.cuCtxSynchronize();
+    leave(&sc);
+}
+
+/* ------------------------------------------------------------------------
+ * Events and fences
+ * ---------------------------------------------------------------------- */
+
+typedef struct fence_s {
+    size_t n;       /* events */
+    CUevent ev[];   /* all must complete */
+} fence_t;
+
+/* Called with hd->lock held and the primary context current. */
+static CUevent event_get(hook_dev_t *hd)
+{
+    if (hd->nspare)
+        return hd->spare_events[--hd->nspare];
+    CUevent e = NULL;
+    CUresult r = real_cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) {
+        hook_backend_error = r;
+        return NULL;
+    }
+    return e;
+}
+
+/* Called with hd->lock held. */
+static void event_put(hook_dev_t *hd, CUevent e)
+{
+    if (hd->nspare == hd->spare_cap && hd->spare_cap < SPARE_EVENTS_MAX) {
+        size_t cap = hd->spare_cap ? hd->spare_cap * 2 : 16;
+        CUevent *n = hostalloc_realloc(hd->spare_events, cap * sizeof *n);
+        if (n) {
+            hd->spare_events = n;
+            hd->spare_cap = cap;
+        }
+    }
+    if (hd->nspare < hd->spare_cap)
+        hd->spare_events[hd->nspare++] = e;
+    else
+        real_cu.cuEventDestroy_v2(e);
+}
+
+static CUstream stream_handle(core_stream_t key)
+{
+    if (key == HOOK_KEY_LEGACY)
+        return CU_STREAM_LEGACY;
+    if (key == hook_key_ptds())
+        return CU_STREAM_PER_THREAD;
+    return (CUstream)key;
+}
+
+static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *event)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    if (atomic_load(&hd->capturing))
+        return CORE_EFAIL;
+    scope_t sc;
+    if (!enter(hd, &sc))
+        return CORE_EFAIL;
+    pthread_mutex_lock(&hd->lock);
+    size_t n = stream == 0 ? 1 + hd->nstreams : 1;
+    fence_t *f = hostalloc_malloc(sizeof *f + n * sizeof f->ev[0]);
+    int rc = f ? CORE_OK : CORE_EFAIL;
+    size_t done = 0;
+    for (; rc == CORE_OK && done < n; done++) {
+        CUstream s = stream != 0 ? stream_handle(stream) : done == 0 ? CU_STREAM_LEGACY : hd->streams[done - 1];
+        CUevent e = event_get(hd);
+        CUresult r = e ? real_cu.cuEventRecord(e, s) : CUDA_ERROR_OUT_OF_MEMORY;
+        if (r != CUDA_SUCCESS) {
+            hook_backend_error = r;
+            if (e)
+                event_put(hd, e);
+            rc = CORE_EFAIL;
+            break;
+        }
+        f->ev[done] = e;
+    }
+    if (rc != CORE_OK) {
+        for (size_t i = 0; f && i < done; i++)
+            event_put(hd, f->ev[i]);
+        hostalloc_free(f);
+    } else {
+        f->n = n;
+        *event = (uint64_t)(uintptr_t)f;
+    }
+    pthread_mutex_unlock(&hd->lock);
+    leave(&sc);
+    return rc;
+}
+
+/* 1 when every event of the fence completed.  An error (a context that
+ * faulted) counts as completed: nothing runs on that context any more. */
+static int event_query(void *ctx, int device, uint64_t event)
+{
+    (void)ctx;
+    (void)device;
+    fence_t *f = (fence_t *)(uintptr_t)event;
+    for (size_t i = 0; i < f->n; i++)
+        if (real_cu.cuEventQuery(f->ev[i]) == CUDA_ERROR_NOT_READY)
+            return 0;
+    return 1;
+}
+
+static void event_wait(void *ctx, int device, uint64_t event)
+{
+    (void)ctx;
+    (void)device;
+    fence_t *f = (fence_t *)(uintptr_t)event;
+    for (size_t i = 0; i < f->n; i++)
+        real_cu.cuEventSynchronize(f->ev[i]);
+}
+
+static void event_release(void *ctx, int device, uint64_t event)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    fence_t *f = (fence_t *)(uintptr_t)event;
+    pthread_mutex_lock(&hd->lock);
+    for (size_t i = 0; i < f->n; i++) {
+        if (hd->primary)
+            event_put(hd, f->ev[i]);
+    }
+    pthread_mutex_unlock(&hd->lock);
+    hostalloc_free(f);
+}
+
+const core_backend_t hook_backend = {
+    .ctx = NULL,
+    .seg_alloc = seg_alloc,
+    .seg_free = seg_free,
+    .mem_info = mem_info,
+    .event_record = event_record,
+    .event_query = event_query,
+    .event_wait = event_wait,
+    .event_release = event_release,
+    .device_sync = device_sync,
+};

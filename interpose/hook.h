@@ -1,0 +1,340 @@
+/*
+ * interpose/: the hooks of libcucache.so, and what only an interposer knows.
+ *
+ * How a call travels:
+ *
+ *   program ──► exported hook (hook_rt_mem.c, hook_cu_mem.c, hook_sync.c)
+ *                 │  bypass? (re-entry guard, cucache off) ──► real entry point
+ *                 ▼
+ *               hook_dev_t of the call's device (state.c) ──► core_* (core/)
+ *                                                               │
+ *                            backend.c: the core's device seam ◄┘
+ *                            (real driver calls, in the device's primary
+ *                             context, capture-aware, fences over streams)
+ *
+ * Real entry points are resolved once, by their exact versioned names, into
+ * typed tables (real.c): the driver's from libcuda.so.1, the runtime's with
+ * RTLD_NEXT.  Nothing links libcuda or libcudart.
+ *
+ * Layers.  Runtime hooks (cudaMalloc, ...) serve programs that link the
+ * shared runtime; driver hooks (cuMemAlloc_v2, ...) serve the static runtime
+ * and frameworks that call the driver.  They reach the driver hooks through
+ * the dlsym override and the cuGetProcAddress hooks (hook_lookup.c).  An
+ * allocation is cached by the outermost hook the program called: while a
+ * hook runs the real runtime on the program's behalf, the thread's guard
+ * (hook_guard) makes every hook pass straight through.
+ *
+ * Contexts.  Each device has one allocator (core_dev_t), for its primary
+ * context, the one the runtime uses.  Driver calls made while a created
+ * context (cuCtxCreate) is current pass through uncached: memory of one
+ * context is not usable from another.
+ *
+ * Streams.  The core keys blocks by stream (core_stream_t).  Key 0 is
+ * memory not tied to a stream (cudaMalloc); the legacy default stream is
+ * HOOK_KEY_LEGACY; a thread's per-thread default stream is the address of a
+ * thread-local anchor (hook_key_ptds); any other key is the CUstream handle.
+ */
+#ifndef CUCACHE_INTERPOSE_HOOK_H
+#define CUCACHE_INTERPOSE_HOOK_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "cucache/cuda_api.h"
+
+#define HOOK_API __attribute__((visibility("default")))
+#define HOOK_TLS __thread __attribute__((tls_model("initial-exec")))
+#define HOOK_LIKELY(x) __builtin_expect(!!(x), 1)
+#define HOOK_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+enum {
+    HOOK_MAX_DEVICES = 64,   /* devices with an allocator (CORE_MAX_DEVICES) */
+    HOOK_MAX_CAPTURES = 64,  /* captures in progress per device */
+};
+
+/* The 11.3 form of the resolver; cuda_api.h declares only _v2. */
+typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+
+/* ------------------------------------------------------------------------
+ * Real entry points (real.c)
+ * ---------------------------------------------------------------------- */
+
+/* X(name): the driver's export of that exact name; its prototype in
+ * cuda_api.h gives the type. */
+#define HOOK_DRIVER_FUNCS(X)                                                                                           \
+    X(cuInit)                                                                                                          \
+    X(cuDeviceGet)                                                                                                     \
+    X(cuDeviceGetCount)                                                                                                \
+    X(cuDevicePrimaryCtxRetain)                                                                                        \
+    X(cuDevicePrimaryCtxReset_v2)                                                                                      \
+    X(cuCtxGetCurrent)                                                                                                 \
+    X(cuCtxGetDevice)                                                                                                  \
+    X(cuCtxPushCurrent_v2)                                                                                             \
+    X(cuCtxPopCurrent_v2)                                                                                              \
+    X(cuCtxSynchronize)                                                                                                \
+    X(cuMemAlloc_v2)                                                                                                   \
+    X(cuMemFree_v2)                                                                                                    \
+    X(cuMemGetInfo_v2)                                                                                                 \
+    X(cuMemAllocAsync)                                                                                                 \
+    X(cuMemAllocAsync_ptsz)                                                                                            \
+    X(cuMemFreeAsync)                                                                                                  \
+    X(cuMemFreeAsync_ptsz)                                                                                             \
+    X(cuStreamCreate)                                                                                                  \
+    X(cuStreamCreateWithPriority)                                                                                      \
+    X(cuStreamDestroy_v2)                                                                                              \
+    X(cuStreamGetCtx)                                                                                                  \
+    X(cuStreamGetCtx_ptsz)                                                                                             \
+    X(cuStreamSynchronize)                                                                                             \
+    X(cuStreamSynchronize_ptsz)                                                                                        \
+    X(cuStreamIsCapturing)                                                                                             \
+    X(cuStreamIsCapturing_ptsz)                                                                                        \
+    X(cuStreamBeginCapture_v2)                                                                                         \
+    X(cuStreamBeginCapture_v2_ptsz)                                                                                    \
+    X(cuStreamEndCapture)                                                                                              \
+    X(cuStreamEndCapture_ptsz)                                                                                         \
+    X(cuThreadExchangeStreamCaptureMode)                                                                               \
+    X(cuEventCreate)                                                                                                   \
+    X(cuEventRecord)                                                                                                   \
+    X(cuEventQuery)                                                                                                    \
+    X(cuEventSynchronize)                                                                                              \
+    X(cuEventDestroy_v2)                                                                                               \
+    X(cuGetProcAddress_v2)
+
+/* X(name): the runtime's export of that name, found with RTLD_NEXT. */
+#define HOOK_RUNTIME_FUNCS(X)                                                                                          \
+    X(cudaGetDevice)                                                                                                   \
+    X(cudaMalloc)                                                                                                      \
+    X(cudaFree)                                                                                                        \
+    X(cudaMemGetInfo)                                                                                                  \
+    X(cudaMallocAsync)                                                                                                 \
+    X(cudaMallocAsync_ptsz)                                                                                            \
+    X(cudaFreeAsync)                                                                                                   \
+    X(cudaFreeAsync_ptsz)                                                                                              \
+    X(cudaDeviceReset)                                                                                                 \
+    X(cudaDeviceSynchronize)                                                                                           \
+    X(cudaStreamSynchronize)                                                                                           \
+    X(cudaStreamSynchronize_ptsz)                                                                                      \
+    X(cudaEventSynchronize)                                                                                            \
+    X(cudaStreamCreate)                                                                                                \
+    X(cudaStreamCreateWithFlags)                                                                                       \
+    X(cudaStreamCreateWithPriority)                                                                                    \
+    X(cudaStreamDestroy)                                                                                               \
+    X(cudaStreamBeginCapture)                                                                                          \
+    X(cudaStreamBeginCapture_ptsz)                                                                                     \
+    X(cudaStreamEndCapture)                                                                                            \
+    X(cudaStreamEndCapture_ptsz)
+
+typedef struct hook_driver_s {
+#define HOOK_FIELD(name) __typeof__(name) *name;
+    HOOK_DRIVER_FUNCS(HOOK_FIELD)
+    hook_getproc_fn cuGetProcAddress; /* the 11.3 resolver */
+} hook_driver_t;
+
+typedef struct hook_runtime_s {
+    HOOK_RUNTIME_FUNCS(HOOK_FIELD)
+#undef HOOK_FIELD
+} hook_runtime_t;
+
+/* Valid after hook_real_driver() / hook_real_runtime() returned true;
+ * entries the library lacks stay NULL. */
+extern hook_driver_t real_cu;
+extern hook_runtime_t real_rt;
+
+/* The real dlsym (glibc's, found with dlvsym); never NULL once
+ * hook_real_dlsym_init() ran.  Read by dlsym_entry.S. */
+extern void *(*hook_real_dlsym)(void *handle, const char *symbol);
+void hook_real_dlsym_init(void);
+
+/* Loads libcuda.so.1 and resolves the driver table once; false when the
+ * driver or one of its required entry points is missing. */
+bool hook_real_driver(void);
+/* Resolves the runtime table once (RTLD_NEXT); false without a runtime. */
+bool hook_real_runtime(void);
+
+/* One hooked driver entry point (hook_lookup.c's table). */
+typedef struct route_s {
+    const char *name; /* exact exported name, e.g. "cuMemAllocAsync_ptsz" */
+    void *hook;       /* our export of that name */
+    void *real;       /* the driver's export of that name (real.c fills it) */
+} route_t;
+
+extern route_t hook_routes[];
+extern const size_t hook_nroutes;
+
+/* The hook of an exported driver entry point whose real address is p (the
+ * cuGetProcAddress answer), or p itself. */
+void *hook_route(void *p);
+
+/* ------------------------------------------------------------------------
+ * The re-entry guard
+ * ---------------------------------------------------------------------- */
+
+extern HOOK_TLS int hook_depth;
+
+/* True when the calling hook must pass straight through: cucache runs the
+ * real API on this thread, or is off in this process. */
+static inline bool hook_bypass(void)
+{
+    extern atomic_bool hook_off;
+    return hook_depth != 0 || atomic_load_explicit(&hook_off, memory_order_relaxed);
+}
+
+#define HOOK_REAL(call)                                                                                                \
+    __extension__({                                                                                                    \
+        hook_depth++;                                                                                                  \
+        __typeof__(call) hook_r_ = (call);                                                                             \
+        hook_depth--;                                                                                                  \
+        hook_r_;                                                                                                       \
+    })
+
+/* ------------------------------------------------------------------------
+ * Devices (state.c)
+ * ---------------------------------------------------------------------- */
+
+/* A capture in progress on the device. */
+typedef struct hook_capture_s {
+    CUstream stream;     /* as the program named it (a per-thread handle is per thread) */
+    pthread_t thread;    /* who began it */
+    int mode;            /* CUstreamCaptureMode */
+} hook_capture_t;
+
+typedef struct hook_dev_s {
+    _Atomic(core_dev_t *) core; /* NULL until the first cached call on the device */
+    CUcontext primary;          /* retained primary context; set before core */
+    CUdevice handle;            /* the driver's handle of the ordinal */
+    int ordinal;
+    pthread_mutex_t lock; /* streams, captures, events below */
+    /* live non-blocking streams of the primary context: the fence records
+     * one event on each */
+    CUstream *streams;
+    size_t nstreams, streams_cap;
+    /* captures in progress; while any, the core makes no fence, sync or
+     * release call (core_set_capturing) */
+    hook_capture_t captures[HOOK_MAX_CAPTURES];
+    int ncaptures;
+    atomic_int capturing; /* ncaptures, readable without the lock */
+    int capture_pool;     /* private pool of capture allocations (0: none yet) */
+    /* spare events for fences (created disabled-timing, in `primary`) */
+    CUevent *spare_events;
+    size_t nspare, spare_cap;
+} hook_dev_t;
+
+extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];
+extern conf_t hook_conf;
+
+/* The device of a runtime call (cudaGetDevice), with its allocator, or NULL
+ * when the call must pass through (no runtime or driver, bad device).
+ * open: create the allocator if the device has none yet (else NULL). */
+hook_dev_t *hook_rt_device(bool open);
+/* The device of a driver call: the current context's, when that context is
+ * the device's primary one; NULL means pass through (no context, a created
+ * context, no driver). */
+hook_dev_t *hook_cu_device(bool open);
+/* The device by ordinal, opening its allocator on first use; NULL if the
+ * ordinal is out of range or the driver refused. */
+hook_dev_t *hook_dev_open(int ordinal);
+/* The device whose allocator serves the ordinal, without opening one. */
+static inline core_dev_t *hook_dev_core(const hook_dev_t *hd)
+{
+    return atomic_load_explicit(&hd->core, memory_order_acquire);
+}
+/* The ordinal of a driver device handle, or -1. */
+int hook_ordinal_of(CUdevice handle);
+/* Drops the device's allocator (cudaDeviceReset, cuDevicePrimaryCtxReset):
+ * its segments go back to CUDA first.  The next call opens a fresh one. */
+void hook_dev_drop(hook_dev_t *hd);
+
+/* Frees addr wherever it was allocated: the given device first, then the
+ * others.  CORE_FREED, or CORE_NOT_MINE with *inside set when the address
+ * lies within cucache's memory (a bad pointer or a double free) rather than
+ * outside it (a foreign pointer for the real free). */
+int hook_free_any(hook_dev_t *first, uintptr_t addr, core_free_t how, core_stream_t stream, bool *inside);
+
+/* cudaMemGetInfo / cuMemGetInfo_v2: adds what the cache holds unused to
+ * the device's free bytes; a limit becomes the total (hook_rt_mem.c). */
+void hook_adjust_meminfo(hook_dev_t *hd, size_t *free_bytes, size_t *total);
+
+/* The synchronisation the reuse policy asks of a cudaFree/cuMemFree: returns
+ * how the core must treat it. */
+core_free_t hook_free_policy(hook_dev_t *hd);
+
+/* ------------------------------------------------------------------------
+ * Streams and captures (streams.c)
+ * ---------------------------------------------------------------------- */
+
+enum { HOOK_KEY_LEGACY = 1 };
+
+extern HOOK_TLS char hook_ptds_anchor;
+static inline core_stream_t hook_key_ptds(void)
+{
+    return (core_stream_t)&hook_ptds_anchor;
+}
+
+/* The core key of a stream handle; per_thread: the call was a _ptsz entry
+ * point (handle 0 is the per-thread default stream). */
+static inline core_stream_t hook_stream_key(CUstream s, bool per_thread)
+{
+    uintptr_t v = (uintptr_t)s;
+    if (v == 0)
+        return per_thread ? hook_key_ptds() : HOOK_KEY_LEGACY;
+    if (v == (uintptr_t)CU_STREAM_LEGACY)
+        return HOOK_KEY_LEGACY;
+    if (v == (uintptr_t)CU_STREAM_PER_THREAD)
+        return hook_key_ptds();
+    return (core_stream_t)v;
+}
+
+/* A stream was created in the device's primary context with these flags. */
+void hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags);
+void hook_stream_destroyed(CUstream s);
+/* A capture began / ended on stream s (per_thread: _ptsz entry point). */
+void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread, int mode);
+void hook_capture_end(CUstream s, bool per_thread);
+/* Whether s is being captured (then stream-ordered calls on it pass
+ * through: they become graph nodes). */
+bool hook_stream_capturing(hook_dev_t *hd, CUstream s, bool per_thread);
+/* Whether CUDA forbids the calling thread a cudaMalloc now (the capture
+ * mode rules of cudaThreadExchangeStreamCaptureMode): then the allocation
+ * goes to the real API, which refuses it and invalidates the capture
+ * exactly as without cucache. */
+bool hook_capture_forbids_malloc(hook_dev_t *hd);
+
+/* The device whose memory a stream-ordered call on s must use: the
+ * stream's own (a created stream may belong to another device than the
+ * current one), or, for the default streams, the current device (runtime:
+ * cudaGetDevice; driver: the current context).  NULL: pass through. */
+hook_dev_t *hook_stream_device(CUstream s, bool runtime);
+
+/* ------------------------------------------------------------------------
+ * Backend (backend.c), output (log.c)
+ * ---------------------------------------------------------------------- */
+
+extern const core_backend_t hook_backend;
+
+/* The CUresult of the last failed device call the backend made on this
+ * thread (CUDA_SUCCESS when none): what a CORE_EFAIL stands for. */
+extern HOOK_TLS CUresult hook_backend_error;
+
+/* One line on stderr, prefixed "cucache: ".  Never allocates; errno kept. */
+void hook_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+typedef enum hook_warn_e {
+    HOOK_WARN_BAD_FREE,
+    HOOK_WARN_OOM,
+    HOOK_WARN_BACKEND,
+    HOOK_WARN_KINDS,
+} hook_warn_t;
+
+/* hook_log, rate-limited per kind: the first few, then one line per power
+ * of two with the running count. */
+void hook_warn(hook_warn_t kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Reports an allocation cucache could not serve (one line for now; the full
+ * report is stats/' job). */
+void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom);
+
+#endif

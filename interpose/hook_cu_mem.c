@@ -1,0 +1,121 @@
+/*
+ * Driver memory hooks: cuMemAlloc_v2, cuMemFree_v2, cuMemGetInfo_v2 and the
+ * stream-ordered cuMemAllocAsync / cuMemFreeAsync (and their _ptsz twins).
+ * Programs linked with the static runtime (nvcc's default) and frameworks
+ * that call the driver are cached here; they reach these through the
+ * exports, dlsym and cuGetProcAddress (hook_lookup.c).  Calls made while a
+ * created context is current pass through: hook.h, "Contexts".
+ */
+#include "hook.h"
+
+#define CU_REAL(name, ...) (hook_real_driver() && real_cu.name ? real_cu.name(__VA_ARGS__) : CUDA_ERROR_NOT_INITIALIZED)
+
+__attribute__((noinline)) static CUresult cu_oom(hook_dev_t *hd, const core_oom_t *oom)
+{
+    if (oom->backend_error == CORE_EFAIL)
+        return hook_backend_error != CUDA_SUCCESS ? hook_backend_error : CUDA_ERROR_OUT_OF_MEMORY;
+    hook_report_oom(hd, oom);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+__attribute__((noinline)) static CUresult cu_bad_free(CUdeviceptr p, const char *api)
+{
+    hook_warn(HOOK_WARN_BAD_FREE,
+              "%s(0x%llx): not a live allocation (double free, or a pointer inside a block); returning "
+              "CUDA_ERROR_INVALID_VALUE, the cache is unchanged",
+              api, (unsigned long long)p);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    hook_dev_t *hd;
+    core_dev_t *d;
+    if (HOOK_UNLIKELY(hook_bypass() || !dptr || bytesize == 0) || !(hd = hook_cu_device(true)) ||
+        !(d = hook_dev_core(hd)) || hook_capture_forbids_malloc(hd))
+        return CU_REAL(cuMemAlloc_v2, dptr, bytesize);
+    core_oom_t oom;
+    uintptr_t p = core_malloc(d, bytesize, 0, &oom);
+    if (HOOK_LIKELY(p != 0)) {
+        *dptr = (CUdeviceptr)p;
+        return CUDA_SUCCESS;
+    }
+    return cu_oom(hd, &oom);
+}
+
+HOOK_API CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    if (HOOK_UNLIKELY(hook_bypass() || dptr == 0))
+        return CU_REAL(cuMemFree_v2, dptr);
+    hook_dev_t *hd = hook_cu_device(false);
+    bool inside;
+    core_free_t how = hd ? hook_free_policy(hd) : CORE_FREE_FENCED;
+    if (HOOK_LIKELY(hook_free_any(hd, (uintptr_t)dptr, how, 0, &inside) == CORE_FREED))
+        return CUDA_SUCCESS;
+    return inside ? cu_bad_free(dptr, "cuMemFree") : CU_REAL(cuMemFree_v2, dptr);
+}
+
+HOOK_API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    size_t f = 0, t = 0;
+    CUresult r = CU_REAL(cuMemGetInfo_v2, &f, &t);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!hook_bypass())
+        hook_adjust_meminfo(hook_cu_device(false), &f, &t);
+    if (free)
+        *free = f;
+    if (total)
+        *total = t;
+    return CUDA_SUCCESS;
+}
+
+static CUresult cu_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream s, bool pt)
+{
+    hook_dev_t *hd;
+    core_dev_t *d;
+    if (HOOK_UNLIKELY(hook_bypass() || !dptr || bytesize == 0) || !(hd = hook_stream_device(s, false)) ||
+        !(d = hook_dev_core(hd)) || hook_stream_capturing(hd, s, pt))
+        return pt ? CU_REAL(cuMemAllocAsync_ptsz, dptr, bytesize, s) : CU_REAL(cuMemAllocAsync, dptr, bytesize, s);
+    core_oom_t oom;
+    uintptr_t p = core_malloc(d, bytesize, hook_stream_key(s, pt), &oom);
+    if (HOOK_LIKELY(p != 0)) {
+        *dptr = (CUdeviceptr)p;
+        return CUDA_SUCCESS;
+    }
+    return cu_oom(hd, &oom);
+}
+
+static CUresult cu_free_async(CUdeviceptr dptr, CUstream s, bool pt)
+{
+    if (HOOK_UNLIKELY(hook_bypass() || dptr == 0))
+        return pt ? CU_REAL(cuMemFreeAsync_ptsz, dptr, s) : CU_REAL(cuMemFreeAsync, dptr, s);
+    hook_dev_t *hd = hook_stream_device(s, false);
+    bool inside;
+    if (HOOK_LIKELY(hook_free_any(hd, (uintptr_t)dptr, CORE_FREE_AFTER_STREAM, hook_stream_key(s, pt), &inside) ==
+                    CORE_FREED))
+        return CUDA_SUCCESS;
+    if (inside)
+        return cu_bad_free(dptr, "cuMemFreeAsync");
+    return pt ? CU_REAL(cuMemFreeAsync_ptsz, dptr, s) : CU_REAL(cuMemFreeAsync, dptr, s);
+}
+
+HOOK_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return cu_alloc_async(dptr, bytesize, hStream, false);
+}
+
+HOOK_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return cu_alloc_async(dptr, bytesize, hStream, true);
+}
+
+HOOK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    return cu_free_async(dptr, hStream, false);
+}
+
+HOOK_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    return cu_free_async(dptr, hStream, true);
+}

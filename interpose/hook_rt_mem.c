@@ -1,0 +1,183 @@
+/*
+ * Runtime memory hooks: cudaMalloc, cudaFree, cudaMemGetInfo and the
+ * stream-ordered cudaMallocAsync / cudaFreeAsync (and their per-thread
+ * default stream twins, _ptsz).
+ *
+ * The hit path: the guard, the device (cudaGetDevice) and core_malloc.
+ * Everything else (out of memory, foreign pointers, captures) is out of line.
+ */
+#include "hook.h"
+
+/* The runtime's own call, with the guard up: what it asks of the driver
+ * passes through the driver hooks uncached. */
+#define RT_REAL(name, ...)                                                                                             \
+    (hook_real_runtime() && real_rt.name ? HOOK_REAL(real_rt.name(__VA_ARGS__)) : cudaErrorInsufficientDriver)
+
+/* What an allocation cucache could not serve returns.  A device error is
+ * returned as the device gave it; out of memory is reported, then (unless a
+ * limit refused it, or a capture is on) the runtime gets one try of its own,
+ * which sets the runtime's last error the way the program expects (and, in
+ * the unlikely case it succeeds, gives it foreign memory). */
+__attribute__((noinline)) static cudaError_t rt_oom(hook_dev_t *hd, const core_oom_t *oom, void **devPtr, size_t size,
+                                                     cudaStream_t stream, int api)
+{
+    if (oom->backend_error == CORE_EFAIL)
+        return hook_backend_error != CUDA_SUCCESS ? (cudaError_t)hook_backend_error : cudaErrorMemoryAllocation;
+    hook_report_oom(hd, oom);
+    if (oom->limit_hit || atomic_load(&hd->capturing))
+        return cudaErrorMemoryAllocation;
+    switch (api) {
+    case 0:
+        return RT_REAL(cudaMalloc, devPtr, size);
+    case 1:
+        return RT_REAL(cudaMallocAsync, devPtr, size, stream);
+    default:
+        return RT_REAL(cudaMallocAsync_ptsz, devPtr, size, stream);
+    }
+}
+
+HOOK_API cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    hook_dev_t *hd;
+    core_dev_t *d;
+    if (HOOK_UNLIKELY(hook_bypass() || !devPtr || size == 0) || !(hd = hook_rt_device(true)) ||
+        !(d = hook_dev_core(hd)) || hook_capture_forbids_malloc(hd))
+        return RT_REAL(cudaMalloc, devPtr, size);
+    core_oom_t oom;
+    uintptr_t p = core_malloc(d, size, 0, &oom);
+    if (HOOK_LIKELY(p != 0)) {
+        *devPtr = (void *)p;
+        return cudaSuccess;
+    }
+    return rt_oom(hd, &oom, devPtr, size, NULL, 0);
+}
+
+/* A free cucache cannot take: a foreign pointer goes to the runtime; a
+ * pointer inside cucache's memory that is not a live allocation is the
+ * program's bug, answered as the runtime answers a bad pointer. */
+__attribute__((noinline)) static cudaError_t rt_not_mine(void *devPtr, bool inside, cudaStream_t s, int api)
+{
+    if (inside) {
+        hook_warn(HOOK_WARN_BAD_FREE,
+                  "%s(%p): not a live allocation (double free, or a pointer inside a block); returning "
+                  "cudaErrorInvalidValue, the cache is unchanged",
+                  api == 0 ? "cudaFree" : "cudaFreeAsync", devPtr);
+        /* The runtime's last error must say so too (cudaGetLastError).  It
+         * is set by the runtime itself, freeing an address that can never
+         * be a device allocation (never devPtr: it lies in one of our
+         * segments, which the real free would release). */
+        cudaError_t e = RT_REAL(cudaFree, (void *)(uintptr_t)1);
+        return e != cudaSuccess ? e : cudaErrorInvalidValue;
+    }
+    switch (api) {
+    case 0:
+        return RT_REAL(cudaFree, devPtr);
+    case 1:
+        return RT_REAL(cudaFreeAsync, devPtr, s);
+    default:
+        return RT_REAL(cudaFreeAsync_ptsz, devPtr, s);
+    }
+}
+
+HOOK_API cudaError_t cudaFree(void *devPtr)
+{
+    if (HOOK_UNLIKELY(hook_bypass() || !devPtr))
+        return RT_REAL(cudaFree, devPtr);
+    hook_dev_t *hd = hook_rt_device(false);
+    bool inside;
+    core_free_t how = hd ? hook_free_policy(hd) : CORE_FREE_FENCED;
+    if (HOOK_LIKELY(hook_free_any(hd, (uintptr_t)devPtr, how, 0, &inside) == CORE_FREED))
+        return cudaSuccess;
+    return rt_not_mine(devPtr, inside, NULL, 0);
+}
+
+/* Free memory as the program can use it: what the device has plus what the
+ * cache holds unused (free now or once its fence completes); under a limit
+ * (limit_mb, per_process_memory_fraction) the limit is the total, and free
+ * never exceeds what the limit leaves. */
+void hook_adjust_meminfo(hook_dev_t *hd, size_t *free_bytes, size_t *total)
+{
+    core_dev_t *d = hd ? hook_dev_core(hd) : NULL;
+    if (!d)
+        return;
+    core_usage_t u;
+    core_usage(d, &u);
+    *free_bytes += u.reserved - u.allocated;
+    if (u.allowed != SIZE_MAX) {
+        if (u.allowed < *total)
+            *total = u.allowed;
+        size_t left = u.allowed > u.allocated ? u.allowed - u.allocated : 0;
+        if (*free_bytes > left)
+            *free_bytes = left;
+    }
+    if (*free_bytes > *total)
+        *free_bytes = *total;
+}
+
+HOOK_API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
+{
+    size_t f = 0, t = 0;
+    cudaError_t e = RT_REAL(cudaMemGetInfo, &f, &t);
+    if (e != cudaSuccess)
+        return e;
+    if (!hook_bypass())
+        hook_adjust_meminfo(hook_rt_device(false), &f, &t);
+    if (free)
+        *free = f;
+    if (total)
+        *total = t;
+    return cudaSuccess;
+}
+
+/* ------------------------------------------------------------------------
+ * Stream-ordered allocation
+ * ---------------------------------------------------------------------- */
+
+static cudaError_t rt_malloc_async(void **devPtr, size_t size, cudaStream_t s, bool pt)
+{
+    hook_dev_t *hd;
+    core_dev_t *d;
+    /* on a capturing stream it is a graph node: the graph owns that memory */
+    if (HOOK_UNLIKELY(hook_bypass() || !devPtr || size == 0) || !(hd = hook_stream_device(s, true)) ||
+        !(d = hook_dev_core(hd)) || hook_stream_capturing(hd, s, pt))
+        return pt ? RT_REAL(cudaMallocAsync_ptsz, devPtr, size, s) : RT_REAL(cudaMallocAsync, devPtr, size, s);
+    core_oom_t oom;
+    uintptr_t p = core_malloc(d, size, hook_stream_key(s, pt), &oom);
+    if (HOOK_LIKELY(p != 0)) {
+        *devPtr = (void *)p;
+        return cudaSuccess;
+    }
+    return rt_oom(hd, &oom, devPtr, size, s, pt ? 2 : 1);
+}
+
+static cudaError_t rt_free_async(void *devPtr, cudaStream_t s, bool pt)
+{
+    if (HOOK_UNLIKELY(hook_bypass() || !devPtr))
+        return pt ? RT_REAL(cudaFreeAsync_ptsz, devPtr, s) : RT_REAL(cudaFreeAsync, devPtr, s);
+    hook_dev_t *hd = hook_stream_device(s, true);
+    bool inside;
+    if (HOOK_LIKELY(hook_free_any(hd, (uintptr_t)devPtr, CORE_FREE_AFTER_STREAM, hook_stream_key(s, pt), &inside) ==
+                    CORE_FREED))
+        return cudaSuccess;
+    return rt_not_mine(devPtr, inside, s, pt ? 2 : 1);
+}
+
+HOOK_API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return rt_malloc_async(devPtr, size, hStream, false);
+}
+
+HOOK_API cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+    return rt_malloc_async(devPtr, size, hStream, true);
+}
+
+HOOK_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+    return rt_free_async(devPtr, hStream, false);
+}
+
+HOOK_API cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+    return rt_free_async(devPtr, hStream, true);
+}

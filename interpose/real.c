@@ -1,0 +1,122 @@
+/*
+ * The real entry points, resolved once by exact name into typed tables.
+ *
+ * The real dlsym comes from dlvsym (GLIBC_2.34, then the first version of the
+ * architecture): libcucache exports its own dlsym (hook_lookup.c), so
+ * calling the public name from here would find the hook.  The driver table
+ * comes from dlopen("libcuda.so.1") — loaded lazily, on the first hooked
+ * call, never at load time, so a process that never uses CUDA never loads
+ * it.  The runtime table comes from RTLD_NEXT: the runtime the program
+ * linked, which comes after libcucache in the search order.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hook.h"
+
+void *(*hook_real_dlsym)(void *handle, const char *symbol);
+hook_driver_t real_cu;
+hook_runtime_t real_rt;
+
+/* ------------------------------------------------------------------------
+ * dlsym
+ * ---------------------------------------------------------------------- */
+
+static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
+
+static void resolve_dlsym(void)
+{
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    void *p = NULL;
+    for (size_t i = 0; !p && i < sizeof versions / sizeof versions[0]; i++)
+        p = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    if (!p) {
+        /* Nothing can work without it, and returning would make dlsym
+         * callers crash somewhere less obvious. */
+        static const char msg[] = "cucache: cannot find the C library's dlsym (dlvsym failed); giving up\n";
+        (void)!write(2, msg, sizeof msg - 1);
+        abort();
+    }
+    memcpy(&hook_real_dlsym, &p, sizeof p);
+}
+
+void hook_real_dlsym_init(void)
+{
+    pthread_once(&dlsym_once, resolve_dlsym);
+}
+
+/* ------------------------------------------------------------------------
+ * Driver
+ * ---------------------------------------------------------------------- */
+
+static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
+static bool driver_ok;
+static void *driver_handle;
+
+static void resolve_driver(void)
+{
+    hook_real_dlsym_init();
+    driver_handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!driver_handle)
+        return;
+    void *p;
+#define RESOLVE(name)                                                                                                  \
+    p = hook_real_dlsym(driver_handle, #name);                                                                         \
+    memcpy(&real_cu.name, &p, sizeof p);
+    HOOK_DRIVER_FUNCS(RESOLVE)
+#undef RESOLVE
+    p = hook_real_dlsym(driver_handle, "cuGetProcAddress");
+    memcpy(&real_cu.cuGetProcAddress, &p, sizeof p);
+    for (size_t i = 0; i < hook_nroutes; i++)
+        hook_routes[i].real = hook_real_dlsym(driver_handle, hook_routes[i].name);
+    /* What the allocator cannot do without. */
+    driver_ok = real_cu.cuInit && real_cu.cuDeviceGet && real_cu.cuDevicePrimaryCtxRetain && real_cu.cuCtxGetCurrent &&
+                real_cu.cuCtxGetDevice && real_cu.cuCtxPushCurrent_v2 && real_cu.cuCtxPopCurrent_v2 &&
+                real_cu.cuCtxSynchronize && real_cu.cuMemAlloc_v2 && real_cu.cuMemFree_v2 && real_cu.cuMemGetInfo_v2 &&
+                real_cu.cuEventCreate && real_cu.cuEventRecord && real_cu.cuEventQuery && real_cu.cuEventSynchronize &&
+                real_cu.cuEventDestroy_v2;
+}
+
+bool hook_real_driver(void)
+{
+    pthread_once(&driver_once, resolve_driver);
+    return driver_ok;
+}
+
+void *hook_route(void *p)
+{
+    if (!p || !hook_real_driver())
+        return p;
+    for (size_t i = 0; i < hook_nroutes; i++)
+        if (hook_routes[i].real == p)
+            return hook_routes[i].hook;
+    return p;
+}
+
+/* ------------------------------------------------------------------------
+ * Runtime
+ * ---------------------------------------------------------------------- */
+
+static pthread_once_t runtime_once = PTHREAD_ONCE_INIT;
+static bool runtime_ok;
+
+static void resolve_runtime(void)
+{
+    hook_real_dlsym_init();
+    void *p;
+#define RESOLVE(name)                                                                                                  \
+    p = hook_real_dlsym(RTLD_NEXT, #name);                                                                             \
+    memcpy(&real_rt.name, &p, sizeof p);
+    HOOK_RUNTIME_FUNCS(RESOLVE)
+#undef RESOLVE
+    runtime_ok = real_rt.cudaGetDevice && real_rt.cudaMalloc && real_rt.cudaFree;
+}
+
+bool hook_real_runtime(void)
+{
+    pthread_once(&runtime_once, resolve_runtime);
+    return runtime_ok;
+}

@@ -1,0 +1,392 @@
+/*
+ * cucache-run: runs a command under cucache.
+ *
+ *   cucache-run [--sim[=CAPACITY]] [--conf K:V,...] [--report] [--trace FILE]
+ *               [--snapshot FILE] [--print-env] [--] COMMAND [ARGS...]
+ *
+ * It changes the environment and then becomes the command (execvp, no
+ * fork), so the exit status, the pid and the signals are the command's:
+ *
+ *   LD_PRELOAD            libcucache.so first, then what was there;
+ *   LD_LIBRARY_PATH       --sim: the simulated device's libraries first;
+ *   CUCACHE_SIM_CAPACITY  --sim=CAPACITY (checked here as the simulator
+ *                         checks it: a size from 4M to 16T);
+ *   CUCACHE_CONF          the --conf values joined with ',' (replaces any
+ *                         CUCACHE_CONF of the environment);
+ *   CUCACHE_REPORT=exit   --report;
+ *   CUCACHE_TRACE, CUCACHE_SNAPSHOT  --trace FILE, --snapshot FILE.
+ *
+ * libcucache.so is looked for next to this executable first (an installed
+ * pair, or the build directory), then at the build-tree path compiled in
+ * (CUCACHE_RUN_LIBCUCACHE); the simulated libraries in <exe dir>/sim/lib,
+ * then CUCACHE_RUN_SIM_LIBDIR.
+ *
+ * Exit status of its own: 2 for a usage error, 125 when the environment
+ * cannot be prepared (a library not found), 126/127 when the command cannot
+ * be run (as env(1)); otherwise the command's.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef CUCACHE_VERSION
+#define CUCACHE_VERSION "unknown"
+#endif
+#ifndef CUCACHE_RUN_LIBCUCACHE
+#define CUCACHE_RUN_LIBCUCACHE "libcucache.so"
+#endif
+#ifndef CUCACHE_RUN_SIM_LIBDIR
+#define CUCACHE_RUN_SIM_LIBDIR "sim/lib"
+#endif
+
+enum {
+    RUN_EXIT_USAGE = 2,    /* bad command line */
+    RUN_EXIT_SETUP = 125,  /* the environment could not be prepared */
+    RUN_EXIT_NOEXEC = 126, /* the command exists but could not be run */
+    RUN_EXIT_NOTFOUND = 127,
+    RUN_MAX_CHANGES = 8, /* environment variables set, at most */
+};
+
+/* The simulator's limits on CUCACHE_SIM_CAPACITY (sim/engine.c). */
+#define RUN_SIM_CAPACITY_MIN ((double)(4u << 20))
+#define RUN_SIM_CAPACITY_MAX ((double)((uint64_t)1 << 44))
+
+typedef struct run_opts_s {
+    bool sim;              /* --sim */
+    const char *capacity;  /* --sim=CAPACITY, or NULL */
+    char *conf;            /* the --conf values joined with ',', or NULL (malloc'ed) */
+    bool report;           /* --report */
+    const char *trace;     /* --trace FILE, or NULL */
+    const char *snapshot;  /* --snapshot FILE, or NULL */
+    bool print_env;        /* --print-env: print the changes, run nothing */
+    char **command;        /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
+} run_opts_t;
+
+typedef struct env_change_s {
+    const char *name;
+    char *value; /* malloc'ed */
+} env_change_t;
+
+typedef struct env_plan_s {
+    env_change_t change[RUN_MAX_CHANGES];
+    int n;
+} env_plan_t;
+
+/* ------------------------------------------------------------------------
+ * Messages and small helpers
+ * ---------------------------------------------------------------------- */
+
+static void run_die(int status, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
+
+static void run_die(int status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("cucache-run: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (status == RUN_EXIT_USAGE)
+        fputs("cucache-run: try 'cucache-run --help'\n", stderr);
+    exit(status);
+}
+
+static void run_usage(FILE *f)
+{
+    fputs("usage: cucache-run [OPTIONS] [--] COMMAND [ARGS...]\n"
+          "Runs COMMAND with cucache's libcucache.so preloaded: its cudaMalloc/cudaFree\n"
+          "(and their driver and stream-ordered relatives) are served from a cache.\n"
+          "\n"
+          "  --sim[=CAPACITY]   run on the simulated CUDA device (no GPU needed); CAPACITY\n"
+          "                     is its memory, a size from 4M to 16T such as 512M or 80G\n"
+          "  --conf K:V,...     allocator settings (CUCACHE_CONF); repeatable, joined\n"
+          "                     with ','; '--conf help' lists the keys\n"
+          "  --report           print the allocator's summary at exit (CUCACHE_REPORT=exit)\n"
+          "  --trace FILE       record every allocation event to FILE (CUCACHE_TRACE)\n"
+          "  --snapshot FILE    write a memory snapshot to FILE (CUCACHE_SNAPSHOT)\n"
+          "  --print-env        print the environment changes, run nothing\n"
+          "  -h, --help         this text\n"
+          "  --version          cucache's version\n"
+          "\n"
+          "FILE names accept %p (pid), %r (rank) and %d (device).\n"
+          "Exit status: COMMAND's; 2 for a usage error, 125 when libcucache.so or the\n"
+          "simulated device is not found, 126/127 when COMMAND cannot be run.\n",
+          f);
+}
+
+static void *run_alloc(size_t n)
+{
+    void *p = malloc(n);
+    if (!p)
+        run_die(RUN_EXIT_SETUP, "out of memory");
+    return p;
+}
+
+/* a + sep + b in a new string; a alone when b is NULL or empty. */
+static char *run_join(const char *a, char sep, const char *b)
+{
+    size_t na = strlen(a), nb = b ? strlen(b) : 0;
+    char *s = run_alloc(na + nb + 2);
+    memcpy(s, a, na);
+    if (nb) {
+        s[na] = sep;
+        memcpy(s + na + 1, b, nb);
+        na += nb + 1;
+    }
+    s[na] = '\0';
+    return s;
+}
+
+static bool run_is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* The directory of this executable (no trailing '/'), or "" when
+ * /proc/self/exe cannot be read. */
+static void run_exe_dir(char *dir, size_t len)
+{
+    ssize_t n = readlink("/proc/self/exe", dir, len - 1);
+    if (n <= 0) {
+        dir[0] = '\0';
+        return;
+    }
+    dir[n] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        dir[0] = '\0';
+}
+
+/* ------------------------------------------------------------------------
+ * CUCACHE_SIM_CAPACITY, as sim/engine.c reads it
+ * ---------------------------------------------------------------------- */
+
+/* Parses "80G", "512M", "1.5G", "64MiB", "8388608" (bytes): decimal digits
+ * with an optional fraction, an optional K/M/G/T (powers of 1024, either
+ * case), an optional 'i' and 'B'.  This is what the simulator's strtod-based
+ * parser accepts, less the forms strtod adds (signs, spaces, hex, exponents,
+ * inf, nan), so a value accepted here is accepted there with the same
+ * meaning.  Returns the size in bytes, or -1. */
+static double run_parse_capacity(const char *s)
+{
+    const char *p = s;
+    size_t digits = 0;
+    while (*p >= '0' && *p <= '9')
+        p++, digits++;
+    if (*p == '.') {
+        p++;
+        while (*p >= '0' && *p <= '9')
+            p++, digits++;
+    }
+    if (digits == 0)
+        return -1;
+    double v = strtod(s, NULL), mul = 1;
+    switch (*p) {
+    case 'k':
+    case 'K':
+        mul = 1024.0, p++;
+        break;
+    case 'm':
+    case 'M':
+        mul = 1024.0 * 1024, p++;
+        break;
+    case 'g':
+    case 'G':
+        mul = 1024.0 * 1024 * 1024, p++;
+        break;
+    case 't':
+    case 'T':
+        mul = 1024.0 * 1024 * 1024 * 1024, p++;
+        break;
+    default:
+        break;
+    }
+    if (*p == 'i' || *p == 'I')
+        p++;
+    if (*p == 'b' || *p == 'B')
+        p++;
+    return *p ? -1 : (double)(size_t)(v * mul);
+}
+
+static void run_check_capacity(const char *capacity)
+{
+    double bytes = run_parse_capacity(capacity);
+    if (bytes < 0)
+        run_die(RUN_EXIT_USAGE, "--sim=%s: not a size; expected a number with a K/M/G/T unit, like 80G or 512M",
+                capacity);
+    if (bytes < RUN_SIM_CAPACITY_MIN || bytes > RUN_SIM_CAPACITY_MAX)
+        run_die(RUN_EXIT_USAGE, "--sim=%s: out of range; the simulated device takes 4M to 16T", capacity);
+}
+
+/* ------------------------------------------------------------------------
+ * The command line
+ * ---------------------------------------------------------------------- */
+
+/* If argv[*i] is --name or --name=VALUE, sets *value (the next argument for
+ * the first form, consumed) and returns true. */
+static bool run_opt_value(char **argv, int argc, int *i, const char *name, const char **value)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0)
+        return false;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+    } else if (a[n] == '\0') {
+        if (*i + 1 >= argc)
+            run_die(RUN_EXIT_USAGE, "%s needs a value", name);
+        *value = argv[++*i];
+    } else {
+        return false;
+    }
+    if (**value == '\0')
+        run_die(RUN_EXIT_USAGE, "%s needs a value, got an empty one", name);
+    return true;
+}
+
+static void run_parse_args(int argc, char **argv, run_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0')
+            break; /* the command */
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            run_usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--version") == 0) {
+            printf("cucache-run %s\n", CUCACHE_VERSION);
+            exit(0);
+        } else if (strcmp(a, "--sim") == 0) {
+            o->sim = true;
+        } else if (strncmp(a, "--sim=", 6) == 0) {
+            o->sim = true;
+            o->capacity = a + 6;
+            run_check_capacity(o->capacity);
+        } else if (strcmp(a, "--report") == 0) {
+            o->report = true;
+        } else if (strcmp(a, "--print-env") == 0) {
+            o->print_env = true;
+        } else if (run_opt_value(argv, argc, &i, "--conf", &v)) {
+            char *joined = o->conf ? run_join(o->conf, ',', v) : run_join(v, ',', NULL);
+            free(o->conf);
+            o->conf = joined;
+        } else if (run_opt_value(argv, argc, &i, "--trace", &v)) {
+            o->trace = v;
+        } else if (run_opt_value(argv, argc, &i, "--snapshot", &v)) {
+            o->snapshot = v;
+        } else {
+            run_die(RUN_EXIT_USAGE, "unknown option '%s'", a);
+        }
+    }
+    o->command = i < argc ? argv + i : NULL;
+    if (!o->command && !o->print_env)
+        run_die(RUN_EXIT_USAGE, "no COMMAND to run");
+}
+
+/* ------------------------------------------------------------------------
+ * The environment
+ * ---------------------------------------------------------------------- */
+
+static void plan_set(env_plan_t *plan, const char *name, char *value)
+{
+    plan->change[plan->n++] = (env_change_t){name, value};
+}
+
+/* The first of <exe dir>/rel and fallback that exists: a regular file at
+ * that path, or at path/probe when probe is given.  Dies naming what it
+ * looked for when neither does. */
+static char *run_locate(const char *exe_dir, const char *rel, const char *fallback, const char *probe,
+                        const char *what)
+{
+    char *cand[2], *test[2];
+    int n = 0;
+    if (exe_dir[0])
+        cand[n++] = run_join(exe_dir, '/', rel);
+    if (n == 0 || strcmp(cand[0], fallback) != 0)
+        cand[n++] = run_join(fallback, 0, NULL);
+    for (int k = 0; k < n; k++) {
+        test[k] = probe ? run_join(cand[k], '/', probe) : run_join(cand[k], 0, NULL);
+        if (run_is_file(test[k])) {
+            for (int j = 0; j < n; j++) {
+                if (j <= k)
+                    free(test[j]);
+                if (j != k)
+                    free(cand[j]);
+            }
+            return cand[k];
+        }
+    }
+    run_die(RUN_EXIT_SETUP, "%s not found: looked for %s%s%s (build cucache first: ninja -C build)", what, test[0],
+            n > 1 ? " and " : "", n > 1 ? test[1] : "");
+}
+
+/* path first in the ':'-separated list `name` of the environment. */
+static char *run_prepend(const char *name, const char *path)
+{
+    if (strchr(path, ':') || (strcmp(name, "LD_PRELOAD") == 0 && strchr(path, ' ')))
+        run_die(RUN_EXIT_SETUP, "%s cannot hold the path %s (it contains a separator)", name, path);
+    return run_join(path, ':', secure_getenv(name));
+}
+
+static void run_plan(const run_opts_t *o, env_plan_t *plan)
+{
+    char exe_dir[PATH_MAX];
+    run_exe_dir(exe_dir, sizeof exe_dir);
+    memset(plan, 0, sizeof *plan);
+
+    char *lib = run_locate(exe_dir, "libcucache.so", CUCACHE_RUN_LIBCUCACHE, NULL, "libcucache.so");
+    plan_set(plan, "LD_PRELOAD", run_prepend("LD_PRELOAD", lib));
+    free(lib);
+    if (o->sim) {
+        char *dir = run_locate(exe_dir, "sim/lib", CUCACHE_RUN_SIM_LIBDIR, "libcudart.so.13", "the simulated device");
+        plan_set(plan, "LD_LIBRARY_PATH", run_prepend("LD_LIBRARY_PATH", dir));
+        free(dir);
+        if (o->capacity)
+            plan_set(plan, "CUCACHE_SIM_CAPACITY", run_join(o->capacity, 0, NULL));
+    }
+    if (o->conf)
+        plan_set(plan, "CUCACHE_CONF", run_join(o->conf, 0, NULL));
+    if (o->report)
+        plan_set(plan, "CUCACHE_REPORT", run_join("exit", 0, NULL));
+    if (o->trace)
+        plan_set(plan, "CUCACHE_TRACE", run_join(o->trace, 0, NULL));
+    if (o->snapshot)
+        plan_set(plan, "CUCACHE_SNAPSHOT", run_join(o->snapshot, 0, NULL));
+}
+
+int main(int argc, char **argv)
+{
+    run_opts_t o;
+    run_parse_args(argc, argv, &o);
+    env_plan_t plan;
+    run_plan(&o, &plan);
+
+    if (o.print_env) {
+        for (int k = 0; k < plan.n; k++)
+            printf("%s=%s\n", plan.change[k].name, plan.change[k].value);
+        return fflush(stdout) == 0 ? 0 : RUN_EXIT_SETUP;
+    }
+    for (int k = 0; k < plan.n; k++)
+        if (setenv(plan.change[k].name, plan.change[k].value, 1) != 0)
+            run_die(RUN_EXIT_SETUP, "cannot set %s: %s", plan.change[k].name, strerror(errno));
+
+    execvp(o.command[0], o.command);
+    int err = errno;
+    run_die(err == ENOENT ? RUN_EXIT_NOTFOUND : RUN_EXIT_NOEXEC, "cannot run %s: %s", o.command[0], strerror(err));
+}

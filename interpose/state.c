@@ -1,0 +1,221 @@
+/*
+ * Process and device state: start-up (CUCACHE_CONF), the allocator of each
+ * device, fork, and the frees that must find their device.
+ *
+ * Start-up reads the configuration in a constructor, before main, without
+ * calling CUDA: a bad CUCACHE_CONF stops the program there with the core's
+ * message, and CUCACHE_CONF=help prints the table of keys.  Everything that
+ * touches CUDA is lazy: a device's allocator opens on the first cached call
+ * on it.  There is no destructor: at exit the runtime may already be gone,
+ * and the device takes back a process's memory anyway.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hook.h"
+
+conf_t hook_conf;
+atomic_bool hook_off;
+HOOK_TLS int hook_depth;
+hook_dev_t hook_devs[HOOK_MAX_DEVICES];
+
+/* Serialises the opening and dropping of allocators. */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void help_line(void *ctx, const char *line)
+{
+    (void)ctx;
+    hook_log("%s", line);
+}
+
+static void devices_init(void)
+{
+    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+        hook_dev_t *hd = &hook_devs[i];
+        memset(hd, 0, sizeof *hd);
+        pthread_mutex_init(&hd->lock, NULL);
+        hd->ordinal = i;
+    }
+}
+
+/* The child of a fork starts clean: the parent's allocators describe the
+ * parent's device memory, which the child cannot use (CUDA is not usable in
+ * a child after the parent initialised it).  Their host memory is left
+ * behind on purpose: another thread of the parent may have held a lock. */
+static void atfork_child(void)
+{
+    pthread_mutex_init(&open_lock, NULL);
+    devices_init();
+}
+
+__attribute__((constructor)) static void hook_start(void)
+{
+    conf_defaults(&hook_conf);
+    const char *text = secure_getenv("CUCACHE_CONF");
+    char err[512];
+    int r = conf_parse(&hook_conf, text, err, sizeof err);
+    if (r == 1) {
+        hook_log("CUCACHE_CONF keys (key:value,key:value):");
+        conf_help(help_line, NULL);
+        exit(0);
+    }
+    if (r != 0) {
+        hook_log("%s", err);
+        hook_log("the program was not started; CUCACHE_CONF=help lists every key");
+        exit(1);
+    }
+    devices_init();
+    pthread_atfork(NULL, NULL, atfork_child);
+}
+
+/* ------------------------------------------------------------------------
+ * Devices
+ * ---------------------------------------------------------------------- */
+
+int hook_ordinal_of(CUdevice handle)
+{
+    int n = 0;
+    if (real_cu.cuDeviceGetCount(&n) != CUDA_SUCCESS)
+        return -1;
+    for (int i = 0; i < n && i < HOOK_MAX_DEVICES; i++) {
+        CUdevice h;
+        if (real_cu.cuDeviceGet(&h, i) == CUDA_SUCCESS && h == handle)
+            return i;
+    }
+    return -1;
+}
+
+hook_dev_t *hook_dev_open(int ordinal)
+{
+    if ((unsigned)ordinal >= HOOK_MAX_DEVICES)
+        return NULL;
+    hook_dev_t *hd = &hook_devs[ordinal];
+    if (HOOK_LIKELY(hook_dev_core(hd) != NULL))
+        return hd;
+    if (!hook_real_driver())
+        return NULL;
+    pthread_mutex_lock(&open_lock);
+    if (!hook_dev_core(hd)) {
+        CUdevice h;
+        CUcontext pc = NULL;
+        core_dev_t *d = NULL;
+        if (real_cu.cuInit(0) == CUDA_SUCCESS && real_cu.cuDeviceGet(&h, ordinal) == CUDA_SUCCESS &&
+            real_cu.cuDevicePrimaryCtxRetain(&pc, h) == CUDA_SUCCESS) {
+            hd->handle = h;
+            hd->primary = pc;
+            d = core_dev_new(&hook_backend, ordinal, &hook_conf);
+            if (!d)
+                hook_warn(HOOK_WARN_BACKEND, "device %d: out of host memory for the allocator; not caching", ordinal);
+        }
+        atomic_store_explicit(&hd->core, d, memory_order_release);
+    }
+    pthread_mutex_unlock(&open_lock);
+    return hook_dev_core(hd) ? hd : NULL;
+}
+
+void hook_dev_drop(hook_dev_t *hd)
+{
+    pthread_mutex_lock(&open_lock);
+    core_dev_t *d = atomic_exchange(&hd->core, NULL);
+    if (d) {
+        hook_depth++;
+        core_dev_destroy(d);
+        hook_depth--;
+    }
+    pthread_mutex_lock(&hd->lock);
+    hd->nstreams = 0;
+    hd->ncaptures = 0;
+    atomic_store(&hd->capturing, 0);
+    hd->capture_pool = 0;
+    /* the spare events died with the context */
+    hd->nspare = 0;
+    hd->primary = NULL;
+    pthread_mutex_unlock(&hd->lock);
+    pthread_mutex_unlock(&open_lock);
+}
+
+hook_dev_t *hook_rt_device(bool open)
+{
+    if (HOOK_UNLIKELY(!hook_real_runtime()))
+        return NULL;
+    int dev = 0;
+    if (HOOK_REAL(real_rt.cudaGetDevice(&dev)) != cudaSuccess || (unsigned)dev >= HOOK_MAX_DEVICES)
+        return NULL;
+    if (!open)
+        return hook_dev_core(&hook_devs[dev]) ? &hook_devs[dev] : NULL;
+    return hook_dev_open(dev);
+}
+
+/* The last context a thread asked about and its device: a driver hook's
+ * question is almost always the same as the previous one. */
+static HOOK_TLS CUcontext tls_ctx;
+static HOOK_TLS hook_dev_t *tls_ctx_dev;
+
+hook_dev_t *hook_cu_device(bool open)
+{
+    if (HOOK_UNLIKELY(!hook_real_driver()))
+        return NULL;
+    CUcontext cur = NULL;
+    if (real_cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || !cur)
+        return NULL;
+    hook_dev_t *hd = tls_ctx_dev;
+    if (HOOK_LIKELY(cur == tls_ctx && hd && hd->primary == cur && hook_dev_core(hd)))
+        return hd;
+    CUdevice h;
+    if (real_cu.cuCtxGetDevice(&h) != CUDA_SUCCESS)
+        return NULL;
+    int ordinal = hook_ordinal_of(h);
+    if (!open && (ordinal < 0 || !hook_dev_core(&hook_devs[ordinal])))
+        return NULL;
+    hd = hook_dev_open(ordinal);
+    if (!hd || hd->primary != cur)
+        return NULL; /* a created context: not cached */
+    tls_ctx = cur;
+    tls_ctx_dev = hd;
+    return hd;
+}
+
+/* ------------------------------------------------------------------------
+ * Frees
+ * ---------------------------------------------------------------------- */
+
+int hook_free_any(hook_dev_t *first, uintptr_t addr, core_free_t how, core_stream_t stream, bool *inside)
+{
+    *inside = false;
+    core_dev_t *d = first ? hook_dev_core(first) : NULL;
+    if (d && core_free(d, addr, how, stream) == CORE_FREED)
+        return CORE_FREED;
+    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+        core_dev_t *o = hook_dev_core(&hook_devs[i]);
+        if (!o || o == d)
+            continue;
+        /* a pointer of another device: its own stream keys mean nothing
+         * there, so the free waits for that device's fence */
+        if (core_free(o, addr, how == CORE_FREE_NOW ? how : CORE_FREE_FENCED, 0) == CORE_FREED)
+            return CORE_FREED;
+    }
+    for (int i = 0; i < HOOK_MAX_DEVICES && !*inside; i++) {
+        core_dev_t *o = hook_dev_core(&hook_devs[i]);
+        *inside = o && core_owns(o, addr);
+    }
+    return CORE_NOT_MINE;
+}
+
+core_free_t hook_free_policy(hook_dev_t *hd)
+{
+    switch (hook_conf.reuse) {
+    case CONF_REUSE_STREAM:
+        return CORE_FREE_NOW;
+    case CONF_REUSE_SYNC:
+        if (atomic_load(&hd->capturing) == 0 && hook_dev_core(hd)) {
+            hook_backend.device_sync(hook_backend.ctx, hd->ordinal);
+            return CORE_FREE_NOW;
+        }
+        return CORE_FREE_FENCED;
+    case CONF_REUSE_FENCED:
+    default:
+        return CORE_FREE_FENCED;
+    }
+}

@@ -1,0 +1,208 @@
+/*
+ * What only an interposer can know about streams: which non-blocking
+ * streams are alive (each needs its own event in a fence, because the legacy
+ * stream does not order them), and which streams are capturing (cucache must
+ * then make no call that is illegal in global capture mode on the device,
+ * and the capturing thread's allocations go to a private pool).
+ *
+ * Lock order: a core's lock before hd->lock (the backend records fences
+ * under the core's lock); nothing here calls the core with hd->lock held.
+ */
+#include <string.h>
+
+#include "hook.h"
+#include "hostalloc.h"
+
+/* A per-thread default stream handle names a different stream in each
+ * thread: remember it by the thread's key. */
+static CUstream capture_id(CUstream s, bool per_thread)
+{
+    uintptr_t v = (uintptr_t)s;
+    if ((v == 0 && per_thread) || v == (uintptr_t)CU_STREAM_PER_THREAD)
+        return (CUstream)hook_key_ptds();
+    return s;
+}
+
+HOOK_TLS char hook_ptds_anchor;
+
+void hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)
+{
+    if (!(flags & CU_STREAM_NON_BLOCKING) || !s)
+        return;
+    pthread_mutex_lock(&hd->lock);
+    bool known = false;
+    for (size_t i = 0; i < hd->nstreams && !known; i++)
+        known = hd->streams[i] == s;
+    if (!known && hd->nstreams == hd->streams_cap) {
+        size_t cap = hd->streams_cap ? hd->streams_cap * 2 : 16;
+        CUstream *n = hostalloc_realloc(hd->streams, cap * sizeof *n);
+        if (n) {
+            hd->streams = n;
+            hd->streams_cap = cap;
+        }
+    }
+    if (!known && hd->nstreams < hd->streams_cap)
+        hd->streams[hd->nstreams++] = s;
+    else if (!known)
+        hook_warn(HOOK_WARN_BACKEND, "out of host memory: a non-blocking stream is not fenced; "
+                                     "cudaFree'd memory it uses may be reused too early");
+    pthread_mutex_unlock(&hd->lock);
+}
+
+/* Bumped by every stream destruction: a handle may name a new stream after. */
+static atomic_ulong streams_gen = 1;
+
+/* The last created stream a thread asked about, and its device. */
+static HOOK_TLS CUstream tls_stream;
+static HOOK_TLS unsigned long tls_stream_gen;
+static HOOK_TLS hook_dev_t *tls_stream_dev;
+
+hook_dev_t *hook_stream_device(CUstream s, bool runtime)
+{
+    uintptr_t v = (uintptr_t)s;
+    if (v == 0 || v == (uintptr_t)CU_STREAM_LEGACY || v == (uintptr_t)CU_STREAM_PER_THREAD || !hook_real_driver() ||
+        !real_cu.cuStreamGetCtx)
+        return runtime ? hook_rt_device(true) : hook_cu_device(true);
+    unsigned long gen = atomic_load_explicit(&streams_gen, memory_order_acquire);
+    if (HOOK_LIKELY(s == tls_stream && gen == tls_stream_gen && tls_stream_dev && hook_dev_core(tls_stream_dev)))
+        return tls_stream_dev;
+    CUcontext ctx = NULL;
+    if (real_cu.cuStreamGetCtx(s, &ctx) != CUDA_SUCCESS || !ctx)
+        return runtime ? hook_rt_device(true) : hook_cu_device(true);
+    hook_dev_t *hd = NULL;
+    for (int i = 0; i < HOOK_MAX_DEVICES && !hd; i++)
+        if (hook_dev_core(&hook_devs[i]) && hook_devs[i].primary == ctx)
+            hd = &hook_devs[i];
+    if (!hd) {
+        CUdevice h;
+        CUcontext popped;
+        if (real_cu.cuCtxPushCurrent_v2(ctx) != CUDA_SUCCESS)
+            return NULL;
+        CUresult r = real_cu.cuCtxGetDevice(&h);
+        real_cu.cuCtxPopCurrent_v2(&popped);
+        hd = r == CUDA_SUCCESS ? hook_dev_open(hook_ordinal_of(h)) : NULL;
+        if (hd && hd->primary != ctx)
+            return NULL; /* a stream of a created context: not cached */
+    }
+    tls_stream = s;
+    tls_stream_gen = gen;
+    tls_stream_dev = hd;
+    return hd;
+}
+
+void hook_stream_destroyed(CUstream s)
+{
+    if (!s)
+        return;
+    atomic_fetch_add_explicit(&streams_gen, 1, memory_order_release);
+    for (int d = 0; d < HOOK_MAX_DEVICES; d++) {
+        hook_dev_t *hd = &hook_devs[d];
+        if (!hook_dev_core(hd))
+            continue;
+        pthread_mutex_lock(&hd->lock);
+        for (size_t i = 0; i < hd->nstreams; i++)
+            if (hd->streams[i] == s) {
+                hd->streams[i] = hd->streams[--hd->nstreams];
+                break;
+            }
+        pthread_mutex_unlock(&hd->lock);
+    }
+}
+
+void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread, int mode)
+{
+    core_dev_t *d = hook_dev_core(hd);
+    if (!d)
+        return;
+    /* the pool first, outside hd->lock (lock order) */
+    pthread_mutex_lock(&hd->lock);
+    int pool = hd->capture_pool;
+    pthread_mutex_unlock(&hd->lock);
+    if (pool == 0) {
+        int fresh = core_pool_create(d);
+        pthread_mutex_lock(&hd->lock);
+        if (hd->capture_pool == 0)
+            hd->capture_pool = fresh;
+        else if (fresh > 0)
+            fresh = -fresh; /* lost a race: destroy ours below */
+        pool = hd->capture_pool;
+        pthread_mutex_unlock(&hd->lock);
+        if (fresh < 0)
+            core_pool_destroy(d, -fresh);
+    }
+    pthread_mutex_lock(&hd->lock);
+    bool first = hd->ncaptures == 0;
+    if (hd->ncaptures < HOOK_MAX_CAPTURES)
+        hd->captures[hd->ncaptures++] = (hook_capture_t){capture_id(s, per_thread), pthread_self(), mode};
+    atomic_store(&hd->capturing, hd->ncaptures);
+    pthread_mutex_unlock(&hd->lock);
+    if (first)
+        core_set_capturing(d, true);
+    if (pool > 0)
+        core_pool_use(d, pool);
+}
+
+void hook_capture_end(CUstream s, bool per_thread)
+{
+    CUstream id = capture_id(s, per_thread);
+    for (int dev = 0; dev < HOOK_MAX_DEVICES; dev++) {
+        hook_dev_t *hd = &hook_devs[dev];
+        core_dev_t *d = hook_dev_core(hd);
+        if (!d || atomic_load(&hd->capturing) == 0)
+            continue;
+        pthread_mutex_lock(&hd->lock);
+        bool found = false;
+        for (int i = 0; i < hd->ncaptures && !found; i++)
+            if (hd->captures[i].stream == id) {
+                hd->captures[i] = hd->captures[--hd->ncaptures];
+                found = true;
+            }
+        int left = hd->ncaptures;
+        atomic_store(&hd->capturing, left);
+        pthread_mutex_unlock(&hd->lock);
+        if (!found)
+            continue;
+        core_pool_use(d, 0);
+        if (left == 0)
+            core_set_capturing(d, false);
+        return;
+    }
+}
+
+bool hook_stream_capturing(hook_dev_t *hd, CUstream s, bool per_thread)
+{
+    if (HOOK_LIKELY(atomic_load_explicit(&hd->capturing, memory_order_relaxed) == 0))
+        return false;
+    CUstream id = capture_id(s, per_thread);
+    pthread_mutex_lock(&hd->lock);
+    bool found = false;
+    for (int i = 0; i < hd->ncaptures && !found; i++)
+        found = hd->captures[i].stream == id;
+    pthread_mutex_unlock(&hd->lock);
+    return found;
+}
+
+bool hook_capture_forbids_malloc(hook_dev_t *hd)
+{
+    if (HOOK_LIKELY(atomic_load_explicit(&hd->capturing, memory_order_relaxed) == 0))
+        return false;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (!real_cu.cuThreadExchangeStreamCaptureMode || real_cu.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
+        return false;
+    CUstreamCaptureMode back = mode;
+    real_cu.cuThreadExchangeStreamCaptureMode(&back); /* restore */
+    if (mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return false;
+    pthread_t self = pthread_self();
+    bool forbidden = false;
+    pthread_mutex_lock(&hd->lock);
+    for (int i = 0; i < hd->ncaptures && !forbidden; i++) {
+        const hook_capture_t *c = &hd->captures[i];
+        if (pthread_equal(c->thread, self))
+            forbidden = c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
+        else
+            forbidden = mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    }
+    pthread_mutex_unlock(&hd->lock);
+    return forbidden;
+}
