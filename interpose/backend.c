@@ -178,12 +178,15 @@ static void event_put(hook_dev_t *hd, CUevent e)
         real_cu.cuEventDestroy_v2(e);
 }
 
+/* The handle to record an event on for a stream key; NULL when this thread
+ * cannot name that stream (another thread's per-thread default stream: the
+ * core then falls back to the fence). */
 static CUstream stream_handle(core_stream_t key)
 {
     if (key == HOOK_KEY_LEGACY)
         return CU_STREAM_LEGACY;
-    if (key == hook_key_ptds())
-        return CU_STREAM_PER_THREAD;
+    if (hook_key_is_ptds(key))
+        return key == hook_key_ptds() ? CU_STREAM_PER_THREAD : NULL;
     return (CUstream)key;
 }
 
@@ -203,6 +206,10 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
     size_t done = 0;
     for (; rc == CORE_OK && done < n; done++) {
         CUstream s = stream != 0 ? stream_handle(stream) : done == 0 ? CU_STREAM_LEGACY : hd->streams[done - 1];
+        if (!s) {
+            rc = CORE_EFAIL;
+            break;
+        }
         CUevent e = event_get(hd);
         CUresult r = e ? real_cu.cuEventRecord(e, s) : CUDA_ERROR_OUT_OF_MEMORY;
         if (r != CUDA_SUCCESS) {

@@ -31,8 +31,8 @@
  *
  * Streams.  The core keys blocks by stream (core_stream_t).  Key 0 is
  * memory not tied to a stream (cudaMalloc); the legacy default stream is
- * HOOK_KEY_LEGACY; a thread's per-thread default stream is the address of a
- * thread-local anchor (hook_key_ptds); any other key is the CUstream handle.
+ * HOOK_KEY_LEGACY; a thread's per-thread default stream has a key of its
+ * own (hook_key_ptds); any other key is the CUstream handle.
  */
 #ifndef CUCACHE_INTERPOSE_HOOK_H
 #define CUCACHE_INTERPOSE_HOOK_H
@@ -268,10 +268,21 @@ core_free_t hook_free_policy(hook_dev_t *hd);
 
 enum { HOOK_KEY_LEGACY = 1 };
 
-extern HOOK_TLS char hook_ptds_anchor;
+/* A per-thread default stream's key: (unique thread number << 4) | 3.
+ * Stream handles are aligned pointers, so the low bits never collide; the
+ * number is never reused, so a new thread never inherits the blocks of an
+ * exited thread's stream (whose work may still run). */
+#define HOOK_KEY_PTDS_TAG 0x3u
+extern HOOK_TLS core_stream_t hook_ptds_key;
+core_stream_t hook_key_ptds_new(void);
 static inline core_stream_t hook_key_ptds(void)
 {
-    return (core_stream_t)&hook_ptds_anchor;
+    core_stream_t k = hook_ptds_key;
+    return HOOK_LIKELY(k != 0) ? k : hook_key_ptds_new();
+}
+static inline bool hook_key_is_ptds(core_stream_t k)
+{
+    return (k & 0xfu) == HOOK_KEY_PTDS_TAG;
 }
 
 /* The core key of a stream handle; per_thread: the call was a _ptsz entry

@@ -23,7 +23,14 @@ static CUstream capture_id(CUstream s, bool per_thread)
     return s;
 }
 
-HOOK_TLS char hook_ptds_anchor;
+HOOK_TLS core_stream_t hook_ptds_key;
+
+core_stream_t hook_key_ptds_new(void)
+{
+    static atomic_ulong next_thread = 1;
+    hook_ptds_key = (core_stream_t)(atomic_fetch_add(&next_thread, 1) << 4) | HOOK_KEY_PTDS_TAG;
+    return hook_ptds_key;
+}
 
 void hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)
 {
