@@ -362,50 +362,61 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
                             : pool_alloc_size(&d->conf, rounded);
     block_t *b;
     seg_t *s;
+    uintptr_t addr;
+#define TAKE(blk, ...)                                                                                                 \
+    do {                                                                                                               \
+        if (!(addr = take(d, blk, __VA_ARGS__)))                                                                       \
+            goto no_host_memory;                                                                                       \
+        return addr;                                                                                                   \
+    } while (0)
     if (d->map.count >= d->map.mask && !map_grow(d))
-        goto oom;
+        goto no_host_memory;
     /* during a capture: a new segment or nothing (core_set_capturing) */
     if (d->capturing) {
         if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
-            return take(d, s->first, rounded, size);
+            TAKE(s->first, rounded, size);
         goto oom;
     }
     /* 1. frees whose fence or event completed; record the open batch's fence */
     if (d->pending_bytes) {
         if (pend_poll(d) && (b = pool_find_free(d, pool, stream, rounded)))
-            return take(d, b, rounded, size);
+            TAKE(b, rounded, size);
         pend_close(d);
         if (pend_poll(d) && (b = pool_find_free(d, pool, stream, rounded)))
-            return take(d, b, rounded, size);
+            TAKE(b, rounded, size);
     }
     /* 2. garbage collection above the threshold */
     if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
         gc_collect(d);
     /* 3. a new segment */
     if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
-        return take(d, s->first, rounded, size);
+        TAKE(s->first, rounded, size);
     if (why.backend_error == CORE_EFAIL)
         goto oom;
     /* 4. memory is short: wait for the oldest fences, as cudaFree would have */
     while (d->pending_bytes && pend_wait_oldest(d))
         if ((b = pool_find_free(d, pool, stream, rounded)))
-            return take(d, b, rounded, size);
+            TAKE(b, rounded, size);
     /* 5. release cached oversize blocks, then retry */
     if (d->conf.max_split_size != SIZE_MAX && seg_release_free(d, NULL, true, alloc_size) &&
         (s = seg_new(d, pool, stream, alloc_size, direct, &why)))
-        return take(d, s->first, rounded, size);
+        TAKE(s->first, rounded, size);
     /* 6. wait for everything pending, release every free segment, retry */
     pend_release_all(d, true);
     if ((b = pool_find_free(d, pool, stream, rounded)))
-        return take(d, b, rounded, size);
+        TAKE(b, rounded, size);
     seg_release_free(d, NULL, false, SIZE_MAX);
     d->stats.num_alloc_retries++;
     why = (seg_failure_t){false, 0};
     if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
-        return take(d, s->first, rounded, size);
+        TAKE(s->first, rounded, size);
 oom:
     fill_oom(d, oom, size, rounded, alloc_size, pp->id, &why);
     return 0;
+no_host_memory: /* a fitting block, but no block struct for the split */
+    why = (seg_failure_t){false, CORE_EFAIL};
+    goto oom;
+#undef TAKE
 }
 
 /* ------------------------------------------------------------------------
