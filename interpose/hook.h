@@ -48,6 +48,8 @@
 
 #define HOOK_API __attribute__((visibility("default")))
 #define HOOK_TLS __thread __attribute__((tls_model("initial-exec")))
+/* For code that runs inside a sanitizer's own start-up (the dlsym path). */
+#define HOOK_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
 #define HOOK_LIKELY(x) __builtin_expect(!!(x), 1)
 #define HOOK_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -71,6 +73,7 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cuDeviceGetCount)                                                                                                \
     X(cuDevicePrimaryCtxRetain)                                                                                        \
     X(cuDevicePrimaryCtxReset_v2)                                                                                      \
+    X(cuCtxDestroy_v2)                                                                                                 \
     X(cuCtxGetCurrent)                                                                                                 \
     X(cuCtxGetDevice)                                                                                                  \
     X(cuCtxPushCurrent_v2)                                                                                             \
@@ -308,11 +311,6 @@ void hook_capture_end(CUstream s, bool per_thread);
 /* Whether s is being captured (then stream-ordered calls on it pass
  * through: they become graph nodes). */
 bool hook_stream_capturing(hook_dev_t *hd, CUstream s, bool per_thread);
-/* Whether CUDA forbids the calling thread a cudaMalloc now (the capture
- * mode rules of cudaThreadExchangeStreamCaptureMode): then the allocation
- * goes to the real API, which refuses it and invalidates the capture
- * exactly as without cucache. */
-bool hook_capture_forbids_malloc(hook_dev_t *hd);
 
 /* The device whose memory a stream-ordered call on s must use: the
  * stream's own (a created stream may belong to another device than the

@@ -32,7 +32,7 @@ HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     hook_dev_t *hd;
     core_dev_t *d;
     if (HOOK_UNLIKELY(hook_bypass() || !dptr || bytesize == 0) || !(hd = hook_cu_device(true)) ||
-        !(d = hook_dev_core(hd)) || hook_capture_forbids_malloc(hd))
+        !(d = hook_dev_core(hd)))
         return CU_REAL(cuMemAlloc_v2, dptr, bytesize);
     core_oom_t oom;
     uintptr_t p = core_malloc(d, bytesize, 0, &oom);
@@ -52,7 +52,13 @@ HOOK_API CUresult cuMemFree_v2(CUdeviceptr dptr)
     core_free_t how = hd ? hook_free_policy(hd) : CORE_FREE_FENCED;
     if (HOOK_LIKELY(hook_free_any(hd, (uintptr_t)dptr, how, 0, &inside) == CORE_FREED))
         return CUDA_SUCCESS;
-    return inside ? cu_bad_free(dptr, "cuMemFree") : CU_REAL(cuMemFree_v2, dptr);
+    if (inside)
+        return cu_bad_free(dptr, "cuMemFree");
+    CUresult r = CU_REAL(cuMemFree_v2, dptr);
+    if (r == CUDA_ERROR_INVALID_VALUE)
+        hook_warn(HOOK_WARN_BAD_FREE, "cuMemFree(0x%llx): not a device allocation (neither cucache's nor CUDA's)",
+                  (unsigned long long)dptr);
+    return r;
 }
 
 HOOK_API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)

@@ -13,7 +13,7 @@
  *     hook stays the driver's).  Asking for the resolver itself gives ours
  *     (vgpu-manager's routing by pointer; vcuda-controller PR 31).
  */
-#include <string.h>
+#include <stdbool.h>
 
 #include "hook.h"
 
@@ -44,6 +44,7 @@ route_t hook_routes[] = {
     ROUTE(cuStreamEndCapture)
     ROUTE(cuStreamEndCapture_ptsz)
     ROUTE(cuDevicePrimaryCtxReset_v2)
+    ROUTE(cuCtxDestroy_v2)
 };
 const size_t hook_nroutes = sizeof hook_routes / sizeof hook_routes[0];
 
@@ -54,14 +55,25 @@ const size_t hook_nroutes = sizeof hook_routes / sizeof hook_routes[0];
  * catch cudnn* and recurse (HAMi-core PR 215). */
 void *hook_dlsym_find(void *handle, const char *symbol);
 
-void *hook_dlsym_find(void *handle, const char *symbol)
+/* Runs inside sanitizers' start-up too (real.c): no instrumentation and no
+ * intercepted libc call (strcmp is one). */
+HOOK_NO_SANITIZE static bool same_name(const char *a, const char *b)
+{
+    while (*a && *a == *b) {
+        a++;
+        b++;
+    }
+    return *a == *b;
+}
+
+HOOK_NO_SANITIZE void *hook_dlsym_find(void *handle, const char *symbol)
 {
     (void)handle;
     hook_real_dlsym_init();
     if (!symbol || symbol[0] != 'c' || symbol[1] != 'u' || (symbol[2] >= 'a' && symbol[2] <= 'z'))
         return NULL;
     for (size_t i = 0; i < hook_nroutes; i++)
-        if (strcmp(hook_routes[i].name, symbol) == 0)
+        if (same_name(hook_routes[i].name, symbol))
             return hook_routes[i].hook;
     return NULL;
 }

@@ -41,7 +41,7 @@ HOOK_API cudaError_t cudaMalloc(void **devPtr, size_t size)
     hook_dev_t *hd;
     core_dev_t *d;
     if (HOOK_UNLIKELY(hook_bypass() || !devPtr || size == 0) || !(hd = hook_rt_device(true)) ||
-        !(d = hook_dev_core(hd)) || hook_capture_forbids_malloc(hd))
+        !(d = hook_dev_core(hd)))
         return RT_REAL(cudaMalloc, devPtr, size);
     core_oom_t oom;
     uintptr_t p = core_malloc(d, size, 0, &oom);
@@ -69,14 +69,22 @@ __attribute__((noinline)) static cudaError_t rt_not_mine(void *devPtr, bool insi
         cudaError_t e = RT_REAL(cudaFree, (void *)(uintptr_t)1);
         return e != cudaSuccess ? e : cudaErrorInvalidValue;
     }
+    cudaError_t e;
     switch (api) {
     case 0:
-        return RT_REAL(cudaFree, devPtr);
+        e = RT_REAL(cudaFree, devPtr);
+        break;
     case 1:
-        return RT_REAL(cudaFreeAsync, devPtr, s);
+        e = RT_REAL(cudaFreeAsync, devPtr, s);
+        break;
     default:
-        return RT_REAL(cudaFreeAsync_ptsz, devPtr, s);
+        e = RT_REAL(cudaFreeAsync_ptsz, devPtr, s);
+        break;
     }
+    if (e == cudaErrorInvalidValue)
+        hook_warn(HOOK_WARN_BAD_FREE, "%s(%p): not a device allocation (neither cucache's nor CUDA's)",
+                  api == 0 ? "cudaFree" : "cudaFreeAsync", devPtr);
+    return e;
 }
 
 HOOK_API cudaError_t cudaFree(void *devPtr)

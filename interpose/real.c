@@ -25,27 +25,29 @@ hook_runtime_t real_rt;
  * dlsym
  * ---------------------------------------------------------------------- */
 
-static pthread_once_t dlsym_once = PTHREAD_ONCE_INIT;
-
-static void resolve_dlsym(void)
+/* No pthread_once and no instrumented code here: AddressSanitizer and
+ * ThreadSanitizer look up their interceptors' targets with dlsym while they
+ * initialise, before their shadow memory exists, and that dlsym is ours.
+ * Resolving twice is harmless (every thread finds the same address). */
+HOOK_NO_SANITIZE void hook_real_dlsym_init(void)
 {
+    if (__atomic_load_n(&hook_real_dlsym, __ATOMIC_ACQUIRE))
+        return;
     static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
-    void *p = NULL;
-    for (size_t i = 0; !p && i < sizeof versions / sizeof versions[0]; i++)
-        p = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-    if (!p) {
+    union {
+        void *obj;
+        void *(*fn)(void *, const char *);
+    } p = {NULL};
+    for (size_t i = 0; !p.obj && i < sizeof versions / sizeof versions[0]; i++)
+        p.obj = dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    if (!p.obj) {
         /* Nothing can work without it, and returning would make dlsym
          * callers crash somewhere less obvious. */
         static const char msg[] = "cucache: cannot find the C library's dlsym (dlvsym failed); giving up\n";
         (void)!write(2, msg, sizeof msg - 1);
         abort();
     }
-    memcpy(&hook_real_dlsym, &p, sizeof p);
-}
-
-void hook_real_dlsym_init(void)
-{
-    pthread_once(&dlsym_once, resolve_dlsym);
+    __atomic_store_n(&hook_real_dlsym, p.fn, __ATOMIC_RELEASE);
 }
 
 /* ------------------------------------------------------------------------

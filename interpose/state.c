@@ -62,8 +62,7 @@ __attribute__((constructor)) static void hook_start(void)
         exit(0);
     }
     if (r != 0) {
-        hook_log("%s", err);
-        hook_log("the program was not started; CUCACHE_CONF=help lists every key");
+        hook_log("%s (the program was not started; CUCACHE_CONF=help lists every key)", err);
         exit(1);
     }
     devices_init();

@@ -188,28 +188,3 @@ bool hook_stream_capturing(hook_dev_t *hd, CUstream s, bool per_thread)
     pthread_mutex_unlock(&hd->lock);
     return found;
 }
-
-bool hook_capture_forbids_malloc(hook_dev_t *hd)
-{
-    if (HOOK_LIKELY(atomic_load_explicit(&hd->capturing, memory_order_relaxed) == 0))
-        return false;
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (!real_cu.cuThreadExchangeStreamCaptureMode || real_cu.cuThreadExchangeStreamCaptureMode(&mode) != CUDA_SUCCESS)
-        return false;
-    CUstreamCaptureMode back = mode;
-    real_cu.cuThreadExchangeStreamCaptureMode(&back); /* restore */
-    if (mode == CU_STREAM_CAPTURE_MODE_RELAXED)
-        return false;
-    pthread_t self = pthread_self();
-    bool forbidden = false;
-    pthread_mutex_lock(&hd->lock);
-    for (int i = 0; i < hd->ncaptures && !forbidden; i++) {
-        const hook_capture_t *c = &hd->captures[i];
-        if (pthread_equal(c->thread, self))
-            forbidden = c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
-        else
-            forbidden = mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
-    }
-    pthread_mutex_unlock(&hd->lock);
-    return forbidden;
-}

@@ -59,14 +59,14 @@ enum {
 #define RUN_SIM_CAPACITY_MAX ((double)((uint64_t)1 << 44))
 
 typedef struct run_opts_s {
-    bool sim;              /* --sim */
-    const char *capacity;  /* --sim=CAPACITY, or NULL */
-    char *conf;            /* the --conf values joined with ',', or NULL (malloc'ed) */
-    bool report;           /* --report */
-    const char *trace;     /* --trace FILE, or NULL */
-    const char *snapshot;  /* --snapshot FILE, or NULL */
-    bool print_env;        /* --print-env: print the changes, run nothing */
-    char **command;        /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
+    bool sim;             /* --sim */
+    const char *capacity; /* --sim=CAPACITY, or NULL */
+    char *conf;           /* the --conf values joined with ',', or NULL (malloc'ed) */
+    bool report;          /* --report */
+    const char *trace;    /* --trace FILE, or NULL */
+    const char *snapshot; /* --snapshot FILE, or NULL */
+    bool print_env;       /* --print-env: print the changes, run nothing */
+    char **command;       /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
 } run_opts_t;
 
 typedef struct env_change_s {
@@ -142,6 +142,11 @@ static char *run_join(const char *a, char sep, const char *b)
     }
     s[na] = '\0';
     return s;
+}
+
+static char *run_dup(const char *s)
+{
+    return run_join(s, 0, NULL);
 }
 
 static bool run_is_file(const char *path)
@@ -283,7 +288,7 @@ static void run_parse_args(int argc, char **argv, run_opts_t *o)
         } else if (strcmp(a, "--print-env") == 0) {
             o->print_env = true;
         } else if (run_opt_value(argv, argc, &i, "--conf", &v)) {
-            char *joined = o->conf ? run_join(o->conf, ',', v) : run_join(v, ',', NULL);
+            char *joined = o->conf ? run_join(o->conf, ',', v) : run_dup(v);
             free(o->conf);
             o->conf = joined;
         } else if (run_opt_value(argv, argc, &i, "--trace", &v)) {
@@ -311,29 +316,28 @@ static void plan_set(env_plan_t *plan, const char *name, char *value)
 /* The first of <exe dir>/rel and fallback that exists: a regular file at
  * that path, or at path/probe when probe is given.  Dies naming what it
  * looked for when neither does. */
-static char *run_locate(const char *exe_dir, const char *rel, const char *fallback, const char *probe,
-                        const char *what)
+static char *run_locate(const char *exe_dir, const char *rel, const char *fallback, const char *probe, const char *what)
 {
-    char *cand[2], *test[2];
-    int n = 0;
+    char *cand[2] = {NULL, NULL}, *test[2] = {NULL, NULL};
+    int n = 0, found = -1;
     if (exe_dir[0])
         cand[n++] = run_join(exe_dir, '/', rel);
     if (n == 0 || strcmp(cand[0], fallback) != 0)
-        cand[n++] = run_join(fallback, 0, NULL);
-    for (int k = 0; k < n; k++) {
-        test[k] = probe ? run_join(cand[k], '/', probe) : run_join(cand[k], 0, NULL);
-        if (run_is_file(test[k])) {
-            for (int j = 0; j < n; j++) {
-                if (j <= k)
-                    free(test[j]);
-                if (j != k)
-                    free(cand[j]);
-            }
-            return cand[k];
-        }
+        cand[n++] = run_dup(fallback);
+    for (int k = 0; k < n && found < 0; k++) {
+        test[k] = probe ? run_join(cand[k], '/', probe) : run_dup(cand[k]);
+        if (run_is_file(test[k]))
+            found = k;
     }
-    run_die(RUN_EXIT_SETUP, "%s not found: looked for %s%s%s (build cucache first: ninja -C build)", what, test[0],
-            n > 1 ? " and " : "", n > 1 ? test[1] : "");
+    if (found < 0)
+        run_die(RUN_EXIT_SETUP, "%s not found: looked for %s%s%s (build cucache first: ninja -C build)", what, test[0],
+                n > 1 ? " and " : "", n > 1 ? test[1] : "");
+    for (int k = 0; k < n; k++) {
+        free(test[k]);
+        if (k != found)
+            free(cand[k]);
+    }
+    return cand[found];
 }
 
 /* path first in the ':'-separated list `name` of the environment. */
@@ -358,16 +362,16 @@ static void run_plan(const run_opts_t *o, env_plan_t *plan)
         plan_set(plan, "LD_LIBRARY_PATH", run_prepend("LD_LIBRARY_PATH", dir));
         free(dir);
         if (o->capacity)
-            plan_set(plan, "CUCACHE_SIM_CAPACITY", run_join(o->capacity, 0, NULL));
+            plan_set(plan, "CUCACHE_SIM_CAPACITY", run_dup(o->capacity));
     }
     if (o->conf)
-        plan_set(plan, "CUCACHE_CONF", run_join(o->conf, 0, NULL));
+        plan_set(plan, "CUCACHE_CONF", run_dup(o->conf));
     if (o->report)
-        plan_set(plan, "CUCACHE_REPORT", run_join("exit", 0, NULL));
+        plan_set(plan, "CUCACHE_REPORT", run_dup("exit"));
     if (o->trace)
-        plan_set(plan, "CUCACHE_TRACE", run_join(o->trace, 0, NULL));
+        plan_set(plan, "CUCACHE_TRACE", run_dup(o->trace));
     if (o->snapshot)
-        plan_set(plan, "CUCACHE_SNAPSHOT", run_join(o->snapshot, 0, NULL));
+        plan_set(plan, "CUCACHE_SNAPSHOT", run_dup(o->snapshot));
 }
 
 int main(int argc, char **argv)
