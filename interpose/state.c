@@ -43,10 +43,17 @@ static void devices_init(void)
 /* The child of a fork starts clean: the parent's allocators describe the
  * parent's device memory, which the child cannot use (CUDA is not usable in
  * a child after the parent initialised it).  Their host memory is left
- * behind on purpose: another thread of the parent may have held a lock. */
+ * behind on purpose (another thread of the parent may have held a lock),
+ * reachable from hook_parent_devs. */
+/* Not static: a static array never read would lose its stores, and leak
+ * checkers would no longer see what the child left behind as reachable. */
+extern hook_dev_t hook_parent_devs[HOOK_MAX_DEVICES];
+hook_dev_t hook_parent_devs[HOOK_MAX_DEVICES] __attribute__((used));
+
 static void atfork_child(void)
 {
     pthread_mutex_init(&open_lock, NULL);
+    memcpy(hook_parent_devs, hook_devs, sizeof hook_parent_devs);
     devices_init();
 }
 

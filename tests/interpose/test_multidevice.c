@@ -1,0 +1,289 @@
+/*
+ * Proves that with two devices (CUCACHE_SIM_DEVICES=2) each device has its
+ * own cache: allocations land on the current device and hold their data, a
+ * block freed on one device is never handed out on the other, a pointer of
+ * device 1 freed while device 0 is current (cudaFree or cuMemFree_v2) goes
+ * back to device 1's cache without changing the current device, stream-
+ * ordered allocation on a device-1 stream stays on device 1, cudaMemGetInfo
+ * answers per device, and threads on both devices at once keep their data.
+ *
+ * Seen to fail: without LD_PRELOAD the placement and data checks pass and
+ * every per-device count fails.
+ */
+#include "itest.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int device_of(const void *p)
+{
+    struct cudaPointerAttributes a;
+    a.device = -1;
+    SIM_OK(cudaPointerGetAttributes(&a, p));
+    assert_int_equal(a.type, cudaMemoryTypeDevice);
+    return a.device;
+}
+
+static int current_device(void)
+{
+    int d = -1;
+    SIM_OK(cudaGetDevice(&d));
+    return d;
+}
+
+static int multidevice_setup(void **state)
+{
+    if (itest_group_setup(state) != 0)
+        return -1;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n != 2) {
+        fprintf(stderr, "itest: expected 2 devices (CUCACHE_SIM_DEVICES=2), got %d\n", n);
+        return -1;
+    }
+    /* both devices get allocator state */
+    for (int d = 1; d >= 0; d--) {
+        void *p = NULL;
+        if (cudaSetDevice(d) != cudaSuccess || cudaMalloc(&p, 4096) != cudaSuccess || cudaFree(p) != cudaSuccess)
+            return -1;
+    }
+    return 0;
+}
+
+static void test_allocations_land_on_the_current_device(void **state)
+{
+    (void)state;
+    const size_t n = 6 * MIB;
+    void *p[2] = {NULL, NULL};
+    for (int d = 0; d < 2; d++) {
+        SIM_OK(cudaSetDevice(d));
+        SIM_OK(cudaMalloc(&p[d], n));
+        assert_int_equal(device_of(p[d]), d);
+        itest_put(p[d], n, 10 + (unsigned)d);
+    }
+    assert_false(itest_overlap(p[0], n, p[1], n));
+    for (int d = 0; d < 2; d++) {
+        SIM_OK(cudaSetDevice(d));
+        itest_expect(p[d], n, 10 + (unsigned)d);
+    }
+    itest_require_cucache();
+    int64_t live0 = itest_stat(0, "allocation.all.current"), live1 = itest_stat(1, "allocation.all.current");
+    assert_true(live0 >= 1);
+    assert_true(live1 >= 1);
+    for (int d = 0; d < 2; d++) {
+        SIM_OK(cudaSetDevice(d));
+        SIM_OK(cudaFree(p[d]));
+    }
+    assert_int_equal(itest_stat(0, "allocation.all.current"), live0 - 1);
+    assert_int_equal(itest_stat(1, "allocation.all.current"), live1 - 1);
+    SIM_OK(cudaSetDevice(0));
+}
+
+/* A block freed on device 0 is cached for device 0 only. */
+static void test_caches_do_not_mix(void **state)
+{
+    (void)state;
+    const size_t n = 9 * MIB;
+    void *p = NULL, *q = NULL;
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaMalloc(&p, n));
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaDeviceSynchronize());
+    SIM_OK(cudaSetDevice(1));
+    SIM_OK(cudaDeviceSynchronize());
+    SIM_OK(cudaMalloc(&q, n));
+    assert_int_equal(device_of(q), 1);
+    assert_false(itest_overlap(p, n, q, n));
+    itest_put(q, n, 20);
+    itest_expect(q, n, 20);
+    /* device 1's own cache serves device 1 */
+    SIM_OK(cudaFree(q));
+    SIM_OK(cudaDeviceSynchronize());
+    itest_require_cucache();
+    unsigned long allocs0 = itest_dev_allocs();
+    int64_t hits0 = itest_stat(0, "num_cache_hits"), hits1 = itest_stat(1, "num_cache_hits");
+    SIM_OK(cudaMalloc(&q, n));
+    assert_int_equal(device_of(q), 1);
+    assert_int_equal(itest_dev_allocs(), allocs0);
+    assert_int_equal(itest_stat(1, "num_cache_hits"), hits1 + 1);
+    assert_int_equal(itest_stat(0, "num_cache_hits"), hits0);
+    SIM_OK(cudaFree(q));
+    SIM_OK(cudaDeviceSynchronize());
+    /* and device 0's serves device 0 */
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaMalloc(&p, n));
+    assert_int_equal(device_of(p), 0);
+    assert_int_equal(itest_dev_allocs(), allocs0);
+    assert_int_equal(itest_stat(0, "num_cache_hits"), hits0 + 1);
+    SIM_OK(cudaFree(p));
+}
+
+/* Device 1's pointer freed while device 0 is current. */
+static void test_free_of_the_other_devices_pointer(void **state)
+{
+    (void)state;
+    const size_t n = 3 * MIB + 1;
+    void *p = NULL;
+    CUdeviceptr x = 0;
+    SIM_OK(cudaSetDevice(1));
+    SIM_OK(cudaMalloc(&p, n));
+    CU_OK(cuMemAlloc_v2(&x, n));
+    itest_put(p, n, 30);
+    int64_t live0 = itest_have_cucache() ? itest_stat(0, "allocation.all.current") : 0;
+    int64_t live1 = itest_have_cucache() ? itest_stat(1, "allocation.all.current") : 0;
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaFree(p));
+    assert_int_equal(current_device(), 0);
+    CU_OK(cuMemFree_v2(x));
+    assert_int_equal(current_device(), 0);
+    CUdevice cur = -1;
+    CU_OK(cuCtxGetDevice(&cur));
+    assert_int_equal(cur, 0);
+    /* device 0 still works as the current device */
+    void *q = NULL;
+    SIM_OK(cudaMalloc(&q, n));
+    assert_int_equal(device_of(q), 0);
+    itest_put(q, n, 31);
+    itest_expect(q, n, 31);
+    SIM_OK(cudaFree(q));
+    itest_require_cucache();
+    assert_int_equal(itest_stat(1, "allocation.all.current"), live1 - 2);
+    assert_int_equal(itest_stat(0, "allocation.all.current"), live0);
+    /* the blocks went back to device 1's cache */
+    SIM_OK(cudaSetDevice(1));
+    SIM_OK(cudaDeviceSynchronize());
+    unsigned long allocs0 = itest_dev_allocs();
+    int64_t hits1 = itest_stat(1, "num_cache_hits");
+    SIM_OK(cudaMalloc(&p, n));
+    CU_OK(cuMemAlloc_v2(&x, n));
+    assert_int_equal(device_of(p), 1);
+    assert_int_equal(itest_dev_allocs(), allocs0);
+    assert_int_equal(itest_stat(1, "num_cache_hits"), hits1 + 2);
+    SIM_OK(cudaFree(p));
+    CU_OK(cuMemFree_v2(x));
+    SIM_OK(cudaSetDevice(0));
+}
+
+static void test_malloc_async_on_a_device_1_stream(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 20 };
+    const size_t n = 2 * MIB;
+    SIM_OK(cudaSetDevice(1));
+    cudaStream_t s = NULL;
+    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    SIM_OK(cudaSetDevice(0)); /* the stream decides, not the current device */
+    void *p = NULL;
+    unsigned char h[4096];
+    SIM_OK(cudaMallocAsync(&p, n, s));
+    SIM_OK(cudaMemsetAsync(p, 0x3D, n, s));
+    SIM_OK(cudaMemcpyAsync(h, p, sizeof h, cudaMemcpyDeviceToHost, s));
+    SIM_OK(cudaFreeAsync(p, s));
+    SIM_OK(cudaStreamSynchronize(s));
+    assert_int_equal(simtest_check_byte(h, sizeof h, 0x3D), -1);
+    SIM_OK(cudaSetDevice(1));
+    SIM_OK(cudaMallocAsync(&p, n, s));
+    assert_int_equal(device_of(p), 1);
+    SIM_OK(cudaFreeAsync(p, s));
+    SIM_OK(cudaStreamSynchronize(s));
+    itest_require_cucache();
+    unsigned long allocs0 = itest_dev_allocs();
+    int64_t hits1 = itest_stat(1, "num_cache_hits");
+    for (int r = 0; r < ROUNDS; r++) {
+        SIM_OK(cudaMallocAsync(&p, n, s));
+        SIM_OK(cudaFreeAsync(p, s));
+    }
+    SIM_OK(cudaStreamSynchronize(s));
+    assert_int_equal(itest_dev_allocs(), allocs0);
+    assert_true(itest_stat(1, "num_cache_hits") >= hits1 + ROUNDS);
+    SIM_OK(cudaStreamDestroy(s));
+    SIM_OK(cudaSetDevice(0));
+}
+
+static void test_meminfo_per_device(void **state)
+{
+    (void)state;
+    const size_t n = 300 * MIB;
+    size_t f0[2], f1[2], t;
+    for (int d = 0; d < 2; d++) {
+        SIM_OK(cudaSetDevice(d));
+        SIM_OK(cudaDeviceSynchronize());
+        SIM_OK(cudaMemGetInfo(&f0[d], &t));
+        assert_int_equal(t, ITEST_CAPACITY);
+    }
+    SIM_OK(cudaSetDevice(1));
+    void *p = NULL;
+    SIM_OK(cudaMalloc(&p, n));
+    for (int d = 0; d < 2; d++) {
+        SIM_OK(cudaSetDevice(d));
+        SIM_OK(cudaMemGetInfo(&f1[d], NULL));
+    }
+    assert_true(f1[0] + 2 * MIB >= f0[0] && f1[0] <= f0[0] + 2 * MIB);
+    assert_true(f1[1] + n + 2 * MIB >= f0[1] && f1[1] + n <= f0[1] + 2 * MIB);
+    SIM_OK(cudaSetDevice(1));
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaSetDevice(0));
+    itest_require_cucache();
+    assert_true(itest_stat(1, "reserved_bytes.all.current") >= (int64_t)n);
+}
+
+typedef struct worker {
+    int device;
+    int failures;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    const size_t n = 2 * MIB + 100;
+    unsigned char *h = malloc(n), *back = malloc(n);
+    if (!h || !back || cudaSetDevice(w->device) != cudaSuccess) {
+        w->failures++;
+        return NULL;
+    }
+    for (int r = 0; r < 40; r++) {
+        void *p = NULL;
+        unsigned seed = (unsigned)(w->device * 1000 + r);
+        simtest_fill(h, n, seed);
+        if (cudaMalloc(&p, n) != cudaSuccess || cudaMemcpy(p, h, n, cudaMemcpyHostToDevice) != cudaSuccess ||
+            cudaMemcpy(back, p, n, cudaMemcpyDeviceToHost) != cudaSuccess || simtest_check(back, n, seed, 0) != -1)
+            w->failures++;
+        struct cudaPointerAttributes a;
+        if (cudaPointerGetAttributes(&a, p) != cudaSuccess || a.device != w->device)
+            w->failures++;
+        if (cudaFree(p) != cudaSuccess)
+            w->failures++;
+    }
+    free(h);
+    free(back);
+    return NULL;
+}
+
+static void test_threads_on_both_devices(void **state)
+{
+    (void)state;
+    pthread_t th[4];
+    worker_t w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (worker_t){i % 2, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+    }
+    itest_require_cucache();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        ITEST(test_allocations_land_on_the_current_device),
+        ITEST(test_caches_do_not_mix),
+        ITEST(test_free_of_the_other_devices_pointer),
+        ITEST(test_malloc_async_on_a_device_1_stream),
+        ITEST(test_meminfo_per_device),
+        ITEST(test_threads_on_both_devices),
+    };
+    return ITEST_RUN("interpose.multidevice", tests, multidevice_setup);
+}
