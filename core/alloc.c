@@ -12,6 +12,10 @@
 
 #define CORE_MAX_DEVICES 64
 
+/* Bytes of pending frees the cache may hold beyond the live bytes before a
+ * miss waits for the oldest fence instead of growing (seg_malloc_slow). */
+#define PENDING_GROWTH_LIMIT ((size_t)256 << 20)
+
 /* The private pool each thread routes its allocations to, per device.  The
  * route names the device state it was set on (core_dev_t.gen): a device
  * destroyed and created again with the same index (the replay tool runs one
@@ -388,7 +392,15 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     /* 2. garbage collection above the threshold */
     if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
         gc_collect(d);
-    /* 3. a new segment */
+    /* 3. a new segment, unless the cache is mostly waiting on fences: a
+     * program that frees and allocates faster than its fences complete
+     * would otherwise grow the cache by a block per iteration.  Beyond
+     * PENDING_GROWTH_LIMIT and beyond the live bytes, wait for the oldest
+     * fence first, as cudaFree would have. */
+    while (d->pending_bytes >= rounded && d->pending_bytes > PENDING_GROWTH_LIMIT &&
+           d->pending_bytes > (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current && pend_wait_oldest(d))
+        if ((b = pool_find_free(d, pool, stream, rounded)))
+            TAKE(b, rounded, size);
     if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
         TAKE(s->first, rounded, size);
     if (why.backend_error == CORE_EFAIL)
@@ -550,6 +562,13 @@ void core_poll(core_dev_t *d)
     pthread_mutex_lock(&d->lock);
     if (d->pending_bytes && !d->capturing)
         pend_poll(d);
+    pthread_mutex_unlock(&d->lock);
+}
+
+void core_fence(core_dev_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    pend_close(d); /* nothing while capturing */
     pthread_mutex_unlock(&d->lock);
 }
 

@@ -132,6 +132,12 @@ void core_synchronized(core_dev_t *d);
  * whose fence or event completed become reusable. */
 void core_poll(core_dev_t *d);
 
+/* Records the fence of every free made so far, now.  Before a device
+ * synchronisation: once it returned, core_poll finds that fence completed
+ * and releases exactly the frees made before it began (core_synchronized
+ * would also release frees other threads made while it ran). */
+void core_fence(core_dev_t *d);
+
 /* A stream capture began (true) or the last one ended (false).  While
  * capturing, the core makes no backend call that would be illegal in
  * global capture mode: no fence or event is recorded, queried or waited

@@ -51,6 +51,20 @@ static void leave(const scope_t *sc)
         real_cu.cuCtxPopCurrent_v2(&popped);
 }
 
+bool hook_ctx_enter(hook_dev_t *hd, bool *pushed)
+{
+    scope_t sc;
+    bool ok = enter(hd, &sc);
+    *pushed = sc.pushed;
+    return ok;
+}
+
+void hook_ctx_leave(bool pushed)
+{
+    scope_t sc = {pushed};
+    leave(&sc);
+}
+
 /* Relaxes the thread's capture mode around one of our own calls while the
  * device captures; restores it after. */
 static bool relax(hook_dev_t *hd, CUstreamCaptureMode *mode)
@@ -144,8 +158,27 @@ static void device_sync(void *ctx, int device)
 
 typedef struct fence_s {
     size_t n;       /* events */
+    size_t owned;   /* ev[0..owned) are the fence's; the rest are retired
+                       streams' events it holds a reference on */
     CUevent ev[];   /* all must complete */
 } fence_t;
+
+/* Called with hd->lock held: forgets retired events that completed and
+ * that no fence holds. */
+static void retired_sweep(hook_dev_t *hd)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < hd->nretired; i++) {
+        hook_retired_t *r = &hd->retired[i];
+        if (!r->done && real_cu.cuEventQuery(r->ev) != CUDA_ERROR_NOT_READY)
+            r->done = true;
+        if (r->done && r->refs == 0)
+            real_cu.cuEventDestroy_v2(r->ev);
+        else
+            hd->retired[j++] = *r;
+    }
+    hd->nretired = j;
+}
 
 /* Called with hd->lock held and the primary context current. */
 static CUevent event_get(hook_dev_t *hd)
@@ -201,7 +234,13 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
         return CORE_EFAIL;
     pthread_mutex_lock(&hd->lock);
     size_t n = stream == 0 ? 1 + hd->nstreams : 1;
-    fence_t *f = hostalloc_malloc(sizeof *f + n * sizeof f->ev[0]);
+    size_t borrowed = 0;
+    if (stream == 0 && hd->nretired) {
+        retired_sweep(hd);
+        for (size_t i = 0; i < hd->nretired; i++)
+            borrowed += !hd->retired[i].done;
+    }
+    fence_t *f = hostalloc_malloc(sizeof *f + (n + borrowed) * sizeof f->ev[0]);
     int rc = f ? CORE_OK : CORE_EFAIL;
     size_t done = 0;
     for (; rc == CORE_OK && done < n; done++) {
@@ -226,6 +265,12 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
             event_put(hd, f->ev[i]);
         hostalloc_free(f);
     } else {
+        f->owned = n;
+        for (size_t i = 0; i < hd->nretired && borrowed; i++)
+            if (!hd->retired[i].done) {
+                hd->retired[i].refs++;
+                f->ev[n++] = hd->retired[i].ev;
+            }
         f->n = n;
         *event = (uint64_t)(uintptr_t)f;
     }
@@ -262,10 +307,18 @@ static void event_release(void *ctx, int device, uint64_t event)
     hook_dev_t *hd = &hook_devs[device];
     fence_t *f = (fence_t *)(uintptr_t)event;
     pthread_mutex_lock(&hd->lock);
-    for (size_t i = 0; i < f->n; i++) {
+    for (size_t i = 0; i < f->owned; i++) {
         if (hd->primary)
             event_put(hd, f->ev[i]);
     }
+    for (size_t i = f->owned; i < f->n; i++)
+        for (size_t k = 0; k < hd->nretired; k++)
+            if (hd->retired[k].ev == f->ev[i] && hd->retired[k].refs) {
+                hd->retired[k].refs--;
+                break;
+            }
+    if (f->n > f->owned)
+        retired_sweep(hd);
     pthread_mutex_unlock(&hd->lock);
     hostalloc_free(f);
 }

@@ -205,6 +205,13 @@ typedef struct hook_capture_s {
     int mode;            /* CUstreamCaptureMode */
 } hook_capture_t;
 
+/* An event recorded on a non-blocking stream as it was destroyed. */
+typedef struct hook_retired_s {
+    CUevent ev;
+    unsigned refs; /* fences holding it (they do not own it) */
+    bool done;     /* seen completed */
+} hook_retired_t;
+
 typedef struct hook_dev_s {
     _Atomic(core_dev_t *) core; /* NULL until the first cached call on the device */
     CUcontext primary;          /* retained primary context; set before core */
@@ -221,6 +228,10 @@ typedef struct hook_dev_s {
     int ncaptures;
     atomic_int capturing; /* ncaptures, readable without the lock */
     int capture_pool;     /* private pool of capture allocations (0: none yet) */
+    /* the last work of destroyed non-blocking streams, which may still run:
+     * every fence waits for these too until they complete */
+    hook_retired_t *retired;
+    size_t nretired, retired_cap;
     /* spare events for fences (created disabled-timing, in `primary`) */
     CUevent *spare_events;
     size_t nspare, spare_cap;
@@ -305,6 +316,11 @@ static inline core_stream_t hook_stream_key(CUstream s, bool per_thread)
 /* A stream was created in the device's primary context with these flags. */
 void hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags);
 void hook_stream_destroyed(CUstream s);
+/* A stream is about to be destroyed: if it is a known non-blocking stream,
+ * an event recorded on it now joins every later fence until it completes
+ * (the destroyed stream's queued work still runs and may read memory the
+ * program frees afterwards). */
+void hook_stream_retiring(CUstream s);
 /* A capture began / ended on stream s (per_thread: _ptsz entry point). */
 void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread, int mode);
 void hook_capture_end(CUstream s, bool per_thread);
@@ -323,6 +339,11 @@ hook_dev_t *hook_stream_device(CUstream s, bool runtime);
  * ---------------------------------------------------------------------- */
 
 extern const core_backend_t hook_backend;
+
+/* Makes the device's primary context current for a few driver calls
+ * (pushed: it had to be pushed; pass it to hook_ctx_leave). */
+bool hook_ctx_enter(hook_dev_t *hd, bool *pushed);
+void hook_ctx_leave(bool pushed);
 
 /* The CUresult of the last failed device call the backend made on this
  * thread (CUDA_SUCCESS when none): what a CORE_EFAIL stands for. */

@@ -18,12 +18,16 @@
  * Synchronisation
  * ---------------------------------------------------------------------- */
 
-/* The whole device is idle: every pending free is reusable. */
-static void synchronized(hook_dev_t *hd)
+/* A device synchronisation is about to begin: fence the frees made so far,
+ * so that the synchronisation completes that fence (and only frees made
+ * before it began are released after it: another thread's free during the
+ * synchronisation may still be in use). */
+static hook_dev_t *before_sync(hook_dev_t *hd)
 {
     core_dev_t *d = hd ? hook_dev_core(hd) : NULL;
     if (d)
-        core_synchronized(d);
+        core_fence(d);
+    return hd;
 }
 
 /* Some work completed: release the frees whose fences say so. */
@@ -36,19 +40,19 @@ static void progressed(hook_dev_t *hd)
 
 HOOK_API cudaError_t cudaDeviceSynchronize(void)
 {
-    bool bypass = hook_bypass();
+    hook_dev_t *hd = hook_bypass() ? NULL : before_sync(hook_rt_device(false));
     cudaError_t e = RT_REAL(cudaDeviceSynchronize);
-    if (e == cudaSuccess && !bypass)
-        synchronized(hook_rt_device(false));
+    if (e == cudaSuccess)
+        progressed(hd);
     return e;
 }
 
 HOOK_API CUresult cuCtxSynchronize(void)
 {
-    bool bypass = hook_bypass();
+    hook_dev_t *hd = hook_bypass() ? NULL : before_sync(hook_cu_device(false));
     CUresult r = CU_REAL(cuCtxSynchronize);
-    if (r == CUDA_SUCCESS && !bypass)
-        synchronized(hook_cu_device(false));
+    if (r == CUDA_SUCCESS)
+        progressed(hd);
     return r;
 }
 
@@ -127,6 +131,8 @@ HOOK_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigne
 HOOK_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
     bool bypass = hook_bypass();
+    if (!bypass)
+        hook_stream_retiring(stream);
     cudaError_t e = RT_REAL(cudaStreamDestroy, stream);
     if (e == cudaSuccess && !bypass)
         hook_stream_destroyed(stream);
@@ -156,6 +162,8 @@ HOOK_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int fl
 HOOK_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     bool bypass = hook_bypass();
+    if (!bypass)
+        hook_stream_retiring(hStream);
     CUresult r = CU_REAL(cuStreamDestroy_v2, hStream);
     if (r == CUDA_SUCCESS && !bypass)
         hook_stream_destroyed(hStream);

@@ -135,8 +135,9 @@ void hook_dev_drop(hook_dev_t *hd)
     hd->ncaptures = 0;
     atomic_store(&hd->capturing, 0);
     hd->capture_pool = 0;
-    /* the spare events died with the context */
+    /* the spare and retired events died with the context */
     hd->nspare = 0;
+    hd->nretired = 0;
     hd->primary = NULL;
     pthread_mutex_unlock(&hd->lock);
     pthread_mutex_unlock(&open_lock);

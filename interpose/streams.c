@@ -188,3 +188,41 @@ bool hook_stream_capturing(hook_dev_t *hd, CUstream s, bool per_thread)
     pthread_mutex_unlock(&hd->lock);
     return found;
 }
+
+void hook_stream_retiring(CUstream s)
+{
+    if (!s || !hook_real_driver())
+        return;
+    for (int d = 0; d < HOOK_MAX_DEVICES; d++) {
+        hook_dev_t *hd = &hook_devs[d];
+        if (!hook_dev_core(hd))
+            continue;
+        pthread_mutex_lock(&hd->lock);
+        bool known = false;
+        for (size_t i = 0; i < hd->nstreams && !known; i++)
+            known = hd->streams[i] == s;
+        if (known && hd->nretired == hd->retired_cap) {
+            size_t cap = hd->retired_cap ? hd->retired_cap * 2 : 8;
+            hook_retired_t *n = hostalloc_realloc(hd->retired, cap * sizeof *n);
+            if (n) {
+                hd->retired = n;
+                hd->retired_cap = cap;
+            }
+        }
+        bool pushed = false, kept = false;
+        CUevent e = NULL;
+        if (known && hd->nretired < hd->retired_cap && hook_ctx_enter(hd, &pushed)) {
+            if (real_cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+                kept = real_cu.cuEventRecord(e, s) == CUDA_SUCCESS;
+                if (kept)
+                    hd->retired[hd->nretired++] = (hook_retired_t){e, 0, false};
+                else
+                    real_cu.cuEventDestroy_v2(e);
+            }
+            hook_ctx_leave(pushed);
+        }
+        if (known && !kept)
+            real_cu.cuStreamSynchronize(s); /* cannot remember its work: wait for it */
+        pthread_mutex_unlock(&hd->lock);
+    }
+}

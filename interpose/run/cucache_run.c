@@ -382,8 +382,11 @@ int main(int argc, char **argv)
     run_plan(&o, &plan);
 
     if (o.print_env) {
-        for (int k = 0; k < plan.n; k++)
+        for (int k = 0; k < plan.n; k++) {
             printf("%s=%s\n", plan.change[k].name, plan.change[k].value);
+            free(plan.change[k].value);
+        }
+        free(o.conf);
         return fflush(stdout) == 0 ? 0 : RUN_EXIT_SETUP;
     }
     for (int k = 0; k < plan.n; k++)

@@ -423,6 +423,34 @@ static void test_ladder_waits_for_oldest_fence(void **state)
     fx_close(&f);
 }
 
+/* A program that frees and allocates faster than its fences complete: a
+ * miss grows the cache while the pending bytes stay within 256 MiB or the
+ * live bytes; beyond that it waits for the oldest fence instead of growing
+ * (the cache would otherwise grow by a block per iteration).  Fails if the
+ * limit is removed from seg_malloc_slow. */
+static void test_pending_growth_is_bounded(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 8 * GiB, NULL);
+    f.m.auto_complete = false; /* fences never complete unless waited for */
+    uintptr_t live = fx_alloc(&f, 64 * MiB, 1);
+    for (int i = 0; i < 64; i++) {
+        uintptr_t p = fx_alloc(&f, 16 * MiB, 1);
+        assert_true(p != 0);
+        fx_free(&f, p, CORE_FREE_FENCED, 0);
+        CHECK(f.d);
+    }
+    core_usage_t u;
+    core_usage(f.d, &u);
+    /* 64 MiB live + at most 256 MiB pending (plus the block in flight) */
+    assert_true(u.reserved <= 64 * MiB + 256 * MiB + 2 * 20 * MiB);
+    assert_true(u.pending <= 256 * MiB + 20 * MiB);
+    assert_true(fx_stats(&f).num_fence_waits > 0);
+    fx_free(&f, live, CORE_FREE_NOW, 1);
+    fx_close(&f);
+}
+
 /* Rung 3: with max_split_size set, cached oversize blocks are released and
  * the segment asked again, before any full release (no retry counted). */
 static void test_ladder_releases_oversize(void **state)
@@ -1395,6 +1423,7 @@ int main(void)
         cmocka_unit_test(test_oversize_rules),
         cmocka_unit_test(test_ladder_new_segment),
         cmocka_unit_test(test_ladder_waits_for_oldest_fence),
+        cmocka_unit_test(test_pending_growth_is_bounded),
         cmocka_unit_test(test_ladder_releases_oversize),
         cmocka_unit_test(test_ladder_releases_all_and_retries),
         cmocka_unit_test(test_ladder_oom_report),
