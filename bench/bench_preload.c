@@ -548,7 +548,7 @@ int main(int argc, char **argv)
     }
     if (pr.stat) {
         static const char *const keys[] = {"num_cache_hits", "num_device_alloc", "num_device_free", "num_fences",
-                                           "reserved_bytes.all.peak"};
+                                           "reserved_bytes.all.peak", "allocated_bytes.all.peak"};
         printf("cucache, device 0 at exit:");
         for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
             printf(" %s=%lld", keys[i], (long long)probe_stat(&pr, keys[i]));
