@@ -12,9 +12,6 @@
 
 #define CORE_MAX_DEVICES 64
 
-/* Bytes of pending frees the cache may hold beyond the live bytes before a
- * miss waits for the oldest fence instead of growing (seg_malloc_slow). */
-#define PENDING_GROWTH_LIMIT ((size_t)256 << 20)
 
 /* The private pool each thread routes its allocations to, per device.  The
  * route names the device state it was set on (core_dev_t.gen): a device
@@ -395,9 +392,9 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     /* 3. a new segment, unless the cache is mostly waiting on fences: a
      * program that frees and allocates faster than its fences complete
      * would otherwise grow the cache by a block per iteration.  Beyond
-     * PENDING_GROWTH_LIMIT and beyond the live bytes, wait for the oldest
-     * fence first, as cudaFree would have. */
-    while (d->pending_bytes >= rounded && d->pending_bytes > PENDING_GROWTH_LIMIT &&
+     * max_pending_mb and beyond the live bytes, wait for the oldest fence
+     * first, as cudaFree would have. */
+    while (d->pending_bytes >= rounded && d->pending_bytes > d->conf.max_pending &&
            d->pending_bytes > (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current && pend_wait_oldest(d))
         if ((b = pool_find_free(d, pool, stream, rounded)))
             TAKE(b, rounded, size);

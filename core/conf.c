@@ -766,6 +766,9 @@ static const conf_opt_t conf_opts[] = {
     {"reuse", "choice", "fenced", "fenced, stream or sync",
      "a freed block serves other streams behind a shared fence, by stream order only, or after a device sync",
      conf_set_choice, conf_show_choice, .off = F(reuse), .names = conf_reuse_names},
+    {"max_pending_mb", "MiB", "256M", "0 or at least 1M",
+     "frees still behind fences the cache may hold beyond the live bytes before a miss waits for a fence",
+     conf_set_size, conf_show_size, .off = F(max_pending), .unit = MiB, .min = MiB, .flags = CONF_F_ZERO_OK},
     /* PyTorch's constants, configurable */
     {"min_block_size", "bytes", "512", "a power of two from 256 to 64K",
      "every request rounds up to a multiple of this",
@@ -901,6 +904,7 @@ void conf_defaults(conf_t *c)
     c->strategy = CONF_STRATEGY_AUTO_GROWTH;
     c->fraction = 0.92;
     c->reuse = CONF_REUSE_FENCED;
+    c->max_pending = 256 * MiB;
 }
 
 int conf_parse(conf_t *c, const char *text, char *err, size_t errlen)

@@ -51,6 +51,7 @@ typedef struct conf_s {
     conf_strategy_t strategy; /* strategy:auto_growth|preallocate */
     double fraction;          /* preallocate: share of free memory reserved; (0, 1]; 0.92 */
     conf_reuse_t reuse;       /* reuse:fenced|stream|sync */
+    size_t max_pending;       /* max_pending_mb; pending bytes beyond the live ones before a miss waits; 256 MiB */
 } conf_t;
 
 /* The defaults (PyTorch's policy, Paddle's auto_growth, reuse:fenced). */

@@ -58,6 +58,7 @@ static const char *const all_keys[] = {
     "strategy",
     "fraction",
     "reuse",
+    "max_pending_mb",
     "min_block_size",
     "small_size",
     "small_segment_size",

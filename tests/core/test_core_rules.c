@@ -426,8 +426,8 @@ static void test_ladder_waits_for_oldest_fence(void **state)
 /* A program that frees and allocates faster than its fences complete: a
  * miss grows the cache while the pending bytes stay within 256 MiB or the
  * live bytes; beyond that it waits for the oldest fence instead of growing
- * (the cache would otherwise grow by a block per iteration).  Fails if the
- * limit is removed from seg_malloc_slow. */
+ * (the cache would otherwise grow by a block per iteration); max_pending_mb
+ * moves the limit.  Fails if the limit is removed from seg_malloc_slow. */
 static void test_pending_growth_is_bounded(void **state)
 {
     (void)state;
@@ -448,6 +448,14 @@ static void test_pending_growth_is_bounded(void **state)
     assert_true(u.pending <= 256 * MiB + 20 * MiB);
     assert_true(fx_stats(&f).num_fence_waits > 0);
     fx_free(&f, live, CORE_FREE_NOW, 1);
+    fx_close(&f);
+
+    fx_open(&f, 8 * GiB, "max_pending_mb:32");
+    f.m.auto_complete = false;
+    for (int i = 0; i < 64; i++)
+        fx_free(&f, fx_alloc(&f, 16 * MiB, 1), CORE_FREE_FENCED, 0);
+    core_usage(f.d, &u);
+    assert_true(u.reserved <= 32 * MiB + 2 * 20 * MiB);
     fx_close(&f);
 }
 
