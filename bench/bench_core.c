@@ -20,24 +20,19 @@
  * left out.  Two jemalloc columns: its default path (thread cache) and
  * MALLOCX_TCACHE_NONE (its arena, behind a lock like the core's).
  */
-#include <dirent.h>
 #include <dlfcn.h>
-#include <errno.h>
-#include <fnmatch.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend_mem.h"
+#include "bench_util.h"
 #include "core.h"
 #include "types.h" /* the free trees, to count cached blocks */
 
@@ -50,71 +45,13 @@ enum {
     BENCH_CACHED = 10000,    /* free blocks in the tree for the hit_*_10k scenarios */
     BENCH_SIZES = 1 << 16,   /* pre-drawn sizes, cycled (fits in L2) */
     JE_TCACHE_NONE = 1 << 8, /* jemalloc.h: MALLOCX_TCACHE_NONE = MALLOCX_TCACHE(-1) */
-    MAX_RUNS = 101,
+    MAX_RUNS = BENCH_MAX_RUNS,
 };
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_core: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* What else ran on the machine: the CPU time of every other process (and
- * the time the hypervisor stole), from /proc/stat and getrusage.  The
- * figures mean little when it is not near zero, the thread scaling least of
- * all (two threads on a 2-core machine). */
-typedef struct load_s {
-    double busy, total, self; /* seconds of CPU time, summed over CPUs */
-} load_t;
-
-static load_t load_now(void)
-{
-    load_t l = {0, 0, 0};
-    unsigned long long v[8] = {0};
-    FILE *f = fopen("/proc/stat", "r");
-    if (f) {
-        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                   &v[7]) == 8) {
-            double hz = (double)sysconf(_SC_CLK_TCK);
-            l.busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / hz; /* all but idle and iowait */
-            l.total = (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]) / hz;
-        }
-        fclose(f);
-    }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    l.self = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-             (double)ru.ru_stime.tv_usec / 1e6;
-    return l;
-}
-
-/* CPUs kept busy by others between a and b (0 to the machine's count). */
-static double load_others(const load_t *a, const load_t *b)
-{
-    double total = b->total - a->total;
-    if (total <= 0)
-        return 0;
-    double others = (b->busy - a->busy) - (b->self - a->self);
-    double cpus = (double)sysconf(_SC_NPROCESSORS_ONLN);
-    return others > 0 ? others / total * cpus : 0;
-}
+const char bench_prog[] = "bench_core";
 
 /* xorshift64*: the size sequences are the same on every run and target. */
 static uint64_t rng_next(uint64_t *s)
@@ -154,7 +91,7 @@ static void core_target_init(core_target_t *t, int device, core_free_t how)
     core_backend_t be = mem_backend_vtable(&t->mem);
     t->d = core_dev_new(&be, device, &c);
     if (!t->d)
-        die("core_dev_new failed");
+        bench_die("core_dev_new failed");
     t->how = how;
 }
 
@@ -234,17 +171,17 @@ typedef void (*free_fn)(void *ctx, uintptr_t p);
 BENCH_INLINE uintptr_t checked(uintptr_t p, size_t size)
 {
     if (__builtin_expect(!p, 0))
-        die("allocation of %zu bytes failed", size);
+        bench_die("allocation of %zu bytes failed", size);
     return p;
 }
 
 /* allocate size, free it, `pairs` times; returns ns */
 BENCH_INLINE uint64_t loop_hit(void *ctx, alloc_fn a, free_fn f, size_t size, uint64_t pairs)
 {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (uint64_t i = 0; i < pairs; i++)
         f(ctx, checked(a(ctx, size), size));
-    return now_ns() - t0;
+    return bench_now_ns() - t0;
 }
 
 typedef struct ring_s {
@@ -259,7 +196,7 @@ BENCH_INLINE uint64_t loop_churn(void *ctx, alloc_fn a, free_fn f, ring_t *r, ui
 {
     uintptr_t *slot = r->slot;
     size_t pos = r->pos, next = r->next, n = r->n;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (uint64_t i = 0; i < steps; i++) {
         size_t size = r->sizes[next];
         next = (next + 1) & (BENCH_SIZES - 1);
@@ -268,7 +205,7 @@ BENCH_INLINE uint64_t loop_churn(void *ctx, alloc_fn a, free_fn f, ring_t *r, ui
         slot[pos] = checked(a(ctx, size), size);
         pos = pos + 1 == n ? 0 : pos + 1;
     }
-    uint64_t ns = now_ns() - t0;
+    uint64_t ns = bench_now_ns() - t0;
     r->pos = pos;
     r->next = next;
     return ns;
@@ -283,47 +220,38 @@ static void ring_drain(void *ctx, free_fn f, ring_t *r)
         }
 }
 
-/* A trace: ops[i] > 0 allocates that many bytes (allocation k for the k-th),
- * ops[i] <= 0 frees allocation -ops[i]. */
-typedef struct trace_s {
-    char name[64];
-    int64_t *ops;
-    size_t nops, nalloc;
-    uintptr_t *live; /* nalloc slots */
-} trace_t;
-
 /* `passes` replays of the trace, each ending with the frees of whatever the
  * trace left live (so every pass starts from the same state); ns */
-BENCH_INLINE uint64_t loop_trace(void *ctx, alloc_fn a, free_fn f, trace_t *t, uint64_t passes)
+BENCH_INLINE uint64_t loop_trace(void *ctx, alloc_fn a, free_fn f, bench_trace_t *t, uint64_t passes)
 {
-    uintptr_t *live = t->live;
-    uint64_t t0 = now_ns();
+    void **live = t->live;
+    uint64_t t0 = bench_now_ns();
     for (uint64_t p = 0; p < passes; p++) {
         size_t k = 0;
         for (size_t i = 0; i < t->nops; i++) {
             int64_t op = t->ops[i];
             if (op > 0) {
-                live[k] = checked(a(ctx, (size_t)op), (size_t)op);
+                live[k] = (void *)checked(a(ctx, (size_t)op), (size_t)op);
                 k++;
             } else {
-                f(ctx, live[-op]);
-                live[-op] = 0;
+                f(ctx, (uintptr_t)live[-op]);
+                live[-op] = NULL;
             }
         }
         for (size_t j = 0; j < t->nalloc; j++)
             if (live[j]) {
-                f(ctx, live[j]);
-                live[j] = 0;
+                f(ctx, (uintptr_t)live[j]);
+                live[j] = NULL;
             }
     }
-    return now_ns() - t0;
+    return bench_now_ns() - t0;
 }
 
 /* The loop functions per target. */
 typedef struct target_ops_s {
     uint64_t (*hit)(void *ctx, size_t size, uint64_t pairs);
     uint64_t (*churn)(void *ctx, ring_t *r, uint64_t steps);
-    uint64_t (*trace)(void *ctx, trace_t *t, uint64_t passes);
+    uint64_t (*trace)(void *ctx, bench_trace_t *t, uint64_t passes);
     void (*release)(void *ctx, uintptr_t p);
     uintptr_t (*alloc)(void *ctx, size_t size);
 } target_ops_t;
@@ -337,7 +265,7 @@ typedef struct target_ops_s {
     {                                                                                                                  \
         return loop_churn(ctx, A, F, r, steps);                                                                        \
     }                                                                                                                  \
-    static uint64_t name##_trace(void *ctx, trace_t *t, uint64_t passes)                                               \
+    static uint64_t name##_trace(void *ctx, bench_trace_t *t, uint64_t passes)                                         \
     {                                                                                                                  \
         return loop_trace(ctx, A, F, t, passes);                                                                       \
     }                                                                                                                  \
@@ -345,92 +273,6 @@ typedef struct target_ops_s {
 
 DEFINE_TARGET(core, core_alloc, core_release)
 DEFINE_TARGET(je, je_alloc, je_release)
-
-/* ------------------------------------------------------------------------
- * Traces (bench/sizes_<trace>.txt)
- * ---------------------------------------------------------------------- */
-
-static bool trace_load(trace_t *t, const char *path, const char *name)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    size_t cap = 0, alive_cap = 0;
-    bool *alive = NULL; /* per allocation: allocated and not yet freed */
-    char line[128];
-    while (fgets(line, sizeof line, f)) {
-        char kind;
-        long long v;
-        if (line[0] == '#' || line[0] == '\n')
-            continue;
-        if (sscanf(line, "%c %lld", &kind, &v) != 2 || (kind != 'a' && kind != 'f') || v < 0 ||
-            (kind == 'a' && v == 0) || (kind == 'f' && ((size_t)v >= t->nalloc || !alive[v])))
-            die("%s: bad line (or a free of an allocation that is not live): %s", path, line);
-        if (t->nops == cap) {
-            cap = cap ? cap * 2 : 4096;
-            t->ops = realloc(t->ops, cap * sizeof *t->ops);
-            if (!t->ops)
-                die("out of memory");
-        }
-        if (kind == 'a') {
-            if (t->nalloc == alive_cap) {
-                alive_cap = alive_cap ? alive_cap * 2 : 4096;
-                alive = realloc(alive, alive_cap * sizeof *alive);
-                if (!alive)
-                    die("out of memory");
-            }
-            alive[t->nalloc++] = true;
-            t->ops[t->nops++] = v;
-        } else {
-            alive[v] = false;
-            t->ops[t->nops++] = -v;
-        }
-    }
-    fclose(f);
-    free(alive);
-    if (!t->nalloc)
-        die("%s: no allocations", path);
-    t->live = calloc(t->nalloc, sizeof *t->live);
-    if (!t->live)
-        die("out of memory");
-    return true;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Every sizes_<trace>.txt of dir, by name; returns the count. */
-static size_t traces_find(const char *dir, trace_t *out, size_t max)
-{
-    DIR *dp = opendir(dir);
-    if (!dp) {
-        fprintf(stderr, "bench_core: %s: %s (no trace scenarios)\n", dir, strerror(errno));
-        return 0;
-    }
-    char *names[64];
-    size_t n = 0;
-    for (struct dirent *e; (e = readdir(dp)) && n < 64;) {
-        size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "sizes_", 6) == 0 && len > 10 && strcmp(e->d_name + len - 4, ".txt") == 0)
-            names[n++] = strdup(e->d_name);
-    }
-    closedir(dp);
-    qsort(names, n, sizeof *names, cmp_str);
-    size_t got = 0;
-    for (size_t i = 0; i < n; i++) {
-        char path[4096], name[64];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        snprintf(name, sizeof name, "trace_%.*s", (int)(strlen(names[i]) - 10), names[i] + 6);
-        if (got < max && trace_load(&out[got], path, name))
-            got++;
-        free(names[i]);
-    }
-    return got;
-}
 
 /* ------------------------------------------------------------------------
  * Scenarios
@@ -442,22 +284,17 @@ typedef struct scenario_s {
     const char *name;
     const char *what;
     kind_t kind;
-    size_t size;      /* HIT: the size */
-    size_t cached;    /* HIT: free blocks cached beforehand */
-    core_free_t how;  /* how the core frees */
-    size_t ring;      /* CHURN: live slots */
-    size_t lo, hi;    /* CHURN: size range */
-    bool log_uniform; /* CHURN: log-uniform instead of uniform */
-    trace_t *trace;   /* TRACE */
+    size_t size;          /* HIT: the size */
+    size_t cached;        /* HIT: free blocks cached beforehand */
+    core_free_t how;      /* how the core frees */
+    size_t ring;          /* CHURN: live slots */
+    size_t lo, hi;        /* CHURN: size range */
+    bool log_uniform;     /* CHURN: log-uniform instead of uniform */
+    bench_trace_t *trace; /* TRACE */
 } scenario_t;
 
-typedef struct series_s {
-    double v[MAX_RUNS]; /* one value per run (ns per pair, or Mpairs/s) */
-    int n;
-} series_t;
-
 typedef struct result_s {
-    series_t core, je, je_notc;
+    bench_series_t core, je, je_notc;
     size_t cached_blocks;   /* free blocks in the core's trees after the last run */
     uint64_t pairs, hits;   /* the core's allocations and fast-path cache hits, all runs */
     uint64_t device_allocs; /* segments the core asked for during the runs */
@@ -473,36 +310,6 @@ typedef struct opts_s {
     const char *sizes_dir;
     bool have_je;
 } opts_t;
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double series_median(const series_t *s)
-{
-    double v[MAX_RUNS];
-    memcpy(v, s->v, (size_t)s->n * sizeof *v);
-    qsort(v, (size_t)s->n, sizeof *v, cmp_double);
-    return s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
-}
-
-static double series_min(const series_t *s)
-{
-    double m = s->v[0];
-    for (int i = 1; i < s->n; i++)
-        m = s->v[i] < m ? s->v[i] : m;
-    return m;
-}
-
-static double series_max(const series_t *s)
-{
-    double m = s->v[0];
-    for (int i = 1; i < s->n; i++)
-        m = s->v[i] > m ? s->v[i] : m;
-    return m;
-}
 
 static size_t cached_blocks(core_dev_t *d)
 {
@@ -521,7 +328,7 @@ static uintptr_t *prefill(void *ctx, const target_ops_t *ops)
     uint64_t seed = 42;
     uintptr_t *drop = calloc(BENCH_CACHED, sizeof *drop);
     if (!keep || !drop)
-        die("out of memory");
+        bench_die("out of memory");
     for (size_t i = 0; i < 2 * BENCH_CACHED; i++) {
         size_t size = 512 + rng_next(&seed) % (64 * KiB - 512 + 1);
         uintptr_t p = checked(ops->alloc(ctx, size), size);
@@ -581,7 +388,7 @@ static void state_setup(state_t *st, void *ctx, const target_ops_t *ops, const s
         st->ring.n = sc->ring;
         st->ring.slot = calloc(sc->ring, sizeof *st->ring.slot);
         if (!st->ring.slot)
-            die("out of memory");
+            bench_die("out of memory");
         st->ring.sizes = sizes;
         ops->churn(ctx, &st->ring, 8 * sc->ring);
         break;
@@ -628,7 +435,7 @@ static void run_scenario(const opts_t *o, const scenario_t *sc, result_t *res)
     if (sc->kind == KIND_CHURN)
         draw_sizes(sizes, sc);
     memset(res, 0, sizeof *res);
-    load_t l0 = load_now();
+    bench_load_t l0 = bench_load_now();
 
     core_target_t ct;
     core_target_init(&ct, 0, sc->how);
@@ -665,8 +472,8 @@ static void run_scenario(const opts_t *o, const scenario_t *sc, result_t *res)
         state_teardown(&jn_st, &jn, &je_ops);
     }
     core_target_fini(&ct);
-    load_t l1 = load_now();
-    res->others = load_others(&l0, &l1);
+    bench_load_t l1 = bench_load_now();
+    res->others = bench_load_others(&l0, &l1);
 }
 
 /* ------------------------------------------------------------------------
@@ -696,9 +503,9 @@ static void *worker_main(void *arg)
     atomic_fetch_add(w->ready, 1);
     while (atomic_load(w->ready) < w->nthreads)
         ;
-    w->t0 = now_ns();
+    w->t0 = bench_now_ns();
     w->ops->hit(w->ctx, 4 * KiB, w->pairs);
-    w->t1 = now_ns();
+    w->t1 = bench_now_ns();
     return NULL;
 }
 
@@ -710,7 +517,7 @@ static double threads_throughput(int nthreads, void **ctx, const target_ops_t *o
     for (int i = 0; i < nthreads; i++) {
         w[i] = (worker_t){.ready = &ready, .nthreads = nthreads, .ctx = ctx[i], .ops = ops, .pairs = pairs};
         if (pthread_create(&w[i].tid, NULL, worker_main, &w[i]) != 0)
-            die("pthread_create failed");
+            bench_die("pthread_create failed");
     }
     uint64_t t0 = UINT64_MAX, t1 = 0;
     for (int i = 0; i < nthreads; i++) {
@@ -722,8 +529,8 @@ static double threads_throughput(int nthreads, void **ctx, const target_ops_t *o
 }
 
 typedef struct scaling_s {
-    series_t one, two, ratio; /* Mpairs/s, Mpairs/s, two/one */
-    double others;            /* CPUs other processes kept busy meanwhile */
+    bench_series_t one, two, ratio; /* Mpairs/s, Mpairs/s, two/one */
+    double others;                  /* CPUs other processes kept busy meanwhile */
 } scaling_t;
 
 /* use_je: jemalloc's default path instead of the core; one_device: both
@@ -731,7 +538,7 @@ typedef struct scaling_s {
 static void run_threads(const opts_t *o, bool use_je, bool one_device, scaling_t *s)
 {
     memset(s, 0, sizeof *s);
-    load_t l0 = load_now();
+    bench_load_t l0 = bench_load_now();
     core_target_t ct[2];
     je_target_t jt[2] = {{0}, {0}};
     void *ctx[2];
@@ -754,39 +561,18 @@ static void run_threads(const opts_t *o, bool use_je, bool one_device, scaling_t
     if (!use_je)
         for (int i = 0; i < 2; i++)
             core_target_fini(&ct[i]);
-    load_t l1 = load_now();
-    s->others = load_others(&l0, &l1);
+    bench_load_t l1 = bench_load_now();
+    s->others = bench_load_others(&l0, &l1);
 }
 
 /* ------------------------------------------------------------------------
  * Output
  * ---------------------------------------------------------------------- */
 
-static void fmt_series(char *buf, size_t len, const series_t *s)
-{
-    if (s->n == 0)
-        snprintf(buf, len, "-");
-    else
-        snprintf(buf, len, "%.1f (%.1f-%.1f)", series_median(s), series_min(s), series_max(s));
-}
-
 static void print_header(const opts_t *o)
 {
-    char model[256] = "unknown";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f))
-            if (strncmp(line, "model name", 10) == 0) {
-                char *colon = strchr(line, ':');
-                if (colon) {
-                    snprintf(model, sizeof model, "%s", colon + 2);
-                    model[strcspn(model, "\n")] = 0;
-                }
-                break;
-            }
-        fclose(f);
-    }
+    char model[256];
+    bench_cpu_model(model, sizeof model);
     printf("bench_core: %d runs per scenario, >= %llu pairs per run; CPU: %s, %ld online\n", o->runs,
            (unsigned long long)o->pairs, model, sysconf(_SC_NPROCESSORS_ONLN));
     printf("ns per allocate+free pair, median (min-max); ratio = core median / jemalloc median\n\n");
@@ -798,12 +584,12 @@ static void print_header(const opts_t *o)
 static void print_row(const scenario_t *sc, const result_t *r)
 {
     char c[64], j[64], n[64], rj[16] = "-", rn[16] = "-";
-    fmt_series(c, sizeof c, &r->core);
-    fmt_series(j, sizeof j, &r->je);
-    fmt_series(n, sizeof n, &r->je_notc);
+    bench_series_fmt(c, sizeof c, &r->core);
+    bench_series_fmt(j, sizeof j, &r->je);
+    bench_series_fmt(n, sizeof n, &r->je_notc);
     if (r->je.n) {
-        snprintf(rj, sizeof rj, "%.2f", series_median(&r->core) / series_median(&r->je));
-        snprintf(rn, sizeof rn, "%.2f", series_median(&r->core) / series_median(&r->je_notc));
+        snprintf(rj, sizeof rj, "%.2f", bench_series_median(&r->core) / bench_series_median(&r->je));
+        snprintf(rn, sizeof rn, "%.2f", bench_series_median(&r->core) / bench_series_median(&r->je_notc));
     }
     printf("| %s | %s | %s | %s | %s | %s | %zu | %.1f%%", sc->name, c, j, rj, n, rn, r->cached_blocks,
            100.0 * (double)r->hits / (double)r->pairs);
@@ -813,16 +599,6 @@ static void print_row(const scenario_t *sc, const result_t *r)
         printf(" (%.1f pairs per fence)", (double)r->pairs / (double)r->fences);
     printf(" | %.2f |\n", r->others);
     fflush(stdout);
-}
-
-static bool selected(const opts_t *o, const char *name)
-{
-    if (o->nonly == 0)
-        return true;
-    for (int i = 0; i < o->nonly; i++)
-        if (fnmatch(o->only[i], name, 0) == 0)
-            return true;
-    return false;
 }
 
 static void usage(FILE *f)
@@ -861,11 +637,11 @@ int main(int argc, char **argv)
         }
     }
     if (o.runs < 1 || o.runs > MAX_RUNS || o.pairs < 1)
-        die("-r must be 1..%d and -n at least 1", MAX_RUNS);
+        bench_die("-r must be 1..%d and -n at least 1", MAX_RUNS);
     o.have_je = !no_je && je_load(argv);
 
-    static trace_t traces[16];
-    size_t ntraces = traces_find(o.sizes_dir, traces, 16);
+    static bench_trace_t traces[16];
+    size_t ntraces = bench_traces_find(o.sizes_dir, traces, 16);
 
     scenario_t sc[32] = {
         {"hit_4k", "allocate 4 KiB, free it", KIND_HIT, .size = 4 * KiB},
@@ -886,25 +662,25 @@ int main(int argc, char **argv)
     print_header(&o);
     double hit4 = 0, hit4_ratio = 0, hit8 = 0;
     for (size_t i = 0; i < nsc; i++) {
-        if (!selected(&o, sc[i].name))
+        if (!bench_selected(o.only, o.nonly, sc[i].name))
             continue;
         result_t r;
         run_scenario(&o, &sc[i], &r);
         print_row(&sc[i], &r);
         if (strcmp(sc[i].name, "hit_4k") == 0) {
-            hit4 = series_median(&r.core);
-            hit4_ratio = r.je.n ? hit4 / series_median(&r.je) : 0;
+            hit4 = bench_series_median(&r.core);
+            hit4_ratio = r.je.n ? hit4 / bench_series_median(&r.je) : 0;
         }
         if (strcmp(sc[i].name, "hit_8m") == 0)
-            hit8 = series_median(&r.core);
+            hit8 = bench_series_median(&r.core);
     }
     printf("\n");
     for (size_t i = 0; i < nsc; i++)
-        if (selected(&o, sc[i].name))
+        if (bench_selected(o.only, o.nonly, sc[i].name))
             printf("  %-22s %s\n", sc[i].name, sc[i].what);
 
     double scale = 0, scale_others = 0;
-    if (selected(&o, "threads")) {
+    if (bench_selected(o.only, o.nonly, "threads")) {
         scaling_t s[3];
         static const char *const rows[3] = {"core, devices 0 and 1", "core, both on device 0 (one lock)",
                                             "jemalloc (2 threads, own tcaches)"};
@@ -914,12 +690,12 @@ int main(int argc, char **argv)
         for (int k = 0; k < (o.have_je ? 3 : 2); k++) {
             run_threads(&o, k == 2, k == 1, &s[k]);
             char a[64], b[64], c[64];
-            fmt_series(a, sizeof a, &s[k].one), fmt_series(b, sizeof b, &s[k].two);
-            fmt_series(c, sizeof c, &s[k].ratio);
+            bench_series_fmt(a, sizeof a, &s[k].one), bench_series_fmt(b, sizeof b, &s[k].two);
+            bench_series_fmt(c, sizeof c, &s[k].ratio);
             printf("| %s | %s | %s | %sx | %.2f |\n", rows[k], a, b, c, s[k].others);
             fflush(stdout);
         }
-        scale = series_median(&s[0].ratio);
+        scale = bench_series_median(&s[0].ratio);
         scale_others = s[0].others;
     }
 

@@ -31,87 +31,29 @@
 #include "cucache/cuda_api.h"
 #include "cucache/sim.h"
 
-#include <dirent.h>
 #include <dlfcn.h>
-#include <errno.h>
-#include <fnmatch.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "bench_util.h"
 
 #ifndef BENCH_SIZES_DIR
 #define BENCH_SIZES_DIR "bench"
 #endif
 
 enum {
-    MAX_RUNS = 101,
+    MAX_RUNS = BENCH_MAX_RUNS,
     MAX_SCENARIOS = 32,
 };
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 
-static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_preload: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* CPUs kept busy by other processes (and the hypervisor's steal) while a
- * scenario ran, from /proc/stat minus this process's CPU time, as in
- * bench_core: a figure taken while it is not near 0 is suspect.  The
- * simulated device's worker threads are this process's own time. */
-typedef struct load_s {
-    double busy, total, self; /* seconds of CPU time, summed over CPUs */
-} load_t;
-
-static load_t load_now(void)
-{
-    load_t l = {0, 0, 0};
-    unsigned long long v[8] = {0};
-    FILE *f = fopen("/proc/stat", "r");
-    if (f) {
-        if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                   &v[7]) == 8) {
-            double hz = (double)sysconf(_SC_CLK_TCK);
-            l.busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / hz;
-            l.total = (double)(v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7]) / hz;
-        }
-        fclose(f);
-    }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    l.self = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-             (double)ru.ru_stime.tv_usec / 1e6;
-    return l;
-}
-
-static double load_others(const load_t *a, const load_t *b)
-{
-    double total = b->total - a->total;
-    double others = (b->busy - a->busy) - (b->self - a->self);
-    return total > 0 && others > 0 ? others / total * (double)sysconf(_SC_NPROCESSORS_ONLN) : 0;
-}
+const char bench_prog[] = "bench_preload";
 
 /* ------------------------------------------------------------------------
  * What answers: cucache's statistics and the simulated driver's counters,
@@ -150,129 +92,33 @@ static long long probe_device_allocs(const probe_t *p)
 }
 
 /* ------------------------------------------------------------------------
- * Traces (bench/sizes_<trace>.txt, written by scripts/trace-sizes; the
- * format bench_core reads): "a SIZE" allocates, "f K" frees the K-th
- * allocation.
- * ---------------------------------------------------------------------- */
-
-typedef struct trace_s {
-    char name[64];
-    int64_t *ops; /* > 0: allocate that many bytes; <= 0: free allocation -op */
-    size_t nops, nalloc;
-    void **live; /* nalloc slots */
-} trace_t;
-
-static void *xrealloc(void *p, size_t n)
-{
-    p = realloc(p, n);
-    if (!p)
-        die("out of memory");
-    return p;
-}
-
-static bool trace_load(trace_t *t, const char *path, const char *name)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    size_t cap = 0;
-    bool *alive = NULL; /* per allocation: allocated and not yet freed */
-    char line[128];
-    while (fgets(line, sizeof line, f)) {
-        char kind;
-        long long v;
-        if (line[0] == '#' || line[0] == '\n')
-            continue;
-        if (sscanf(line, "%c %lld", &kind, &v) != 2 || (kind != 'a' && kind != 'f') || v < 0 ||
-            (kind == 'a' && v == 0) || (kind == 'f' && ((size_t)v >= t->nalloc || !alive[v])))
-            die("%s: bad line (or a free of an allocation that is not live): %s", path, line);
-        if (t->nops == cap) {
-            cap = cap ? cap * 2 : 4096;
-            t->ops = xrealloc(t->ops, cap * sizeof *t->ops);
-            alive = xrealloc(alive, cap * sizeof *alive); /* nalloc <= nops */
-        }
-        if (kind == 'a') {
-            alive[t->nalloc++] = true;
-            t->ops[t->nops++] = v;
-        } else {
-            alive[v] = false;
-            t->ops[t->nops++] = -v;
-        }
-    }
-    fclose(f);
-    free(alive);
-    if (!t->nalloc)
-        die("%s: no allocations", path);
-    t->live = calloc(t->nalloc, sizeof *t->live);
-    if (!t->live)
-        die("out of memory");
-    return true;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Every sizes_<trace>.txt of dir, by name; returns the count. */
-static size_t traces_find(const char *dir, trace_t *out, size_t max)
-{
-    DIR *dp = opendir(dir);
-    if (!dp) {
-        fprintf(stderr, "bench_preload: %s: %s (no trace scenarios)\n", dir, strerror(errno));
-        return 0;
-    }
-    char *names[64];
-    size_t n = 0;
-    for (struct dirent *e; (e = readdir(dp)) && n < 64;) {
-        size_t len = strlen(e->d_name);
-        if (strncmp(e->d_name, "sizes_", 6) == 0 && len > 10 && strcmp(e->d_name + len - 4, ".txt") == 0)
-            names[n++] = strdup(e->d_name);
-    }
-    closedir(dp);
-    qsort(names, n, sizeof *names, cmp_str);
-    size_t got = 0;
-    for (size_t i = 0; i < n; i++) {
-        char path[4096], name[64];
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        snprintf(name, sizeof name, "trace_%.*s", (int)(strlen(names[i]) - 10), names[i] + 6);
-        if (got < max && trace_load(&out[got], path, name))
-            got++;
-        free(names[i]);
-    }
-    return got;
-}
-
-/* ------------------------------------------------------------------------
  * The loops: plain cudaMalloc/cudaFree calls, as a program makes them
  * ---------------------------------------------------------------------- */
 
 static void check(cudaError_t rc, const char *what, size_t size)
 {
     if (__builtin_expect(rc != cudaSuccess, 0))
-        die("%s(%zu bytes) failed: %s", what, size, cudaGetErrorString(rc));
+        bench_die("%s(%zu bytes) failed: %s", what, size, cudaGetErrorString(rc));
 }
 
 /* cudaMalloc(size), cudaFree, `pairs` times; ns */
 static uint64_t loop_hit(size_t size, uint64_t pairs)
 {
     void *p;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (uint64_t i = 0; i < pairs; i++) {
         check(cudaMalloc(&p, size), "cudaMalloc", size);
         check(cudaFree(p), "cudaFree", size);
     }
-    return now_ns() - t0;
+    return bench_now_ns() - t0;
 }
 
 /* `passes` replays of the trace, each ending with the frees of whatever the
  * trace left live; ns */
-static uint64_t loop_trace(trace_t *t, uint64_t passes)
+static uint64_t loop_trace(bench_trace_t *t, uint64_t passes)
 {
     void **live = t->live;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (uint64_t p = 0; p < passes; p++) {
         size_t k = 0;
         for (size_t i = 0; i < t->nops; i++) {
@@ -291,7 +137,7 @@ static uint64_t loop_trace(trace_t *t, uint64_t passes)
                 live[j] = NULL;
             }
     }
-    return now_ns() - t0;
+    return bench_now_ns() - t0;
 }
 
 /* ------------------------------------------------------------------------
@@ -300,8 +146,8 @@ static uint64_t loop_trace(trace_t *t, uint64_t passes)
 
 typedef struct scenario_s {
     const char *name;
-    size_t size;    /* hit_*: the size */
-    trace_t *trace; /* trace_*: the trace */
+    size_t size;          /* hit_*: the size */
+    bench_trace_t *trace; /* trace_*: the trace */
 } scenario_t;
 
 typedef struct opts_s {
@@ -316,8 +162,7 @@ typedef struct opts_s {
 } opts_t;
 
 typedef struct result_s {
-    double ns[MAX_RUNS]; /* per pair, one per run */
-    int n;
+    bench_series_t ns;       /* per pair, one per run */
     uint64_t units, pairs;   /* per run: pairs or passes, and the pairs they make */
     int64_t hits;            /* cucache's cache hits over the timed runs; -1: not loaded */
     int64_t fences;          /* cucache's fences recorded meanwhile; -1: not loaded */
@@ -355,36 +200,20 @@ static uint64_t scenario_calibrate(const opts_t *o, const scenario_t *sc)
 static void run_scenario(const opts_t *o, const probe_t *pr, const scenario_t *sc, result_t *r)
 {
     memset(r, 0, sizeof *r);
-    load_t l0 = load_now();
+    bench_load_t l0 = bench_load_now();
     r->units = scenario_calibrate(o, sc);
     r->pairs = scenario_pairs(sc, r->units);
     int64_t hits0 = probe_stat(pr, "num_cache_hits"), fences0 = probe_stat(pr, "num_fences");
     long long dev0 = probe_device_allocs(pr);
     for (int i = 0; i < o->runs; i++)
-        r->ns[r->n++] = (double)scenario_loop(sc, r->units) / (double)r->pairs;
+        r->ns.v[r->ns.n++] = (double)scenario_loop(sc, r->units) / (double)r->pairs;
     int64_t hits1 = probe_stat(pr, "num_cache_hits"), fences1 = probe_stat(pr, "num_fences");
     long long dev1 = probe_device_allocs(pr);
     r->hits = hits1 >= 0 && hits0 >= 0 ? hits1 - hits0 : hits1;
     r->fences = fences1 >= 0 && fences0 >= 0 ? fences1 - fences0 : fences1;
     r->device_allocs = dev0 >= 0 ? dev1 - dev0 : -1;
-    load_t l1 = load_now();
-    r->others = load_others(&l0, &l1);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static void result_summary(const result_t *r, double *median, double *lo, double *hi)
-{
-    double v[MAX_RUNS];
-    memcpy(v, r->ns, (size_t)r->n * sizeof *v);
-    qsort(v, (size_t)r->n, sizeof *v, cmp_double);
-    *median = r->n % 2 ? v[r->n / 2] : (v[r->n / 2 - 1] + v[r->n / 2]) / 2;
-    *lo = v[0];
-    *hi = v[r->n - 1];
+    bench_load_t l1 = bench_load_now();
+    r->others = bench_load_others(&l0, &l1);
 }
 
 /* ------------------------------------------------------------------------
@@ -399,21 +228,8 @@ static const char *env_or(const char *name, const char *dflt)
 
 static void print_header(const opts_t *o, const probe_t *pr)
 {
-    char model[256] = "unknown";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f))
-            if (strncmp(line, "model name", 10) == 0) {
-                char *colon = strchr(line, ':');
-                if (colon) {
-                    snprintf(model, sizeof model, "%s", colon + 2);
-                    model[strcspn(model, "\n")] = 0;
-                }
-                break;
-            }
-        fclose(f);
-    }
+    char model[256];
+    bench_cpu_model(model, sizeof model);
     struct cudaDeviceProp prop;
     memset(&prop, 0, sizeof prop);
     check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties", 0);
@@ -435,9 +251,8 @@ static void print_header(const opts_t *o, const probe_t *pr)
 
 static void print_row(const opts_t *o, const scenario_t *sc, const result_t *r)
 {
-    double med, lo, hi;
-    result_summary(r, &med, &lo, &hi);
-    uint64_t all = r->pairs * (uint64_t)r->n;
+    double med = bench_series_median(&r->ns), lo = bench_series_min(&r->ns), hi = bench_series_max(&r->ns);
+    uint64_t all = r->pairs * (uint64_t)r->ns.n;
     double hit_share = r->hits >= 0 ? (double)r->hits / (double)all : -1;
     if (o->machine) {
         printf("result %s %.1f %.1f %.1f %llu %.4f %lld %.2f %lld\n", sc->name, med, lo, hi,
@@ -454,16 +269,6 @@ static void print_row(const opts_t *o, const scenario_t *sc, const result_t *r)
                (unsigned long long)r->pairs, hits, dev, fences, r->others);
     }
     fflush(stdout);
-}
-
-static bool selected(const opts_t *o, const char *name)
-{
-    if (o->nonly == 0)
-        return true;
-    for (int i = 0; i < o->nonly; i++)
-        if (fnmatch(o->only[i], name, 0) == 0)
-            return true;
-    return false;
 }
 
 static void usage(FILE *f)
@@ -508,7 +313,7 @@ static void parse_args(int argc, char **argv, opts_t *o)
         }
     }
     if (o->runs < 1 || o->runs > MAX_RUNS || o->max_pairs < 1 || !(o->seconds > 0))
-        die("-r must be 1..%d, -n at least 1 and -t above 0", MAX_RUNS);
+        bench_die("-r must be 1..%d, -n at least 1 and -t above 0", MAX_RUNS);
 }
 
 int main(int argc, char **argv)
@@ -520,11 +325,11 @@ int main(int argc, char **argv)
     probe_t pr;
     probe_init(&pr);
     if (o.require_cache && !pr.stat)
-        die("cucache is not loaded (no cucache_stat in the process): refusing to report a figure "
-            "(run with LD_PRELOAD=.../libcucache.so)");
+        bench_die("cucache is not loaded (no cucache_stat in the process): refusing to report a figure "
+                  "(run with LD_PRELOAD=.../libcucache.so)");
 
-    static trace_t traces[16];
-    size_t ntraces = traces_find(o.sizes_dir, traces, 16);
+    static bench_trace_t traces[16];
+    size_t ntraces = bench_traces_find(o.sizes_dir, traces, 16);
     scenario_t sc[MAX_SCENARIOS] = {
         {"hit_4k", 4 * KiB, NULL},
         {"hit_1m", 1 * MiB, NULL},
@@ -536,14 +341,14 @@ int main(int argc, char **argv)
 
     print_header(&o, &pr);
     for (size_t i = 0; i < nsc; i++) {
-        if (!selected(&o, sc[i].name))
+        if (!bench_selected(o.only, o.nonly, sc[i].name))
             continue;
         result_t r;
         run_scenario(&o, &pr, &sc[i], &r);
         if (o.require_cache && r.hits <= 0)
-            die("%s: cucache is loaded but served none of %llu allocations from its cache "
-                "(num_cache_hits did not grow): refusing to report a figure",
-                sc[i].name, (unsigned long long)(r.pairs * (uint64_t)r.n));
+            bench_die("%s: cucache is loaded but served none of %llu allocations from its cache "
+                      "(num_cache_hits did not grow): refusing to report a figure",
+                      sc[i].name, (unsigned long long)(r.pairs * (uint64_t)r.ns.n));
         print_row(&o, &sc[i], &r);
     }
     if (pr.stat) {
