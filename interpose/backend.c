@@ -25,13 +25,9 @@ HOOK_TLS CUresult hook_backend_error;
 
 enum { SPARE_EVENTS_MAX = 256 };
 
-typedef struct scope_s {
-    bool pushed;
-} scope_t;
-
-static bool enter(hook_dev_t *hd, scope_t *sc)
+bool hook_ctx_enter(hook_dev_t *hd, bool *pushed)
 {
-    sc->pushed = false;
+    *pushed = false;
     CUcontext cur = NULL;
     if (real_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == hd->primary && cur)
         return true;
@@ -40,29 +36,15 @@ static bool enter(hook_dev_t *hd, scope_t *sc)
         hook_backend_error = r;
         return false;
     }
-    sc->pushed = true;
+    *pushed = true;
     return true;
-}
-
-static void leave(const scope_t *sc)
-{
-    CUcontext popped;
-    if (sc->pushed)
-        real_cu.cuCtxPopCurrent_v2(&popped);
-}
-
-bool hook_ctx_enter(hook_dev_t *hd, bool *pushed)
-{
-    scope_t sc;
-    bool ok = enter(hd, &sc);
-    *pushed = sc.pushed;
-    return ok;
 }
 
 void hook_ctx_leave(bool pushed)
 {
-    scope_t sc = {pushed};
-    leave(&sc);
+    CUcontext popped;
+    if (pushed)
+        real_cu.cuCtxPopCurrent_v2(&popped);
 }
 
 /* Relaxes the thread's capture mode around one of our own calls while the
@@ -88,15 +70,15 @@ static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    scope_t sc;
-    if (!enter(hd, &sc))
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
         return CORE_EFAIL;
     CUstreamCaptureMode mode;
     bool relaxed = relax(hd, &mode);
     CUdeviceptr p = 0;
     CUresult r = real_cu.cuMemAlloc_v2(&p, size);
     unrelax(relaxed, &mode);
-    leave(&sc);
+    hook_ctx_leave(pushed);
     if (r == CUDA_SUCCESS) {
         *addr = (uintptr_t)p;
         return CORE_OK;
@@ -112,14 +94,14 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
     (void)ctx;
     (void)size;
     hook_dev_t *hd = &hook_devs[device];
-    scope_t sc;
-    if (!enter(hd, &sc))
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
         return;
     CUstreamCaptureMode mode;
     bool relaxed = relax(hd, &mode);
     CUresult r = real_cu.cuMemFree_v2((CUdeviceptr)addr);
     unrelax(relaxed, &mode);
-    leave(&sc);
+    hook_ctx_leave(pushed);
     if (r != CUDA_SUCCESS)
         hook_warn(HOOK_WARN_BACKEND, "device %d: returning a segment of %zu bytes at 0x%lx to CUDA failed (error %d)",
                   device, size, (unsigned long)addr, (int)r);
@@ -129,11 +111,11 @@ static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    scope_t sc;
-    if (!enter(hd, &sc))
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
         return CORE_EFAIL;
     CUresult r = real_cu.cuMemGetInfo_v2(free_bytes, total);
-    leave(&sc);
+    hook_ctx_leave(pushed);
     if (r != CUDA_SUCCESS) {
         hook_backend_error = r;
         return CORE_EFAIL;
@@ -145,11 +127,11 @@ static void device_sync(void *ctx, int device)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    scope_t sc;
-    if (atomic_load(&hd->capturing) || !enter(hd, &sc))
+    bool pushed;
+    if (atomic_load(&hd->capturing) || !hook_ctx_enter(hd, &pushed))
         return;
     real_cu.cuCtxSynchronize();
-    leave(&sc);
+    hook_ctx_leave(pushed);
 }
 
 /* ------------------------------------------------------------------------
@@ -157,10 +139,10 @@ static void device_sync(void *ctx, int device)
  * ---------------------------------------------------------------------- */
 
 typedef struct fence_s {
-    size_t n;       /* events */
-    size_t owned;   /* ev[0..owned) are the fence's; the rest are retired
+    size_t n;     /* events */
+    size_t owned; /* ev[0..owned) are the fence's; the rest are retired
                        streams' events it holds a reference on */
-    CUevent ev[];   /* all must complete */
+    CUevent ev[]; /* all must complete */
 } fence_t;
 
 /* Called with hd->lock held: forgets retired events that completed and
@@ -229,8 +211,8 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
     hook_dev_t *hd = &hook_devs[device];
     if (atomic_load(&hd->capturing))
         return CORE_EFAIL;
-    scope_t sc;
-    if (!enter(hd, &sc))
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
         return CORE_EFAIL;
     pthread_mutex_lock(&hd->lock);
     size_t n = stream == 0 ? 1 + hd->nstreams : 1;
@@ -275,7 +257,7 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
         *event = (uint64_t)(uintptr_t)f;
     }
     pthread_mutex_unlock(&hd->lock);
-    leave(&sc);
+    hook_ctx_leave(pushed);
     return rc;
 }
 

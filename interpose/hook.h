@@ -54,8 +54,8 @@
 #define HOOK_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
 enum {
-    HOOK_MAX_DEVICES = 64,   /* devices with an allocator (CORE_MAX_DEVICES) */
-    HOOK_MAX_CAPTURES = 64,  /* captures in progress per device */
+    HOOK_MAX_DEVICES = 64,  /* devices with an allocator (CORE_MAX_DEVICES) */
+    HOOK_MAX_CAPTURES = 64, /* captures in progress per device */
 };
 
 /* The 11.3 form of the resolver; cuda_api.h declares only _v2. */
@@ -194,16 +194,16 @@ static inline bool hook_bypass(void)
         hook_r_;                                                                                                       \
     })
 
+/* The real runtime call, with the guard up: what it asks of the driver
+ * passes through the driver hooks uncached. */
+#define RT_REAL(name, ...)                                                                                             \
+    (hook_real_runtime() && real_rt.name ? HOOK_REAL(real_rt.name(__VA_ARGS__)) : cudaErrorInsufficientDriver)
+/* The real driver call (the driver calls no hook, so no guard is needed). */
+#define CU_REAL(name, ...) (hook_real_driver() && real_cu.name ? real_cu.name(__VA_ARGS__) : CUDA_ERROR_NOT_INITIALIZED)
+
 /* ------------------------------------------------------------------------
  * Devices (state.c)
  * ---------------------------------------------------------------------- */
-
-/* A capture in progress on the device. */
-typedef struct hook_capture_s {
-    CUstream stream;     /* as the program named it (a per-thread handle is per thread) */
-    pthread_t thread;    /* who began it */
-    int mode;            /* CUstreamCaptureMode */
-} hook_capture_t;
 
 /* An event recorded on a non-blocking stream as it was destroyed. */
 typedef struct hook_retired_s {
@@ -224,7 +224,7 @@ typedef struct hook_dev_s {
     size_t nstreams, streams_cap;
     /* captures in progress; while any, the core makes no fence, sync or
      * release call (core_set_capturing) */
-    hook_capture_t captures[HOOK_MAX_CAPTURES];
+    CUstream captures[HOOK_MAX_CAPTURES]; /* capturing streams (a per-thread one as its key) */
     int ncaptures;
     atomic_int capturing; /* ncaptures, readable without the lock */
     int capture_pool;     /* private pool of capture allocations (0: none yet) */
@@ -322,7 +322,7 @@ void hook_stream_destroyed(CUstream s);
  * program frees afterwards). */
 void hook_stream_retiring(CUstream s);
 /* A capture began / ended on stream s (per_thread: _ptsz entry point). */
-void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread, int mode);
+void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread);
 void hook_capture_end(CUstream s, bool per_thread);
 /* Whether s is being captured (then stream-ordered calls on it pass
  * through: they become graph nodes). */

@@ -8,8 +8,6 @@
  */
 #include "hook.h"
 
-#define CU_REAL(name, ...) (hook_real_driver() && real_cu.name ? real_cu.name(__VA_ARGS__) : CUDA_ERROR_NOT_INITIALIZED)
-
 __attribute__((noinline)) static CUresult cu_oom(hook_dev_t *hd, const core_oom_t *oom)
 {
     if (oom->backend_error == CORE_EFAIL)

@@ -8,10 +8,12 @@
  */
 #include "hook.h"
 
-/* The runtime's own call, with the guard up: what it asks of the driver
- * passes through the driver hooks uncached. */
-#define RT_REAL(name, ...)                                                                                             \
-    (hook_real_runtime() && real_rt.name ? HOOK_REAL(real_rt.name(__VA_ARGS__)) : cudaErrorInsufficientDriver)
+/* Which runtime entry point a shared slow path stands in for. */
+typedef enum rt_api_e {
+    RT_PLAIN,      /* cudaMalloc / cudaFree */
+    RT_ASYNC,      /* cudaMallocAsync / cudaFreeAsync */
+    RT_ASYNC_PTSZ, /* their _ptsz twins */
+} rt_api_t;
 
 /* What an allocation cucache could not serve returns.  A device error is
  * returned as the device gave it; out of memory is reported, then (unless a
@@ -19,7 +21,7 @@
  * which sets the runtime's last error the way the program expects (and, in
  * the unlikely case it succeeds, gives it foreign memory). */
 __attribute__((noinline)) static cudaError_t rt_oom(hook_dev_t *hd, const core_oom_t *oom, void **devPtr, size_t size,
-                                                     cudaStream_t stream, int api)
+                                                    cudaStream_t stream, rt_api_t api)
 {
     if (oom->backend_error == CORE_EFAIL)
         return hook_backend_error != CUDA_SUCCESS ? (cudaError_t)hook_backend_error : cudaErrorMemoryAllocation;
@@ -27,9 +29,9 @@ __attribute__((noinline)) static cudaError_t rt_oom(hook_dev_t *hd, const core_o
     if (oom->limit_hit || atomic_load(&hd->capturing))
         return cudaErrorMemoryAllocation;
     switch (api) {
-    case 0:
+    case RT_PLAIN:
         return RT_REAL(cudaMalloc, devPtr, size);
-    case 1:
+    case RT_ASYNC:
         return RT_REAL(cudaMallocAsync, devPtr, size, stream);
     default:
         return RT_REAL(cudaMallocAsync_ptsz, devPtr, size, stream);
@@ -49,19 +51,19 @@ HOOK_API cudaError_t cudaMalloc(void **devPtr, size_t size)
         *devPtr = (void *)p;
         return cudaSuccess;
     }
-    return rt_oom(hd, &oom, devPtr, size, NULL, 0);
+    return rt_oom(hd, &oom, devPtr, size, NULL, RT_PLAIN);
 }
 
 /* A free cucache cannot take: a foreign pointer goes to the runtime; a
  * pointer inside cucache's memory that is not a live allocation is the
  * program's bug, answered as the runtime answers a bad pointer. */
-__attribute__((noinline)) static cudaError_t rt_not_mine(void *devPtr, bool inside, cudaStream_t s, int api)
+__attribute__((noinline)) static cudaError_t rt_not_mine(void *devPtr, bool inside, cudaStream_t s, rt_api_t api)
 {
     if (inside) {
         hook_warn(HOOK_WARN_BAD_FREE,
                   "%s(%p): not a live allocation (double free, or a pointer inside a block); returning "
                   "cudaErrorInvalidValue, the cache is unchanged",
-                  api == 0 ? "cudaFree" : "cudaFreeAsync", devPtr);
+                  api == RT_PLAIN ? "cudaFree" : "cudaFreeAsync", devPtr);
         /* The runtime's last error must say so too (cudaGetLastError).  It
          * is set by the runtime itself, freeing an address that can never
          * be a device allocation (never devPtr: it lies in one of our
@@ -71,10 +73,10 @@ __attribute__((noinline)) static cudaError_t rt_not_mine(void *devPtr, bool insi
     }
     cudaError_t e;
     switch (api) {
-    case 0:
+    case RT_PLAIN:
         e = RT_REAL(cudaFree, devPtr);
         break;
-    case 1:
+    case RT_ASYNC:
         e = RT_REAL(cudaFreeAsync, devPtr, s);
         break;
     default:
@@ -83,7 +85,7 @@ __attribute__((noinline)) static cudaError_t rt_not_mine(void *devPtr, bool insi
     }
     if (e == cudaErrorInvalidValue)
         hook_warn(HOOK_WARN_BAD_FREE, "%s(%p): not a device allocation (neither cucache's nor CUDA's)",
-                  api == 0 ? "cudaFree" : "cudaFreeAsync", devPtr);
+                  api == RT_PLAIN ? "cudaFree" : "cudaFreeAsync", devPtr);
     return e;
 }
 
@@ -96,7 +98,7 @@ HOOK_API cudaError_t cudaFree(void *devPtr)
     core_free_t how = hd ? hook_free_policy(hd) : CORE_FREE_FENCED;
     if (HOOK_LIKELY(hook_free_any(hd, (uintptr_t)devPtr, how, 0, &inside) == CORE_FREED))
         return cudaSuccess;
-    return rt_not_mine(devPtr, inside, NULL, 0);
+    return rt_not_mine(devPtr, inside, NULL, RT_PLAIN);
 }
 
 /* Free memory as the program can use it: what the device has plus what the
@@ -155,7 +157,7 @@ static cudaError_t rt_malloc_async(void **devPtr, size_t size, cudaStream_t s, b
         *devPtr = (void *)p;
         return cudaSuccess;
     }
-    return rt_oom(hd, &oom, devPtr, size, s, pt ? 2 : 1);
+    return rt_oom(hd, &oom, devPtr, size, s, pt ? RT_ASYNC_PTSZ : RT_ASYNC);
 }
 
 static cudaError_t rt_free_async(void *devPtr, cudaStream_t s, bool pt)
@@ -167,7 +169,7 @@ static cudaError_t rt_free_async(void *devPtr, cudaStream_t s, bool pt)
     if (HOOK_LIKELY(hook_free_any(hd, (uintptr_t)devPtr, CORE_FREE_AFTER_STREAM, hook_stream_key(s, pt), &inside) ==
                     CORE_FREED))
         return cudaSuccess;
-    return rt_not_mine(devPtr, inside, s, pt ? 2 : 1);
+    return rt_not_mine(devPtr, inside, s, pt ? RT_ASYNC_PTSZ : RT_ASYNC);
 }
 
 HOOK_API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)

@@ -10,10 +10,6 @@
  */
 #include "hook.h"
 
-#define RT_REAL(name, ...)                                                                                             \
-    (hook_real_runtime() && real_rt.name ? HOOK_REAL(real_rt.name(__VA_ARGS__)) : cudaErrorInsufficientDriver)
-#define CU_REAL(name, ...) (hook_real_driver() && real_cu.name ? real_cu.name(__VA_ARGS__) : CUDA_ERROR_NOT_INITIALIZED)
-
 /* ------------------------------------------------------------------------
  * Synchronisation
  * ---------------------------------------------------------------------- */
@@ -108,64 +104,72 @@ HOOK_API CUresult cuEventSynchronize(CUevent hEvent)
  * Streams
  * ---------------------------------------------------------------------- */
 
+/* The device of a hook's call, for bookkeeping after it (opened if new). */
+static hook_dev_t *call_device(bool runtime)
+{
+    return runtime ? hook_rt_device(true) : hook_cu_device(true);
+}
+
+/* After a stream creation: ok when the program's own call succeeded.  The
+ * runtime's cudaStreamNonBlocking is CU_STREAM_NON_BLOCKING. */
+static void created(bool ok, bool runtime, CUstream *ps, unsigned flags)
+{
+    hook_dev_t *hd;
+    if (ok && (flags & CU_STREAM_NON_BLOCKING) && (hd = call_device(runtime)))
+        hook_stream_created(hd, *ps, flags);
+}
+
 HOOK_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamCreateWithFlags, pStream, flags);
-    hook_dev_t *hd;
-    if (e == cudaSuccess && !bypass && (flags & cudaStreamNonBlocking) && (hd = hook_rt_device(true)))
-        hook_stream_created(hd, *pStream, CU_STREAM_NON_BLOCKING);
+    created(mine && e == cudaSuccess, true, pStream, flags);
     return e;
 }
 
 HOOK_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamCreateWithPriority, pStream, flags, priority);
-    hook_dev_t *hd;
-    if (e == cudaSuccess && !bypass && (flags & cudaStreamNonBlocking) && (hd = hook_rt_device(true)))
-        hook_stream_created(hd, *pStream, CU_STREAM_NON_BLOCKING);
-    return e;
-}
-
-HOOK_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
-{
-    bool bypass = hook_bypass();
-    if (!bypass)
-        hook_stream_retiring(stream);
-    cudaError_t e = RT_REAL(cudaStreamDestroy, stream);
-    if (e == cudaSuccess && !bypass)
-        hook_stream_destroyed(stream);
+    created(mine && e == cudaSuccess, true, pStream, flags);
     return e;
 }
 
 HOOK_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     CUresult r = CU_REAL(cuStreamCreate, phStream, Flags);
-    hook_dev_t *hd;
-    if (r == CUDA_SUCCESS && !bypass && (Flags & CU_STREAM_NON_BLOCKING) && (hd = hook_cu_device(true)))
-        hook_stream_created(hd, *phStream, Flags);
+    created(mine && r == CUDA_SUCCESS, false, phStream, Flags);
     return r;
 }
 
 HOOK_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     CUresult r = CU_REAL(cuStreamCreateWithPriority, phStream, flags, priority);
-    hook_dev_t *hd;
-    if (r == CUDA_SUCCESS && !bypass && (flags & CU_STREAM_NON_BLOCKING) && (hd = hook_cu_device(true)))
-        hook_stream_created(hd, *phStream, flags);
+    created(mine && r == CUDA_SUCCESS, false, phStream, flags);
     return r;
+}
+
+/* Destruction: the stream's last work is remembered before it goes. */
+HOOK_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    bool mine = !hook_bypass();
+    if (mine)
+        hook_stream_retiring(stream);
+    cudaError_t e = RT_REAL(cudaStreamDestroy, stream);
+    if (mine && e == cudaSuccess)
+        hook_stream_destroyed(stream);
+    return e;
 }
 
 HOOK_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-    bool bypass = hook_bypass();
-    if (!bypass)
+    bool mine = !hook_bypass();
+    if (mine)
         hook_stream_retiring(hStream);
     CUresult r = CU_REAL(cuStreamDestroy_v2, hStream);
-    if (r == CUDA_SUCCESS && !bypass)
+    if (mine && r == CUDA_SUCCESS)
         hook_stream_destroyed(hStream);
     return r;
 }
@@ -174,79 +178,79 @@ HOOK_API CUresult cuStreamDestroy_v2(CUstream hStream)
  * Capture
  * ---------------------------------------------------------------------- */
 
+static void capture_began(bool ok, bool runtime, CUstream s, bool per_thread)
+{
+    hook_dev_t *hd;
+    if (ok && (hd = call_device(runtime)))
+        hook_capture_begin(hd, s, per_thread);
+}
+
 HOOK_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamBeginCapture, stream, mode);
-    hook_dev_t *hd;
-    if (e == cudaSuccess && !bypass && (hd = hook_rt_device(true)))
-        hook_capture_begin(hd, stream, false, (int)mode);
+    capture_began(mine && e == cudaSuccess, true, stream, false);
     return e;
 }
 
 HOOK_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamBeginCapture_ptsz, stream, mode);
-    hook_dev_t *hd;
-    if (e == cudaSuccess && !bypass && (hd = hook_rt_device(true)))
-        hook_capture_begin(hd, stream, true, (int)mode);
+    capture_began(mine && e == cudaSuccess, true, stream, true);
     return e;
 }
 
-/* The capture is over unless the call came from the wrong thread. */
+HOOK_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    bool mine = !hook_bypass();
+    CUresult r = CU_REAL(cuStreamBeginCapture_v2, hStream, mode);
+    capture_began(mine && r == CUDA_SUCCESS, false, hStream, false);
+    return r;
+}
+
+HOOK_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{
+    bool mine = !hook_bypass();
+    CUresult r = CU_REAL(cuStreamBeginCapture_v2_ptsz, hStream, mode);
+    capture_began(mine && r == CUDA_SUCCESS, false, hStream, true);
+    return r;
+}
+
+/* The capture is over unless the call came from the wrong thread (the
+ * runtime's and the driver's codes are both 908). */
 HOOK_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamEndCapture, stream, pGraph);
-    if (e != cudaErrorStreamCaptureWrongThread && !bypass)
+    if (mine && e != cudaErrorStreamCaptureWrongThread)
         hook_capture_end(stream, false);
     return e;
 }
 
 HOOK_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamEndCapture_ptsz, stream, pGraph);
-    if (e != cudaErrorStreamCaptureWrongThread && !bypass)
+    if (mine && e != cudaErrorStreamCaptureWrongThread)
         hook_capture_end(stream, true);
     return e;
 }
 
-HOOK_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
-{
-    bool bypass = hook_bypass();
-    CUresult r = CU_REAL(cuStreamBeginCapture_v2, hStream, mode);
-    hook_dev_t *hd;
-    if (r == CUDA_SUCCESS && !bypass && (hd = hook_cu_device(true)))
-        hook_capture_begin(hd, hStream, false, (int)mode);
-    return r;
-}
-
-HOOK_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
-{
-    bool bypass = hook_bypass();
-    CUresult r = CU_REAL(cuStreamBeginCapture_v2_ptsz, hStream, mode);
-    hook_dev_t *hd;
-    if (r == CUDA_SUCCESS && !bypass && (hd = hook_cu_device(true)))
-        hook_capture_begin(hd, hStream, true, (int)mode);
-    return r;
-}
-
 HOOK_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     CUresult r = CU_REAL(cuStreamEndCapture, hStream, phGraph);
-    if (r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD && !bypass)
+    if (mine && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
         hook_capture_end(hStream, false);
     return r;
 }
 
 HOOK_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
-    bool bypass = hook_bypass();
+    bool mine = !hook_bypass();
     CUresult r = CU_REAL(cuStreamEndCapture_ptsz, hStream, phGraph);
-    if (r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD && !bypass)
+    if (mine && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
         hook_capture_end(hStream, true);
     return r;
 }

@@ -77,7 +77,7 @@ void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
     fmt_bytes(dfree, sizeof dfree, oom->device_free);
     fmt_bytes(dtotal, sizeof dtotal, oom->device_total);
     fmt_bytes(alloc, sizeof alloc, oom->allocated);
-    fmt_bytes(reserved, sizeof reserved, oom->reserved - (oom->reserved < oom->allocated ? 0 : oom->allocated));
+    fmt_bytes(reserved, sizeof reserved, oom->reserved > oom->allocated ? oom->reserved - oom->allocated : 0);
     fmt_bytes(largest, sizeof largest, oom->largest_free);
     if (oom->limit_hit)
         fmt_bytes(limit, sizeof limit, oom->limit);

@@ -116,7 +116,7 @@ void hook_stream_destroyed(CUstream s)
     }
 }
 
-void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread, int mode)
+void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread)
 {
     core_dev_t *d = hook_dev_core(hd);
     if (!d)
@@ -140,7 +140,7 @@ void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread, int mode)
     pthread_mutex_lock(&hd->lock);
     bool first = hd->ncaptures == 0;
     if (hd->ncaptures < HOOK_MAX_CAPTURES)
-        hd->captures[hd->ncaptures++] = (hook_capture_t){capture_id(s, per_thread), pthread_self(), mode};
+        hd->captures[hd->ncaptures++] = capture_id(s, per_thread);
     atomic_store(&hd->capturing, hd->ncaptures);
     pthread_mutex_unlock(&hd->lock);
     if (first)
@@ -160,7 +160,7 @@ void hook_capture_end(CUstream s, bool per_thread)
         pthread_mutex_lock(&hd->lock);
         bool found = false;
         for (int i = 0; i < hd->ncaptures && !found; i++)
-            if (hd->captures[i].stream == id) {
+            if (hd->captures[i] == id) {
                 hd->captures[i] = hd->captures[--hd->ncaptures];
                 found = true;
             }
@@ -184,7 +184,7 @@ bool hook_stream_capturing(hook_dev_t *hd, CUstream s, bool per_thread)
     pthread_mutex_lock(&hd->lock);
     bool found = false;
     for (int i = 0; i < hd->ncaptures && !found; i++)
-        found = hd->captures[i].stream == id;
+        found = hd->captures[i] == id;
     pthread_mutex_unlock(&hd->lock);
     return found;
 }
