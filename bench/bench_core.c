@@ -13,6 +13,8 @@
  *   churn_*     a ring of live slots: free the oldest, allocate a new size;
  *   trace_*     the allocations and frees of a real PyTorch trace, in their
  *               order (bench/sizes_<trace>.txt, from scripts/trace-sizes);
+ *   *_ring      the same with the snapshot event ring recording every
+ *               event (what CUCACHE_SNAPSHOT turns on: stats/ring.c);
  *   threads     the hit pair on one device vs two threads on two devices.
  *
  * jemalloc is loaded with dlopen (libjemalloc.so.2, RTLD_LOCAL), so the rest
@@ -34,6 +36,7 @@
 #include "backend_mem.h"
 #include "bench_util.h"
 #include "core.h"
+#include "st.h"
 #include "types.h" /* the free trees, to count cached blocks */
 
 #ifndef BENCH_SIZES_DIR
@@ -70,6 +73,7 @@ typedef struct core_target_s {
     mem_backend_t mem;
     core_dev_t *d;
     core_free_t how;
+    st_ring_t ring; /* the snapshot event ring, when a scenario observes */
 } core_target_t;
 
 typedef struct je_api_s {
@@ -83,7 +87,9 @@ typedef struct je_target_s {
     int flags;
 } je_target_t;
 
-static void core_target_init(core_target_t *t, int device, core_free_t how)
+enum { BENCH_RING_EVENTS = 100000 }; /* CUCACHE_SNAPSHOT_EVENTS' default */
+
+static void core_target_init(core_target_t *t, int device, core_free_t how, bool ring)
 {
     conf_t c;
     conf_defaults(&c);
@@ -93,12 +99,19 @@ static void core_target_init(core_target_t *t, int device, core_free_t how)
     if (!t->d)
         bench_die("core_dev_new failed");
     t->how = how;
+    memset(&t->ring, 0, sizeof t->ring);
+    if (ring) {
+        if (st_ring_init(&t->ring, BENCH_RING_EVENTS) != 0)
+            bench_die("st_ring_init failed");
+        core_set_observer(t->d, st_ring_observe, &t->ring);
+    }
 }
 
 static void core_target_fini(core_target_t *t)
 {
     core_dev_destroy(t->d);
     mem_backend_fini(&t->mem);
+    st_ring_fini(&t->ring);
 }
 
 static inline uintptr_t core_alloc(void *ctx, size_t size)
@@ -291,6 +304,7 @@ typedef struct scenario_s {
     size_t lo, hi;        /* CHURN: size range */
     bool log_uniform;     /* CHURN: log-uniform instead of uniform */
     bench_trace_t *trace; /* TRACE */
+    bool observe;         /* the snapshot event ring observes the core */
 } scenario_t;
 
 typedef struct result_s {
@@ -438,7 +452,7 @@ static void run_scenario(const opts_t *o, const scenario_t *sc, result_t *res)
     bench_load_t l0 = bench_load_now();
 
     core_target_t ct;
-    core_target_init(&ct, 0, sc->how);
+    core_target_init(&ct, 0, sc->how, sc->observe);
     je_target_t jt = {0}, jn = {JE_TCACHE_NONE};
     state_t core_st, je_st, jn_st;
     state_setup(&core_st, &ct, &core_ops, sc, sizes);
@@ -546,7 +560,7 @@ static void run_threads(const opts_t *o, bool use_je, bool one_device, scaling_t
         if (use_je) {
             ctx[i] = &jt[i];
         } else {
-            core_target_init(&ct[i], i, CORE_FREE_NOW);
+            core_target_init(&ct[i], i, CORE_FREE_NOW, false);
             ctx[i] = &ct[one_device ? 0 : i];
         }
     }
@@ -653,8 +667,10 @@ int main(int argc, char **argv)
         {"churn_small", "1024 live slots, uniform 512 B - 64 KiB", KIND_CHURN, .ring = 1024, .lo = 512, .hi = 64 * KiB},
         {"churn_mixed", "256 live slots, log-uniform 512 B - 64 MiB", KIND_CHURN, .ring = 256, .lo = 512,
          .hi = 64 * MiB, .log_uniform = true},
+        {"hit_4k_ring", "hit_4k, recording the snapshot event ring", KIND_HIT, .size = 4 * KiB, .observe = true},
+        {"hit_8m_ring", "hit_8m, recording the snapshot event ring", KIND_HIT, .size = 8 * MiB, .observe = true},
     };
-    size_t nsc = 7;
+    size_t nsc = 9;
     for (size_t i = 0; i < ntraces && nsc < 32; i++)
         sc[nsc++] = (scenario_t){traces[i].name, "a real trace's allocations and frees, in order", KIND_TRACE,
                                  .trace = &traces[i]};

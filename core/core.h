@@ -177,4 +177,50 @@ typedef struct core_usage_s {
 
 void core_usage(core_dev_t *d, core_usage_t *u);
 
+/* The device's segments and blocks at one instant, for OOM reports and
+ * snapshots (stats/).  Segments are in address order; each one's blocks are
+ * blocks[first_block .. first_block + nblocks), in address order. */
+typedef enum core_block_state_e {
+    CORE_BLOCK_FREE = 1,      /* cached, reusable */
+    CORE_BLOCK_ALLOCATED = 2, /* live: the program holds it */
+    CORE_BLOCK_PENDING = 3,   /* freed, waiting for queued work (a fence or event) */
+} core_block_state_t;
+
+typedef struct core_block_info_s {
+    uintptr_t addr;
+    size_t size;      /* bytes, rounded */
+    size_t requested; /* bytes the program asked for (ALLOCATED, PENDING); 0 when FREE */
+    core_block_state_t state;
+} core_block_info_t;
+
+typedef struct core_seg_info_s {
+    uintptr_t addr;
+    size_t size;
+    core_stream_t stream;
+    int pool_id;   /* 0: the default pools; > 0: a private pool */
+    bool small;    /* the small-request pool */
+    bool oversize; /* size >= max_split_size */
+    size_t first_block, nblocks;
+} core_seg_info_t;
+
+typedef struct core_layout_s {
+    int device;
+    core_seg_info_t *segs;
+    size_t nsegs;
+    core_block_info_t *blocks;
+    size_t nblocks;
+} core_layout_t;
+
+/* Fills *out with a copy of the device's segments and blocks (host memory
+ * from hostalloc; release with core_layout_free).  When under_lock is not
+ * NULL it is called while the device lock is still held, so that what it
+ * copies (an event ring fed by the observer) is consistent with the layout;
+ * it must not call back into the core.  0, or -1 when out of host memory
+ * (*out is then empty). */
+int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx), void *ctx);
+void core_layout_free(core_layout_t *l);
+
+/* The device's configuration (a copy). */
+void core_conf(core_dev_t *d, conf_t *out);
+
 #endif

@@ -95,6 +95,54 @@ CUCACHE_EXPORT int cucache_reset_peak_stats(int device)
     return 0;
 }
 
+CUCACHE_EXPORT int cucache_reset_accumulated_stats(int device)
+{
+    core_dev_t *d = device_core(device);
+    if (!d)
+        return -1;
+    core_stats_reset_accumulated(d);
+    return 0;
+}
+
+typedef struct text_out_s {
+    char *buf;
+    size_t len;
+    size_t used; /* the whole text's length so far */
+} text_out_t;
+
+static void text_out_line(void *ctx, const char *line)
+{
+    text_out_t *t = ctx;
+    size_t n = strlen(line);
+    for (size_t i = 0; i <= n; i++) {
+        char c = i < n ? line[i] : '\n';
+        if (t->used + 1 < t->len)
+            t->buf[t->used] = c;
+        t->used++;
+    }
+}
+
+CUCACHE_EXPORT long cucache_memory_summary(int device, char *buf, size_t len)
+{
+    text_out_t t = {buf, buf ? len : 0, 0};
+    if (hook_summary(device, text_out_line, &t) != 0)
+        return -1;
+    if (t.len > 0)
+        t.buf[t.used < t.len ? t.used : t.len - 1] = '\0';
+    return (long)t.used;
+}
+
+CUCACHE_EXPORT int cucache_snapshot(const char *path)
+{
+    if (!path)
+        path = hook_snapshot_template();
+    if (!path) {
+        hook_log("cucache_snapshot: no path given and CUCACHE_SNAPSHOT is not set");
+        return -1;
+    }
+    return hook_snapshot(path, -1, "cucache_snapshot");
+}
+
 CUCACHE_EXPORT int cucache_empty_cache(int device)
 {
     core_dev_t *d = device_core(device);

@@ -354,7 +354,6 @@ void hook_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 typedef enum hook_warn_e {
     HOOK_WARN_BAD_FREE,
-    HOOK_WARN_OOM,
     HOOK_WARN_BACKEND,
     HOOK_WARN_KINDS,
 } hook_warn_t;
@@ -363,8 +362,26 @@ typedef enum hook_warn_e {
  * of two with the running count. */
 void hook_warn(hook_warn_t kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Reports an allocation cucache could not serve (one line for now; the full
- * report is stats/' job). */
+/* ------------------------------------------------------------------------
+ * Diagnostics (diag.c): the OOM report, the exit summary, snapshots
+ * ---------------------------------------------------------------------- */
+
+/* Reads CUCACHE_REPORT and CUCACHE_SNAPSHOT* (the constructor); 0, or -1
+ * with err naming the variable and the value. */
+int hook_diag_start(char *err, size_t errlen);
+/* A device's allocator opened: installs its event ring when snapshots are on. */
+void hook_diag_dev_opened(int ordinal, core_dev_t *d);
+/* Reports an allocation cucache could not serve: the full report on the
+ * process's first failure, one line with the count afterwards; the first
+ * also writes a snapshot when CUCACHE_SNAPSHOT_ON has oom. */
 void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom);
+/* Writes a snapshot of every device to the expanded template (device: %d,
+ * -1 for all); why names the trigger in the line it prints.  0 or -1. */
+int hook_snapshot(const char *tmpl, int device, const char *why);
+/* CUCACHE_SNAPSHOT, or NULL. */
+const char *hook_snapshot_template(void);
+/* The memory summary of a device into sink (NULL: stderr, one block);
+ * -1 when the device has no allocator. */
+int hook_summary(int device, void (*sink)(void *ctx, const char *line), void *ctx);
 
 #endif

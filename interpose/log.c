@@ -53,37 +53,3 @@ void hook_warn(hook_warn_t kind, const char *fmt, ...)
     else
         hook_log("%s (%lu such warnings so far)", line, n);
 }
-
-static void fmt_bytes(char *buf, size_t len, size_t v)
-{
-    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    double x = (double)v;
-    int u = 0;
-    while (x >= 1024.0 && u < 6) {
-        x /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%zu B", v);
-    else
-        snprintf(buf, len, "%.2f %s", x, unit[u]);
-}
-
-void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
-{
-    char rounded[32], requested[32], dfree[32], dtotal[32], alloc[32], reserved[32], largest[32], limit[32];
-    fmt_bytes(rounded, sizeof rounded, oom->rounded);
-    fmt_bytes(requested, sizeof requested, oom->requested);
-    fmt_bytes(dfree, sizeof dfree, oom->device_free);
-    fmt_bytes(dtotal, sizeof dtotal, oom->device_total);
-    fmt_bytes(alloc, sizeof alloc, oom->allocated);
-    fmt_bytes(reserved, sizeof reserved, oom->reserved > oom->allocated ? oom->reserved - oom->allocated : 0);
-    fmt_bytes(largest, sizeof largest, oom->largest_free);
-    if (oom->limit_hit)
-        fmt_bytes(limit, sizeof limit, oom->limit);
-    hook_warn(HOOK_WARN_OOM,
-              "out of memory: tried to allocate %s (%s requested) on GPU %d%s%s; %s total, %s free on the device; "
-              "%s allocated through cucache, %s reserved but unallocated, largest free cached block %s",
-              rounded, requested, hd->ordinal, oom->limit_hit ? ", over the configured limit of " : "",
-              oom->limit_hit ? limit : "", dtotal, dfree, alloc, reserved, largest);
-}

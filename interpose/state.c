@@ -72,6 +72,10 @@ __attribute__((constructor)) static void hook_start(void)
         hook_log("%s (the program was not started; CUCACHE_CONF=help lists every key)", err);
         exit(1);
     }
+    if (hook_diag_start(err, sizeof err) != 0) {
+        hook_log("%s (the program was not started)", err);
+        exit(1);
+    }
     devices_init();
     pthread_atfork(NULL, NULL, atfork_child);
 }
@@ -112,7 +116,9 @@ hook_dev_t *hook_dev_open(int ordinal)
             hd->handle = h;
             hd->primary = pc;
             d = core_dev_new(&hook_backend, ordinal, &hook_conf);
-            if (!d)
+            if (d)
+                hook_diag_dev_opened(ordinal, d);
+            else
                 hook_warn(HOOK_WARN_BACKEND, "device %d: out of host memory for the allocator; not caching", ordinal);
         }
         atomic_store_explicit(&hd->core, d, memory_order_release);

@@ -43,6 +43,27 @@ int cucache_reset_peak_stats(int device);
  * cached segment of the device to CUDA (this calls CUDA).  0 or -1. */
 int cucache_empty_cache(int device);
 
+/* torch.cuda.reset_accumulated_memory_stats(): zeroes every total
+ * allocated/freed and the counters (num_ooms, num_alloc_retries, ...). */
+int cucache_reset_accumulated_stats(int device);
+
+/* torch.cuda.memory_summary(): the device's summary table (the one
+ * CUCACHE_REPORT=exit prints), as text with a newline after each line,
+ * written into buf (always terminated when len > 0, cut short when too
+ * small).  Returns the length of the whole text (like snprintf: call again
+ * with a larger buffer when it is >= len), or -1 when the device has no
+ * allocator state. */
+long cucache_memory_summary(int device, char *buf, size_t len);
+
+/* torch.cuda.memory._dump_snapshot(): writes a snapshot of every device
+ * (segments, blocks, recent events when recorded) as a pickle PyTorch's
+ * memory viewer opens, and the same content as JSON beside it (x.pickle ->
+ * x.json).  path may use %p (pid), %r (rank), %d (device: "all"), %n (a
+ * sequence number) and %%; NULL uses CUCACHE_SNAPSHOT.  The file is written
+ * whole (temporary file, then rename); a symbolic link at path is refused.
+ * One line on stderr says where it went or why not.  0 or -1. */
+int cucache_snapshot(const char *path);
+
 /* Private pools (seed 002, torch.cuda.MemPool): create returns an id > 0 or
  * -1; use routes the calling thread's allocations on the device to the pool
  * (0: back to the default pools); destroy releases the pool's free

@@ -2,7 +2,7 @@
  * cucache-run: runs a command under cucache.
  *
  *   cucache-run [--sim[=CAPACITY]] [--conf K:V,...] [--report] [--trace FILE]
- *               [--snapshot FILE] [--print-env] [--] COMMAND [ARGS...]
+ *               [--snapshot FILE] [--snapshot-on WHEN] [--print-env] [--] COMMAND [ARGS...]
  *
  * It changes the environment and then becomes the command (execvp, no
  * fork), so the exit status, the pid and the signals are the command's:
@@ -14,7 +14,8 @@
  *   CUCACHE_CONF          the --conf values joined with ',' (replaces any
  *                         CUCACHE_CONF of the environment);
  *   CUCACHE_REPORT=exit   --report;
- *   CUCACHE_TRACE, CUCACHE_SNAPSHOT  --trace FILE, --snapshot FILE.
+ *   CUCACHE_TRACE, CUCACHE_SNAPSHOT  --trace FILE, --snapshot FILE;
+ *   CUCACHE_SNAPSHOT_ON   --snapshot-on WHEN.
  *
  * libcucache.so is looked for next to this executable first (an installed
  * pair, or the build directory), then at the build-tree path compiled in
@@ -65,6 +66,7 @@ typedef struct run_opts_s {
     bool report;          /* --report */
     const char *trace;    /* --trace FILE, or NULL */
     const char *snapshot; /* --snapshot FILE, or NULL */
+    const char *snapshot_on; /* --snapshot-on WHEN, or NULL */
     bool print_env;       /* --print-env: print the changes, run nothing */
     char **command;       /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
 } run_opts_t;
@@ -110,12 +112,15 @@ static void run_usage(FILE *f)
           "                     with ','; '--conf help' lists the keys\n"
           "  --report           print the allocator's summary at exit (CUCACHE_REPORT=exit)\n"
           "  --trace FILE       record every allocation event to FILE (CUCACHE_TRACE)\n"
-          "  --snapshot FILE    write a memory snapshot to FILE (CUCACHE_SNAPSHOT)\n"
+          "  --snapshot FILE    where memory snapshots go: a pickle PyTorch's memory viewer\n"
+          "                     opens, and JSON beside it (CUCACHE_SNAPSHOT)\n"
+          "  --snapshot-on WHEN when to write one: oom (the default), exit, signal\n"
+          "                     (SIGUSR1), comma-separated (CUCACHE_SNAPSHOT_ON)\n"
           "  --print-env        print the environment changes, run nothing\n"
           "  -h, --help         this text\n"
           "  --version          cucache's version\n"
           "\n"
-          "FILE names accept %p (pid), %r (rank) and %d (device).\n"
+          "FILE names accept %p (pid), %r (rank), %d (device) and %n (a sequence number).\n"
           "Exit status: COMMAND's; 2 for a usage error, 125 when libcucache.so or the\n"
           "simulated device is not found, 126/127 when COMMAND cannot be run.\n",
           f);
@@ -293,6 +298,8 @@ static void run_parse_args(int argc, char **argv, run_opts_t *o)
             o->conf = joined;
         } else if (run_opt_value(argv, argc, &i, "--trace", &v)) {
             o->trace = v;
+        } else if (run_opt_value(argv, argc, &i, "--snapshot-on", &v)) {
+            o->snapshot_on = v;
         } else if (run_opt_value(argv, argc, &i, "--snapshot", &v)) {
             o->snapshot = v;
         } else {
@@ -372,6 +379,8 @@ static void run_plan(const run_opts_t *o, env_plan_t *plan)
         plan_set(plan, "CUCACHE_TRACE", run_dup(o->trace));
     if (o->snapshot)
         plan_set(plan, "CUCACHE_SNAPSHOT", run_dup(o->snapshot));
+    if (o->snapshot_on)
+        plan_set(plan, "CUCACHE_SNAPSHOT_ON", run_dup(o->snapshot_on));
 }
 
 int main(int argc, char **argv)

@@ -72,14 +72,15 @@ print-env)
     expect 0 "${clean_env[@]}" "$CUCACHE_RUN" --print-env
     out_is "LD_PRELOAD=$lib"
     expect 0 "${clean_env[@]}" "$CUCACHE_RUN" --sim=8G --conf reuse:fenced --conf=max_split_size_mb:64 --report \
-        --trace "$tmp/t.%p" --snapshot "$tmp/s.json" --print-env
+        --trace "$tmp/t.%p" --snapshot "$tmp/s.json" --snapshot-on oom,exit --print-env
     out_is "LD_PRELOAD=$lib
 LD_LIBRARY_PATH=$sim_dir
 CUCACHE_SIM_CAPACITY=8G
 CUCACHE_CONF=reuse:fenced,max_split_size_mb:64
 CUCACHE_REPORT=exit
 CUCACHE_TRACE=$tmp/t.%p
-CUCACHE_SNAPSHOT=$tmp/s.json"
+CUCACHE_SNAPSHOT=$tmp/s.json
+CUCACHE_SNAPSHOT_ON=oom,exit"
     # --sim alone leaves the capacity to the simulator
     expect 0 "${clean_env[@]}" "$CUCACHE_RUN" --sim --print-env
     out_is "LD_PRELOAD=$lib
@@ -123,7 +124,7 @@ errors)
     err_has "--sim=:"
     expect 2 "$CUCACHE_RUN" --sim=2M "$RUN_PROBE"
     err_has "4M to 16T"
-    for o in --conf --trace --snapshot; do
+    for o in --conf --trace --snapshot --snapshot-on; do
         expect 2 "$CUCACHE_RUN" "$o"
         err_has "$o needs a value"
         expect 2 "$CUCACHE_RUN" "$o=" "$RUN_PROBE"

@@ -1,0 +1,108 @@
+/*
+ * A copy of the device's segments and blocks, for the OOM report and
+ * snapshots (stats/).  Taken under the device lock; the copy is sorted by
+ * address outside it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostalloc.h"
+#include "types.h"
+
+static int seg_cmp(const void *a, const void *b)
+{
+    const core_seg_info_t *x = a, *y = b;
+    return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static core_block_state_t block_state(const block_t *b)
+{
+    switch (b->state) {
+    case BLOCK_ALLOCATED:
+        return CORE_BLOCK_ALLOCATED;
+    case BLOCK_PENDING:
+        return CORE_BLOCK_PENDING;
+    default:
+        return CORE_BLOCK_FREE;
+    }
+}
+
+int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx), void *ctx)
+{
+    memset(out, 0, sizeof *out);
+    out->device = d->device;
+    pthread_mutex_lock(&d->lock);
+    size_t nsegs = 0, nblocks = 0;
+    for (const seg_t *s = d->segs; s; s = s->next) {
+        nsegs++;
+        for (const block_t *b = s->first; b; b = b->next)
+            nblocks++;
+    }
+    core_seg_info_t *segs = hostalloc_calloc(nsegs ? nsegs : 1, sizeof *segs);
+    core_block_info_t *blocks = hostalloc_calloc(nblocks ? nblocks : 1, sizeof *blocks);
+    if (!segs || !blocks) {
+        pthread_mutex_unlock(&d->lock);
+        hostalloc_free(segs);
+        hostalloc_free(blocks);
+        return -1;
+    }
+    size_t i = 0, k = 0;
+    for (const seg_t *s = d->segs; s; s = s->next, i++) {
+        segs[i] = (core_seg_info_t){
+            .addr = s->addr,
+            .size = s->size,
+            .stream = s->stream,
+            .pool_id = s->pool->owner->id,
+            .small = s->pool->small,
+            .oversize = s->oversize,
+            .first_block = k,
+        };
+        for (const block_t *b = s->first; b; b = b->next, k++)
+            blocks[k] = (core_block_info_t){
+                .addr = b->addr,
+                .size = b->size,
+                .requested = b->state == BLOCK_FREE ? 0 : b->requested,
+                .state = block_state(b),
+            };
+        segs[i].nblocks = k - segs[i].first_block;
+    }
+    if (under_lock)
+        under_lock(ctx);
+    pthread_mutex_unlock(&d->lock);
+
+    /* Address order.  Each segment's blocks move with it, so rebuild the
+     * block array in the new segment order. */
+    qsort(segs, nsegs, sizeof *segs, seg_cmp);
+    core_block_info_t *sorted = hostalloc_calloc(nblocks ? nblocks : 1, sizeof *sorted);
+    if (!sorted) {
+        hostalloc_free(segs);
+        hostalloc_free(blocks);
+        return -1;
+    }
+    k = 0;
+    for (i = 0; i < nsegs; i++) {
+        memcpy(sorted + k, blocks + segs[i].first_block, segs[i].nblocks * sizeof *sorted);
+        segs[i].first_block = k;
+        k += segs[i].nblocks;
+    }
+    hostalloc_free(blocks);
+    out->segs = segs;
+    out->nsegs = nsegs;
+    out->blocks = sorted;
+    out->nblocks = nblocks;
+    return 0;
+}
+
+void core_layout_free(core_layout_t *l)
+{
+    hostalloc_free(l->segs);
+    hostalloc_free(l->blocks);
+    memset(l, 0, sizeof *l);
+}
+
+void core_conf(core_dev_t *d, conf_t *out)
+{
+    pthread_mutex_lock(&d->lock);
+    *out = d->conf;
+    pthread_mutex_unlock(&d->lock);
+}

@@ -1,0 +1,188 @@
+/*
+ * stats/: what cucache tells people about their memory, built on the core's
+ * counters (core/stats.h), its layout copy (core_layout) and its events
+ * (core_set_observer).  Nothing here calls CUDA or the interposer: the
+ * interposer gathers the inputs and passes them in, so that every text and
+ * file is testable on constructed states (tests/stats).
+ *
+ *   report.c    the OOM report (full block, then one line per repeat)
+ *   summary.c   the exit summary in torch.cuda.memory_summary()'s layout
+ *   ring.c      the bounded ring of recent events for snapshots
+ *   snapshot.c  snapshots as a pickle in torch.cuda.memory._dump_snapshot's
+ *               schema, and as JSON with the same content
+ *   file.c      file names from templates (%p %r %d %n), whole-file writes
+ *   fmt.c       sizes in PyTorch's format, the line sink
+ *
+ * Text goes to a line sink, one line per call without the newline and
+ * without the "cucache: " prefix (the interposer's log adds it).  Host
+ * memory comes from hostalloc, never from the program's malloc.
+ */
+#ifndef CUCACHE_STATS_ST_H
+#define CUCACHE_STATS_ST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf.h"
+#include "core.h"
+#include "stats.h" /* core/stats.h: core_stats_t, core_event_t */
+
+typedef void (*st_sink_fn)(void *ctx, const char *line);
+
+/* ------------------------------------------------------------------------
+ * fmt.c
+ * ---------------------------------------------------------------------- */
+
+/* PyTorch's format_size: "512 bytes" (<= 1024), "1.50 KiB" (<= 1 MiB),
+ * "20.00 MiB" (<= 1 GiB), else "1.17 GiB"; two decimals. */
+void st_fmt_size(char *buf, size_t len, uint64_t bytes);
+
+/* printf into the sink as one line (truncated at 1023 characters). */
+void st_linef(st_sink_fn sink, void *ctx, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------------------
+ * report.c: the OOM report
+ * ---------------------------------------------------------------------- */
+
+typedef struct st_oom_input_s {
+    int device;                  /* CUDA ordinal */
+    const core_oom_t *oom;       /* what the failed allocation knew */
+    const core_stats_t *stats;   /* the device's counters, taken after the failure */
+    const core_layout_t *layout; /* segments and blocks after the failure; NULL if none could be taken */
+    const conf_t *conf;          /* the device's configuration */
+    const char *conf_text;       /* CUCACHE_CONF as the user wrote it ("" when unset) */
+} st_oom_input_t;
+
+/* The full report: PyTorch's sentence with real numbers, then the detail
+ * (largest free block, fragmentation, pools, memory held outside cucache,
+ * live allocations by size, a capped segment map) and a hint naming the
+ * CUCACHE_CONF to try.  Deterministic for a given input. */
+void st_report_oom(const st_oom_input_t *in, st_sink_fn sink, void *ctx);
+
+/* One line for a repeated failure: the sizes, the device, and `count`, the
+ * number of out-of-memory failures so far in the process. */
+void st_report_oom_repeat(const st_oom_input_t *in, unsigned long count, st_sink_fn sink, void *ctx);
+
+/* ------------------------------------------------------------------------
+ * summary.c: CUCACHE_REPORT=exit
+ * ---------------------------------------------------------------------- */
+
+/* The table of torch.cuda.memory_summary() (75 columns, every metric with
+ * current/peak/total allocated/total freed and its large/small pool rows)
+ * titled for cucache, then cucache's own lines: cache hit rate, device
+ * allocations avoided, time spent waiting on fences, and the verdict
+ * ("everything freed" or "N bytes in M allocations still live"). */
+void st_summary(int device, const core_stats_t *s, st_sink_fn sink, void *ctx);
+
+/* ------------------------------------------------------------------------
+ * ring.c: recent events for snapshots
+ * ---------------------------------------------------------------------- */
+
+typedef enum st_action_e {
+    ST_ALLOC,          /* "alloc" */
+    ST_FREE_REQUESTED, /* "free_requested" */
+    ST_FREE_COMPLETED, /* "free_completed" */
+    ST_SEGMENT_ALLOC,  /* "segment_alloc" */
+    ST_SEGMENT_FREE,   /* "segment_free" */
+    ST_OOM,            /* "oom": addr holds the device's free bytes */
+    ST_SNAPSHOT,       /* "snapshot" */
+} st_action_t;
+
+typedef struct st_trace_ev_s {
+    uint64_t time_us; /* microseconds since the epoch (CLOCK_REALTIME) */
+    uintptr_t addr;   /* block or segment address; ST_OOM: device free bytes */
+    uint64_t size;
+    uint64_t stream;
+    int32_t pool_id;
+    uint8_t action; /* st_action_t */
+} st_trace_ev_t;
+
+/* A bounded ring of the last `capacity` events of one device.  Not locked:
+ * the core calls its observer with the device lock held, and snapshots
+ * copy the ring under the same lock (core_layout's under_lock). */
+typedef struct st_ring_s {
+    st_trace_ev_t *ev;
+    size_t capacity;
+    uint64_t pushed; /* events ever pushed; the ring holds the last min(pushed, capacity) */
+} st_ring_t;
+
+/* 0, or -1 when out of host memory. */
+int st_ring_init(st_ring_t *r, size_t capacity);
+void st_ring_fini(st_ring_t *r);
+/* A core_observer_fn: ctx is the st_ring_t.  Stamps the time. */
+void st_ring_observe(void *ctx, const core_event_t *e);
+void st_ring_push(st_ring_t *r, const st_trace_ev_t *e);
+/* Copies the held events, oldest first, into out (hostalloc'ed; NULL and 0
+ * when empty or out of memory). */
+size_t st_ring_copy(const st_ring_t *r, st_trace_ev_t **out);
+
+/* ------------------------------------------------------------------------
+ * snapshot.c
+ * ---------------------------------------------------------------------- */
+
+typedef struct st_snap_dev_s {
+    int device;
+    const core_layout_t *layout;
+    const st_trace_ev_t *trace; /* oldest first */
+    size_t ntrace;
+} st_snap_dev_t;
+
+typedef struct st_snapshot_s {
+    const st_snap_dev_t *devs; /* devices with allocator state, ascending */
+    size_t ndevs;
+    const conf_t *conf;
+    const char *conf_text; /* CUCACHE_CONF ("" when unset) */
+} st_snapshot_t;
+
+/* A growable byte buffer on hostalloc. */
+typedef struct st_buf_s {
+    unsigned char *data;
+    size_t len, cap;
+    bool failed; /* an allocation failed: the content is incomplete */
+} st_buf_t;
+
+void st_buf_free(st_buf_t *b);
+
+/* The snapshot as a pickle (protocol 2; only dicts, lists, tuples, ints,
+ * strings, booleans and None: loads with every global refused) in the
+ * schema of torch.cuda.memory._snapshot(): segments (device, address,
+ * total_size, allocated_size, active_size, requested_size, stream,
+ * segment_type, segment_pool_id, is_expandable, frames, blocks (address,
+ * size, requested_size, state, frames)), device_traces (one list per
+ * device, up to the highest ordinal; action, addr or device_free, size,
+ * stream, time_us, frames, compile_context, user_metadata),
+ * allocator_settings, external_annotations.  0, or -1 when out of memory. */
+int st_snapshot_pickle(const st_snapshot_t *s, st_buf_t *out);
+/* The same content as one JSON object. */
+int st_snapshot_json(const st_snapshot_t *s, st_buf_t *out);
+
+/* ------------------------------------------------------------------------
+ * file.c
+ * ---------------------------------------------------------------------- */
+
+/* Expands a file name template: %p the process id, %r the rank (RANK,
+ * else LOCAL_RANK, OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID; 0 when
+ * none is set), %d the device ordinal (-1 prints "all"), %n `seq`, %% a
+ * percent sign.  0, or -1 with err naming the problem (an unknown %
+ * sequence, a result longer than len). */
+int st_expand_name(const char *tmpl, int device, unsigned seq, char *out, size_t len, char *err, size_t errlen);
+
+/* The JSON file name beside a snapshot: "x.pickle" and "x.pkl" become
+ * "x.json", anything else gets ".json" appended.  0 or -1 (too long). */
+int st_json_name(const char *path, char *out, size_t len);
+
+/* Writes data to path whole: into a new temporary file in the same
+ * directory (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0644 less the umask), fsync,
+ * then rename over path.  A reader never sees a partial file; a writer
+ * killed half way leaves path as it was.  Refuses when path is a symbolic
+ * link.  0, or -1 with err naming the path and the reason (nothing is left
+ * behind). */
+int st_write_file(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
+/* Tests only: when set, st_write_file calls it after each chunk (64 KiB)
+ * written to the temporary file, with that file's name and the bytes
+ * written so far (tests/stats kills a writer half way from here). */
+extern void (*st_write_file_test_hook)(const char *tmp_path, size_t written);
+
+#endif

@@ -1,0 +1,213 @@
+/*
+ * The exit summary (st_summary): torch.cuda.memory_summary()'s table, then
+ * what cucache adds (hit rate, device allocations avoided, fences, the
+ * verdict).
+ *
+ * The table keeps PyTorch's layout to the column: 75 characters between
+ * the bars of every line, the same row groups in the same order, each with
+ * its "from large pool" and "from small pool" rows, and PyTorch's number
+ * formats:
+ *   sizes   "%6d %s" with B/KiB/MiB/GiB/TiB/PiB ("B" padded to three);
+ *   counts  "%7d %s " with " "/K/M;
+ * a column steps up a unit while the "all" row's value in that column is
+ * at least 768 KiB (sizes) or 750 thousand (counts), and every row of the
+ * group divides by the same steps (integer floor division, as Python's //).
+ * Only the title differs: "cucache memory summary", starting at PyTorch's
+ * column.
+ *
+ * Percentages and times are printed with integer arithmetic: the library
+ * runs inside programs that may call setlocale.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "st.h"
+
+#define SUM_WIDTH 75 /* characters between the bars */
+
+/* One table line: the text padded to SUM_WIDTH and wrapped in bars. */
+__attribute__((format(printf, 3, 4))) static void sum_row(st_sink_fn sink, void *ctx, const char *fmt, ...)
+{
+    char text[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    st_linef(sink, ctx, "|%-*s|", SUM_WIDTH, text);
+}
+
+/* A rule of `ch` across the table. */
+static void sum_rule(st_sink_fn sink, void *ctx, char ch)
+{
+    char rule[SUM_WIDTH + 1];
+    memset(rule, ch, SUM_WIDTH);
+    rule[SUM_WIDTH] = '\0';
+    st_linef(sink, ctx, "|%s|", rule);
+}
+
+/* Python's floor division by a positive divisor. */
+static int64_t floor_div(int64_t v, int64_t d)
+{
+    int64_t q = v / d;
+    return (v % d != 0 && v < 0) ? q - 1 : q;
+}
+
+typedef void (*sum_fmt_fn)(char *out, size_t len, int64_t v, int64_t pref);
+
+static void fmt_bytes(char *out, size_t len, int64_t v, int64_t pref)
+{
+    static const char *const unit[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    size_t u = 0;
+    double p = (double)pref;
+    while (u + 1 < sizeof unit / sizeof unit[0] && !(p < 768.0 * 1024.0)) {
+        u++;
+        v = floor_div(v, 1024);
+        p /= 1024.0;
+    }
+    snprintf(out, len, "%6lld %s", (long long)v, unit[u]);
+}
+
+static void fmt_count(char *out, size_t len, int64_t v, int64_t pref)
+{
+    static const char *const unit[] = {" ", "K", "M"};
+    size_t u = 0;
+    double p = (double)pref;
+    while (u + 1 < sizeof unit / sizeof unit[0] && !(p < 750.0 * 1000.0)) {
+        u++;
+        v = floor_div(v, 1000);
+        p /= 1000.0;
+    }
+    snprintf(out, len, "%7lld %s ", (long long)v, unit[u]);
+}
+
+/* current, peak, allocated, freed of one stat, as the table's columns. */
+static void stat_cols(const core_stat_t *s, int64_t col[4])
+{
+    col[0] = s->current;
+    col[1] = s->peak;
+    col[2] = (int64_t)s->allocated;
+    col[3] = (int64_t)s->freed;
+}
+
+static void metric_row(st_sink_fn sink, void *ctx, const char *name, const int64_t col[4], const int64_t pref[4],
+                       sum_fmt_fn fmt)
+{
+    char c[4][32];
+    for (int i = 0; i < 4; i++)
+        fmt(c[i], sizeof c[i], col[i], pref[i]);
+    sum_row(sink, ctx, " %-21s | %s | %s | %s | %s ", name, c[0], c[1], c[2], c[3]);
+}
+
+/* A row group: the "all" row, then the large and small pool rows, each
+ * column scaled by the "all" row's value. */
+static void metric_group(st_sink_fn sink, void *ctx, const char *name, const core_stat_t arr[CORE_POOL_CLASSES],
+                         sum_fmt_fn fmt)
+{
+    int64_t all[4], col[4];
+    sum_rule(sink, ctx, '-');
+    stat_cols(&arr[CORE_POOL_ALL], all);
+    metric_row(sink, ctx, name, all, all, fmt);
+    stat_cols(&arr[CORE_POOL_LARGE], col);
+    metric_row(sink, ctx, "      from large pool", col, all, fmt);
+    stat_cols(&arr[CORE_POOL_SMALL], col);
+    metric_row(sink, ctx, "      from small pool", col, all, fmt);
+}
+
+static void metric_plain(st_sink_fn sink, void *ctx, const char *name, const core_stat_t *s)
+{
+    int64_t col[4];
+    sum_rule(sink, ctx, '-');
+    stat_cols(s, col);
+    metric_row(sink, ctx, name, col, col, fmt_count);
+}
+
+static void sum_table(int device, const core_stats_t *s, st_sink_fn sink, void *ctx)
+{
+    sum_rule(sink, ctx, '=');
+    sum_row(sink, ctx, " %16s cucache memory summary, device ID %-17d", "", device);
+    sum_rule(sink, ctx, '-');
+    sum_row(sink, ctx, "  %9s CUDA OOMs: %-12llu | %6s cudaMalloc retries: %-8llu  ", "",
+            (unsigned long long)s->num_ooms, "", (unsigned long long)s->num_alloc_retries);
+    sum_rule(sink, ctx, '=');
+    sum_row(sink, ctx, "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ");
+    metric_group(sink, ctx, "Allocated memory", s->allocated_bytes, fmt_bytes);
+    metric_group(sink, ctx, "Active memory", s->active_bytes, fmt_bytes);
+    metric_group(sink, ctx, "Requested memory", s->requested_bytes, fmt_bytes);
+    metric_group(sink, ctx, "GPU reserved memory", s->reserved_bytes, fmt_bytes);
+    metric_group(sink, ctx, "Non-releasable memory", s->inactive_split_bytes, fmt_bytes);
+    metric_group(sink, ctx, "Allocations", s->allocation, fmt_count);
+    metric_group(sink, ctx, "Active allocs", s->active, fmt_count);
+    metric_group(sink, ctx, "GPU reserved segments", s->segment, fmt_count);
+    metric_group(sink, ctx, "Non-releasable allocs", s->inactive_split, fmt_count);
+    metric_plain(sink, ctx, "Oversize allocations", &s->oversize_allocations);
+    metric_plain(sink, ctx, "Oversize GPU segments", &s->oversize_segments);
+    sum_rule(sink, ctx, '=');
+}
+
+/* ------------------------------------------------------------------------
+ * cucache's lines
+ * ---------------------------------------------------------------------- */
+
+/* num / den in percent with one decimal; "n/a" when den is 0. */
+static void fmt_pct(char *out, size_t len, uint64_t num, uint64_t den)
+{
+    if (!den) {
+        snprintf(out, len, "n/a");
+        return;
+    }
+    unsigned long long pm = (unsigned long long)((double)num * 1000.0 / (double)den + 0.5);
+    snprintf(out, len, "%llu.%llu%%", pm / 10, pm % 10);
+}
+
+/* Nanoseconds as "12.345 ms", or "3.210 s" from a second up. */
+static void fmt_ns(char *out, size_t len, uint64_t ns)
+{
+    unsigned long long v = ns;
+    if (v >= 1000000000ull)
+        snprintf(out, len, "%llu.%03llu s", v / 1000000000ull, v / 1000000ull % 1000);
+    else
+        snprintf(out, len, "%llu.%03llu ms", v / 1000000ull, v / 1000ull % 1000);
+}
+
+static const char *plural(uint64_t n, const char *one, const char *many)
+{
+    return n == 1 ? one : many;
+}
+
+static void sum_cucache(const core_stats_t *s, st_sink_fn sink, void *ctx)
+{
+    char p[24], t[32];
+    uint64_t allocs = s->allocation[CORE_POOL_ALL].allocated;
+    fmt_pct(p, sizeof p, s->num_cache_hits, allocs);
+    st_linef(sink, ctx, "cache hit rate: %s (%llu of %llu %s served from cached blocks)", p,
+             (unsigned long long)s->num_cache_hits, (unsigned long long)allocs,
+             plural(allocs, "allocation", "allocations"));
+    uint64_t avoided = allocs > s->num_device_alloc ? allocs - s->num_device_alloc : 0;
+    st_linef(sink, ctx, "device allocations avoided: %llu (%llu %s, %llu device %s)", (unsigned long long)avoided,
+             (unsigned long long)allocs, plural(allocs, "allocation", "allocations"),
+             (unsigned long long)s->num_device_alloc, plural(s->num_device_alloc, "allocation", "allocations"));
+    st_linef(sink, ctx, "device allocations: %llu, device frees: %llu", (unsigned long long)s->num_device_alloc,
+             (unsigned long long)s->num_device_free);
+    fmt_ns(t, sizeof t, s->fence_wait_ns);
+    st_linef(sink, ctx, "fences: %llu recorded, %llu %s for a fence or event, %s waiting",
+             (unsigned long long)s->num_fences, (unsigned long long)s->num_fence_waits,
+             plural(s->num_fence_waits, "wait", "waits"), t);
+    int64_t live = s->allocation[CORE_POOL_ALL].current;
+    if (live <= 0) {
+        st_linef(sink, ctx, "verdict: everything freed");
+        return;
+    }
+    int64_t bytes = s->allocated_bytes[CORE_POOL_ALL].current;
+    char size[32];
+    st_fmt_size(size, sizeof size, bytes > 0 ? (uint64_t)bytes : 0);
+    st_linef(sink, ctx, "verdict: %lld %s in %lld %s still live (%s)", (long long)bytes,
+             plural((uint64_t)bytes, "byte", "bytes"), (long long)live,
+             plural((uint64_t)live, "allocation", "allocations"), size);
+}
+
+void st_summary(int device, const core_stats_t *s, st_sink_fn sink, void *ctx)
+{
+    sum_table(device, s, sink, ctx);
+    sum_cucache(s, sink, ctx);
+}

@@ -1,0 +1,337 @@
+/*
+ * Proves what cucache tells the user on the simulated device (issue 5):
+ * the OOM report's numbers are what this program holds (device capacity,
+ * bytes allocated and reserved, the request), a second failure gets one line
+ * with the count, the first failure writes a snapshot (CUCACHE_SNAPSHOT,
+ * set by meson to a directory of the build tree) whose content names this
+ * program's live allocations; cucache_memory_summary and cucache_snapshot
+ * (a symbolic link at the target refused, the link's file untouched);
+ * SIGUSR1 writes a snapshot; CUCACHE_REPORT=exit prints the summary and its
+ * verdict at exit; bad CUCACHE_REPORT / CUCACHE_SNAPSHOT_ON /
+ * CUCACHE_SNAPSHOT values stop the program before main with a line naming
+ * the variable.
+ *
+ * Seen to fail: without LD_PRELOAD every cucache check fails; with the
+ * report's allocated figure taken from reserved (a scratch diag.c), the
+ * report test fails on the "allocated by cucache" figure.
+ */
+#include "itest.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static char err_text[1 << 16];
+
+/* st_fmt_size's format (PyTorch's format_size), for the expected figures. */
+static void fmt_size(char *buf, size_t len, uint64_t b)
+{
+    if (b <= 1024)
+        snprintf(buf, len, "%llu bytes", (unsigned long long)b);
+    else if (b <= ((uint64_t)1 << 20))
+        snprintf(buf, len, "%.2f KiB", (double)b / 1024.0);
+    else if (b <= ((uint64_t)1 << 30))
+        snprintf(buf, len, "%.2f MiB", (double)b / 1048576.0);
+    else
+        snprintf(buf, len, "%.2f GiB", (double)b / 1073741824.0);
+}
+
+static void expect_in(const char *text, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void expect_in(const char *text, const char *what, const char *fmt, ...)
+{
+    char needle[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(needle, sizeof needle, fmt, ap);
+    va_end(ap);
+    if (!strstr(text, needle))
+        fail_msg("%s: \"%s\" not found in:\n%s", what, needle, text);
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    size_t k;
+    while ((k = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap + 1);
+        }
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (len)
+        *len = n;
+    return buf;
+}
+
+/* CUCACHE_SNAPSHOT expanded for this process's first snapshot (%p, %n). */
+static void first_snapshot_path(char *out, size_t len, bool json)
+{
+    const char *dir = getenv("ITEST_SNAPDIR");
+    if (!dir)
+        fail_msg("ITEST_SNAPDIR is not set (meson sets it)");
+    snprintf(out, len, "%s/oom-%d-0.%s", dir, (int)getpid(), json ? "json" : "pickle");
+}
+
+/* ---- the OOM report --------------------------------------------------- */
+
+static void test_oom_report_numbers(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    itest_empty_cache(0);
+    /* what this program holds: three 100 MiB blocks and ten of 2 MiB live,
+     * one 100 MiB block cached */
+    void *big[4], *small[10];
+    for (int i = 0; i < 4; i++)
+        SIM_OK(cudaMalloc(&big[i], 100 * MIB));
+    for (int i = 0; i < 10; i++)
+        SIM_OK(cudaMalloc(&small[i], 2 * MIB));
+    SIM_OK(cudaFree(big[3]));
+    SIM_OK(cudaDeviceSynchronize());
+    int64_t allocated = itest_stat(0, "allocated_bytes.all.current");
+    assert_int_equal(allocated, 300 * MIB + 20 * MIB);
+
+    itest_stderr_begin();
+    void *p = NULL;
+    cudaError_t rc = cudaMalloc(&p, 3 * GIB);
+    itest_stderr_end(err_text, sizeof err_text);
+    (void)cudaGetLastError();
+    assert_int_equal(rc, cudaErrorMemoryAllocation);
+    /* the report describes the state after the failure (the retry ladder
+     * gave the cached block back first) */
+    int64_t reserved = itest_stat(0, "reserved_bytes.all.current");
+    assert_int_equal(itest_stat(0, "allocated_bytes.all.current"), allocated);
+
+    char want[64];
+    expect_in(err_text, "the PyTorch sentence", "CUDA out of memory. Tried to allocate ");
+    fmt_size(want, sizeof want, 3 * GIB);
+    expect_in(err_text, "the request", "%s", want);
+    fmt_size(want, sizeof want, ITEST_CAPACITY);
+    expect_in(err_text, "the capacity", "GPU 0 has a total capacity of %s", want);
+    fmt_size(want, sizeof want, (uint64_t)allocated);
+    expect_in(err_text, "allocated", "%s is allocated by cucache", want);
+    fmt_size(want, sizeof want, (uint64_t)(reserved - allocated));
+    expect_in(err_text, "reserved but unallocated", "%s is reserved by cucache but unallocated", want);
+    if (itest_count_lines(err_text, "cucache: ") < 8)
+        fail_msg("the full report should be a block of lines, got:\n%s", err_text);
+    if (itest_count_lines(err_text, "") != itest_count_lines(err_text, "cucache: "))
+        fail_msg("every line of the report starts with \"cucache: \":\n%s", err_text);
+    expect_in(err_text, "the snapshot line", "snapshot (out of memory) written to ");
+
+    /* the snapshot names what is live */
+    char path[512];
+    first_snapshot_path(path, sizeof path, true);
+    size_t len = 0;
+    char *json = read_file(path, &len);
+    if (!json)
+        fail_msg("no JSON snapshot at %s: %s", path, strerror(errno));
+    assert_true(len > 0 && json[0] == '{');
+    char addr[32];
+    snprintf(addr, sizeof addr, "%llu", (unsigned long long)(uintptr_t)big[0]);
+    expect_in(json, "a live block in the snapshot", "%s", addr);
+    expect_in(json, "the OOM event", "\"oom\"");
+    free(json);
+    first_snapshot_path(path, sizeof path, false);
+    char *pk = read_file(path, &len);
+    if (!pk)
+        fail_msg("no pickle snapshot at %s: %s", path, strerror(errno));
+    assert_true(len > 3 && (unsigned char)pk[0] == 0x80 && pk[1] == 2 && pk[len - 1] == '.');
+    free(pk);
+
+    /* a second failure: one line, with the count */
+    itest_stderr_begin();
+    rc = cudaMalloc(&p, 3 * GIB);
+    itest_stderr_end(err_text, sizeof err_text);
+    (void)cudaGetLastError();
+    assert_int_equal(rc, cudaErrorMemoryAllocation);
+    assert_int_equal(itest_count_lines(err_text, "cucache: "), 1);
+    expect_in(err_text, "the count", "2");
+
+    for (int i = 0; i < 3; i++)
+        SIM_OK(cudaFree(big[i]));
+    for (int i = 0; i < 10; i++)
+        SIM_OK(cudaFree(small[i]));
+}
+
+/* ---- the API ---------------------------------------------------------- */
+
+typedef long (*summary_fn)(int, char *, size_t);
+typedef int (*snapshot_fn)(const char *);
+
+static void *api(const char *name)
+{
+    void *f = dlsym(RTLD_DEFAULT, name);
+    if (!f)
+        fail_msg("%s is not in this process (is cucache preloaded?)", name);
+    return f;
+}
+
+static void test_api_summary(void **state)
+{
+    (void)state;
+    summary_fn summary = (summary_fn)(uintptr_t)api("cucache_memory_summary");
+    void *p = NULL;
+    SIM_OK(cudaMalloc(&p, 3 * MIB));
+    itest_defer_free(p);
+    long n = summary(0, NULL, 0);
+    assert_true(n > 1000);
+    char *buf = malloc((size_t)n + 1);
+    assert_int_equal(summary(0, buf, (size_t)n + 1), n);
+    assert_int_equal(strlen(buf), (size_t)n);
+    expect_in(buf, "the title", "memory summary, device ID 0");
+    expect_in(buf, "a row", "Allocated memory");
+    expect_in(buf, "the verdict", "verdict:");
+    /* a short buffer: cut, terminated, the whole length returned */
+    char small[16];
+    assert_int_equal(summary(0, small, sizeof small), n);
+    assert_int_equal(strlen(small), sizeof small - 1);
+    assert_memory_equal(small, buf, sizeof small - 1);
+    free(buf);
+    assert_int_equal(summary(7, small, sizeof small), -1);
+}
+
+static void test_api_snapshot_and_symlink(void **state)
+{
+    (void)state;
+    snapshot_fn snap = (snapshot_fn)(uintptr_t)api("cucache_snapshot");
+    const char *dir = getenv("ITEST_SNAPDIR");
+    assert_non_null(dir);
+    char path[512], json[512];
+    snprintf(path, sizeof path, "%s/api-%d.pickle", dir, (int)getpid());
+    snprintf(json, sizeof json, "%s/api-%d.json", dir, (int)getpid());
+    unlink(path);
+    unlink(json);
+    assert_int_equal(snap(path), 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_true(st.st_size > 100);
+    assert_int_equal(stat(json, &st), 0);
+
+    /* a symbolic link at the target: refused, its file untouched */
+    char victim[512];
+    snprintf(victim, sizeof victim, "%s/victim-%d", dir, (int)getpid());
+    FILE *f = fopen(victim, "w");
+    assert_non_null(f);
+    fputs("precious\n", f);
+    fclose(f);
+    unlink(path);
+    assert_int_equal(symlink(victim, path), 0);
+    itest_stderr_begin();
+    int rc = snap(path);
+    itest_stderr_end(err_text, sizeof err_text);
+    assert_int_equal(rc, -1);
+    expect_in(err_text, "the refusal", "not written");
+    expect_in(err_text, "the path", "%s", path);
+    char *text = read_file(victim, NULL);
+    assert_string_equal(text, "precious\n");
+    free(text);
+    unlink(path);
+    unlink(victim);
+}
+
+static void test_sigusr1_snapshot(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    const char *dir = getenv("ITEST_SNAPDIR");
+    char path[512];
+    /* the OOM test's snapshot was number 0, the API's does not count (it
+     * names its own file): SIGUSR1's is the template's next number */
+    int found = 0;
+    itest_stderr_begin();
+    raise(SIGUSR1);
+    for (int i = 0; i < 1000 && !found; i++) { /* the snapshot thread writes it */
+        for (int seq = 1; seq < 4 && !found; seq++) {
+            snprintf(path, sizeof path, "%s/oom-%d-%d.pickle", dir, (int)getpid(), seq);
+            found = access(path, F_OK) == 0;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    itest_stderr_end(err_text, sizeof err_text);
+    if (!found)
+        fail_msg("SIGUSR1 wrote no snapshot in %s; stderr:\n%s", dir, err_text);
+}
+
+/* ---- the exit summary and bad settings ---------------------------------- */
+
+static void test_exit_summary(void **state)
+{
+    (void)state;
+    const char *child = itest_helper("ITEST_CHILD");
+    itest_run_t *r = malloc(sizeof *r);
+    const char *const report[] = {"CUCACHE_REPORT=exit", NULL};
+    const char *const alloc_argv[] = {child, "alloc", NULL};
+    itest_spawn(child, alloc_argv, report, NULL, 30000, r);
+    itest_expect_exit(r, 0);
+    expect_in(r->err, "the table", "cucache: |");
+    expect_in(r->err, "the title", "memory summary, device ID 0");
+    expect_in(r->err, "the verdict", "verdict: everything freed");
+
+    const char *const live_argv[] = {child, "live-exit", NULL};
+    itest_spawn(child, live_argv, report, NULL, 30000, r);
+    itest_expect_exit(r, 0);
+    expect_in(r->err, "the verdict", "still live");
+    free(r);
+}
+
+static void test_bad_settings_stop_the_program(void **state)
+{
+    (void)state;
+    const char *child = itest_helper("ITEST_CHILD");
+    itest_run_t *r = malloc(sizeof *r);
+    const char *const argv[] = {child, "alloc", NULL};
+    static const struct {
+        const char *set, *says;
+    } cases[] = {
+        {"CUCACHE_REPORT=sometimes", "CUCACHE_REPORT: 'sometimes'"},
+        {"CUCACHE_SNAPSHOT_ON=crash", "CUCACHE_SNAPSHOT_ON: 'crash'"},
+        {"CUCACHE_SNAPSHOT=/tmp/x-%q.pickle", "%q"},
+        {"CUCACHE_SNAPSHOT_EVENTS=lots", "CUCACHE_SNAPSHOT_EVENTS: 'lots'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *const set[] = {cases[i].set, NULL};
+        itest_spawn(child, argv, set, NULL, 30000, r);
+        itest_expect_exit(r, 1);
+        expect_in(r->err, cases[i].set, "%s", cases[i].says);
+        if (strstr(r->out, "itest_child: main"))
+            fail_msg("%s: main ran", cases[i].set);
+    }
+    /* CUCACHE_SNAPSHOT_ON without CUCACHE_SNAPSHOT */
+    const char *const unset[] = {"CUCACHE_SNAPSHOT", NULL};
+    const char *const set[] = {"CUCACHE_SNAPSHOT_ON=exit", NULL};
+    itest_spawn(child, argv, set, unset, 30000, r);
+    itest_expect_exit(r, 1);
+    expect_in(r->err, "needs", "needs CUCACHE_SNAPSHOT");
+    free(r);
+}
+
+int main(void)
+{
+    const char *dir = getenv("ITEST_SNAPDIR");
+    if (dir && mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "test_interpose_diag: mkdir %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        ITEST(test_oom_report_numbers),        ITEST(test_api_summary), ITEST(test_api_snapshot_and_symlink),
+        ITEST(test_sigusr1_snapshot),          ITEST(test_exit_summary),
+        ITEST(test_bad_settings_stop_the_program),
+    };
+    return ITEST_RUN("interpose_diag", tests, itest_group_setup);
+}

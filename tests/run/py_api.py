@@ -1,0 +1,115 @@
+"""Proves scripts/cucache.py, the Python wrapper of cucache's API, in a
+Python process run by cucache-run --sim: memory_stats' keys and figures
+follow the allocations made through the (simulated) CUDA runtime with
+ctypes, the torch.cuda-style shortcuts agree, peaks reset, empty_cache gives
+cached segments back, memory_summary and snapshot work, a MemPool's
+allocations land in a private pool (seen in the snapshot's JSON), and an
+unused device raises CucacheError.  With `absent` (run without cucache):
+available() is False and calls raise CucacheError naming the cause.
+
+Seen to fail: with memory_stats' callback dropping keys (a scratch copy),
+the key checks fail; without cucache-run, the present mode fails at once.
+"""
+import ctypes
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import cucache  # noqa: E402
+
+MiB = 1 << 20
+
+
+def check(cond, what):
+    if not cond:
+        print(f"py_api: FAILED: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+def absent():
+    check(not cucache.available(), "available() without cucache")
+    try:
+        cucache.memory_stats(0)
+    except cucache.CucacheError as e:
+        check("not loaded" in str(e), f"the message names the cause: {e}")
+    else:
+        check(False, "memory_stats without cucache raises")
+
+
+def present():
+    check(cucache.available(), "available() under cucache-run")
+    check(cucache.version().count(".") == 2, "version")
+    rt = ctypes.CDLL("libcudart.so.13")
+    rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    rt.cudaFree.argtypes = [ctypes.c_void_p]
+
+    def malloc(n):
+        p = ctypes.c_void_p()
+        check(rt.cudaMalloc(ctypes.byref(p), n) == 0, f"cudaMalloc({n})")
+        return p
+
+    ptrs = [malloc(4 * MiB) for _ in range(3)]
+    s = cucache.memory_stats(0)
+    for key in ("allocated_bytes.all.current", "reserved_bytes.large_pool.peak", "num_ooms", "max_split_size",
+                "num_cache_hits", "inactive_split_bytes.small_pool.freed"):
+        check(key in s, f"memory_stats has {key}")
+    check(s["allocated_bytes.all.current"] == 12 * MiB, "allocated_bytes.all.current == 12 MiB")
+    check(cucache.memory_allocated(0) == 12 * MiB, "memory_allocated")
+    check(cucache.memory_reserved(0) >= 12 * MiB, "memory_reserved")
+    rt.cudaFree(ptrs.pop())
+    check(cucache.memory_allocated(0) == 8 * MiB, "memory_allocated after a free")
+    check(cucache.max_memory_allocated(0) == 12 * MiB, "max_memory_allocated")
+    cucache.reset_peak_memory_stats(0)
+    check(cucache.max_memory_allocated(0) == 8 * MiB, "peak after reset_peak_memory_stats")
+    cucache.reset_accumulated_memory_stats(0)
+    check(cucache.memory_stats(0)["allocation.all.allocated"] == 0, "totals after reset_accumulated_memory_stats")
+    for p in ptrs:
+        rt.cudaFree(p)
+    check(cucache.memory_reserved(0) > 0, "cached after the frees")
+    cucache.empty_cache(0)
+    check(cucache.memory_reserved(0) == 0, "empty_cache gives every free segment back")
+
+    text = cucache.memory_summary(0)
+    check("memory summary, device ID 0" in text and "verdict: everything freed" in text, "memory_summary:\n" + text)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pool = cucache.MemPool(0)
+        check(pool.id > 0, "MemPool id")
+        with pool:
+            inside = malloc(3 * MiB)
+        outside = malloc(3 * MiB)
+        path = os.path.join(tmp, "snap-%p.pickle")
+        cucache.snapshot(path)
+        got = os.path.join(tmp, f"snap-{os.getpid()}.json")
+        with open(got) as f:
+            snap = json.load(f)
+        def pool_of(ptr):
+            return [tuple(seg["segment_pool_id"]) for seg in snap["segments"]
+                    if seg["address"] <= ptr.value < seg["address"] + seg["total_size"]]
+
+        check(pool_of(inside) == [(0, pool.id)], f"the MemPool's allocation is in pool {pool.id}: {pool_of(inside)}")
+        check(pool_of(outside) == [(0, 0)], f"the allocation after the with block is in the default pools: "
+              f"{pool_of(outside)}")
+        rt.cudaFree(inside)
+        rt.cudaFree(outside)
+        pool.close()
+        try:
+            cucache.snapshot(os.path.join(tmp, "no-such-dir", "x.pickle"))
+        except cucache.CucacheError:
+            pass
+        else:
+            check(False, "a snapshot into a missing directory raises")
+
+    try:
+        cucache.memory_stats(5)
+    except cucache.CucacheError as e:
+        check("device 5" in str(e), f"the message names the device: {e}")
+    else:
+        check(False, "an unused device raises")
+
+
+if __name__ == "__main__":
+    absent() if sys.argv[1:] == ["absent"] else present()
+    print("py_api: ok")

@@ -1,0 +1,750 @@
+/*
+ * Proves that the OOM report, its repeat line and the exit summary say what
+ * the state is: each case drives a real core on the in-process backend into
+ * a state (fragmented, full, limited, crowded by another user, private
+ * pools, preallocated, rounded), makes core_malloc fail, and compares
+ * st_report_oom's text with tests/stats/golden/<case>.txt.  Beside the
+ * golden diff, each case asserts the facts directly (the first sentence's
+ * numbers equal the core_oom_t fields, the hint names the expected
+ * CUCACHE_CONF key), so that a broken hint rule fails even after the
+ * goldens were regenerated.
+ *
+ * The golden directory is argv[1] (meson passes it).  To regenerate:
+ *   CUCACHE_UPDATE_GOLDEN=1 meson test -C build stats_report
+ * then review the diff of tests/stats/golden/.  A mismatch leaves the text
+ * produced in <case>.actual in the test's working directory.
+ *
+ * Addresses come from backend_mem's bump pointer (1 << 40 upwards, fresh
+ * per device), so they are the same on every run; the summary's fence wait
+ * time is measured with a clock and is masked to a fixed value.
+ */
+#include <stdlib.h>
+
+#include "coretest.h"
+#include "st.h"
+
+static const char *golden_dir = "golden";
+
+/* ------------------------------------------------------------------------
+ * A sink that keeps the lines
+ * ---------------------------------------------------------------------- */
+
+typedef struct text_s {
+    char **line;
+    size_t n, cap;
+} text_t;
+
+static void text_sink(void *ctx, const char *line)
+{
+    text_t *t = ctx;
+    assert_null(strchr(line, '\n'));
+    assert_int_not_equal(strncmp(line, "cucache: ", 9), 0);
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->line = realloc(t->line, t->cap * sizeof *t->line);
+        assert_non_null(t->line);
+    }
+    t->line[t->n] = strdup(line);
+    assert_non_null(t->line[t->n]);
+    t->n++;
+}
+
+static void text_free(text_t *t)
+{
+    for (size_t i = 0; i < t->n; i++)
+        free(t->line[i]);
+    free(t->line);
+    memset(t, 0, sizeof *t);
+}
+
+/* The first line starting with prefix (fails when there is none). */
+static const char *text_line(const text_t *t, const char *prefix)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strncmp(t->line[i], prefix, strlen(prefix)) == 0)
+            return t->line[i];
+    fail_msg("no line starts with \"%s\"", prefix);
+    return "";
+}
+
+static bool text_has(const text_t *t, const char *needle)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strstr(t->line[i], needle))
+            return true;
+    return false;
+}
+
+static bool text_starts(const text_t *t, const char *prefix)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strncmp(t->line[i], prefix, strlen(prefix)) == 0)
+            return true;
+    return false;
+}
+
+/* Every "hint:" line joined, for assertions on the hint. */
+static void text_hints(const text_t *t, char *out, size_t len)
+{
+    size_t k = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < t->n; i++)
+        if (strncmp(t->line[i], "hint: ", 6) == 0 && k < len)
+            k += (size_t)snprintf(out + k, len - k, "%s\n", t->line[i]);
+    assert_true(k > 0);
+}
+
+static void text_equal(const text_t *a, const text_t *b)
+{
+    assert_int_equal(a->n, b->n);
+    for (size_t i = 0; i < a->n; i++)
+        assert_string_equal(a->line[i], b->line[i]);
+}
+
+/* ------------------------------------------------------------------------
+ * Golden files
+ * ---------------------------------------------------------------------- */
+
+static char *read_all(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (cap - len < 2) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+    }
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
+static void write_all(const char *path, const text_t *t)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        fail_msg("cannot write %s", path);
+    for (size_t i = 0; i < t->n; i++)
+        fprintf(f, "%s\n", t->line[i]);
+    fclose(f);
+}
+
+static void golden(const char *name, const text_t *t)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.txt", golden_dir, name);
+    const char *update = getenv("CUCACHE_UPDATE_GOLDEN");
+    if (update && strcmp(update, "1") == 0) {
+        write_all(path, t);
+        print_message("wrote %s\n", path);
+        return;
+    }
+    char *want = read_all(path);
+    if (!want)
+        fail_msg("golden %s missing: run with CUCACHE_UPDATE_GOLDEN=1 and review it", path);
+    const char *w = want;
+    size_t i = 0;
+    for (; i < t->n; i++) {
+        size_t len = strlen(t->line[i]);
+        if (strncmp(w, t->line[i], len) != 0 || w[len] != '\n')
+            break;
+        w += len + 1;
+    }
+    if (i == t->n && *w == '\0') {
+        free(want);
+        return;
+    }
+    char actual[1100];
+    snprintf(actual, sizeof actual, "%s.actual", name);
+    write_all(actual, t);
+    const char *end = strchr(w, '\n');
+    int wlen = end ? (int)(end - w) : (int)strlen(w);
+    char msg[4096];
+    snprintf(msg, sizeof msg, "%s differs at line %zu:\n  golden: %.*s\n  actual: %s\n(whole text in %s)", path, i + 1,
+             wlen, w, i < t->n ? t->line[i] : "(end of text)", actual);
+    free(want);
+    fail_msg("%s", msg);
+}
+
+/* ------------------------------------------------------------------------
+ * Driving the core into a failure
+ * ---------------------------------------------------------------------- */
+
+typedef struct oomcase_s {
+    core_oom_t oom;
+    core_stats_t stats;
+    core_layout_t layout;
+    conf_t conf;
+    text_t text;
+} oomcase_t;
+
+static void report_input(oomcase_t *c, const char *conf_text, st_oom_input_t *in, bool with_layout)
+{
+    *in = (st_oom_input_t){0, &c->oom, &c->stats, with_layout ? &c->layout : NULL, &c->conf, conf_text};
+}
+
+/* Makes core_malloc(size) fail and takes the report's inputs and text. */
+static void fail_and_report(fx_t *f, oomcase_t *c, size_t size, const char *conf_text)
+{
+    memset(c, 0, sizeof *c);
+    assert_int_equal(core_malloc(f->d, size, 0, &c->oom), 0);
+    CHECK(f->d);
+    core_stats_get(f->d, &c->stats);
+    assert_int_equal(core_layout(f->d, &c->layout, NULL, NULL), 0);
+    core_conf(f->d, &c->conf);
+    st_oom_input_t in;
+    report_input(c, conf_text, &in, true);
+    st_report_oom(&in, text_sink, &c->text);
+    /* the same input prints the same text */
+    text_t again = {0};
+    st_report_oom(&in, text_sink, &again);
+    text_equal(&c->text, &again);
+    text_free(&again);
+}
+
+static void oomcase_free(oomcase_t *c)
+{
+    core_layout_free(&c->layout);
+    text_free(&c->text);
+}
+
+static const char *fmt_size(char buf[32], uint64_t v)
+{
+    st_fmt_size(buf, 32, v);
+    return buf;
+}
+
+/* The first two lines are PyTorch's sentence with oom's numbers. */
+static void expect_sentence(const text_t *t, const core_oom_t *o, const char *allowed, const char *private_part)
+{
+    char a[32], b[32], c[32], d[32], e[32], g[32], want[1024];
+    snprintf(want, sizeof want,
+             "CUDA out of memory. Tried to allocate %s (%s requested). GPU 0 has a total capacity of %s of which %s "
+             "is free.",
+             fmt_size(a, o->rounded), fmt_size(b, o->requested), fmt_size(c, o->device_total),
+             fmt_size(d, o->device_free));
+    assert_true(t->n > 2);
+    assert_string_equal(t->line[0], want);
+    snprintf(want, sizeof want,
+             "%sOf the allocated memory %s is allocated by cucache, %sand %s is reserved by cucache but unallocated.",
+             allowed, fmt_size(e, o->allocated), private_part, fmt_size(g, o->reserved - o->allocated));
+    assert_string_equal(t->line[1], want);
+}
+
+/* ------------------------------------------------------------------------
+ * The cases
+ * ---------------------------------------------------------------------- */
+
+/* Four 32 MiB segments, freed, then carved into `count` blocks of
+ * block_req; every other block is freed again (live[] keeps the rest). */
+static void make_fragmented(fx_t *f, const char *conf_text, size_t block_req, size_t count, uintptr_t *live,
+                            size_t *nlive)
+{
+    fx_open(f, 128 * MiB, conf_text);
+    uintptr_t p[32];
+    assert_true(count <= 32);
+    for (int i = 0; i < 4; i++)
+        p[i] = fx_alloc(f, 32 * MiB, 0);
+    for (int i = 0; i < 4; i++)
+        fx_free(f, p[i], CORE_FREE_NOW, 0);
+    for (size_t i = 0; i < count; i++)
+        p[i] = fx_alloc(f, block_req, 0);
+    assert_int_equal(f->m.n_alloc, 4); /* all carved from the four segments */
+    *nlive = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (i % 2 == 0)
+            fx_free(f, p[i], CORE_FREE_NOW, 0);
+        else
+            live[(*nlive)++] = p[i];
+    }
+}
+
+static void test_fragmented(void **state)
+{
+    (void)state;
+    fx_t f;
+    uintptr_t live[32];
+    size_t nlive;
+    make_fragmented(&f, "reuse:fenced", 4 * MiB - 100, 32, live, &nlive);
+    assert_int_equal(nlive, 16);
+    oomcase_t c;
+    fail_and_report(&f, &c, 24 * MiB, "reuse:fenced");
+    golden("fragmented", &c.text);
+    assert_false(c.oom.limit_hit);
+    assert_int_equal(c.oom.largest_free, 4 * MiB);
+    assert_int_equal(c.oom.device_free, 0);
+    expect_sentence(&c.text, &c.oom, "", "");
+    assert_string_equal(text_line(&c.text, "cache: fragmentation"),
+                        "cache: fragmentation 93.8% (1 - largest free block / free bytes)");
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "hint: fragmentation: 64.00 MiB is free"));
+    assert_non_null(strstr(hints, "CUCACHE_CONF=reuse:fenced,max_split_size_mb:24"));
+    assert_null(strstr(hints, "roundup_power2_divisions")); /* no rounding to speak of */
+    assert_true(text_has(&c.text, "      16 x   4.00 MiB = 64.00 MiB"));
+
+    /* the layout could not be copied: what oom and the counters tell */
+    st_oom_input_t in;
+    text_t t = {0};
+    report_input(&c, "reuse:fenced", &in, false);
+    st_report_oom(&in, text_sink, &t);
+    expect_sentence(&t, &c.oom, "", "");
+    assert_true(text_has(&t, "layout: unavailable"));
+    assert_false(text_starts(&t, "segment map:"));
+    assert_false(text_starts(&t, "pools:"));
+    text_hints(&t, hints, sizeof hints);
+    assert_non_null(strstr(hints, "max_split_size_mb:24")); /* the counters still show the fragmentation */
+    golden("no_layout", &t);
+    text_free(&t);
+
+    /* the user's text is kept, less the key suggested, and quoted for the shell */
+    report_input(&c, "roundup_power2_divisions:[256:1,>:2], max_split_size_mb:100", &in, true);
+    st_report_oom(&in, text_sink, &t);
+    text_hints(&t, hints, sizeof hints);
+    assert_non_null(strstr(hints, ", CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],max_split_size_mb:24'\n"));
+    text_free(&t);
+
+    /* the repeat: one line */
+    report_input(&c, "reuse:fenced", &in, true);
+    st_report_oom_repeat(&in, 3, text_sink, &t);
+    assert_int_equal(t.n, 1);
+    assert_string_equal(t.line[0], "CUDA out of memory again (failure 3): tried to allocate 24.00 MiB (24.00 MiB "
+                                   "requested) on GPU 0; 0 bytes free of 128.00 MiB, cucache holds 128.00 MiB (64.00 "
+                                   "MiB allocated); full report at the first failure above");
+    golden("repeat", &t);
+    text_free(&t);
+
+    oomcase_free(&c);
+    for (size_t i = 0; i < nlive; i++)
+        fx_free(&f, live[i], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
+/* Rounding to 1/2 power-of-two steps: 5 MiB requests take 6 MiB blocks,
+ * a sixth of the live bytes is waste, and the hint says finer steps. */
+static void test_fragmented_roundup(void **state)
+{
+    (void)state;
+    fx_t f;
+    uintptr_t live[32];
+    size_t nlive;
+    make_fragmented(&f, "roundup_power2_divisions:2", 5 * MiB, 20, live, &nlive);
+    oomcase_t c;
+    fail_and_report(&f, &c, 24 * MiB, "roundup_power2_divisions:2");
+    golden("fragmented_roundup", &c.text);
+    expect_sentence(&c.text, &c.oom, "", "");
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "CUCACHE_CONF=roundup_power2_divisions:2,max_split_size_mb:24"));
+    /* the suggestion replaces the user's roundup_power2_divisions */
+    assert_non_null(strstr(hints, "hint: rounding wastes 10.00 MiB of the 60.00 MiB live"));
+    assert_non_null(strstr(hints, "CUCACHE_CONF=roundup_power2_divisions:4"));
+    oomcase_free(&c);
+    for (size_t i = 0; i < nlive; i++)
+        fx_free(&f, live[i], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
+/* Paddle's preallocation: the chunk is full of holes, a second chunk does
+ * not fit: grow on demand, or a fraction small enough for two chunks. */
+static void test_fragmented_preallocate(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 128 * MiB, "strategy:preallocate");
+    uintptr_t p[29];
+    for (int i = 0; i < 29; i++)
+        p[i] = fx_alloc(&f, 4 * MiB, 0);
+    for (int i = 0; i < 29; i += 2)
+        fx_free(&f, p[i], CORE_FREE_NOW, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 8 * MiB, "strategy:preallocate");
+    golden("fragmented_preallocate", &c.text);
+    assert_int_equal(c.oom.alloc_size, 116 * MiB); /* another chunk */
+    expect_sentence(&c.text, &c.oom, "", "");
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "hint: fragmentation inside the preallocated chunk: 60.00 MiB is free"));
+    assert_non_null(strstr(hints, "CUCACHE_CONF=strategy:auto_growth"));
+    /* 0.92 x (1 + 12/116) / 2 = 0.507...: two chunks of 0.50 fit */
+    assert_non_null(strstr(hints, "CUCACHE_CONF=strategy:preallocate,fraction:0.50"));
+    assert_null(strstr(hints, "max_split_size_mb"));
+    oomcase_free(&c);
+    for (int i = 1; i < 29; i += 2)
+        fx_free(&f, p[i], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
+/* Every byte live: nothing to tune. */
+static void test_full(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 64 * MiB, "");
+    uintptr_t p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = fx_alloc(&f, 16 * MiB - 4096, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 8 * MiB, "");
+    golden("full", &c.text);
+    assert_int_equal(c.oom.alloc_size, 20 * MiB);
+    assert_int_equal(c.oom.allocated, 64 * MiB);
+    expect_sentence(&c.text, &c.oom, "", "");
+    assert_string_equal(text_line(&c.text, "cache: fragmentation"),
+                        "cache: fragmentation n/a (1 - largest free block / free bytes)");
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "hint: the memory is in use: live allocations hold 64.00 MiB"));
+    assert_non_null(strstr(hints, "the device lacks 20.00 MiB"));
+    assert_non_null(strstr(hints, "no CUCACHE_CONF setting changes that"));
+    assert_null(strstr(hints, "CUCACHE_CONF="));
+    oomcase_free(&c);
+    for (int i = 0; i < 4; i++)
+        fx_free(&f, p[i], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
+/* limit_mb:64 on a 256 MiB device: 48 MiB held, 32 MiB more refused. */
+static void test_limit(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 256 * MiB, "limit_mb:64");
+    uintptr_t p[3];
+    for (int i = 0; i < 3; i++)
+        p[i] = fx_alloc(&f, 16 * MiB, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 32 * MiB, " limit_mb:64 ");
+    golden("limit", &c.text);
+    assert_true(c.oom.limit_hit);
+    assert_int_equal(c.oom.limit, 64 * MiB);
+    expect_sentence(&c.text, &c.oom, "64.00 MiB allowed; ", "");
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "hint: a limit refused it: limit_mb allows 64.00 MiB"));
+    assert_non_null(strstr(hints, "CUCACHE_CONF=limit_mb:80 would have fit it")); /* 48 + 32 */
+    assert_null(strstr(hints, "raising the limit alone"));                        /* the device has room */
+    oomcase_free(&c);
+    for (int i = 0; i < 3; i++)
+        fx_free(&f, p[i], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
+/* The same through per_process_memory_fraction: 80 MiB of 256 is 0.3125. */
+static void test_limit_fraction(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 256 * MiB, "per_process_memory_fraction:0.25");
+    uintptr_t p[3];
+    for (int i = 0; i < 3; i++)
+        p[i] = fx_alloc(&f, 16 * MiB, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 32 * MiB, "per_process_memory_fraction:0.25,reuse:stream");
+    assert_true(c.oom.limit_hit);
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "per_process_memory_fraction allows 64.00 MiB"));
+    assert_non_null(strstr(hints, "CUCACHE_CONF=reuse:stream,per_process_memory_fraction:0.32 would have fit it"));
+    oomcase_free(&c);
+    for (int i = 0; i < 3; i++)
+        fx_free(&f, p[i], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
+/* The limit refused it, and the device would not have had room either. */
+static void test_limit_and_device(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 72 * MiB, "limit_mb:64");
+    uintptr_t p[3];
+    for (int i = 0; i < 3; i++)
+        p[i] = fx_alloc(&f, 16 * MiB, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 32 * MiB, "limit_mb:64");
+    assert_true(c.oom.limit_hit);
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "CUCACHE_CONF=limit_mb:80 would have fit it"));
+    assert_non_null(strstr(hints, "hint: but the device has only 24.00 MiB free now, 8.00 MiB less than the segment"));
+    oomcase_free(&c);
+    for (int i = 0; i < 3; i++)
+        fx_free(&f, p[i], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
+/* Another user of the device holds 80 MiB of 128: nothing to tune. */
+static void test_outside(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 128 * MiB, "");
+    core_backend_t be = mem_backend_vtable(&f.m);
+    uintptr_t other;
+    assert_int_equal(be.seg_alloc(be.ctx, 0, 80 * MiB, &other), CORE_OK);
+    uintptr_t p = fx_alloc(&f, 16 * MiB, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 48 * MiB, "");
+    golden("outside", &c.text);
+    assert_int_equal(c.oom.device_free, 32 * MiB);
+    expect_sentence(&c.text, &c.oom, "", "");
+    assert_non_null(strstr(text_line(&c.text, "outside cucache: "), "outside cucache: 80.00 MiB"));
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "hint: memory held outside cucache (80.00 MiB) is more than what was missing "
+                                  "(16.00 MiB)"));
+    assert_null(strstr(hints, "CUCACHE_CONF="));
+    oomcase_free(&c);
+    fx_free(&f, p, CORE_FREE_NOW, 0);
+    be.seg_free(be.ctx, 0, other, 80 * MiB);
+    fx_close(&f);
+}
+
+/* A private pool holds 16 MiB live and 16 MiB free that the default pools
+ * cannot use; the default pools hold the rest. */
+static void test_private_pools(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 128 * MiB, "");
+    int pool = core_pool_create(f.d);
+    assert_true(pool > 0);
+    assert_int_equal(core_pool_use(f.d, pool), 0);
+    uintptr_t a = fx_alloc(&f, 16 * MiB, 0), b = fx_alloc(&f, 16 * MiB, 0), s = fx_alloc(&f, 1000, 0);
+    fx_free(&f, b, CORE_FREE_NOW, 0);
+    assert_int_equal(core_pool_use(f.d, 0), 0);
+    uintptr_t x = fx_alloc(&f, 16 * MiB, 0), y = fx_alloc(&f, 4 * MiB, 0), z = fx_alloc(&f, 512, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 64 * MiB, "");
+    golden("private_pools", &c.text);
+    assert_int_equal(c.oom.pool_id, 0);
+    expect_sentence(&c.text, &c.oom, "", "with 16.00 MiB allocated in private pools (e.g., CUDA Graphs), ");
+    assert_true(text_has(&c.text, "  private 1 small "));
+    assert_true(text_has(&c.text, "  private 1 large    2 segments 32.00 MiB; live 1 block 16.00 MiB; free 1 "
+                                  "block 16.00 MiB"));
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "hint: the memory is in use"));
+    assert_non_null(strstr(hints, "hint: private pools (CUDA graphs, MemPool) keep 18.00 MiB free"));
+    oomcase_free(&c);
+    fx_free(&f, x, CORE_FREE_NOW, 0);
+    fx_free(&f, y, CORE_FREE_NOW, 0);
+    fx_free(&f, z, CORE_FREE_NOW, 0);
+    fx_free(&f, a, CORE_FREE_NOW, 0);
+    fx_free(&f, s, CORE_FREE_NOW, 0);
+    assert_int_equal(core_pool_destroy(f.d, pool), 0);
+    fx_close(&f);
+}
+
+/* During a capture frees stay pending and the failure comes without the
+ * retry ladder: the map shows them, the hint says they wait. */
+static void test_pending(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 64 * MiB, "");
+    uintptr_t p[3];
+    for (int i = 0; i < 3; i++)
+        p[i] = fx_alloc(&f, 16 * MiB - 1 * MiB, 0);
+    core_set_capturing(f.d, true);
+    fx_free(&f, p[1], CORE_FREE_FENCED, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 32 * MiB, "");
+    golden("pending", &c.text);
+    assert_int_equal(c.oom.pending, 16 * MiB);
+    expect_sentence(&c.text, &c.oom, "", "");
+    assert_true(text_has(&c.text, "|~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~|"));
+    assert_true(text_has(&c.text, "|******************************xx|"));
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "hint: 16.00 MiB more is freed but still waiting on fences or events"));
+    oomcase_free(&c);
+    core_set_capturing(f.d, false);
+    core_synchronized(f.d);
+    fx_free(&f, p[0], CORE_FREE_NOW, 0);
+    fx_free(&f, p[2], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
+/* The device failed with an error, not for lack of memory. */
+static void test_backend_error(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 128 * MiB, "");
+    f.m.fail_allocs = 1;
+    f.m.fail_code = CORE_EFAIL;
+    oomcase_t c;
+    fail_and_report(&f, &c, 4 * MiB, "");
+    assert_int_equal(c.oom.backend_error, CORE_EFAIL);
+    expect_sentence(&c.text, &c.oom, "", "");
+    char hints[4096];
+    text_hints(&c.text, hints, sizeof hints);
+    assert_non_null(strstr(hints, "an error other than out of memory"));
+    assert_null(strstr(hints, "CUCACHE_CONF="));
+    oomcase_free(&c);
+    fx_close(&f);
+}
+
+/* More than 16 segments and 8 sizes: the map and the size list are capped. */
+static void test_caps(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 64 * MiB, "");
+    uintptr_t p[40], q[10];
+    for (int i = 0; i < 40; i++) /* 20 small segments, two 1 MiB blocks each */
+        p[i] = fx_alloc(&f, 1 * MiB, 0);
+    for (int i = 0; i < 40; i += 2) /* the first block of each segment */
+        fx_free(&f, p[i], CORE_FREE_NOW, 0);
+    for (int i = 0; i < 10; i++) /* ten sizes into the holes */
+        q[i] = fx_alloc(&f, (size_t)(i + 1) * 64 * KiB, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 64 * MiB, "");
+    golden("caps", &c.text);
+    assert_int_equal(c.layout.nsegs, 20);
+    assert_true(text_has(&c.text, "segment map: the 16 of 20 segments with the most free bytes"));
+    assert_true(text_has(&c.text, "  ... 4 more segments, 8.00 MiB"));
+    assert_true(text_has(&c.text, "  ... 3 more sizes: 3 blocks, 384.00 KiB")); /* 64 + 128 + 192 KiB */
+    size_t maplines = 0;
+    for (size_t i = 0; i < c.text.n; i++)
+        maplines += strncmp(c.text.line[i], "  0x", 4) == 0;
+    assert_int_equal(maplines, 16);
+    oomcase_free(&c);
+    for (int i = 1; i < 40; i += 2)
+        fx_free(&f, p[i], CORE_FREE_NOW, 0);
+    for (int i = 0; i < 10; i++)
+        fx_free(&f, q[i], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
+/* ------------------------------------------------------------------------
+ * The summary
+ * ---------------------------------------------------------------------- */
+
+/* Every table line is 75 characters between bars. */
+static size_t check_table(const text_t *t)
+{
+    size_t rows = 0;
+    for (size_t i = 0; i < t->n && t->line[i][0] == '|'; i++, rows++) {
+        assert_int_equal(strlen(t->line[i]), 77);
+        assert_int_equal(t->line[i][76], '|');
+    }
+    return rows;
+}
+
+static void summary_of(fx_t *f, text_t *t)
+{
+    core_stats_t s;
+    core_stats_get(f->d, &s);
+    s.fence_wait_ns = 1234567; /* measured with a clock: masked */
+    st_summary(0, &s, text_sink, t);
+}
+
+static void test_summary(void **state)
+{
+    (void)state;
+    fx_t f;
+    uintptr_t live[32];
+    size_t nlive;
+    make_fragmented(&f, "", 4 * MiB - 100, 32, live, &nlive);
+    oomcase_t c;
+    fail_and_report(&f, &c, 24 * MiB, "");
+    oomcase_free(&c);
+
+    text_t t = {0};
+    summary_of(&f, &t);
+    golden("summary_live", &t);
+    /* 1 + title + 1 + OOMs + 1 + header + 9 groups of 4 + 2 of 2 + 1 */
+    assert_int_equal(check_table(&t), 6 + 9 * 4 + 2 * 2 + 1);
+    assert_string_equal(t.line[1], "|                  cucache memory summary, device ID 0                      |");
+    assert_string_equal(t.line[3], "|            CUDA OOMs: 1            |        cudaMalloc retries: 1         |");
+    assert_string_equal(t.line[5], "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |");
+    /* expected lines checked against PyTorch's own formatting code run on the same numbers */
+    assert_string_equal(text_line(&t, "| Allocated memory "),
+                        "| Allocated memory      |  65536 KiB | 131072 KiB | 262144 KiB | 196608 KiB |");
+    assert_string_equal(text_line(&t, "| GPU reserved memory "),
+                        "| GPU reserved memory   | 131072 KiB | 131072 KiB | 131072 KiB |      0 B   |");
+    assert_string_equal(text_line(&t, "verdict:"), "verdict: 67108864 bytes in 16 allocations still live (64.00 MiB)");
+    assert_string_equal(text_line(&t, "cache hit rate:"),
+                        "cache hit rate: 88.9% (32 of 36 allocations served from cached blocks)");
+    text_free(&t);
+
+    for (size_t i = 0; i < nlive; i++)
+        fx_free(&f, live[i], CORE_FREE_NOW, 0);
+    summary_of(&f, &t);
+    golden("summary_freed", &t);
+    assert_string_equal(text_line(&t, "verdict:"), "verdict: everything freed");
+    text_free(&t);
+    fx_close(&f);
+}
+
+/* PyTorch's unit steps on constructed counters. */
+static void test_summary_units(void **state)
+{
+    (void)state;
+    core_stats_t s;
+    memset(&s, 0, sizeof s);
+    s.allocated_bytes[CORE_POOL_ALL] = (core_stat_t){3 * (int64_t)GiB, 767 * 1024, 700 * 1024, 768 * 1024};
+    s.allocated_bytes[CORE_POOL_LARGE] = (core_stat_t){3 * (int64_t)GiB - 1000, 767 * 1024, 0, 5};
+    s.allocation[CORE_POOL_ALL] = (core_stat_t){1000000, 749999, 750000, 2000000000};
+    s.allocation[CORE_POOL_SMALL] = (core_stat_t){1999, 5, 750000, 1};
+    text_t t = {0};
+    st_summary(7, &s, text_sink, &t);
+    check_table(&t);
+    assert_string_equal(t.line[1], "|                  cucache memory summary, device ID 7                      |");
+    /* current 3 GiB: MiB; peak below 768 KiB: bytes; freed exactly 768 KiB: KiB */
+    assert_string_equal(text_line(&t, "| Allocated memory "),
+                        "| Allocated memory      |   3072 MiB | 785408 B   | 716800 B   |    768 KiB |");
+    /* the pool rows scale by the "all" row: 3 GiB - 1000 floors to 3071 MiB */
+    assert_string_equal(text_line(&t, "|       from large pool"),
+                        "|       from large pool |   3071 MiB | 785408 B   |      0 B   |      0 KiB |");
+    assert_string_equal(text_line(&t, "| Allocations "),
+                        "| Allocations           |    1000 K  |  749999    |     750 K  |    2000 M  |");
+    assert_string_equal(t.line[29], "|       from small pool |       1 K  |       5    |     750 K  |       0 M  |");
+    assert_string_equal(text_line(&t, "cache hit rate:"),
+                        "cache hit rate: 0.0% (0 of 750000 allocations served from cached blocks)");
+    assert_string_equal(text_line(&t, "verdict:"), "verdict: 3221225472 bytes in 1000000 allocations still live "
+                                                   "(3.00 GiB)");
+    text_free(&t);
+
+    memset(&s, 0, sizeof s);
+    st_summary(0, &s, text_sink, &t);
+    assert_string_equal(text_line(&t, "cache hit rate:"),
+                        "cache hit rate: n/a (0 of 0 allocations served from cached blocks)");
+    assert_string_equal(text_line(&t, "fences:"), "fences: 0 recorded, 0 waits for a fence or event, 0.000 ms waiting");
+    assert_string_equal(text_line(&t, "verdict:"), "verdict: everything freed");
+    text_free(&t);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1)
+        golden_dir = argv[1];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fragmented),
+        cmocka_unit_test(test_fragmented_roundup),
+        cmocka_unit_test(test_fragmented_preallocate),
+        cmocka_unit_test(test_full),
+        cmocka_unit_test(test_limit),
+        cmocka_unit_test(test_limit_fraction),
+        cmocka_unit_test(test_limit_and_device),
+        cmocka_unit_test(test_outside),
+        cmocka_unit_test(test_private_pools),
+        cmocka_unit_test(test_pending),
+        cmocka_unit_test(test_backend_error),
+        cmocka_unit_test(test_caps),
+        cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_summary_units),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
