@@ -34,7 +34,11 @@
  *
  * Options: --expect-cucache (fail unless cucache is loaded and had cache
  * hits), --race-informational (print race results, do not let them decide
- * the exit status: for reuse:stream).  GPU_ALLOC_SEED=<n> replays the
+ * the exit status: for reuse:stream), --oom (instead of the checks: fill
+ * the device with 256 MiB blocks, free every other one, then ask for 1 GiB
+ * more than the device has free; passes when that returns
+ * cudaErrorMemoryAllocation and the blocks still held keep their data: the
+ * run that shows cucache's OOM report and snapshot on a real device).  GPU_ALLOC_SEED=<n> replays the
  * seeded checks.  Exit status: 0 when every deciding check passed, 1
  * otherwise (also on any CUDA error, which is printed).
  *
@@ -716,19 +720,74 @@ static void cucache_counters(void)
 }
 
 /* ------------------------------------------------------------------------
+ * --oom: a forced, fragmented out-of-memory failure
+ * ---------------------------------------------------------------------- */
+
+static int run_oom(void)
+{
+    enum { MAX_BLOCKS = 4096 };
+    static void *blocks[MAX_BLOCKS];
+    const size_t block = 256 * MIB;
+    size_t n = 0;
+    while (n < MAX_BLOCKS) {
+        void *p = NULL;
+        cudaError_t rc = cudaMalloc(&p, block);
+        if (rc != cudaSuccess) {
+            (void)cudaGetLastError();
+            break;
+        }
+        CK(cudaMemset(p, (int)(n & 0xff), block));
+        blocks[n++] = p;
+    }
+    for (size_t i = 0; i < n; i += 2) {
+        CK(cudaFree(blocks[i]));
+        blocks[i] = NULL;
+    }
+    size_t free_b = 0, total_b = 0;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    printf("gpu_alloc: --oom: %zu blocks of 256 MiB filled the device, every other one freed; %.2f GiB free of "
+           "%.2f GiB\n",
+           n, (double)free_b / (1 << 30), (double)total_b / (1 << 30));
+    void *big = NULL;
+    size_t ask = free_b + 1024 * MIB;
+    cudaError_t rc = cudaMalloc(&big, ask);
+    cudaError_t last = cudaGetLastError();
+    printf("gpu_alloc: --oom: cudaMalloc(%zu) returned %s, cudaGetLastError %s\n", ask, cudaGetErrorName(rc),
+           cudaGetErrorName(last));
+    int ok = rc == cudaErrorMemoryAllocation;
+    for (size_t i = 1; i < n; i += 2) {
+        unsigned char h[2];
+        CK(cudaMemcpy(&h[0], blocks[i], 1, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(&h[1], (char *)blocks[i] + block - 1, 1, cudaMemcpyDeviceToHost));
+        if (h[0] != (unsigned char)(i & 0xff) || h[1] != (unsigned char)(i & 0xff)) {
+            printf("gpu_alloc: --oom: block %zu lost its data\n", i);
+            ok = 0;
+        }
+        CK(cudaFree(blocks[i]));
+    }
+    if (big && rc == cudaSuccess)
+        CK(cudaFree(big));
+    printf("gpu_alloc: RESULT %s (--oom)\n", ok ? "PASS" : "FAIL");
+    return ok ? 0 : 1;
+}
+
+/* ------------------------------------------------------------------------
  * main
  * ---------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {
+    int oom_mode = 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--expect-cucache") == 0)
             expect_cucache = 1;
         else if (strcmp(argv[i], "--race-informational") == 0)
             race_informational = 1;
+        else if (strcmp(argv[i], "--oom") == 0)
+            oom_mode = 1;
         else {
-            fprintf(stderr, "usage: %s [--expect-cucache] [--race-informational]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--expect-cucache] [--race-informational] [--oom]\n", argv[0]);
             return 2;
         }
     }
@@ -753,6 +812,8 @@ int main(int argc, char **argv)
     printf("gpu_alloc: seed %llu (GPU_ALLOC_SEED)%s%s\n", seed0, expect_cucache ? ", --expect-cucache" : "",
            race_informational ? ", --race-informational" : "");
 
+    if (oom_mode)
+        return run_oom();
     CK(cudaHostAlloc((void **)&hctr, sizeof *hctr, cudaHostAllocMapped));
     CK(cudaHostGetDevicePointer((void **)&dctr, hctr, 0));
     counters_reset();

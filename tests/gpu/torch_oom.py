@@ -1,0 +1,37 @@
+"""A forced out-of-memory failure in PyTorch with its caching allocator off
+(PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor is a cudaMalloc), for
+scripts/gpu-check: fills the GPU with 256 MiB tensors, drops every other
+one, then asks for more than is free.  Passes (exit 0) when PyTorch raises
+its out-of-memory error and the tensors still held keep their values.
+Under cucache-run the failure prints cucache's report, and with --snapshot
+writes the snapshot gpu-check then opens with torch.cuda._memory_viz."""
+import os
+import sys
+
+import torch
+
+if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") != "1":
+    sys.exit("torch_oom: run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (gpu-check does)")
+OOM = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
+block = 256 << 20
+held = []
+try:
+    while True:
+        held.append(torch.full((block // 4,), float(len(held)), device="cuda"))
+except OOM:
+    pass
+n = len(held)
+for i in range(0, n, 2):
+    held[i] = None
+free, total = torch.cuda.mem_get_info()
+print(f"torch_oom: {n} tensors of 256 MiB filled the GPU, every other one dropped; "
+      f"{free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB", flush=True)
+raised = False
+try:
+    torch.empty(free + (1 << 30), dtype=torch.uint8, device="cuda")
+except OOM as e:
+    raised = True
+    print(f"torch_oom: PyTorch raised: {str(e).splitlines()[0][:200]}", flush=True)
+kept = all(t is None or (t[0].item() == i and t[-1].item() == i) for i, t in enumerate(held))
+print(f"torch_oom: RESULT {'PASS' if raised and kept else 'FAIL'} (raised={raised}, data kept={kept})")
+sys.exit(0 if raised and kept else 1)
