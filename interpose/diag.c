@@ -487,10 +487,14 @@ int hook_summary(int device, st_sink_fn sink, void *ctx)
 static void at_exit(void)
 {
     /* A process that never allocated through cucache (a launcher, a shell
-     * between cucache-run and the job) prints nothing. */
+     * between cucache-run and the job, a fork child) prints and writes
+     * nothing. */
     if (diag.report_exit)
         for (int i = 0; i < HOOK_MAX_DEVICES; i++)
             hook_summary(i, NULL, NULL);
-    if (diag.snapshot_on & SNAP_ON_EXIT)
+    bool used = false;
+    for (int i = 0; i < HOOK_MAX_DEVICES; i++)
+        used |= hook_dev_core(&hook_devs[i]) != NULL;
+    if ((diag.snapshot_on & SNAP_ON_EXIT) && used)
         hook_snapshot(diag.snapshot, -1, "exit");
 }
