@@ -363,6 +363,32 @@ typedef enum hook_warn_e {
 void hook_warn(hook_warn_t kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ------------------------------------------------------------------------
+ * The trace recorder (trace.c; CUCACHE_TRACE, stats/trace.h)
+ * ---------------------------------------------------------------------- */
+
+extern atomic_bool hook_tracing;
+/* The device of this thread's last runtime or driver call (-1: none):
+ * what the recorder writes in a record's device field. */
+extern HOOK_TLS int hook_last_dev;
+
+/* Reads CUCACHE_TRACE and opens the file (the constructor); 0, or -1 with
+ * err naming the variable and the problem. */
+int hook_trace_start(char *err, size_t errlen);
+
+/* Whether this hook call is to be recorded: tracing, and an application
+ * call (not one cucache makes through the real API). */
+static inline bool hook_trace_on(void)
+{
+    return HOOK_UNLIKELY(atomic_load_explicit(&hook_tracing, memory_order_relaxed)) && hook_depth == 0;
+}
+/* The recorder's clock now (for a record stamped before the call). */
+uint64_t hook_trace_now(void);
+/* Appends one record (stats/trace.h's kinds and apis) to this thread's
+ * buffer; when: hook_trace_now() taken earlier, or 0 for now. */
+void hook_trace_put(unsigned kind, unsigned api, int device, uint64_t stream, uint64_t addr, uint64_t size,
+                    uint64_t when);
+
+/* ------------------------------------------------------------------------
  * Diagnostics (diag.c): the OOM report, the exit summary, snapshots
  * ---------------------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
  * created context is current pass through: hook.h, "Contexts".
  */
 #include "hook.h"
+#include "trace.h"
 
 __attribute__((noinline)) static CUresult cu_oom(hook_dev_t *hd, const core_oom_t *oom)
 {
@@ -25,7 +26,7 @@ __attribute__((noinline)) static CUresult cu_bad_free(CUdeviceptr p, const char 
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+static inline CUresult cu_alloc(CUdeviceptr *dptr, size_t bytesize)
 {
     hook_dev_t *hd;
     core_dev_t *d;
@@ -41,7 +42,7 @@ HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     return cu_oom(hd, &oom);
 }
 
-HOOK_API CUresult cuMemFree_v2(CUdeviceptr dptr)
+static inline CUresult cu_free(CUdeviceptr dptr)
 {
     if (HOOK_UNLIKELY(hook_bypass() || dptr == 0))
         return CU_REAL(cuMemFree_v2, dptr);
@@ -56,6 +57,41 @@ HOOK_API CUresult cuMemFree_v2(CUdeviceptr dptr)
     if (r == CUDA_ERROR_INVALID_VALUE)
         hook_warn(HOOK_WARN_BAD_FREE, "cuMemFree(0x%llx): not a device allocation (neither cucache's nor CUDA's)",
                   (unsigned long long)dptr);
+    return r;
+}
+
+/* The recorded twins (CUCACHE_TRACE): as in hook_rt_mem.c. */
+__attribute__((noinline)) static void record_alloc(unsigned api, CUresult r, CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    if (r == CUDA_SUCCESS)
+        hook_trace_put(TRACE_ALLOC, api, hook_last_dev, (uintptr_t)s, (uint64_t)*dptr, size, 0);
+    else
+        hook_trace_put(TRACE_ALLOC_FAIL, api, hook_last_dev, (uintptr_t)s, (uint64_t)r, size, 0);
+}
+
+__attribute__((noinline)) static void record_free(unsigned api, CUresult r, CUdeviceptr p, CUstream s, uint64_t when)
+{
+    if (r == CUDA_SUCCESS && p)
+        hook_trace_put(TRACE_FREE, api, hook_last_dev, (uintptr_t)s, (uint64_t)p, 0, when);
+}
+
+HOOK_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    if (HOOK_LIKELY(!hook_trace_on()))
+        return cu_alloc(dptr, bytesize);
+    CUresult r = cu_alloc(dptr, bytesize);
+    if (dptr)
+        record_alloc(TRACE_API_CU_MEM_ALLOC, r, dptr, bytesize, NULL);
+    return r;
+}
+
+HOOK_API CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    if (HOOK_LIKELY(!hook_trace_on()))
+        return cu_free(dptr);
+    uint64_t when = hook_trace_now();
+    CUresult r = cu_free(dptr);
+    record_free(TRACE_API_CU_MEM_ALLOC, r, dptr, NULL, when);
     return r;
 }
 
@@ -104,22 +140,42 @@ static CUresult cu_free_async(CUdeviceptr dptr, CUstream s, bool pt)
     return pt ? CU_REAL(cuMemFreeAsync_ptsz, dptr, s) : CU_REAL(cuMemFreeAsync, dptr, s);
 }
 
+static CUresult cu_alloc_async_traced(CUdeviceptr *dptr, size_t bytesize, CUstream s, bool pt)
+{
+    if (HOOK_LIKELY(!hook_trace_on()))
+        return cu_alloc_async(dptr, bytesize, s, pt);
+    CUresult r = cu_alloc_async(dptr, bytesize, s, pt);
+    if (dptr)
+        record_alloc(TRACE_API_CU_MEM_ALLOC_ASYNC, r, dptr, bytesize, s);
+    return r;
+}
+
+static CUresult cu_free_async_traced(CUdeviceptr dptr, CUstream s, bool pt)
+{
+    if (HOOK_LIKELY(!hook_trace_on()))
+        return cu_free_async(dptr, s, pt);
+    uint64_t when = hook_trace_now();
+    CUresult r = cu_free_async(dptr, s, pt);
+    record_free(TRACE_API_CU_MEM_ALLOC_ASYNC, r, dptr, s, when);
+    return r;
+}
+
 HOOK_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    return cu_alloc_async(dptr, bytesize, hStream, false);
+    return cu_alloc_async_traced(dptr, bytesize, hStream, false);
 }
 
 HOOK_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    return cu_alloc_async(dptr, bytesize, hStream, true);
+    return cu_alloc_async_traced(dptr, bytesize, hStream, true);
 }
 
 HOOK_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    return cu_free_async(dptr, hStream, false);
+    return cu_free_async_traced(dptr, hStream, false);
 }
 
 HOOK_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-    return cu_free_async(dptr, hStream, true);
+    return cu_free_async_traced(dptr, hStream, true);
 }

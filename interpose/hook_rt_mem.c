@@ -7,6 +7,7 @@
  * Everything else (out of memory, foreign pointers, captures) is out of line.
  */
 #include "hook.h"
+#include "trace.h"
 
 /* Which runtime entry point a shared slow path stands in for. */
 typedef enum rt_api_e {
@@ -38,7 +39,7 @@ __attribute__((noinline)) static cudaError_t rt_oom(hook_dev_t *hd, const core_o
     }
 }
 
-HOOK_API cudaError_t cudaMalloc(void **devPtr, size_t size)
+static inline cudaError_t rt_malloc(void **devPtr, size_t size)
 {
     hook_dev_t *hd;
     core_dev_t *d;
@@ -89,7 +90,7 @@ __attribute__((noinline)) static cudaError_t rt_not_mine(void *devPtr, bool insi
     return e;
 }
 
-HOOK_API cudaError_t cudaFree(void *devPtr)
+static inline cudaError_t rt_free(void *devPtr)
 {
     if (HOOK_UNLIKELY(hook_bypass() || !devPtr))
         return RT_REAL(cudaFree, devPtr);
@@ -99,6 +100,47 @@ HOOK_API cudaError_t cudaFree(void *devPtr)
     if (HOOK_LIKELY(hook_free_any(hd, (uintptr_t)devPtr, how, 0, &inside) == CORE_FREED))
         return cudaSuccess;
     return rt_not_mine(devPtr, inside, NULL, RT_PLAIN);
+}
+
+/* ------------------------------------------------------------------------
+ * The recorded twins (CUCACHE_TRACE): an allocation is stamped after it
+ * returned, a free before it began (trace.c says why)
+ * ---------------------------------------------------------------------- */
+
+__attribute__((noinline)) static void record_alloc(unsigned api, cudaError_t e, void **devPtr, size_t size,
+                                                  cudaStream_t s)
+{
+    if (e == cudaSuccess)
+        hook_trace_put(TRACE_ALLOC, api, hook_last_dev, (uintptr_t)s, (uintptr_t)*devPtr, size, 0);
+    else
+        hook_trace_put(TRACE_ALLOC_FAIL, api, hook_last_dev, (uintptr_t)s, (uint64_t)e, size, 0);
+}
+
+__attribute__((noinline)) static void record_free(unsigned api, cudaError_t e, void *devPtr, cudaStream_t s,
+                                                 uint64_t when)
+{
+    if (e == cudaSuccess && devPtr)
+        hook_trace_put(TRACE_FREE, api, hook_last_dev, (uintptr_t)s, (uintptr_t)devPtr, 0, when);
+}
+
+HOOK_API cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    if (HOOK_LIKELY(!hook_trace_on()))
+        return rt_malloc(devPtr, size);
+    cudaError_t e = rt_malloc(devPtr, size);
+    if (devPtr)
+        record_alloc(TRACE_API_CUDA_MALLOC, e, devPtr, size, NULL);
+    return e;
+}
+
+HOOK_API cudaError_t cudaFree(void *devPtr)
+{
+    if (HOOK_LIKELY(!hook_trace_on()))
+        return rt_free(devPtr);
+    uint64_t when = hook_trace_now();
+    cudaError_t e = rt_free(devPtr);
+    record_free(TRACE_API_CUDA_MALLOC, e, devPtr, NULL, when);
+    return e;
 }
 
 /* Free memory as the program can use it: what the device has plus what the
@@ -172,22 +214,42 @@ static cudaError_t rt_free_async(void *devPtr, cudaStream_t s, bool pt)
     return rt_not_mine(devPtr, inside, s, pt ? RT_ASYNC_PTSZ : RT_ASYNC);
 }
 
+static cudaError_t rt_malloc_async_traced(void **devPtr, size_t size, cudaStream_t s, bool pt)
+{
+    if (HOOK_LIKELY(!hook_trace_on()))
+        return rt_malloc_async(devPtr, size, s, pt);
+    cudaError_t e = rt_malloc_async(devPtr, size, s, pt);
+    if (devPtr)
+        record_alloc(TRACE_API_CUDA_MALLOC_ASYNC, e, devPtr, size, s);
+    return e;
+}
+
+static cudaError_t rt_free_async_traced(void *devPtr, cudaStream_t s, bool pt)
+{
+    if (HOOK_LIKELY(!hook_trace_on()))
+        return rt_free_async(devPtr, s, pt);
+    uint64_t when = hook_trace_now();
+    cudaError_t e = rt_free_async(devPtr, s, pt);
+    record_free(TRACE_API_CUDA_MALLOC_ASYNC, e, devPtr, s, when);
+    return e;
+}
+
 HOOK_API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
 {
-    return rt_malloc_async(devPtr, size, hStream, false);
+    return rt_malloc_async_traced(devPtr, size, hStream, false);
 }
 
 HOOK_API cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
 {
-    return rt_malloc_async(devPtr, size, hStream, true);
+    return rt_malloc_async_traced(devPtr, size, hStream, true);
 }
 
 HOOK_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
-    return rt_free_async(devPtr, hStream, false);
+    return rt_free_async_traced(devPtr, hStream, false);
 }
 
 HOOK_API cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
 {
-    return rt_free_async(devPtr, hStream, true);
+    return rt_free_async_traced(devPtr, hStream, true);
 }

@@ -9,6 +9,7 @@
  * the runtime reaches passes through and nothing is counted twice.
  */
 #include "hook.h"
+#include "trace.h"
 
 /* ------------------------------------------------------------------------
  * Synchronisation
@@ -34,12 +35,22 @@ static void progressed(hook_dev_t *hd)
         core_poll(d);
 }
 
+/* CUCACHE_TRACE: a synchronisation (kind) that returned, or a stream or
+ * capture event. */
+static void traced(unsigned kind, const void *handle, uint64_t size)
+{
+    if (HOOK_UNLIKELY(hook_trace_on()))
+        hook_trace_put(kind, TRACE_API_NONE, hook_last_dev, (uintptr_t)handle, 0, size, 0);
+}
+
 HOOK_API cudaError_t cudaDeviceSynchronize(void)
 {
     hook_dev_t *hd = hook_bypass() ? NULL : before_sync(hook_rt_device(false));
     cudaError_t e = RT_REAL(cudaDeviceSynchronize);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess) {
         progressed(hd);
+        traced(TRACE_DEVICE_SYNC, NULL, 0);
+    }
     return e;
 }
 
@@ -47,57 +58,63 @@ HOOK_API CUresult cuCtxSynchronize(void)
 {
     hook_dev_t *hd = hook_bypass() ? NULL : before_sync(hook_cu_device(false));
     CUresult r = CU_REAL(cuCtxSynchronize);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
         progressed(hd);
+        traced(TRACE_DEVICE_SYNC, NULL, 0);
+    }
     return r;
 }
 
-#define RT_PROGRESS(call)                                                                                              \
+#define RT_PROGRESS(call, kind, handle)                                                                                \
     do {                                                                                                               \
         bool bypass_ = hook_bypass();                                                                                  \
         cudaError_t e_ = call;                                                                                         \
-        if (e_ == cudaSuccess && !bypass_)                                                                             \
+        if (e_ == cudaSuccess && !bypass_) {                                                                           \
             progressed(hook_rt_device(false));                                                                         \
+            traced((kind), (handle), 0);                                                                               \
+        }                                                                                                              \
         return e_;                                                                                                     \
     } while (0)
 
-#define CU_PROGRESS(call)                                                                                              \
+#define CU_PROGRESS(call, kind, handle)                                                                                \
     do {                                                                                                               \
         bool bypass_ = hook_bypass();                                                                                  \
         CUresult r_ = call;                                                                                            \
-        if (r_ == CUDA_SUCCESS && !bypass_)                                                                            \
+        if (r_ == CUDA_SUCCESS && !bypass_) {                                                                          \
             progressed(hook_cu_device(false));                                                                         \
+            traced((kind), (handle), 0);                                                                               \
+        }                                                                                                              \
         return r_;                                                                                                     \
     } while (0)
 
 HOOK_API cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-    RT_PROGRESS(RT_REAL(cudaStreamSynchronize, stream));
+    RT_PROGRESS(RT_REAL(cudaStreamSynchronize, stream), TRACE_STREAM_SYNC, stream);
 }
 
 HOOK_API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
 {
-    RT_PROGRESS(RT_REAL(cudaStreamSynchronize_ptsz, stream));
+    RT_PROGRESS(RT_REAL(cudaStreamSynchronize_ptsz, stream), TRACE_STREAM_SYNC, stream);
 }
 
 HOOK_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-    RT_PROGRESS(RT_REAL(cudaEventSynchronize, event));
+    RT_PROGRESS(RT_REAL(cudaEventSynchronize, event), TRACE_EVENT_SYNC, event);
 }
 
 HOOK_API CUresult cuStreamSynchronize(CUstream hStream)
 {
-    CU_PROGRESS(CU_REAL(cuStreamSynchronize, hStream));
+    CU_PROGRESS(CU_REAL(cuStreamSynchronize, hStream), TRACE_STREAM_SYNC, hStream);
 }
 
 HOOK_API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
 {
-    CU_PROGRESS(CU_REAL(cuStreamSynchronize_ptsz, hStream));
+    CU_PROGRESS(CU_REAL(cuStreamSynchronize_ptsz, hStream), TRACE_STREAM_SYNC, hStream);
 }
 
 HOOK_API CUresult cuEventSynchronize(CUevent hEvent)
 {
-    CU_PROGRESS(CU_REAL(cuEventSynchronize, hEvent));
+    CU_PROGRESS(CU_REAL(cuEventSynchronize, hEvent), TRACE_EVENT_SYNC, hEvent);
 }
 
 /* ------------------------------------------------------------------------
@@ -117,6 +134,8 @@ static void created(bool ok, bool runtime, CUstream *ps, unsigned flags)
     hook_dev_t *hd;
     if (ok && (flags & CU_STREAM_NON_BLOCKING) && (hd = call_device(runtime)))
         hook_stream_created(hd, *ps, flags);
+    if (ok)
+        traced(TRACE_STREAM_CREATE, *ps, flags);
 }
 
 HOOK_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
@@ -155,8 +174,10 @@ HOOK_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int fl
 HOOK_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
     bool mine = !hook_bypass();
-    if (mine)
+    if (mine) {
+        traced(TRACE_STREAM_DESTROY, stream, 0);
         hook_stream_retiring(stream);
+    }
     cudaError_t e = RT_REAL(cudaStreamDestroy, stream);
     if (mine && e == cudaSuccess)
         hook_stream_destroyed(stream);
@@ -166,8 +187,10 @@ HOOK_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 HOOK_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     bool mine = !hook_bypass();
-    if (mine)
+    if (mine) {
+        traced(TRACE_STREAM_DESTROY, hStream, 0);
         hook_stream_retiring(hStream);
+    }
     CUresult r = CU_REAL(cuStreamDestroy_v2, hStream);
     if (mine && r == CUDA_SUCCESS)
         hook_stream_destroyed(hStream);
@@ -178,18 +201,20 @@ HOOK_API CUresult cuStreamDestroy_v2(CUstream hStream)
  * Capture
  * ---------------------------------------------------------------------- */
 
-static void capture_began(bool ok, bool runtime, CUstream s, bool per_thread)
+static void capture_began(bool ok, bool runtime, CUstream s, bool per_thread, unsigned mode)
 {
     hook_dev_t *hd;
     if (ok && (hd = call_device(runtime)))
         hook_capture_begin(hd, s, per_thread);
+    if (ok)
+        traced(TRACE_CAPTURE_BEGIN, s, mode);
 }
 
 HOOK_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
     bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamBeginCapture, stream, mode);
-    capture_began(mine && e == cudaSuccess, true, stream, false);
+    capture_began(mine && e == cudaSuccess, true, stream, false, (unsigned)mode);
     return e;
 }
 
@@ -197,7 +222,7 @@ HOOK_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaS
 {
     bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamBeginCapture_ptsz, stream, mode);
-    capture_began(mine && e == cudaSuccess, true, stream, true);
+    capture_began(mine && e == cudaSuccess, true, stream, true, (unsigned)mode);
     return e;
 }
 
@@ -205,7 +230,7 @@ HOOK_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode 
 {
     bool mine = !hook_bypass();
     CUresult r = CU_REAL(cuStreamBeginCapture_v2, hStream, mode);
-    capture_began(mine && r == CUDA_SUCCESS, false, hStream, false);
+    capture_began(mine && r == CUDA_SUCCESS, false, hStream, false, (unsigned)mode);
     return r;
 }
 
@@ -213,7 +238,7 @@ HOOK_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCapture
 {
     bool mine = !hook_bypass();
     CUresult r = CU_REAL(cuStreamBeginCapture_v2_ptsz, hStream, mode);
-    capture_began(mine && r == CUDA_SUCCESS, false, hStream, true);
+    capture_began(mine && r == CUDA_SUCCESS, false, hStream, true, (unsigned)mode);
     return r;
 }
 
@@ -223,8 +248,10 @@ HOOK_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGra
 {
     bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamEndCapture, stream, pGraph);
-    if (mine && e != cudaErrorStreamCaptureWrongThread)
+    if (mine && e != cudaErrorStreamCaptureWrongThread) {
         hook_capture_end(stream, false);
+        traced(TRACE_CAPTURE_END, stream, 0);
+    }
     return e;
 }
 
@@ -232,8 +259,10 @@ HOOK_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t 
 {
     bool mine = !hook_bypass();
     cudaError_t e = RT_REAL(cudaStreamEndCapture_ptsz, stream, pGraph);
-    if (mine && e != cudaErrorStreamCaptureWrongThread)
+    if (mine && e != cudaErrorStreamCaptureWrongThread) {
         hook_capture_end(stream, true);
+        traced(TRACE_CAPTURE_END, stream, 0);
+    }
     return e;
 }
 
@@ -241,8 +270,10 @@ HOOK_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
     bool mine = !hook_bypass();
     CUresult r = CU_REAL(cuStreamEndCapture, hStream, phGraph);
-    if (mine && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
+    if (mine && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) {
         hook_capture_end(hStream, false);
+        traced(TRACE_CAPTURE_END, hStream, 0);
+    }
     return r;
 }
 
@@ -250,8 +281,10 @@ HOOK_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
     bool mine = !hook_bypass();
     CUresult r = CU_REAL(cuStreamEndCapture_ptsz, hStream, phGraph);
-    if (mine && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
+    if (mine && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) {
         hook_capture_end(hStream, true);
+        traced(TRACE_CAPTURE_END, hStream, 0);
+    }
     return r;
 }
 

@@ -19,6 +19,7 @@
 conf_t hook_conf;
 atomic_bool hook_off;
 HOOK_TLS int hook_depth;
+HOOK_TLS int hook_last_dev = -1;
 hook_dev_t hook_devs[HOOK_MAX_DEVICES];
 
 /* Serialises the opening and dropping of allocators. */
@@ -72,7 +73,7 @@ __attribute__((constructor)) static void hook_start(void)
         hook_log("%s (the program was not started; CUCACHE_CONF=help lists every key)", err);
         exit(1);
     }
-    if (hook_diag_start(err, sizeof err) != 0) {
+    if (hook_diag_start(err, sizeof err) != 0 || hook_trace_start(err, sizeof err) != 0) {
         hook_log("%s (the program was not started)", err);
         exit(1);
     }
@@ -156,6 +157,7 @@ hook_dev_t *hook_rt_device(bool open)
     int dev = 0;
     if (HOOK_REAL(real_rt.cudaGetDevice(&dev)) != cudaSuccess || (unsigned)dev >= HOOK_MAX_DEVICES)
         return NULL;
+    hook_last_dev = dev;
     if (!open)
         return hook_dev_core(&hook_devs[dev]) ? &hook_devs[dev] : NULL;
     return hook_dev_open(dev);
@@ -174,8 +176,10 @@ hook_dev_t *hook_cu_device(bool open)
     if (real_cu.cuCtxGetCurrent(&cur) != CUDA_SUCCESS || !cur)
         return NULL;
     hook_dev_t *hd = tls_ctx_dev;
-    if (HOOK_LIKELY(cur == tls_ctx && hd && hd->primary == cur && hook_dev_core(hd)))
+    if (HOOK_LIKELY(cur == tls_ctx && hd && hd->primary == cur && hook_dev_core(hd))) {
+        hook_last_dev = hd->ordinal;
         return hd;
+    }
     CUdevice h;
     if (real_cu.cuCtxGetDevice(&h) != CUDA_SUCCESS)
         return NULL;
@@ -187,6 +191,7 @@ hook_dev_t *hook_cu_device(bool open)
         return NULL; /* a created context: not cached */
     tls_ctx = cur;
     tls_ctx_dev = hd;
+    hook_last_dev = hd->ordinal;
     return hd;
 }
 

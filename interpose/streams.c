@@ -71,8 +71,10 @@ hook_dev_t *hook_stream_device(CUstream s, bool runtime)
         !real_cu.cuStreamGetCtx)
         return runtime ? hook_rt_device(true) : hook_cu_device(true);
     unsigned long gen = atomic_load_explicit(&streams_gen, memory_order_acquire);
-    if (HOOK_LIKELY(s == tls_stream && gen == tls_stream_gen && tls_stream_dev && hook_dev_core(tls_stream_dev)))
+    if (HOOK_LIKELY(s == tls_stream && gen == tls_stream_gen && tls_stream_dev && hook_dev_core(tls_stream_dev))) {
+        hook_last_dev = tls_stream_dev->ordinal;
         return tls_stream_dev;
+    }
     CUcontext ctx = NULL;
     if (real_cu.cuStreamGetCtx(s, &ctx) != CUDA_SUCCESS || !ctx)
         return runtime ? hook_rt_device(true) : hook_cu_device(true);
@@ -94,6 +96,8 @@ hook_dev_t *hook_stream_device(CUstream s, bool runtime)
     tls_stream = s;
     tls_stream_gen = gen;
     tls_stream_dev = hd;
+    if (hd)
+        hook_last_dev = hd->ordinal;
     return hd;
 }
 
