@@ -212,12 +212,13 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
                      out->nchunks, r.api, TRACE_API_MAX);
                 goto fail;
             }
-            raw[nraw++] = (raw_t){
+            raw[nraw] = (raw_t){
                 .ev = {.tid = c.tid, .kind = r.kind, .api = r.api, .device = r.device, .stream = r.stream,
                        .addr = r.addr, .size = r.size},
                 .ticks = r.ticks,
                 .seq = nraw,
             };
+            nraw++;
         }
         if (!grow((void **)&tids, &tid_cap, ntids + 1, sizeof *tids))
             goto oom;
@@ -247,7 +248,8 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
         else
             raw[i].ev.time_ns = to_ns(cal, ncal, h.start_ns, raw[i].ticks);
     }
-    qsort(raw, nraw, sizeof *raw, raw_cmp);
+    if (nraw) /* qsort's array must not be NULL, even for 0 elements */
+        qsort(raw, nraw, sizeof *raw, raw_cmp);
 
     if (nraw) {
         out->events = hostalloc_malloc(nraw * sizeof *out->events);
@@ -257,7 +259,8 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
             out->events[i] = raw[i].ev;
     }
     out->nevents = nraw;
-    qsort(tids, ntids, sizeof *tids, u32_cmp);
+    if (ntids)
+        qsort(tids, ntids, sizeof *tids, u32_cmp);
     for (size_t i = 0; i < ntids; i++)
         if (i == 0 || tids[i] != tids[i - 1])
             out->nthreads++;
