@@ -407,6 +407,10 @@ void sim_free_ctx_memory(struct CUctx_st *ctx);
 void race_init(void);
 void race_check_and_add(const sim_op_t *op);
 void race_gc(void);
+/* Device memory [lo, hi) went back to the device when a stream-ordered
+ * free ran: whoever is handed it next is ordered after that free, so its
+ * records go (sim.lock held). */
+void race_forget(uintptr_t lo, uintptr_t hi);
 
 /* Misc */
 uint64_t sim_now_ns(void);

@@ -50,6 +50,18 @@ void race_gc(void)
     r->adds_since_gc = 0;
 }
 
+void race_forget(uintptr_t lo, uintptr_t hi)
+{
+    sim_race_t *r = sim.race;
+    if (!r)
+        return;
+    size_t j = 0;
+    for (size_t i = 0; i < r->n; i++)
+        if (r->recs[i].hi <= lo || r->recs[i].lo >= hi)
+            r->recs[j++] = r->recs[i];
+    r->n = j;
+}
+
 static void report(const race_rec_t *old, const sim_op_t *op, const sim_range_t *rg)
 {
     sim_race_t *r = sim.race;

@@ -372,10 +372,17 @@ static void *stream_worker(void *arg)
                 sim_event_free(e);
         }
         if (op->kind == SIM_OP_FREE && op->free_addr) {
-            /* cuMemFreeAsync of cuMemAlloc memory: released in stream order */
+            /* cuMemFreeAsync of cuMemAlloc memory: released in stream order.
+             * The next owner of the range gets it only now, after the free
+             * and all it was ordered after: the range's race records go,
+             * or the next owner's first use would be reported against the
+             * free itself (the allocation is the ordering the detector
+             * cannot see). */
             sim_alloc_t *a = sim_alloc_exact(op->free_addr);
-            if (a && a->freeing)
+            if (a && a->freeing) {
+                race_forget(a->addr, a->addr + a->reserved);
                 sim_dev_free(a);
+            }
         }
         s->head = op->next;
         if (!s->head)
