@@ -206,36 +206,12 @@ void hook_diag_dev_opened(int ordinal, core_dev_t *d)
  * inside a report
  * ---------------------------------------------------------------------- */
 
-typedef struct text_s {
-    st_buf_t buf;
-} text_t;
-
-static void text_append(st_buf_t *b, const char *s, size_t n)
-{
-    if (b->failed)
-        return;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n)
-            cap *= 2;
-        unsigned char *p = hostalloc_realloc(b->data, cap);
-        if (!p) {
-            b->failed = true;
-            return;
-        }
-        b->data = p;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-}
-
 static void text_line(void *ctx, const char *line)
 {
-    text_t *t = ctx;
-    text_append(&t->buf, "cucache: ", 9);
-    text_append(&t->buf, line, strlen(line));
-    text_append(&t->buf, "\n", 1);
+    st_buf_t *b = ctx;
+    st_buf_put(b, "cucache: ", 9);
+    st_buf_put(b, line, strlen(line));
+    st_buf_put(b, "\n", 1);
 }
 
 /* Out of host memory while building: each line on its own, unbuffered. */
@@ -245,18 +221,18 @@ static void direct_line(void *ctx, const char *line)
     hook_log("%s", line);
 }
 
-static void text_flush(text_t *t)
+static void text_flush(st_buf_t *b)
 {
     size_t off = 0;
-    while (off < t->buf.len) {
-        ssize_t n = write(2, t->buf.data + off, t->buf.len - off);
+    while (off < b->len) {
+        ssize_t n = write(2, b->data + off, b->len - off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             break;
         off += (size_t)n;
     }
-    st_buf_free(&t->buf);
+    st_buf_free(b);
 }
 
 /* Runs emit into one buffered block, or line by line when host memory ran
@@ -264,13 +240,13 @@ static void text_flush(text_t *t)
 static void emit_block(void (*emit)(void *arg, st_sink_fn sink, void *ctx), void *arg)
 {
     int saved = errno;
-    text_t t = {{0}};
-    emit(arg, text_line, &t);
-    if (t.buf.failed) {
-        st_buf_free(&t.buf);
+    st_buf_t b = {0};
+    emit(arg, text_line, &b);
+    if (b.failed) {
+        st_buf_free(&b);
         emit(arg, direct_line, NULL);
     } else {
-        text_flush(&t);
+        text_flush(&b);
     }
     errno = saved;
 }

@@ -94,17 +94,13 @@ static bool tsc_invariant(void)
         n += (size_t)k;
     close(fd);
     buf[n] = '\0';
-    const char *flags = strstr(buf, "\nflags");
+    char *flags = strstr(buf, "\nflags"); /* the first CPU's flags line */
     if (!flags)
         return false;
-    const char *end = strchr(flags + 1, '\n');
-    size_t len = end ? (size_t)(end - flags) : strlen(flags);
-    char line[8192];
-    if (len >= sizeof line)
-        len = sizeof line - 1;
-    memcpy(line, flags, len);
-    line[len] = '\0';
-    return strstr(line, " constant_tsc") && strstr(line, " nonstop_tsc");
+    char *end = strchr(flags + 1, '\n');
+    if (end)
+        *end = '\0';
+    return strstr(flags, " constant_tsc") && strstr(flags, " nonstop_tsc");
 #else
     return false;
 #endif

@@ -55,7 +55,7 @@ static bool buf_reserve(st_buf_t *b, size_t n)
     return true;
 }
 
-static void buf_put(st_buf_t *b, const void *data, size_t n)
+void st_buf_put(st_buf_t *b, const void *data, size_t n)
 {
     if (n == 0 || !buf_reserve(b, n))
         return;
@@ -65,12 +65,12 @@ static void buf_put(st_buf_t *b, const void *data, size_t n)
 
 static void buf_byte(st_buf_t *b, unsigned char c)
 {
-    buf_put(b, &c, 1);
+    st_buf_put(b, &c, 1);
 }
 
 static void buf_str(st_buf_t *b, const char *s)
 {
-    buf_put(b, s, strlen(s));
+    st_buf_put(b, s, strlen(s));
 }
 
 /* ------------------------------------------------------------------------
@@ -197,12 +197,12 @@ static void pickle_str(st_buf_t *b, const char *s)
 {
     buf_byte(b, PK_BINUNICODE);
     size_t at = b->len;
-    buf_put(b, "\0\0\0\0", 4); /* the length, filled in below */
+    st_buf_put(b, "\0\0\0\0", 4); /* the length, filled in below */
     size_t start = b->len;
     for (const unsigned char *p = (const unsigned char *)s; *p;) {
         size_t n = utf8_len(p);
         if (n)
-            buf_put(b, p, n);
+            st_buf_put(b, p, n);
         else
             buf_str(b, utf8_replacement);
         p += n ? n : 1;
@@ -227,7 +227,7 @@ static void json_str(st_buf_t *b, const char *s)
         size_t n = utf8_len(p);
         if (c == '"' || c == '\\') {
             const char esc[2] = {'\\', (char)c};
-            buf_put(b, esc, 2);
+            st_buf_put(b, esc, 2);
         } else if (c == '\n') {
             buf_str(b, "\\n");
         } else if (c == '\t') {
@@ -236,9 +236,9 @@ static void json_str(st_buf_t *b, const char *s)
             buf_str(b, "\\r");
         } else if (c < 0x20) {
             const char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            buf_put(b, esc, 6);
+            st_buf_put(b, esc, 6);
         } else if (n) {
-            buf_put(b, p, n);
+            st_buf_put(b, p, n);
         } else {
             buf_str(b, utf8_replacement);
         }
@@ -273,14 +273,14 @@ static void pickle_int(st_buf_t *b, uint64_t bits, unsigned char ext)
 {
     if (ext == 0 && bits <= 0xff) {
         const unsigned char op[2] = {PK_BININT1, (unsigned char)bits};
-        buf_put(b, op, 2);
+        st_buf_put(b, op, 2);
         return;
     }
     if ((ext == 0 && bits <= INT32_MAX) || (ext == 0xff && bits >= (uint64_t)INT32_MIN)) {
         unsigned char op[5] = {PK_BININT};
         for (int i = 0; i < 4; i++)
             op[1 + i] = (unsigned char)(bits >> (8 * i));
-        buf_put(b, op, 5);
+        st_buf_put(b, op, 5);
         return;
     }
     /* LONG1: n little-endian bytes, two's complement; drop the top bytes
@@ -293,8 +293,8 @@ static void pickle_int(st_buf_t *b, uint64_t bits, unsigned char ext)
     while (n > 1 && le[n - 1] == ext && (le[n - 2] & 0x80) == (ext & 0x80))
         n--;
     const unsigned char op[2] = {PK_LONG1, (unsigned char)n};
-    buf_put(b, op, 2);
-    buf_put(b, le, n);
+    st_buf_put(b, op, 2);
+    st_buf_put(b, le, n);
 }
 
 static void em_uint(em_t *em, uint64_t v)
@@ -308,7 +308,7 @@ static void em_uint(em_t *em, uint64_t v)
             text[--n] = (char)('0' + v % 10);
         while ((v /= 10) != 0);
         json_sep(em);
-        buf_put(em->out, text + n, sizeof text - n);
+        st_buf_put(em->out, text + n, sizeof text - n);
     }
 }
 
@@ -376,7 +376,7 @@ static void json_double(st_buf_t *b, double v)
         out[n++] = '.'; /* "1" would read back as an integer */
         out[n++] = '0';
     }
-    buf_put(b, out, n);
+    st_buf_put(b, out, n);
 }
 
 /* A double: BINFLOAT (8 bytes, big-endian) or JSON; None when it is not
@@ -393,7 +393,7 @@ static void em_double(em_t *em, double v)
         unsigned char op[9] = {PK_BINFLOAT};
         for (int i = 0; i < 8; i++)
             op[1 + i] = (unsigned char)(bits >> (56 - 8 * i));
-        buf_put(em->out, op, 9);
+        st_buf_put(em->out, op, 9);
     } else {
         json_sep(em);
         json_double(em->out, v);
@@ -623,7 +623,7 @@ int st_snapshot_pickle(const st_snapshot_t *s, st_buf_t *out)
 {
     em_t em = {.out = out, .format = EM_PICKLE};
     const unsigned char proto[2] = {PK_PROTO, 2};
-    buf_put(out, proto, 2);
+    st_buf_put(out, proto, 2);
     snap_emit(&em, s);
     buf_byte(out, PK_STOP);
     return out->failed ? -1 : 0;

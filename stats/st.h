@@ -142,6 +142,8 @@ typedef struct st_buf_s {
     bool failed; /* an allocation failed: the content is incomplete */
 } st_buf_t;
 
+/* Appends n bytes; on a failed allocation sets failed and drops them. */
+void st_buf_put(st_buf_t *b, const void *data, size_t n);
 void st_buf_free(st_buf_t *b);
 
 /* The snapshot as a pickle (protocol 2; only dicts, lists, tuples, ints,
