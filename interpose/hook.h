@@ -313,6 +313,14 @@ static inline core_stream_t hook_stream_key(CUstream s, bool per_thread)
     return (core_stream_t)v;
 }
 
+/* The stream handle a trace records: a _ptsz call on handle 0 means the
+ * per-thread default stream, recorded as CU_STREAM_PER_THREAD so that a
+ * replay keys it per thread. */
+static inline void *hook_trace_stream(void *s, bool per_thread)
+{
+    return per_thread && s == NULL ? (void *)CU_STREAM_PER_THREAD : s;
+}
+
 /* A stream was created in the device's primary context with these flags. */
 void hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags);
 void hook_stream_destroyed(CUstream s);

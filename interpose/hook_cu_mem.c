@@ -146,7 +146,7 @@ static CUresult cu_alloc_async_traced(CUdeviceptr *dptr, size_t bytesize, CUstre
         return cu_alloc_async(dptr, bytesize, s, pt);
     CUresult r = cu_alloc_async(dptr, bytesize, s, pt);
     if (dptr)
-        record_alloc(TRACE_API_CU_MEM_ALLOC_ASYNC, r, dptr, bytesize, s);
+        record_alloc(TRACE_API_CU_MEM_ALLOC_ASYNC, r, dptr, bytesize, hook_trace_stream(s, pt));
     return r;
 }
 
@@ -156,7 +156,7 @@ static CUresult cu_free_async_traced(CUdeviceptr dptr, CUstream s, bool pt)
         return cu_free_async(dptr, s, pt);
     uint64_t when = hook_trace_now();
     CUresult r = cu_free_async(dptr, s, pt);
-    record_free(TRACE_API_CU_MEM_ALLOC_ASYNC, r, dptr, s, when);
+    record_free(TRACE_API_CU_MEM_ALLOC_ASYNC, r, dptr, hook_trace_stream(s, pt), when);
     return r;
 }
 

@@ -220,7 +220,7 @@ static cudaError_t rt_malloc_async_traced(void **devPtr, size_t size, cudaStream
         return rt_malloc_async(devPtr, size, s, pt);
     cudaError_t e = rt_malloc_async(devPtr, size, s, pt);
     if (devPtr)
-        record_alloc(TRACE_API_CUDA_MALLOC_ASYNC, e, devPtr, size, s);
+        record_alloc(TRACE_API_CUDA_MALLOC_ASYNC, e, devPtr, size, hook_trace_stream(s, pt));
     return e;
 }
 
@@ -230,7 +230,7 @@ static cudaError_t rt_free_async_traced(void *devPtr, cudaStream_t s, bool pt)
         return rt_free_async(devPtr, s, pt);
     uint64_t when = hook_trace_now();
     cudaError_t e = rt_free_async(devPtr, s, pt);
-    record_free(TRACE_API_CUDA_MALLOC_ASYNC, e, devPtr, s, when);
+    record_free(TRACE_API_CUDA_MALLOC_ASYNC, e, devPtr, hook_trace_stream(s, pt), when);
     return e;
 }
 

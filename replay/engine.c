@@ -1,0 +1,749 @@
+/*
+ * One replay: an input's events through the core, on the in-process backend
+ * (core/backend_mem.c), under one configuration; or through the two
+ * reference models, "no cache" and the floor.
+ *
+ * The replay makes the calls the interposer would have made for each
+ * recorded event, so that a trace recorded under cucache and replayed with
+ * the same configuration reproduces the live run (the round-trip test):
+ *
+ *   alloc       core_malloc on the event's device, for key 0 (cudaMalloc,
+ *               cuMemAlloc) or the stream's key (stream-ordered calls,
+ *               imports); the capturing thread's cudaMalloc goes to the
+ *               device's capture pool; a stream-ordered call on a
+ *               capturing stream is a graph node and is not cached
+ *   alloc_fail  tried again: if it succeeds here, it is freed at once (the
+ *               job saw a failure and never used it)
+ *   free        cudaFree/cuMemFree as reuse:* says (fenced, at once, or
+ *               after a device synchronisation); a stream-ordered free
+ *               behind an event on its stream; an imported free
+ *               (PyTorch's free_completed, RMM's deallocate) at once
+ *   device sync core_fence, then core_poll
+ *   stream/event sync  core_poll
+ *   capture begin/end  core_set_capturing and the capture pool
+ *
+ * The backend's device is idle: every event it records has completed by the
+ * time it is queried, as on a GPU whose kernels finished.  Pending frees
+ * therefore become reusable at the first poll, exactly as in a live run on
+ * the simulated device without kernels.
+ *
+ * Addresses: the job's addresses only match frees to allocations; a hash
+ * map takes each recorded address to the replay's.  Allocated and reserved
+ * bytes are followed through the core's observer, at every change, so a
+ * peak inside one call (a segment allocated before the retry ladder frees
+ * others) counts as it does in the core's own statistics.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend_mem.h"
+#include "core.h"
+#include "replay.h"
+#include "stats.h"
+
+enum {
+    RP_MAX_DEVICES = 64, /* the core's limit (core/alloc.c) */
+    RP_KEY_LEGACY = 1,   /* the interposer's key of the legacy stream */
+    RP_KEY_PTDS_TAG = 3, /* ... and the tag of per-thread default streams */
+    RP_MAX_CAPTURES = 64,
+};
+
+#define RP_STREAM_LEGACY 0x1u     /* cudaStreamLegacy / CU_STREAM_LEGACY */
+#define RP_STREAM_PER_THREAD 0x2u /* cudaStreamPerThread / CU_STREAM_PER_THREAD */
+
+/* ------------------------------------------------------------------------
+ * The address map: recorded address -> the replay's allocation
+ * ---------------------------------------------------------------------- */
+
+typedef struct live_s {
+    uint64_t key;       /* the recorded address; 0 = empty slot */
+    uint64_t addr;      /* the replay's address; 0: not held here (failed, or a graph node) */
+    uint64_t requested; /* bytes asked for */
+    uint64_t charged;   /* bytes the reference models reserve */
+    uint64_t held;      /* ... and count as allocated */
+    int16_t device;
+} live_t;
+
+typedef struct livemap_s {
+    live_t *slots;
+    size_t mask; /* capacity - 1 (a power of two) */
+    size_t n;
+} livemap_t;
+
+static inline size_t live_hash(uint64_t k)
+{
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdull;
+    k ^= k >> 33;
+    return (size_t)k;
+}
+
+static int livemap_init(livemap_t *m, size_t expect)
+{
+    size_t cap = 64;
+    while (cap < expect * 2)
+        cap <<= 1;
+    m->slots = calloc(cap, sizeof *m->slots);
+    m->mask = cap - 1;
+    m->n = 0;
+    return m->slots ? 0 : -1;
+}
+
+static live_t *livemap_find(livemap_t *m, uint64_t key)
+{
+    for (size_t i = live_hash(key) & m->mask;; i = (i + 1) & m->mask) {
+        if (m->slots[i].key == key)
+            return &m->slots[i];
+        if (m->slots[i].key == 0)
+            return NULL;
+    }
+}
+
+static int livemap_grow(livemap_t *m)
+{
+    livemap_t g;
+    if (livemap_init(&g, (m->mask + 1)) != 0)
+        return -1;
+    for (size_t i = 0; i <= m->mask; i++) {
+        if (m->slots[i].key == 0)
+            continue;
+        size_t j = live_hash(m->slots[i].key) & g.mask;
+        while (g.slots[j].key != 0)
+            j = (j + 1) & g.mask;
+        g.slots[j] = m->slots[i];
+    }
+    g.n = m->n;
+    free(m->slots);
+    *m = g;
+    return 0;
+}
+
+/* Inserts (or overwrites) the entry for key.  NULL when out of memory. */
+static live_t *livemap_put(livemap_t *m, uint64_t key)
+{
+    if ((m->n + 1) * 2 > m->mask + 1 && livemap_grow(m) != 0)
+        return NULL;
+    size_t i = live_hash(key) & m->mask;
+    while (m->slots[i].key != 0 && m->slots[i].key != key)
+        i = (i + 1) & m->mask;
+    if (m->slots[i].key == 0)
+        m->n++;
+    m->slots[i].key = key;
+    return &m->slots[i];
+}
+
+/* Removes e (a slot of m), shifting the probe chain back over the hole. */
+static void livemap_del(livemap_t *m, live_t *e)
+{
+    size_t hole = (size_t)(e - m->slots);
+    m->slots[hole].key = 0;
+    m->n--;
+    for (size_t i = (hole + 1) & m->mask; m->slots[i].key != 0; i = (i + 1) & m->mask) {
+        size_t home = live_hash(m->slots[i].key) & m->mask;
+        /* the entry may move to the hole when the hole lies on its probe
+         * path, i.e. cyclically within [home, i) */
+        if (((i - home) & m->mask) >= ((i - hole) & m->mask)) {
+            m->slots[hole] = m->slots[i];
+            m->slots[i].key = 0;
+            hole = i;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Replay state
+ * ---------------------------------------------------------------------- */
+
+typedef struct capture_s {
+    uint32_t tid;
+    uint64_t stream;
+} capture_t;
+
+/* A free range of the device's address space. */
+typedef struct extent_s {
+    uint64_t off, len;
+} extent_t;
+
+typedef struct rdev_s {
+    mem_backend_t mb;        /* markers (events, fences): always completed */
+    core_backend_t mem;      /* mb's vtable */
+    extent_t *ext;           /* the free address ranges, sorted, merged */
+    size_t next, cap_ext;
+    uint64_t capacity, used; /* bytes of the address space, and in segments */
+    core_dev_t *core;
+    int capture_pool;                   /* 0 until the first capture */
+    capture_t captures[RP_MAX_CAPTURES]; /* captures under way */
+    int ncaptures;
+    uint64_t allocated, reserved; /* followed through the observer */
+    int device;
+} rdev_t;
+
+typedef struct replay_s {
+    const rp_input_t *in;
+    const rp_config_t *cfg;
+    const rp_opts_t *opts;
+    rp_result_t *res;
+    rdev_t *devs[RP_MAX_DEVICES];
+    livemap_t live;
+    uint64_t allocated, reserved, requested; /* sums over devices */
+    size_t event;                            /* the event being replayed */
+    bool new_peak;                           /* the current event set a reserved peak */
+} replay_t;
+
+/* The levels changed (on rd, when not NULL): follow the peaks and the
+ * curve. */
+static void level(replay_t *r, const rdev_t *rd)
+{
+    rp_result_t *res = r->res;
+    if (rd) {
+        if (rd->reserved < rd->allocated)
+            res->reserved_covers = false;
+        if (rd->allocated > res->dev_peak_allocated[rd->device])
+            res->dev_peak_allocated[rd->device] = rd->allocated;
+        if (rd->reserved > res->dev_peak_reserved[rd->device])
+            res->dev_peak_reserved[rd->device] = rd->reserved;
+    }
+    if (r->reserved < r->allocated)
+        res->reserved_covers = false;
+    if (r->allocated > res->peak_allocated)
+        res->peak_allocated = r->allocated;
+    if (r->reserved > res->peak_reserved) {
+        res->peak_reserved = r->reserved;
+        r->new_peak = true;
+    }
+    rp_curve_t *c = &res->curve;
+    if (c->nbuckets) {
+        size_t b = r->event / c->events_per_bucket;
+        if (b >= c->nbuckets)
+            b = c->nbuckets - 1;
+        if (r->allocated > c->allocated[b])
+            c->allocated[b] = r->allocated;
+        if (r->reserved > c->reserved[b])
+            c->reserved[b] = r->reserved;
+    }
+}
+
+/* The core's observer: allocated and reserved bytes at every change. */
+static void observe(void *ctx, const core_event_t *e)
+{
+    replay_t *r = ctx;
+    rdev_t *rd = r->devs[e->device];
+    switch (e->kind) {
+    case CORE_EV_ALLOC:
+        rd->allocated += e->size, r->allocated += e->size;
+        break;
+    case CORE_EV_FREE_REQUESTED:
+        rd->allocated -= e->size, r->allocated -= e->size;
+        break;
+    case CORE_EV_SEGMENT_ALLOC:
+        rd->reserved += e->size, r->reserved += e->size;
+        break;
+    case CORE_EV_SEGMENT_FREE:
+        rd->reserved -= e->size, r->reserved -= e->size;
+        break;
+    default:
+        return;
+    }
+    level(r, rd);
+}
+
+/* ------------------------------------------------------------------------
+ * The device: an address space of `capacity` bytes, first fit, with the
+ * granularity of cudaMalloc on current GPUs (512 bytes up to 1 MiB, 2 MiB
+ * pages above), as the simulated device has.  Where segments land decides
+ * the core's address-ordered choices (best fit ties, garbage collection),
+ * so a bump pointer, which never reuses a range, would not replay a run
+ * whose device reused them.  Markers are mem_backend's: always completed.
+ * ---------------------------------------------------------------------- */
+
+enum { GRAIN_SMALL = 512, GRAIN_LARGE = 2 << 20, SMALL_MAX = 1 << 20 };
+#define SPACE_BASE ((uint64_t)1 << 40) /* where device 0's addresses start; never 0 */
+
+static uint64_t grain(uint64_t size)
+{
+    return size <= SMALL_MAX ? GRAIN_SMALL : GRAIN_LARGE;
+}
+
+static int ext_insert(rdev_t *rd, size_t i, extent_t e)
+{
+    if (rd->next == rd->cap_ext) {
+        size_t cap = rd->cap_ext ? rd->cap_ext * 2 : 64;
+        extent_t *x = realloc(rd->ext, cap * sizeof *x);
+        if (!x)
+            return -1;
+        rd->ext = x, rd->cap_ext = cap;
+    }
+    memmove(&rd->ext[i + 1], &rd->ext[i], (rd->next - i) * sizeof *rd->ext);
+    rd->ext[i] = e;
+    rd->next++;
+    return 0;
+}
+
+static void ext_remove(rdev_t *rd, size_t i)
+{
+    memmove(&rd->ext[i], &rd->ext[i + 1], (rd->next - i - 1) * sizeof *rd->ext);
+    rd->next--;
+}
+
+static int dev_seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
+{
+    rdev_t *rd = ctx;
+    uint64_t g = grain(size), len = (size + g - 1) / g * g;
+    if (size == 0 || len > rd->capacity - rd->used)
+        return CORE_ENOMEM;
+    for (size_t i = 0; i < rd->next; i++) {
+        extent_t e = rd->ext[i];
+        uint64_t start = (e.off + g - 1) / g * g;
+        if (start - e.off > e.len || e.len - (start - e.off) < len)
+            continue;
+        uint64_t head = start - e.off, tail = e.len - head - len;
+        ext_remove(rd, i);
+        /* the removal made room for both inserts' first; a failed insert
+         * only loses free space, never hands it out twice */
+        if (tail && ext_insert(rd, i, (extent_t){start + len, tail}) != 0)
+            return CORE_EFAIL;
+        if (head && ext_insert(rd, i, (extent_t){e.off, head}) != 0)
+            return CORE_EFAIL;
+        rd->used += len;
+        *addr = (uintptr_t)(SPACE_BASE * (uint64_t)(rd->device + 1) + start);
+        return CORE_OK;
+    }
+    return CORE_ENOMEM; /* room, but no range long enough */
+}
+
+static void dev_seg_free(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    rdev_t *rd = ctx;
+    uint64_t g = grain(size), len = (size + g - 1) / g * g;
+    uint64_t off = (uint64_t)addr - SPACE_BASE * (uint64_t)(rd->device + 1);
+    size_t i = 0;
+    while (i < rd->next && rd->ext[i].off < off)
+        i++;
+    if (ext_insert(rd, i, (extent_t){off, len}) != 0)
+        return; /* out of host memory: the range stays lost, nothing breaks */
+    rd->used -= len;
+    if (i + 1 < rd->next && rd->ext[i].off + rd->ext[i].len == rd->ext[i + 1].off) {
+        rd->ext[i].len += rd->ext[i + 1].len;
+        ext_remove(rd, i + 1);
+    }
+    if (i > 0 && rd->ext[i - 1].off + rd->ext[i - 1].len == rd->ext[i].off) {
+        rd->ext[i - 1].len += rd->ext[i].len;
+        ext_remove(rd, i);
+    }
+}
+
+static int dev_mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
+{
+    rdev_t *rd = ctx;
+    *free_bytes = (size_t)(rd->capacity - rd->used);
+    *total = (size_t)rd->capacity;
+    return CORE_OK;
+}
+
+static int dev_event_record(void *ctx, int device, core_stream_t stream, uint64_t *event)
+{
+    rdev_t *rd = ctx;
+    return rd->mem.event_record(rd->mem.ctx, device, stream, event);
+}
+
+static int dev_event_query(void *ctx, int device, uint64_t event)
+{
+    rdev_t *rd = ctx;
+    return rd->mem.event_query(rd->mem.ctx, device, event);
+}
+
+static void dev_event_wait(void *ctx, int device, uint64_t event)
+{
+    rdev_t *rd = ctx;
+    rd->mem.event_wait(rd->mem.ctx, device, event);
+}
+
+static void dev_event_release(void *ctx, int device, uint64_t event)
+{
+    rdev_t *rd = ctx;
+    rd->mem.event_release(rd->mem.ctx, device, event);
+}
+
+static void dev_sync(void *ctx, int device)
+{
+    rdev_t *rd = ctx;
+    rd->mem.device_sync(rd->mem.ctx, device);
+}
+
+/* The device's state, created at its first use.  NULL: out of memory. */
+static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
+{
+    if (device < 0)
+        device = 0;
+    if (r->devs[device])
+        return r->devs[device];
+    rdev_t *rd = calloc(1, sizeof *rd);
+    if (!rd) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    rd->device = device;
+    rd->capacity = r->opts->capacity;
+    mem_backend_init(&rd->mb, r->opts->capacity);
+    rd->mem = mem_backend_vtable(&rd->mb);
+    if (r->cfg->mode == RP_MODE_CORE) {
+        core_backend_t be = {rd, dev_seg_alloc, dev_seg_free, dev_mem_info, dev_event_record, dev_event_query,
+                             dev_event_wait, dev_event_release, dev_sync};
+        if (ext_insert(rd, 0, (extent_t){0, rd->capacity}) == 0)
+            rd->core = core_dev_new(&be, device, &r->cfg->conf);
+        if (!rd->core) {
+            mem_backend_fini(&rd->mb);
+            free(rd->ext);
+            free(rd);
+            snprintf(err, errlen, "out of host memory");
+            return NULL;
+        }
+        core_set_observer(rd->core, observe, r);
+    }
+    r->devs[device] = rd;
+    return rd;
+}
+
+/* The core key of a recorded stream, as the interposer computes it. */
+static core_stream_t stream_key(const trace_event_t *e)
+{
+    if (e->stream == 0 || e->stream == RP_STREAM_LEGACY)
+        return RP_KEY_LEGACY;
+    if (e->stream == RP_STREAM_PER_THREAD)
+        return ((core_stream_t)e->tid << 4) | RP_KEY_PTDS_TAG;
+    return (core_stream_t)e->stream;
+}
+
+static bool stream_ordered(unsigned api)
+{
+    return api == TRACE_API_CUDA_MALLOC_ASYNC || api == TRACE_API_CU_MEM_ALLOC_ASYNC;
+}
+
+/* Whether tid is capturing on the device (its cudaMalloc goes to the
+ * capture pool), or, with stream != 0, whether that stream is. */
+static bool capturing(const rdev_t *rd, uint32_t tid, uint64_t stream)
+{
+    for (int i = 0; i < rd->ncaptures; i++)
+        if (stream ? rd->captures[i].stream == stream : rd->captures[i].tid == tid)
+            return true;
+    return false;
+}
+
+/* The reference models' reserved bytes for an allocation: "no cache" is
+ * cudaMalloc per allocation, packed to 512 bytes up to 1 MiB and rounded to
+ * the driver's 2 MiB pages above (an approximation: the driver's own
+ * packing is not documented); the floor reserves what it holds. */
+static uint64_t charged(const replay_t *r, uint64_t size)
+{
+    if (r->cfg->mode == RP_MODE_CORE)
+        return 0;
+    if (r->cfg->mode == RP_MODE_FLOOR || size <= (1u << 20))
+        return size == 0 ? 512 : (size + 511) & ~(uint64_t)511;
+    return (size + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+}
+
+/* What the reference models count as allocated: each allocation's bytes
+ * rounded up to 512, the least block any allocator with PyTorch's
+ * granularity gives. */
+static uint64_t held(const replay_t *r, uint64_t size)
+{
+    if (r->cfg->mode == RP_MODE_CORE)
+        return 0;
+    return size == 0 ? 512 : (size + 511) & ~(uint64_t)511;
+}
+
+/* One allocation: 0 with *addr (0 when it failed at the capacity or is a
+ * graph node), or -1 for an internal error. */
+static int do_alloc(replay_t *r, rdev_t *rd, const trace_event_t *e, uint64_t *addr)
+{
+    rp_result_t *res = r->res;
+    res->allocs++;
+    *addr = 0;
+    if (r->cfg->mode != RP_MODE_CORE) {
+        uint64_t c = charged(r, e->size), h = held(r, e->size);
+        if (r->cfg->mode == RP_MODE_NOCACHE && rd->reserved + c > r->opts->capacity)
+            goto oom;
+        rd->allocated += h, rd->reserved += c;
+        r->allocated += h, r->reserved += c;
+        if (r->cfg->mode == RP_MODE_NOCACHE)
+            res->device_allocs++;
+        *addr = 1; /* held: the models keep no addresses */
+        level(r, rd);
+        return 0;
+    }
+    bool ordered = stream_ordered(e->api);
+    if (ordered && rd->ncaptures && capturing(rd, 0, e->stream)) {
+        res->skipped++; /* a graph node: the graph owns it */
+        return 0;
+    }
+    bool pooled = !ordered && e->api != TRACE_API_IMPORTED && rd->ncaptures && capturing(rd, e->tid, 0);
+    if (pooled)
+        core_pool_use(rd->core, rd->capture_pool);
+    core_stream_t key = ordered || e->api == TRACE_API_IMPORTED ? stream_key(e) : 0;
+    uintptr_t p = core_malloc(rd->core, (size_t)e->size, key, NULL);
+    if (pooled)
+        core_pool_use(rd->core, 0);
+    if (p) {
+        *addr = p;
+        return 0;
+    }
+oom:
+    if (res->ooms++ == 0) {
+        res->first_oom_event = (long long)r->event;
+        res->first_oom_size = e->size;
+        res->first_oom_time_ns = e->time_ns;
+    }
+    return 0;
+}
+
+/* Frees what do_alloc gave (addr != 0) for the entry. */
+static void do_free(replay_t *r, rdev_t *rd, const live_t *l, const trace_event_t *e)
+{
+    if (r->cfg->mode != RP_MODE_CORE) {
+        rd->allocated -= l->held, rd->reserved -= l->charged;
+        r->allocated -= l->held, r->reserved -= l->charged;
+        if (r->cfg->mode == RP_MODE_NOCACHE)
+            r->res->device_frees++;
+        level(r, rd);
+        return;
+    }
+    core_free_t how = CORE_FREE_FENCED;
+    core_stream_t key = 0;
+    if (e->api == TRACE_API_IMPORTED) {
+        how = CORE_FREE_NOW;
+    } else if (stream_ordered(e->api)) {
+        /* on another device than its own the interposer falls back to
+         * that device's fence */
+        if (e->device < 0 || e->device == l->device)
+            how = CORE_FREE_AFTER_STREAM, key = stream_key(e);
+    } else if (r->cfg->conf.reuse == CONF_REUSE_STREAM) {
+        how = CORE_FREE_NOW;
+    } else if (r->cfg->conf.reuse == CONF_REUSE_SYNC && rd->ncaptures == 0) {
+        how = CORE_FREE_NOW; /* after a device synchronisation: the idle device has nothing queued */
+    }
+    core_free(rd->core, (uintptr_t)l->addr, how, key);
+}
+
+/* Applies sync-like events to one device or, with device -1, to all. */
+static void each_device(replay_t *r, int device, void (*fn)(core_dev_t *))
+{
+    for (int i = 0; i < RP_MAX_DEVICES; i++)
+        if (r->devs[i] && r->devs[i]->core && (device < 0 || device == i))
+            fn(r->devs[i]->core);
+}
+
+static void fence_and_poll(core_dev_t *d)
+{
+    core_fence(d);
+    core_poll(d);
+}
+
+static void capture_begin(rdev_t *rd, const trace_event_t *e)
+{
+    if (!rd->core || rd->ncaptures == RP_MAX_CAPTURES)
+        return;
+    if (rd->capture_pool == 0)
+        rd->capture_pool = core_pool_create(rd->core);
+    if (rd->ncaptures++ == 0)
+        core_set_capturing(rd->core, true);
+    rd->captures[rd->ncaptures - 1] = (capture_t){e->tid, e->stream};
+}
+
+static void capture_end(rdev_t *rd, const trace_event_t *e)
+{
+    for (int i = 0; i < rd->ncaptures; i++) {
+        if (rd->captures[i].stream != e->stream)
+            continue;
+        rd->captures[i] = rd->captures[--rd->ncaptures];
+        if (rd->ncaptures == 0 && rd->core)
+            core_set_capturing(rd->core, false);
+        return;
+    }
+}
+
+/* One event.  0, or -1 with err set. */
+static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
+{
+    rdev_t *rd = rdev(r, e->device, err, errlen);
+    if (!rd)
+        return -1;
+    switch (e->kind) {
+    case TRACE_ALLOC: {
+        uint64_t addr;
+        if (do_alloc(r, rd, e, &addr) != 0)
+            return -1;
+        live_t *old = livemap_find(&r->live, e->addr);
+        if (old) {
+            /* allocated again without a free in between: the trace lost the
+             * free; the old allocation stays held, as it would in the job */
+            r->res->skipped++;
+            livemap_del(&r->live, old);
+        }
+        live_t *l = livemap_put(&r->live, e->addr);
+        if (!l) {
+            snprintf(err, errlen, "out of host memory");
+            return -1;
+        }
+        l->addr = addr;
+        l->requested = e->size;
+        l->charged = charged(r, e->size);
+        l->held = held(r, e->size);
+        l->device = (int16_t)(e->device < 0 ? 0 : e->device);
+        if (addr) {
+            r->requested += e->size;
+            if (r->requested > r->res->peak_requested)
+                r->res->peak_requested = r->requested;
+        }
+        return 0;
+    }
+    case TRACE_ALLOC_FAIL: {
+        uint64_t addr;
+        trace_event_t once = *e;
+        if (do_alloc(r, rd, e, &addr) != 0)
+            return -1;
+        if (addr) {
+            live_t l = {.addr = addr, .charged = charged(r, e->size), .held = held(r, e->size),
+                        .device = (int16_t)(e->device < 0 ? 0 : e->device)};
+            once.api = TRACE_API_IMPORTED; /* at once: the job never used it */
+            do_free(r, rd, &l, &once);
+        }
+        return 0;
+    }
+    case TRACE_FREE: {
+        live_t *l = livemap_find(&r->live, e->addr);
+        if (!l) {
+            r->res->skipped++; /* never allocated in the trace */
+            return 0;
+        }
+        if (l->addr) {
+            rdev_t *owner = r->devs[l->device];
+            do_free(r, owner, l, e);
+            r->requested -= l->requested;
+        }
+        livemap_del(&r->live, l);
+        return 0;
+    }
+    case TRACE_DEVICE_SYNC:
+        each_device(r, e->device, fence_and_poll);
+        return 0;
+    case TRACE_STREAM_SYNC:
+    case TRACE_EVENT_SYNC:
+        each_device(r, e->device, core_poll);
+        return 0;
+    case TRACE_CAPTURE_BEGIN:
+        capture_begin(rd, e);
+        return 0;
+    case TRACE_CAPTURE_END:
+        capture_end(rd, e);
+        return 0;
+    default: /* stream creation and destruction: nothing for an idle device */
+        return 0;
+    }
+}
+
+/* After an event that set a reserved peak: the fragmentation there. */
+static void measure_peak(replay_t *r)
+{
+    uint64_t free_bytes = 0, largest = 0;
+    for (int i = 0; i < RP_MAX_DEVICES; i++) {
+        rdev_t *rd = r->devs[i];
+        if (!rd || !rd->core)
+            continue;
+        core_usage_t u;
+        core_usage(rd->core, &u);
+        free_bytes += u.reserved - u.allocated;
+        if (u.largest_free > largest)
+            largest = u.largest_free;
+    }
+    r->res->peak_event = r->event;
+    r->res->free_at_peak = r->reserved - r->allocated;
+    r->res->frag_at_peak = free_bytes ? 1.0 - (double)largest / (double)free_bytes : 0.0;
+}
+
+static void finish(replay_t *r)
+{
+    rp_result_t *res = r->res;
+    for (int i = 0; i < RP_MAX_DEVICES; i++) {
+        rdev_t *rd = r->devs[i];
+        if (!rd)
+            continue;
+        if (rd->core) {
+            core_stats_t s;
+            core_stats_get(rd->core, &s);
+            if ((uint64_t)s.allocated_bytes[CORE_POOL_ALL].peak != res->dev_peak_allocated[i] ||
+                (uint64_t)s.reserved_bytes[CORE_POOL_ALL].peak != res->dev_peak_reserved[i])
+                res->stats_agree = false;
+            res->device_allocs += s.num_device_alloc;
+            res->device_frees += s.num_device_free;
+            res->hits += s.num_cache_hits;
+            core_dev_destroy(rd->core);
+        }
+        mem_backend_fini(&rd->mb);
+        free(rd->ext);
+        free(rd);
+        r->devs[i] = NULL;
+    }
+    res->utilization = res->peak_reserved ? (double)res->peak_allocated / (double)res->peak_reserved : 1.0;
+    free(r->live.slots);
+}
+
+int rp_replay(const rp_input_t *in, const rp_config_t *cfg, const rp_opts_t *opts, rp_result_t *res, char *err,
+              size_t errlen)
+{
+    memset(res, 0, sizeof *res);
+    res->first_oom_event = -1;
+    res->reserved_covers = true;
+    res->stats_agree = true;
+    replay_t r = {.in = in, .cfg = cfg, .opts = opts, .res = res};
+    if (livemap_init(&r.live, 1024) != 0)
+        goto nomem;
+    if (opts->curve_buckets && in->nev) {
+        rp_curve_t *c = &res->curve;
+        c->nbuckets = opts->curve_buckets < in->nev ? opts->curve_buckets : in->nev;
+        c->events_per_bucket = (in->nev + c->nbuckets - 1) / c->nbuckets;
+        c->nbuckets = (in->nev + c->events_per_bucket - 1) / c->events_per_bucket;
+        c->allocated = calloc(c->nbuckets, sizeof *c->allocated);
+        c->reserved = calloc(c->nbuckets, sizeof *c->reserved);
+        if (!c->allocated || !c->reserved)
+            goto nomem;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (size_t i = 0; i < in->nev; i++) {
+        const trace_event_t *e = &in->ev[i];
+        r.event = i;
+        if (e->device >= RP_MAX_DEVICES) {
+            snprintf(err, errlen, "event %zu: device %d (at most %d devices)", i, e->device, RP_MAX_DEVICES);
+            goto fail;
+        }
+        if (step(&r, e, err, errlen) != 0)
+            goto fail;
+        level(&r, NULL); /* the bucket of an event that changed nothing */
+        if (r.new_peak) {
+            r.new_peak = false;
+            measure_peak(&r);
+        }
+        if (opts->progress && (i & ((1u << 20) - 1)) == 0 && i)
+            opts->progress(opts->progress_ctx, i, in->nev);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    res->seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    res->events = in->nev;
+    finish(&r);
+    return 0;
+nomem:
+    snprintf(err, errlen, "out of host memory");
+fail:
+    finish(&r);
+    rp_result_free(res);
+    return -1;
+}
+
+void rp_result_free(rp_result_t *res)
+{
+    free(res->curve.allocated);
+    free(res->curve.reserved);
+    res->curve = (rp_curve_t){0};
+}

@@ -1,0 +1,161 @@
+/*
+ * Replay inputs: a TRACE argument read, its format detected from its first
+ * bytes, and turned into an rp_input_t by the matching reader.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "replay.h"
+
+const char *rp_format_name(rp_format_t f)
+{
+    switch (f) {
+    case RP_FORMAT_CUCACHE: return "cucache trace";
+    case RP_FORMAT_TORCH: return "PyTorch snapshot";
+    case RP_FORMAT_RMM: return "RMM log";
+    }
+    return "?";
+}
+
+void rp_note(rp_input_t *in, const char *fmt, ...)
+{
+    size_t used = strlen(in->notes);
+    if (used + 3 >= sizeof in->notes)
+        return;
+    if (used) {
+        memcpy(in->notes + used, "; ", 3);
+        used += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(in->notes + used, sizeof in->notes - used, fmt, ap);
+    va_end(ap);
+}
+
+void rp_input_free(rp_input_t *in)
+{
+    free(in->name);
+    free(in->ev);
+    free(in->ref_reserved);
+    memset(in, 0, sizeof *in);
+}
+
+int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen)
+{
+    out->format = RP_FORMAT_CUCACHE;
+    out->ev = malloc((t->nevents ? t->nevents : 1) * sizeof *out->ev);
+    if (!out->ev) {
+        snprintf(err, errlen, "out of host memory for %zu events", t->nevents);
+        return -1;
+    }
+    if (t->nevents)
+        memcpy(out->ev, t->events, t->nevents * sizeof *out->ev);
+    out->nev = t->nevents;
+    int maxdev = 0;
+    for (size_t i = 0; i < t->nevents; i++) {
+        if (out->ev[i].device > maxdev)
+            maxdev = out->ev[i].device;
+        if (out->ev[i].device < -1) {
+            snprintf(err, errlen, "event %zu: device %d", i, out->ev[i].device);
+            return -1;
+        }
+    }
+    if (maxdev >= 64) {
+        snprintf(err, errlen, "device %d: at most 64 devices", maxdev);
+        return -1;
+    }
+    out->ndevices = maxdev + 1;
+    if (t->truncated)
+        rp_note(out, "cut short at offset %llu (the recording was interrupted): %zu whole records kept",
+                (unsigned long long)t->truncated_at, t->nevents);
+    if (t->dropped_records)
+        rp_note(out, "the recorder lost %llu records", (unsigned long long)t->dropped_records);
+    return 0;
+}
+
+/* Whether the data starts like an RMM log: a header row naming Thread. */
+static bool looks_rmm(const uint8_t *data, size_t len)
+{
+    size_t i = 0;
+    while (i < len && (data[i] == ' ' || data[i] == '\t'))
+        i++;
+    return len - i >= 7 && strncasecmp((const char *)data + i, "Thread,", 7) == 0;
+}
+
+int rp_input_parse(const char *name, const uint8_t *data, size_t len, rp_input_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    char why[400] = "";
+    int rc;
+    if (len >= 8 && memcmp(data, TRACE_MAGIC, 8) == 0) {
+        trace_t t;
+        out->format = RP_FORMAT_CUCACHE;
+        rc = trace_parse(data, len, &t, why, sizeof why);
+        if (rc == 0) {
+            rc = rp_input_from_trace(&t, out, why, sizeof why);
+            trace_free(&t);
+        }
+    } else if (len >= 2 && data[0] == 0x80) {
+        rc = rp_import_torch(data, len, out, why, sizeof why);
+    } else if (looks_rmm(data, len)) {
+        rc = rp_import_rmm(data, len, out, why, sizeof why);
+    } else {
+        snprintf(why, sizeof why, "not a trace this tool reads (a cucache trace starts with CUCTRACE, a PyTorch "
+                                  "snapshot is a pickle of protocol 2 or later, an RMM log starts with the header "
+                                  "Thread,Time,Action,Pointer,Size,Stream)");
+        rc = -1;
+    }
+    if (rc == 0) {
+        out->name = strdup(name);
+        if (!out->name) {
+            snprintf(why, sizeof why, "out of host memory");
+            rc = -1;
+        }
+    }
+    if (rc != 0) {
+        const char *fmt = out->format ? rp_format_name(out->format) : NULL;
+        if (fmt)
+            snprintf(err, errlen, "%s: %s: %s", name, fmt, why);
+        else
+            snprintf(err, errlen, "%s: %s", name, why);
+        rp_input_free(out);
+    }
+    return rc;
+}
+
+int rp_input_load(const char *path, rp_input_t *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    size_t len = (size_t)st.st_size;
+    if (len == 0) {
+        close(fd);
+        snprintf(err, errlen, "%s: empty file", path);
+        return -1;
+    }
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = rp_input_parse(path, map, len, out, err, errlen);
+    munmap(map, len);
+    return rc;
+}

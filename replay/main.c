@@ -1,0 +1,276 @@
+/*
+ * cucache-replay: what would another allocator setting have done on this
+ * job?  Replays each TRACE (a cucache trace, a PyTorch snapshot pickle or
+ * an RMM log; the format is detected) through the real core once per
+ * --conf, next to two references: "no cache" (every allocation from the
+ * device) and the floor (the live bytes alone).  replay.h is the map.
+ *
+ * Exit status: 0; 1 when an input could not be read (the others are still
+ * replayed); 2 for a bad command line or configuration.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "replay.h"
+
+#ifndef CUCACHE_VERSION
+#define CUCACHE_VERSION "unknown"
+#endif
+
+enum { MAX_CONFS = 32, PLOT_BUCKETS = 1200 };
+
+static void usage(FILE *f)
+{
+    fputs("usage: cucache-replay [options] TRACE...\n"
+          "\n"
+          "Replays what a job asked of the allocator through cucache's core, once per\n"
+          "configuration, and compares peak memory, fragmentation and device calls.\n"
+          "TRACE: a cucache trace (CUCACHE_TRACE, cucache-run --trace), a PyTorch memory\n"
+          "snapshot (torch.cuda.memory._dump_snapshot) or an RMM logging_resource_adaptor\n"
+          "CSV; the format is detected.\n"
+          "\n"
+          "options:\n"
+          "  --conf K:V,...   a configuration in CUCACHE_CONF syntax (repeat for more;\n"
+          "                   'default' or '' is the defaults; 'help' lists the keys);\n"
+          "                   without --conf: the defaults\n"
+          "  --capacity SIZE  device memory per device (512M, 40G, ...; default 80G)\n"
+          "  --json           one JSON object per line per trace and configuration\n"
+          "  --plot FILE.svg  allocated and reserved over the events, per configuration\n"
+          "  --no-reference   leave out the 'no cache' and 'floor' columns\n"
+          "  --version, --help\n",
+          f);
+}
+
+/* A size with an optional binary unit: 4096, 512K, 40G, 1.5T, 2GiB. */
+static int parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || v < 0)
+        return -1;
+    double mult = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mult = 1024.0, end++; break;
+    case 'M': mult = 1024.0 * 1024, end++; break;
+    case 'G': mult = 1024.0 * 1024 * 1024, end++; break;
+    case 'T': mult = 1024.0 * 1024 * 1024 * 1024, end++; break;
+    default: break;
+    }
+    if (mult > 1 && (*end == 'i' || *end == 'I'))
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end || v * mult < 1 || v * mult > 9.0e18)
+        return -1;
+    *out = (uint64_t)(v * mult);
+    return 0;
+}
+
+static void help_line(void *ctx, const char *line)
+{
+    fprintf(ctx, "%s\n", line);
+}
+
+/* A progress bar on a terminal, for long traces. */
+typedef struct progress_s {
+    const char *name, *label;
+} progress_t;
+
+static void progress(void *ctx, size_t done, size_t total)
+{
+    const progress_t *p = ctx;
+    int pct = (int)(100.0 * (double)done / (double)total);
+    char bar[31];
+    int fill = pct * 30 / 100;
+    for (int i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = '\0';
+    fprintf(stderr, "\r%s [%s] %s %3d%%", p->name, p->label, bar, pct);
+    fflush(stderr);
+}
+
+/* PyTorch's reserved curve bucketed like the replay's curves. */
+static int ref_curve(const rp_input_t *in, const rp_curve_t *like, rp_curve_t *out)
+{
+    *out = (rp_curve_t){.nbuckets = like->nbuckets, .events_per_bucket = like->events_per_bucket};
+    out->reserved = calloc(like->nbuckets ? like->nbuckets : 1, sizeof *out->reserved);
+    if (!out->reserved)
+        return -1;
+    for (size_t i = 0; i < in->nev && like->nbuckets; i++) {
+        size_t b = i / like->events_per_bucket;
+        if (b < out->nbuckets && in->ref_reserved[i] > out->reserved[b])
+            out->reserved[b] = in->ref_reserved[i];
+    }
+    return 0;
+}
+
+typedef struct done_s {
+    rp_input_t in;
+    rp_result_t *res;
+    rp_curve_t ref;
+    bool ok;
+} done_t;
+
+int main(int argc, char **argv)
+{
+    rp_config_t cfgs[MAX_CONFS + 2];
+    size_t ncfg = 0;
+    rp_opts_t opts = {.capacity = (uint64_t)80 << 30};
+    const char *plot = NULL;
+    bool json = false, reference = true;
+    char err[1024];
+    int first_trace = argc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--version") == 0) {
+            printf("cucache-replay %s\n", CUCACHE_VERSION);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            json = true;
+        } else if (strcmp(a, "--no-reference") == 0) {
+            reference = false;
+        } else if (strcmp(a, "--conf") == 0 || strcmp(a, "--capacity") == 0 || strcmp(a, "--plot") == 0) {
+            if (!val) {
+                fprintf(stderr, "cucache-replay: %s needs a value\n", a);
+                return 2;
+            }
+            i++;
+            if (strcmp(a, "--plot") == 0) {
+                plot = val;
+            } else if (strcmp(a, "--capacity") == 0) {
+                if (parse_size(val, &opts.capacity) != 0) {
+                    fprintf(stderr, "cucache-replay: --capacity %s: expected a size (4096, 512M, 40G)\n", val);
+                    return 2;
+                }
+            } else {
+                if (ncfg == MAX_CONFS) {
+                    fprintf(stderr, "cucache-replay: at most %d --conf\n", MAX_CONFS);
+                    return 2;
+                }
+                rp_config_t *c = &cfgs[ncfg];
+                conf_defaults(&c->conf);
+                bool dflt = val[0] == '\0' || strcmp(val, "default") == 0;
+                int rc = dflt ? 0 : conf_parse(&c->conf, val, err, sizeof err);
+                if (rc == 1) {
+                    conf_help(help_line, stdout);
+                    return 0;
+                }
+                if (rc != 0) {
+                    fprintf(stderr, "cucache-replay: --conf %s\n", err);
+                    return 2;
+                }
+                c->mode = RP_MODE_CORE;
+                c->label = dflt ? "default" : val;
+                c->conf_text = dflt ? "" : val;
+                ncfg++;
+            }
+        } else if (a[0] == '-' && a[1] == '-' && a[2] == '\0') {
+            first_trace = i + 1;
+            break;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            fprintf(stderr, "cucache-replay: unknown option %s (--help lists them)\n", a);
+            return 2;
+        } else {
+            first_trace = i;
+            break;
+        }
+    }
+    for (int i = first_trace; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1] == '-' && !(first_trace > 1 && strcmp(argv[first_trace - 1], "--") == 0)) {
+            fprintf(stderr, "cucache-replay: %s: options go before the traces\n", argv[i]);
+            return 2;
+        }
+    if (first_trace >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    if (ncfg == 0) {
+        conf_defaults(&cfgs[0].conf);
+        cfgs[0] = (rp_config_t){.label = "default", .mode = RP_MODE_CORE, .conf = cfgs[0].conf, .conf_text = ""};
+        ncfg = 1;
+    }
+    if (reference) {
+        cfgs[ncfg++] = (rp_config_t){.label = "no cache", .mode = RP_MODE_NOCACHE};
+        cfgs[ncfg++] = (rp_config_t){.label = "floor", .mode = RP_MODE_FLOOR};
+    }
+    opts.curve_buckets = plot ? PLOT_BUCKETS : 0;
+    bool tty = isatty(STDERR_FILENO);
+
+    int ntraces = argc - first_trace, status = 0;
+    done_t *done = calloc((size_t)ntraces, sizeof *done);
+    if (!done) {
+        fprintf(stderr, "cucache-replay: out of host memory\n");
+        return 1;
+    }
+    for (int t = 0; t < ntraces; t++) {
+        done_t *d = &done[t];
+        if (rp_input_load(argv[first_trace + t], &d->in, err, sizeof err) != 0) {
+            fprintf(stderr, "cucache-replay: %s\n", err);
+            status = 1;
+            continue;
+        }
+        d->res = calloc(ncfg, sizeof *d->res);
+        if (!d->res) {
+            fprintf(stderr, "cucache-replay: out of host memory\n");
+            status = 1;
+            continue;
+        }
+        d->ok = true;
+        for (size_t k = 0; k < ncfg && d->ok; k++) {
+            progress_t pg = {d->in.name, cfgs[k].label};
+            opts.progress = tty && d->in.nev >= (1u << 21) ? progress : NULL;
+            opts.progress_ctx = &pg;
+            if (rp_replay(&d->in, &cfgs[k], &opts, &d->res[k], err, sizeof err) != 0) {
+                fprintf(stderr, "cucache-replay: %s: %s: %s\n", d->in.name, cfgs[k].label, err);
+                status = 1;
+                d->ok = false;
+            }
+            if (opts.progress)
+                fprintf(stderr, "\r%*s\r", 72, "");
+        }
+        if (!d->ok)
+            continue;
+        if (json)
+            for (size_t k = 0; k < ncfg; k++)
+                rp_print_json(stdout, &d->in, &cfgs[k], &d->res[k], &opts);
+        else
+            rp_print_table(stdout, &d->in, cfgs, d->res, ncfg, &opts);
+        fflush(stdout);
+        if (plot && d->in.ref_reserved && ref_curve(&d->in, &d->res[0].curve, &d->ref) != 0) {
+            fprintf(stderr, "cucache-replay: out of host memory\n");
+            status = 1;
+        }
+    }
+    if (plot) {
+        rp_plot_panel_t *panels = calloc((size_t)ntraces, sizeof *panels);
+        size_t np = 0;
+        for (int t = 0; panels && t < ntraces; t++)
+            if (done[t].ok)
+                panels[np++] = (rp_plot_panel_t){done[t].in.name, done[t].in.nev, cfgs, done[t].res, ncfg,
+                                                 done[t].ref.reserved ? &done[t].ref : NULL};
+        if (!panels || rp_plot_svg(plot, panels, np, err, sizeof err) != 0) {
+            fprintf(stderr, "cucache-replay: --plot %s: %s\n", plot, panels ? err : "out of host memory");
+            status = 1;
+        } else if (!json) {
+            printf("plot: %s\n", plot);
+        }
+        free(panels);
+    }
+    for (int t = 0; t < ntraces; t++) {
+        for (size_t k = 0; done[t].res && k < ncfg; k++)
+            rp_result_free(&done[t].res[k]);
+        free(done[t].res);
+        free(done[t].ref.reserved);
+        rp_input_free(&done[t].in);
+    }
+    free(done);
+    return status;
+}

@@ -1,0 +1,293 @@
+/*
+ * What cucache-replay prints: a table per input with a column per
+ * configuration (the reference models last), or one JSON object per line
+ * for each input and configuration.  Sizes in the tables use PyTorch's
+ * format (st_fmt_size); the JSON gives bytes as integers.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "replay.h"
+#include "st.h"
+
+enum {
+    LABEL_W = 26, /* the row titles */
+    COL_MIN = 12, /* a column's least width */
+    COL_MAX = 24, /* longer configuration labels become [k] with a legend */
+};
+
+static void fmt_size(char *buf, size_t len, uint64_t bytes)
+{
+    st_fmt_size(buf, len, bytes);
+}
+
+static void fmt_count(char *buf, size_t len, uint64_t v)
+{
+    /* thousands separated by commas */
+    char raw[32];
+    int n = snprintf(raw, sizeof raw, "%" PRIu64, v);
+    size_t o = 0;
+    for (int i = 0; i < n && o + 2 < len; i++) {
+        if (i && (n - i) % 3 == 0)
+            buf[o++] = ',';
+        buf[o++] = raw[i];
+    }
+    buf[o] = '\0';
+}
+
+static void fmt_pct(char *buf, size_t len, double v)
+{
+    snprintf(buf, len, "%.1f%%", v * 100.0);
+}
+
+typedef void (*cell_fn)(char *buf, size_t len, const rp_input_t *in, const rp_config_t *cfg, const rp_result_t *r,
+                        const rp_opts_t *opts);
+
+static void c_peak_alloc(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                         const rp_opts_t *o)
+{
+    fmt_size(b, l, r->peak_allocated);
+}
+
+static void c_peak_res(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                       const rp_opts_t *o)
+{
+    fmt_size(b, l, r->peak_reserved);
+}
+
+static void c_vs_torch(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                       const rp_opts_t *o)
+{
+    if (!in->ref_peak_reserved) {
+        snprintf(b, l, "-");
+        return;
+    }
+    double d = ((double)r->peak_reserved - (double)in->ref_peak_reserved) / (double)in->ref_peak_reserved;
+    snprintf(b, l, "%+.1f%%", d * 100.0);
+}
+
+static void c_util(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                   const rp_opts_t *o)
+{
+    fmt_pct(b, l, r->utilization);
+}
+
+static void c_frag(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                   const rp_opts_t *o)
+{
+    if (c->mode != RP_MODE_CORE)
+        snprintf(b, l, "-");
+    else
+        fmt_pct(b, l, r->frag_at_peak);
+}
+
+static void c_dev_allocs(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                         const rp_opts_t *o)
+{
+    if (c->mode == RP_MODE_FLOOR)
+        snprintf(b, l, "-");
+    else
+        fmt_count(b, l, r->device_allocs);
+}
+
+static void c_dev_frees(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                        const rp_opts_t *o)
+{
+    if (c->mode == RP_MODE_FLOOR)
+        snprintf(b, l, "-");
+    else
+        fmt_count(b, l, r->device_frees);
+}
+
+static void c_hits(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                   const rp_opts_t *o)
+{
+    if (c->mode == RP_MODE_FLOOR)
+        snprintf(b, l, "-");
+    else
+        fmt_pct(b, l, r->allocs ? (double)r->hits / (double)r->allocs : 0.0);
+}
+
+static void c_ooms(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                   const rp_opts_t *o)
+{
+    if (c->mode == RP_MODE_FLOOR)
+        snprintf(b, l, "-");
+    else
+        fmt_count(b, l, r->ooms);
+}
+
+static void c_first_oom(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                        const rp_opts_t *o)
+{
+    if (r->first_oom_event < 0) {
+        snprintf(b, l, "-");
+        return;
+    }
+    char n[32];
+    fmt_count(n, sizeof n, (uint64_t)r->first_oom_event);
+    snprintf(b, l, "event %s", n);
+}
+
+static void c_time(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                   const rp_opts_t *o)
+{
+    if (!r->events)
+        snprintf(b, l, "-");
+    else
+        snprintf(b, l, "%.0f ns", r->seconds * 1e9 / (double)r->events);
+}
+
+typedef struct row_s {
+    const char *title;
+    cell_fn cell;
+    bool torch_only;
+} row_t;
+
+static const row_t rows[] = {
+    {"peak allocated", c_peak_alloc, false},
+    {"peak reserved", c_peak_res, false},
+    {"  vs PyTorch's reserved", c_vs_torch, true},
+    {"utilisation", c_util, false},
+    {"fragmentation at peak", c_frag, false},
+    {"device allocations", c_dev_allocs, false},
+    {"device frees", c_dev_frees, false},
+    {"cache hit rate", c_hits, false},
+    {"OOMs at capacity", c_ooms, false},
+    {"first OOM", c_first_oom, false},
+    {"replay time per event", c_time, false},
+};
+
+void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, const rp_result_t *res, size_t n,
+                    const rp_opts_t *opts)
+{
+    char a[64], b[64];
+    fmt_count(a, sizeof a, in->nev);
+    fmt_size(b, sizeof b, opts->capacity);
+    fprintf(out, "%s (%s): %s events", in->name, rp_format_name(in->format), a);
+    if (in->nprelude)
+        fprintf(out, " (%zu of them blocks live before the recording)", in->nprelude);
+    fprintf(out, ", %d device%s, capacity %s per device\n", in->ndevices, in->ndevices == 1 ? "" : "s", b);
+    if (in->notes[0])
+        fprintf(out, "  note: %s\n", in->notes);
+
+    /* column widths and heads */
+    int width[64];
+    char head[64][16];
+    bool legend = false;
+    if (n > 64)
+        n = 64;
+    for (size_t k = 0; k < n; k++) {
+        size_t w = strlen(cfgs[k].label);
+        if (w > COL_MAX) {
+            snprintf(head[k], sizeof head[k], "[%zu]", k + 1);
+            w = strlen(head[k]);
+            legend = true;
+        } else {
+            head[k][0] = '\0';
+        }
+        width[k] = (int)(w < COL_MIN ? COL_MIN : w);
+    }
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        for (size_t k = 0; k < n; k++) {
+            char cell[64];
+            rows[i].cell(cell, sizeof cell, in, &cfgs[k], &res[k], opts);
+            if ((int)strlen(cell) > width[k])
+                width[k] = (int)strlen(cell);
+        }
+    fprintf(out, "  %-*s", LABEL_W, "");
+    for (size_t k = 0; k < n; k++)
+        fprintf(out, "  %*s", width[k], head[k][0] ? head[k] : cfgs[k].label);
+    fputc('\n', out);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (rows[i].torch_only && !in->ref_peak_reserved)
+            continue;
+        fprintf(out, "  %-*s", LABEL_W, rows[i].title);
+        for (size_t k = 0; k < n; k++) {
+            char cell[64];
+            rows[i].cell(cell, sizeof cell, in, &cfgs[k], &res[k], opts);
+            fprintf(out, "  %*s", width[k], cell);
+        }
+        fputc('\n', out);
+    }
+    if (in->ref_peak_reserved) {
+        fmt_size(a, sizeof a, in->ref_peak_reserved);
+        fprintf(out, "  PyTorch's own peak reserved (from the snapshot's segments): %s\n", a);
+    }
+    if (legend)
+        for (size_t k = 0; k < n; k++)
+            if (head[k][0])
+                fprintf(out, "  %s = %s\n", head[k], cfgs[k].label);
+    for (size_t k = 0; k < n; k++) {
+        if (!res[k].reserved_covers)
+            fprintf(out, "  warning: %s: reserved fell below allocated during the replay (a core defect)\n",
+                    cfgs[k].label);
+        if (!res[k].stats_agree)
+            fprintf(out, "  warning: %s: the replay's peaks differ from the core's own statistics (a defect)\n",
+                    cfgs[k].label);
+        if (res[k].skipped && cfgs[k].mode == RP_MODE_CORE)
+            fprintf(out, "  %s: %" PRIu64 " events not applied (frees of allocations the trace lacks, graph nodes)\n",
+                    cfgs[k].label, res[k].skipped);
+    }
+    fputc('\n', out);
+}
+
+/* A JSON string (quotes, backslashes and control characters escaped). */
+static void json_str(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+static const char *mode_name(rp_mode_t m)
+{
+    return m == RP_MODE_CORE ? "cucache" : m == RP_MODE_NOCACHE ? "no cache" : "floor";
+}
+
+void rp_print_json(FILE *out, const rp_input_t *in, const rp_config_t *cfg, const rp_result_t *r,
+                   const rp_opts_t *opts)
+{
+    fputs("{\"trace\": ", out);
+    json_str(out, in->name);
+    fputs(", \"format\": ", out);
+    json_str(out, rp_format_name(in->format));
+    fputs(", \"config\": ", out);
+    json_str(out, cfg->label);
+    fputs(", \"model\": ", out);
+    json_str(out, mode_name(cfg->mode));
+    fprintf(out,
+            ", \"capacity\": %" PRIu64 ", \"events\": %" PRIu64 ", \"prelude\": %zu, \"devices\": %d"
+            ", \"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64 ", \"peak_requested\": %" PRIu64
+            ", \"utilization\": %.6f, \"fragmentation_at_peak\": %.6f, \"peak_event\": %zu"
+            ", \"device_allocs\": %" PRIu64 ", \"device_frees\": %" PRIu64 ", \"allocs\": %" PRIu64
+            ", \"cache_hits\": %" PRIu64 ", \"ooms\": %" PRIu64,
+            opts->capacity, r->events, in->nprelude, in->ndevices, r->peak_allocated, r->peak_reserved,
+            r->peak_requested, r->utilization, r->frag_at_peak, r->peak_event, r->device_allocs, r->device_frees,
+            r->allocs, r->hits, r->ooms);
+    if (r->first_oom_event >= 0)
+        fprintf(out, ", \"first_oom_event\": %lld, \"first_oom_size\": %" PRIu64 ", \"first_oom_time_ns\": %" PRIu64,
+                r->first_oom_event, r->first_oom_size, r->first_oom_time_ns);
+    else
+        fputs(", \"first_oom_event\": null", out);
+    fprintf(out, ", \"skipped\": %" PRIu64 ", \"reserved_covers_allocated\": %s, \"stats_agree\": %s, \"seconds\": %.6f",
+            r->skipped, r->reserved_covers ? "true" : "false", r->stats_agree ? "true" : "false", r->seconds);
+    if (in->format == RP_FORMAT_TORCH)
+        fprintf(out, ", \"torch_peak_reserved\": %" PRIu64, in->ref_peak_reserved);
+    fputs(", \"per_device\": [", out);
+    for (int d = 0; d < in->ndevices && d < 64; d++)
+        fprintf(out, "%s{\"device\": %d, \"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64 "}",
+                d ? ", " : "", d, r->dev_peak_allocated[d], r->dev_peak_reserved[d]);
+    fputc(']', out);
+    fputs(", \"notes\": ", out);
+    json_str(out, in->notes);
+    fputs("}\n", out);
+}

@@ -1,0 +1,624 @@
+/*
+ * The pickle reader of pickle.h: a stack machine over the binary opcodes of
+ * the plain types, nothing else.  Each opcode is checked against the bytes
+ * left before it is read, values come from one arena, and the only loops
+ * are over the input and over the stack, so a hostile file can cost time
+ * and memory in proportion to its length, never more, and never run code.
+ *
+ * The memo is a growable array indexed by memo id.  MEMOIZE numbers values
+ * 0, 1, 2, ...; BINPUT and LONG_BINPUT may name any id, so an id is only
+ * accepted up to the number of opcodes the file can hold (its length): a
+ * larger one cannot be a real pickle's and would only make us allocate.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pickle.h"
+
+enum { ARENA_CHUNK = 64 * 1024 };
+
+/* The arena: a list of chunks; values and item arrays come from it, item
+ * arrays that grow are copied (the old copy stays until pk_free). */
+typedef struct chunk_s {
+    struct chunk_s *next;
+    size_t used, size;
+    max_align_t data[];
+} chunk_t;
+
+typedef struct reader_s {
+    const uint8_t *p, *start, *end;
+    chunk_t *arena;
+    pk_val_t **stack; /* values, with NULL entries as marks */
+    size_t sp, stack_cap;
+    size_t *marks; /* stack positions of the open marks */
+    size_t nmarks, marks_cap;
+    pk_val_t **memo;
+    size_t memo_cap;
+    char *err;
+    size_t errlen;
+    size_t op_at; /* offset of the opcode being run */
+    int failed;
+} reader_t;
+
+static int fail(reader_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(reader_t *r, const char *fmt, ...)
+{
+    if (!r->failed) {
+        int n = snprintf(r->err, r->errlen, "offset %zu: ", r->op_at);
+        va_list ap;
+        va_start(ap, fmt);
+        if (n >= 0 && (size_t)n < r->errlen)
+            vsnprintf(r->err + n, r->errlen - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    r->failed = 1;
+    return -1;
+}
+
+static void *arena_alloc(reader_t *r, size_t size)
+{
+    size = (size + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
+    chunk_t *c = r->arena;
+    if (!c || c->size - c->used < size) {
+        size_t cap = size > ARENA_CHUNK ? size : ARENA_CHUNK;
+        c = malloc(sizeof *c + cap);
+        if (!c) {
+            fail(r, "out of host memory");
+            return NULL;
+        }
+        c->next = r->arena, c->used = 0, c->size = cap;
+        r->arena = c;
+    }
+    void *p = (char *)c->data + c->used;
+    c->used += size;
+    return p;
+}
+
+static pk_val_t *new_val(reader_t *r, pk_type_t type)
+{
+    pk_val_t *v = arena_alloc(r, sizeof *v);
+    if (v) {
+        memset(v, 0, sizeof *v);
+        v->type = type;
+    }
+    return v;
+}
+
+/* Room for one more item in v's arrays (items, or keys and vals). */
+static int grow(reader_t *r, pk_val_t *v)
+{
+    if (v->n < v->cap)
+        return 0;
+    size_t cap = v->cap ? v->cap * 2 : 4;
+    int arrays = v->type == PK_DICT ? 2 : 1;
+    pk_val_t **a = arena_alloc(r, cap * sizeof *a * (size_t)arrays);
+    if (!a)
+        return -1;
+    if (v->type == PK_DICT) {
+        if (v->n) {
+            memcpy(a, v->keys, v->n * sizeof *a);
+            memcpy(a + cap, v->vals, v->n * sizeof *a);
+        }
+        v->keys = a, v->vals = a + cap;
+    } else {
+        if (v->n)
+            memcpy(a, v->items, v->n * sizeof *a);
+        v->items = a;
+    }
+    v->cap = cap;
+    return 0;
+}
+
+static int push(reader_t *r, pk_val_t *v)
+{
+    if (!v)
+        return -1;
+    if (r->sp == r->stack_cap) {
+        size_t cap = r->stack_cap ? r->stack_cap * 2 : 64;
+        pk_val_t **s = realloc(r->stack, cap * sizeof *s);
+        if (!s)
+            return fail(r, "out of host memory");
+        r->stack = s, r->stack_cap = cap;
+    }
+    r->stack[r->sp++] = v;
+    return 0;
+}
+
+static pk_val_t *pop(reader_t *r, const char *op)
+{
+    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
+    if (r->sp <= floor) {
+        fail(r, "%s: the stack is empty", op);
+        return NULL;
+    }
+    return r->stack[--r->sp];
+}
+
+static pk_val_t *top(reader_t *r, const char *op)
+{
+    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
+    if (r->sp <= floor) {
+        fail(r, "%s: the stack is empty", op);
+        return NULL;
+    }
+    return r->stack[r->sp - 1];
+}
+
+/* The bytes of an operand, or NULL (error set) when the file ends. */
+static const uint8_t *take(reader_t *r, size_t n, const char *what)
+{
+    if ((size_t)(r->end - r->p) < n) {
+        fail(r, "file ends inside %s (%zu bytes needed, %zu left)", what, n, (size_t)(r->end - r->p));
+        return NULL;
+    }
+    const uint8_t *q = r->p;
+    r->p += n;
+    return q;
+}
+
+static uint64_t le(const uint8_t *b, unsigned n)
+{
+    uint64_t v = 0;
+    for (unsigned i = n; i-- > 0;)
+        v = v << 8 | b[i];
+    return v;
+}
+
+/* The position where the innermost mark's items start; pops the mark. */
+static int pop_mark(reader_t *r, const char *op, size_t *start)
+{
+    if (r->nmarks == 0)
+        return fail(r, "%s without a MARK", op);
+    *start = r->marks[--r->nmarks];
+    return 0;
+}
+
+static int op_string(reader_t *r, pk_type_t type, unsigned lenbytes, const char *name)
+{
+    const uint8_t *b = take(r, lenbytes, name);
+    if (!b)
+        return -1;
+    uint64_t n = le(b, lenbytes);
+    if (n > (uint64_t)(r->end - r->p)) {
+        fail(r, "file ends inside a %s of %llu bytes", name, (unsigned long long)n);
+        return -1;
+    }
+    pk_val_t *v = new_val(r, type);
+    if (!v)
+        return -1;
+    v->str = (const char *)r->p, v->len = (size_t)n;
+    r->p += n;
+    return push(r, v);
+}
+
+static int op_int(reader_t *r, unsigned n, bool is_signed, const char *name)
+{
+    const uint8_t *b = take(r, n, name);
+    pk_val_t *v = b ? new_val(r, PK_INT) : NULL;
+    if (!v)
+        return -1;
+    uint64_t u = le(b, n);
+    if (is_signed && n == 4)
+        v->i = (int32_t)(uint32_t)u;
+    else
+        v->i = (int64_t)u;
+    return push(r, v);
+}
+
+/* LONG1 / LONG4: a little-endian two's complement integer of n bytes. */
+static int op_long(reader_t *r, unsigned lenbytes, const char *name)
+{
+    const uint8_t *b = take(r, lenbytes, name);
+    if (!b)
+        return -1;
+    uint64_t n = le(b, lenbytes);
+    if (n > (uint64_t)(r->end - r->p))
+        return fail(r, "file ends inside a %s of %llu bytes", name, (unsigned long long)n);
+    const uint8_t *d = r->p;
+    r->p += n;
+    pk_val_t *v = new_val(r, PK_INT);
+    if (!v)
+        return -1;
+    if (n == 0)
+        return push(r, v);
+    bool neg = d[n - 1] & 0x80;
+    /* bytes beyond 8 must only extend the sign */
+    for (uint64_t i = 8; i < n; i++)
+        if (d[i] != (neg ? 0xff : 0x00))
+            v->big = true;
+    if (n > 8 && !v->big && ((d[7] & 0x80) != 0) != neg)
+        v->big = true;
+    if (v->big)
+        return push(r, v);
+    uint64_t u = 0;
+    for (uint64_t i = n < 8 ? n : 8; i-- > 0;)
+        u = u << 8 | d[i];
+    if (n < 8 && neg)
+        u |= ~(uint64_t)0 << (8 * n);
+    v->i = (int64_t)u;
+    return push(r, v);
+}
+
+static int op_float(reader_t *r)
+{
+    const uint8_t *b = take(r, 8, "a BINFLOAT");
+    pk_val_t *v = b ? new_val(r, PK_FLOAT) : NULL;
+    if (!v)
+        return -1;
+    uint64_t u = 0;
+    for (int i = 0; i < 8; i++)
+        u = u << 8 | b[i]; /* big-endian */
+    memcpy(&v->f, &u, sizeof v->f);
+    return push(r, v);
+}
+
+/* Pops the items above the innermost mark into a new list, tuple or set. */
+static int op_collect(reader_t *r, pk_type_t type, const char *name)
+{
+    size_t start = 0;
+    if (pop_mark(r, name, &start) != 0)
+        return -1;
+    pk_val_t *v = new_val(r, type);
+    if (!v)
+        return -1;
+    size_t n = r->sp - start;
+    if (n) {
+        v->items = arena_alloc(r, n * sizeof *v->items);
+        if (!v->items)
+            return -1;
+        memcpy(v->items, r->stack + start, n * sizeof *v->items);
+    }
+    v->n = v->cap = n;
+    r->sp = start;
+    return push(r, v);
+}
+
+static int op_tuple_n(reader_t *r, size_t n, const char *name)
+{
+    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
+    if (r->sp - floor < n)
+        return fail(r, "%s needs %zu values on the stack", name, n);
+    pk_val_t *v = new_val(r, PK_TUPLE);
+    if (!v)
+        return -1;
+    if (n) {
+        v->items = arena_alloc(r, n * sizeof *v->items);
+        if (!v->items)
+            return -1;
+        memcpy(v->items, r->stack + r->sp - n, n * sizeof *v->items);
+    }
+    v->n = v->cap = n;
+    r->sp -= n;
+    return push(r, v);
+}
+
+/* APPEND(S) / ADDITEMS: the items above the mark (or the top one) go into
+ * the list or set below them. */
+static int op_append(reader_t *r, bool many, pk_type_t want, const char *name)
+{
+    size_t start = 0;
+    if (many) {
+        if (pop_mark(r, name, &start) != 0)
+            return -1;
+    } else {
+        size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
+        if (r->sp < floor + 2)
+            return fail(r, "%s needs a list and a value on the stack", name);
+        start = r->sp - 1;
+    }
+    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
+    if (start == floor || start == 0)
+        return fail(r, "%s: no %s below the items", name, want == PK_LIST ? "list" : "set");
+    pk_val_t *target = r->stack[start - 1];
+    if (target->type != want)
+        return fail(r, "%s onto a %s", name, pk_type_name(target));
+    for (size_t i = start; i < r->sp; i++) {
+        if (grow(r, target) != 0)
+            return -1;
+        target->items[target->n++] = r->stack[i];
+    }
+    r->sp = start;
+    return 0;
+}
+
+/* SETITEM(S) / DICT: key, value pairs go into a dict. */
+static int op_setitems(reader_t *r, bool many, const char *name)
+{
+    size_t start = 0;
+    if (many) {
+        if (pop_mark(r, name, &start) != 0)
+            return -1;
+    } else {
+        size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
+        if (r->sp < floor + 3)
+            return fail(r, "%s needs a dict, a key and a value on the stack", name);
+        start = r->sp - 2;
+    }
+    if ((r->sp - start) % 2)
+        return fail(r, "%s with an odd number of items (%zu)", name, r->sp - start);
+    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
+    if (start == floor || start == 0)
+        return fail(r, "%s: no dict below the items", name);
+    pk_val_t *d = r->stack[start - 1];
+    if (d->type != PK_DICT)
+        return fail(r, "%s onto a %s", name, pk_type_name(d));
+    for (size_t i = start; i < r->sp; i += 2) {
+        if (grow(r, d) != 0)
+            return -1;
+        d->keys[d->n] = r->stack[i];
+        d->vals[d->n++] = r->stack[i + 1];
+    }
+    r->sp = start;
+    return 0;
+}
+
+static int op_dict(reader_t *r)
+{
+    size_t start = 0;
+    if (pop_mark(r, "DICT", &start) != 0)
+        return -1;
+    if ((r->sp - start) % 2)
+        return fail(r, "DICT with an odd number of items (%zu)", r->sp - start);
+    pk_val_t *d = new_val(r, PK_DICT);
+    if (!d)
+        return -1;
+    for (size_t i = start; i < r->sp; i += 2) {
+        if (grow(r, d) != 0)
+            return -1;
+        d->keys[d->n] = r->stack[i];
+        d->vals[d->n++] = r->stack[i + 1];
+    }
+    r->sp = start;
+    return push(r, d);
+}
+
+static int memo_put(reader_t *r, uint64_t id)
+{
+    pk_val_t *v = top(r, "memo store");
+    if (!v)
+        return -1;
+    if (id > (uint64_t)(r->end - r->start))
+        return fail(r, "memo index %llu is beyond what a file of %zu bytes can use", (unsigned long long)id,
+                    (size_t)(r->end - r->start));
+    if (id >= r->memo_cap) {
+        size_t cap = r->memo_cap ? r->memo_cap : 256;
+        while (cap <= id)
+            cap *= 2;
+        pk_val_t **m = realloc(r->memo, cap * sizeof *m);
+        if (!m)
+            return fail(r, "out of host memory");
+        memset(m + r->memo_cap, 0, (cap - r->memo_cap) * sizeof *m);
+        r->memo = m, r->memo_cap = cap;
+    }
+    r->memo[id] = v;
+    return 0;
+}
+
+static int memo_get(reader_t *r, uint64_t id)
+{
+    if (id >= r->memo_cap || !r->memo[id])
+        return fail(r, "memo index %llu was never stored", (unsigned long long)id);
+    return push(r, r->memo[id]);
+}
+
+/* Opcodes that name, build or call objects: never run. */
+static const char *refused(uint8_t op)
+{
+    switch (op) {
+    case 'c': return "GLOBAL";
+    case 0x93: return "STACK_GLOBAL";
+    case 'i': return "INST";
+    case 'o': return "OBJ";
+    case 'R': return "REDUCE";
+    case 0x81: return "NEWOBJ";
+    case 0x92: return "NEWOBJ_EX";
+    case 'b': return "BUILD";
+    case 0x82: return "EXT1";
+    case 0x83: return "EXT2";
+    case 0x84: return "EXT4";
+    case 'P': return "PERSID";
+    case 'Q': return "BINPERSID";
+    case 0x97: return "NEXT_BUFFER";
+    case 0x98: return "READONLY_BUFFER";
+    default: return NULL;
+    }
+}
+
+/* Protocol 0's text opcodes: no snapshot uses them. */
+static const char *text_op(uint8_t op)
+{
+    switch (op) {
+    case 'I': return "INT";
+    case 'L': return "LONG";
+    case 'S': return "STRING";
+    case 'V': return "UNICODE";
+    case 'F': return "FLOAT";
+    case 'g': return "GET";
+    case 'p': return "PUT";
+    case 'T': return "BINSTRING";
+    case 'U': return "SHORT_BINSTRING";
+    default: return NULL;
+    }
+}
+
+/* Runs one opcode; 1 at STOP. */
+static int step(reader_t *r)
+{
+    r->op_at = (size_t)(r->p - r->start);
+    uint8_t op = *r->p++;
+    const uint8_t *b;
+    switch (op) {
+    case 0x80: /* PROTO */
+        if (!(b = take(r, 1, "PROTO")))
+            return -1;
+        if (b[0] < 2 || b[0] > 5)
+            return fail(r, "pickle protocol %u (this reader reads 2 to 5)", b[0]);
+        return 0;
+    case 0x95: /* FRAME: a length, then that many bytes of opcodes */
+        if (!(b = take(r, 8, "a FRAME header")))
+            return -1;
+        if (le(b, 8) > (uint64_t)(r->end - r->p))
+            return fail(r, "FRAME of %llu bytes, only %zu left", (unsigned long long)le(b, 8),
+                        (size_t)(r->end - r->p));
+        return 0;
+    case '.': return 1; /* STOP */
+    case '(': /* MARK */
+        if (r->nmarks == r->marks_cap) {
+            size_t cap = r->marks_cap ? r->marks_cap * 2 : 16;
+            size_t *m = realloc(r->marks, cap * sizeof *m);
+            if (!m)
+                return fail(r, "out of host memory");
+            r->marks = m, r->marks_cap = cap;
+        }
+        r->marks[r->nmarks++] = r->sp;
+        return 0;
+    case '0': return pop(r, "POP") ? 0 : -1;
+    case '1': { /* POP_MARK */
+        size_t start = 0;
+        if (pop_mark(r, "POP_MARK", &start) != 0)
+            return -1;
+        r->sp = start;
+        return 0;
+    }
+    case '2': { /* DUP */
+        pk_val_t *v = top(r, "DUP");
+        return v ? push(r, v) : -1;
+    }
+    case 'N': return push(r, new_val(r, PK_NONE));
+    case 0x88:
+    case 0x89: { /* NEWTRUE, NEWFALSE */
+        pk_val_t *v = new_val(r, PK_BOOL);
+        if (v)
+            v->b = op == 0x88, v->i = v->b;
+        return push(r, v);
+    }
+    case 'J': return op_int(r, 4, true, "a BININT");
+    case 'K': return op_int(r, 1, false, "a BININT1");
+    case 'M': return op_int(r, 2, false, "a BININT2");
+    case 0x8a: return op_long(r, 1, "LONG1");
+    case 0x8b: return op_long(r, 4, "LONG4");
+    case 'G': return op_float(r);
+    case 0x8c: return op_string(r, PK_STR, 1, "SHORT_BINUNICODE");
+    case 'X': return op_string(r, PK_STR, 4, "BINUNICODE");
+    case 0x8d: return op_string(r, PK_STR, 8, "BINUNICODE8");
+    case 'C': return op_string(r, PK_BYTES, 1, "SHORT_BINBYTES");
+    case 'B': return op_string(r, PK_BYTES, 4, "BINBYTES");
+    case 0x8e: return op_string(r, PK_BYTES, 8, "BINBYTES8");
+    case 0x96: return op_string(r, PK_BYTES, 8, "BYTEARRAY8");
+    case '}': return push(r, new_val(r, PK_DICT));
+    case ']': return push(r, new_val(r, PK_LIST));
+    case ')': return push(r, new_val(r, PK_TUPLE));
+    case 0x8f: return push(r, new_val(r, PK_SET)); /* EMPTY_SET */
+    case 's': return op_setitems(r, false, "SETITEM");
+    case 'u': return op_setitems(r, true, "SETITEMS");
+    case 'a': return op_append(r, false, PK_LIST, "APPEND");
+    case 'e': return op_append(r, true, PK_LIST, "APPENDS");
+    case 0x90: return op_append(r, true, PK_SET, "ADDITEMS");
+    case 0x91: return op_collect(r, PK_SET, "FROZENSET");
+    case 'l': return op_collect(r, PK_LIST, "LIST");
+    case 't': return op_collect(r, PK_TUPLE, "TUPLE");
+    case 'd': return op_dict(r);
+    case 0x85: return op_tuple_n(r, 1, "TUPLE1");
+    case 0x86: return op_tuple_n(r, 2, "TUPLE2");
+    case 0x87: return op_tuple_n(r, 3, "TUPLE3");
+    case 'q': return (b = take(r, 1, "a BINPUT")) ? memo_put(r, b[0]) : -1;
+    case 'r': return (b = take(r, 4, "a LONG_BINPUT")) ? memo_put(r, le(b, 4)) : -1;
+    case 'h': return (b = take(r, 1, "a BINGET")) ? memo_get(r, b[0]) : -1;
+    case 'j': return (b = take(r, 4, "a LONG_BINGET")) ? memo_get(r, le(b, 4)) : -1;
+    default: break;
+    }
+    const char *name = refused(op);
+    if (name)
+        return fail(r, "opcode 0x%02x (%s) refused: only plain data is read, nothing is looked up or run", op, name);
+    if ((name = text_op(op)))
+        return fail(r, "opcode 0x%02x (%s, pickle protocol 0) is not read: dump with protocol 2 or later", op, name);
+    return fail(r, "unknown opcode 0x%02x", op);
+}
+
+int pk_parse(const uint8_t *data, size_t len, pk_doc_t *doc, char *err, size_t errlen)
+{
+    reader_t r = {.p = data, .start = data, .end = data + len, .err = err, .errlen = errlen};
+    size_t memoize_next = 0; /* MEMOIZE's next id */
+    int rc = 0;
+    doc->root = NULL;
+    doc->arena = NULL;
+    while (rc == 0) {
+        if (r.p == r.end) {
+            r.op_at = len;
+            rc = fail(&r, "file ends without a STOP opcode (truncated?)");
+            break;
+        }
+        if (*r.p == 0x94) { /* MEMOIZE: the next id, in order */
+            r.op_at = (size_t)(r.p - r.start);
+            r.p++;
+            rc = memo_put(&r, memoize_next++);
+            continue;
+        }
+        rc = step(&r);
+    }
+    if (rc == 1) {
+        r.op_at = (size_t)(r.p - r.start - 1);
+        if (r.nmarks)
+            rc = fail(&r, "STOP with %zu MARK(s) still open", r.nmarks);
+        else if (r.sp != 1)
+            rc = fail(&r, "STOP with %zu values on the stack (expected 1)", r.sp);
+        else if (r.p != r.end) {
+            r.op_at = (size_t)(r.p - r.start);
+            rc = fail(&r, "%zu bytes after STOP", (size_t)(r.end - r.p));
+        } else
+            rc = 0;
+    }
+    if (rc == 0)
+        doc->root = r.stack[0];
+    free(r.stack);
+    free(r.marks);
+    free(r.memo);
+    doc->arena = r.arena;
+    if (rc != 0)
+        pk_free(doc);
+    return rc == 0 ? 0 : -1;
+}
+
+void pk_free(pk_doc_t *doc)
+{
+    for (chunk_t *c = doc->arena, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    doc->arena = NULL;
+    doc->root = NULL;
+}
+
+const pk_val_t *pk_get(const pk_val_t *d, const char *key)
+{
+    if (!d || d->type != PK_DICT)
+        return NULL;
+    for (size_t i = d->n; i-- > 0;)
+        if (pk_str_eq(d->keys[i], key))
+            return d->vals[i];
+    return NULL;
+}
+
+bool pk_str_eq(const pk_val_t *v, const char *s)
+{
+    return v && v->type == PK_STR && strlen(s) == v->len && memcmp(v->str, s, v->len) == 0;
+}
+
+bool pk_int(const pk_val_t *v, int64_t *out)
+{
+    if (!v || (v->type != PK_INT && v->type != PK_BOOL) || v->big)
+        return false;
+    *out = v->i;
+    return true;
+}
+
+const char *pk_type_name(const pk_val_t *v)
+{
+    static const char *const names[] = {"None", "bool", "int", "float", "str", "bytes", "list", "tuple", "dict", "set"};
+    if (!v)
+        return "nothing";
+    return (unsigned)v->type < sizeof names / sizeof names[0] ? names[v->type] : "?";
+}

@@ -1,0 +1,182 @@
+/*
+ * cucache-replay (issue 6): what a job asked of the allocator, replayed
+ * through the real core on the in-process backend, once per configuration.
+ *
+ *   input.c        reads a TRACE argument: detects the format and turns it
+ *                  into an rp_input_t (cucache trace, PyTorch snapshot, RMM CSV)
+ *   pickle.c       a pickle reader that refuses every global (PyTorch snapshots)
+ *   import_torch.c PyTorch snapshot -> rp_input_t (blocks live before the
+ *                  recording began, PyTorch's own reserved curve)
+ *   import_rmm.c   RMM logging_resource_adaptor CSV -> rp_input_t
+ *   engine.c       one replay: rp_input_t x configuration -> rp_result_t
+ *   output.c       the tables and the JSON lines
+ *   plot.c         the SVG plot
+ *   main.c         the command line
+ *
+ * The replay tool is an executable: host memory is the C library's.
+ * Every reader returns -1 with an error naming the problem and, where the
+ * input is binary or textual, its byte offset or line.
+ */
+#ifndef CUCACHE_REPLAY_H
+#define CUCACHE_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "conf.h"
+#include "trace.h" /* stats/trace.h: trace_event_t, the kinds and apis */
+
+/* ------------------------------------------------------------------------
+ * Inputs
+ * ---------------------------------------------------------------------- */
+
+typedef enum rp_format_e {
+    RP_FORMAT_CUCACHE = 1, /* a CUCACHE_TRACE file */
+    RP_FORMAT_TORCH = 2,   /* a torch.cuda.memory._dump_snapshot pickle */
+    RP_FORMAT_RMM = 3,     /* an RMM logging_resource_adaptor CSV */
+} rp_format_t;
+
+/* What a replay needs, whatever the format.  Events are in replay order.
+ * Allocations are TRACE_ALLOC (addr = the address the job got, which the
+ * replay only uses to match the free), frees TRACE_FREE; the other kinds
+ * are those of stats/trace.h.  api says how a free is to be treated:
+ * TRACE_API_IMPORTED frees are reusable at once on their stream (PyTorch's
+ * free_completed, RMM's deallocate); the interposer's apis are treated as
+ * the interposer treats them (cudaFree pends behind the fence, a
+ * stream-ordered free behind an event on its stream). */
+typedef struct rp_input_s {
+    char *name;         /* the file name as given */
+    rp_format_t format;
+    trace_event_t *ev;  /* malloc'ed */
+    size_t nev;
+    size_t nprelude;    /* ev[0 .. nprelude) are allocations already live when
+                         * the recording began (imports), replayed first */
+    /* PyTorch snapshots: PyTorch's own reserved bytes after each event
+     * (ref_reserved[i] after ev[i]); NULL for other formats. */
+    uint64_t *ref_reserved;
+    uint64_t ref_peak_reserved;
+    size_t ref_segments_final; /* segments in the snapshot's final list */
+    /* What the reader noticed, for the table's header (NUL-terminated, may
+     * be empty): "truncated at offset 4160 (a crash?): 102 whole records
+     * kept", "12 frees of blocks never seen", ... */
+    char notes[512];
+    int ndevices;       /* 1 + the highest device ordinal seen (at least 1) */
+} rp_input_t;
+
+/* Reads `path`, detecting its format from its first bytes: "CUCTRACE" is a
+ * cucache trace, a pickle opcode 0x80 (PROTO) a PyTorch snapshot, a line
+ * starting with "Thread," an RMM CSV.  0, or -1 with err set. */
+int rp_input_load(const char *path, rp_input_t *out, char *err, size_t errlen);
+/* The same from memory (the fuzzer's entry); name is copied. */
+int rp_input_parse(const char *name, const uint8_t *data, size_t len, rp_input_t *out, char *err, size_t errlen);
+void rp_input_free(rp_input_t *in);
+const char *rp_format_name(rp_format_t f); /* "cucache trace", "PyTorch snapshot", "RMM log" */
+
+/* The importers (from memory).  Same contract as rp_input_parse. */
+int rp_import_torch(const uint8_t *data, size_t len, rp_input_t *out, char *err, size_t errlen);
+int rp_import_rmm(const uint8_t *data, size_t len, rp_input_t *out, char *err, size_t errlen);
+/* A parsed cucache trace (trace_parse) as an input; takes the events. */
+int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen);
+
+/* Appends to in->notes (as "; "-separated items, truncated when full). */
+void rp_note(rp_input_t *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------
+ * The replay
+ * ---------------------------------------------------------------------- */
+
+typedef enum rp_mode_e {
+    RP_MODE_CORE,    /* through the core with a configuration */
+    RP_MODE_NOCACHE, /* every allocation straight from the device */
+    RP_MODE_FLOOR,   /* the live allocations alone, each rounded to 512 bytes: the lower bound */
+} rp_mode_t;
+
+typedef struct rp_config_s {
+    const char *label; /* column title: the --conf text, "default", "no cache", "floor" */
+    rp_mode_t mode;
+    conf_t conf;       /* RP_MODE_CORE */
+    const char *conf_text;
+} rp_config_t;
+
+/* The timeline the plot draws: per bucket of consecutive events, the
+ * highest allocated and reserved bytes seen in it (summed over devices). */
+typedef struct rp_curve_s {
+    size_t nbuckets;
+    size_t events_per_bucket; /* the last bucket may hold fewer */
+    uint64_t *allocated, *reserved; /* malloc'ed, nbuckets each */
+} rp_curve_t;
+
+typedef struct rp_result_s {
+    /* peaks of the sum over devices, bytes */
+    uint64_t peak_allocated;
+    uint64_t peak_reserved;
+    uint64_t peak_requested;  /* live requested bytes, unrounded */
+    double utilization;       /* peak_allocated / peak_reserved (1 when both 0) */
+    double frag_at_peak;      /* at the event of peak reserved: 1 - largest free block / free bytes (0 when none free) */
+    uint64_t free_at_peak;    /* reserved - allocated at that event */
+    size_t peak_event;        /* index of the event of peak reserved */
+    uint64_t device_allocs, device_frees;
+    uint64_t allocs, hits;    /* allocations replayed, and those served from the cache */
+    uint64_t ooms;            /* allocations that failed at the capacity */
+    long long first_oom_event; /* its event index, -1 when none */
+    uint64_t first_oom_size;
+    uint64_t first_oom_time_ns;
+    bool reserved_covers;      /* reserved >= allocated held at every change, on every device */
+    bool stats_agree;          /* the peaks followed here equal the core's own statistics, per device */
+    uint64_t skipped;          /* events the replay could not apply (frees of failed or unknown allocations) */
+    uint64_t events;           /* events replayed */
+    double seconds;            /* wall time of the replay loop */
+    /* per device (the core's own allocated_bytes/reserved_bytes peaks) */
+    uint64_t dev_peak_allocated[64], dev_peak_reserved[64];
+    rp_curve_t curve;          /* when requested */
+} rp_result_t;
+
+typedef struct rp_opts_s {
+    uint64_t capacity;  /* bytes per device (default 80 GiB) */
+    size_t curve_buckets; /* 0: no curve */
+    /* called every 2^20 events with (done, total): a progress bar */
+    void (*progress)(void *ctx, size_t done, size_t total);
+    void *progress_ctx;
+} rp_opts_t;
+
+/* Replays `in` under `cfg`.  0, or -1 with err set (host memory, a
+ * configuration the core refused).  Deterministic: the same input and
+ * configuration give the same result, bit for bit, apart from seconds. */
+int rp_replay(const rp_input_t *in, const rp_config_t *cfg, const rp_opts_t *opts, rp_result_t *res, char *err,
+              size_t errlen);
+void rp_result_free(rp_result_t *res);
+
+/* ------------------------------------------------------------------------
+ * Output
+ * ---------------------------------------------------------------------- */
+
+/* The table for one input: one column per configuration. */
+void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, const rp_result_t *res, size_t n,
+                    const rp_opts_t *opts);
+/* One JSON object on one line for one input and configuration. */
+void rp_print_json(FILE *out, const rp_input_t *in, const rp_config_t *cfg, const rp_result_t *res,
+                   const rp_opts_t *opts);
+
+/* The plot: one panel per input, stacked; in each, per configuration its
+ * reserved bytes (solid) and allocated bytes (dashed) over the event
+ * timeline in one colour, PyTorch's reserved curve when known (black,
+ * dotted), axes with units and a legend. */
+typedef struct rp_plot_panel_s {
+    const char *title;        /* the input's name */
+    size_t nevents;
+    const rp_config_t *cfgs;  /* n configurations ... */
+    const rp_result_t *res;   /* ... and their results, each with a curve */
+    size_t n;
+    const rp_curve_t *ref;    /* PyTorch's reserved (its .reserved), or NULL */
+} rp_plot_panel_t;
+
+/* Writes the SVG to path (whole or not at all: st_write_file).  0, or -1
+ * with err set. */
+int rp_plot_svg(const char *path, const rp_plot_panel_t *panels, size_t npanels, char *err, size_t errlen);
+/* The SVG text itself, malloc'ed and NUL-terminated (*len without the NUL);
+ * NULL when out of memory. */
+char *rp_plot_render(const rp_plot_panel_t *panels, size_t npanels, size_t *len);
+
+#endif

@@ -1,0 +1,181 @@
+/*
+ * rt_prog: the live half of the round-trip test (tests/replay/roundtrip.sh).
+ * Run under cucache-run --sim --trace, it makes a seeded mix of what a
+ * multi-stream job asks of the allocator, on every device it is given:
+ * cudaMalloc/cudaFree of sizes from 512 B to 96 MiB, cudaMallocAsync and
+ * cudaFreeAsync on non-blocking streams, on the legacy stream and (_ptsz)
+ * on the per-thread stream, frees on another stream than the allocation's,
+ * stream and device synchronisations, and a capture window whose cudaMalloc
+ * calls go to the capture pool.  No kernels: the device stays idle, as the
+ * replay's backend assumes.
+ *
+ * Each allocation is preceded by a cudaDeviceSynchronize of its device: on
+ * the simulated device an event on an idle stream completes when the
+ * stream's worker thread gets to it, so without the synchronisation whether
+ * a free is reusable at the next allocation would depend on thread timing,
+ * in the live run itself.  With it, every free made before is reusable, in
+ * the live run and in the replay alike (the trace records the
+ * synchronisation), and the comparison can be exact.
+ *
+ * At the end it prints, per device, the peaks cucache's own statistics saw:
+ *   device D peak_allocated N peak_reserved M device_allocs K
+ * which the replay of its trace must reproduce exactly.
+ *
+ * Usage: rt_prog SEED STEPS
+ */
+#include "cucache/cucache.h"
+#include "cucache/cuda_api.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+enum { MAX_LIVE = 96, NSTREAMS = 3, MAX_DEV = 4 };
+
+typedef struct live_s {
+    void *p;
+    int dev;
+    int stream; /* -1: cudaMalloc; else the stream index it was allocated on (NSTREAMS: legacy, +1: ptsz) */
+} live_t;
+
+static uint64_t rng;
+
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* 512 B .. 96 MiB, log-uniform, with repeats of a few common sizes. */
+static size_t pick_size(void)
+{
+    static const size_t common[] = {4096, 1 << 20, 3 << 20, 12 << 20, 25 << 20};
+    if (next() % 4 == 0)
+        return common[next() % 5];
+    unsigned shift = 9 + (unsigned)(next() % 18); /* 2^9 .. 2^26 */
+    size_t s = ((size_t)1 << shift) + (size_t)(next() % ((size_t)1 << shift));
+    return s > (96u << 20) ? (96u << 20) : s;
+}
+
+#define CHECK(call)                                                                                                    \
+    do {                                                                                                               \
+        cudaError_t e_ = (call);                                                                                       \
+        if (e_ != cudaSuccess) {                                                                                       \
+            fprintf(stderr, "rt_prog: %s: error %d\n", #call, (int)e_);                                                \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+static cudaStream_t stream_of(cudaStream_t *streams, int dev, int k)
+{
+    return k < NSTREAMS ? streams[dev * NSTREAMS + k] : NULL;
+}
+
+static void do_free(live_t *l, cudaStream_t *streams)
+{
+    CHECK(cudaSetDevice(l->dev));
+    if (l->stream < 0) {
+        CHECK(cudaFree(l->p));
+        return;
+    }
+    /* stream-ordered: on its own stream, or now and then on another one */
+    int k = next() % 3 == 0 ? (int)(next() % (NSTREAMS + 1)) : l->stream;
+    if (k == NSTREAMS + 1)
+        CHECK(cudaFreeAsync_ptsz(l->p, NULL));
+    else
+        CHECK(cudaFreeAsync(l->p, stream_of(streams, l->dev, k > NSTREAMS ? NSTREAMS : k)));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: rt_prog SEED STEPS\n");
+        return 2;
+    }
+    rng = strtoull(argv[1], NULL, 0) * 0x9E3779B97F4A7C15ull + 1;
+    long steps = strtol(argv[2], NULL, 0);
+    int ndev = 0;
+    CHECK(cudaGetDeviceCount(&ndev));
+    if (ndev > MAX_DEV)
+        ndev = MAX_DEV;
+    cudaStream_t streams[MAX_DEV * NSTREAMS];
+    for (int d = 0; d < ndev; d++) {
+        CHECK(cudaSetDevice(d));
+        for (int k = 0; k < NSTREAMS; k++)
+            CHECK(cudaStreamCreateWithFlags(&streams[d * NSTREAMS + k], cudaStreamNonBlocking));
+    }
+    live_t live[MAX_LIVE];
+    int nlive = 0;
+    for (long i = 0; i < steps; i++) {
+        uint64_t r = next() % 100;
+        if (i == steps / 2) {
+            /* a capture window: its cudaMalloc calls go to the capture pool */
+            cudaStream_t s = streams[0];
+            CHECK(cudaSetDevice(0));
+            CHECK(cudaDeviceSynchronize());
+            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+            for (int k = 0; k < 3 && nlive < MAX_LIVE; k++, nlive++) {
+                live[nlive] = (live_t){NULL, 0, -1};
+                CHECK(cudaMalloc(&live[nlive].p, pick_size()));
+            }
+            cudaGraph_t g;
+            CHECK(cudaStreamEndCapture(s, &g));
+            CHECK(cudaGraphDestroy(g));
+        } else if (r < 50 && nlive < MAX_LIVE) {
+            live_t *l = &live[nlive++];
+            l->dev = (int)(next() % (uint64_t)ndev);
+            CHECK(cudaSetDevice(l->dev));
+            CHECK(cudaDeviceSynchronize());
+            size_t size = pick_size();
+            if (next() % 2) {
+                l->stream = -1;
+                CHECK(cudaMalloc(&l->p, size));
+            } else {
+                l->stream = (int)(next() % (NSTREAMS + 2));
+                if (l->stream == NSTREAMS + 1)
+                    CHECK(cudaMallocAsync_ptsz(&l->p, size, NULL));
+                else
+                    CHECK(cudaMallocAsync(&l->p, size, stream_of(streams, l->dev, l->stream)));
+            }
+        } else if (r < 92 && nlive > 0) {
+            int k = (int)(next() % (uint64_t)nlive);
+            do_free(&live[k], streams);
+            live[k] = live[--nlive];
+        } else if (r < 96) {
+            int d = (int)(next() % (uint64_t)ndev);
+            CHECK(cudaStreamSynchronize(stream_of(streams, d, (int)(next() % NSTREAMS))));
+        } else {
+            CHECK(cudaSetDevice((int)(next() % (uint64_t)ndev)));
+            CHECK(cudaDeviceSynchronize());
+        }
+    }
+    while (nlive > 0)
+        do_free(&live[--nlive], streams);
+    for (int d = 0; d < ndev; d++) {
+        CHECK(cudaSetDevice(d));
+        CHECK(cudaDeviceSynchronize());
+    }
+    int (*stat)(int, const char *, int64_t *) = (int (*)(int, const char *, int64_t *))dlsym(RTLD_DEFAULT,
+                                                                                              "cucache_stat");
+    if (!stat) {
+        fprintf(stderr, "rt_prog: cucache is not loaded\n");
+        return 1;
+    }
+    for (int d = 0; d < ndev; d++) {
+        int64_t pa = -1, pr = -1, da = -1;
+        stat(d, "allocated_bytes.all.peak", &pa);
+        stat(d, "reserved_bytes.all.peak", &pr);
+        stat(d, "num_device_alloc", &da);
+        printf("device %d peak_allocated %lld peak_reserved %lld device_allocs %lld\n", d, (long long)pa,
+               (long long)pr, (long long)da);
+    }
+    for (int d = 0; d < ndev; d++) {
+        CHECK(cudaSetDevice(d));
+        for (int k = 0; k < NSTREAMS; k++)
+            CHECK(cudaStreamDestroy(streams[d * NSTREAMS + k]));
+    }
+    return 0;
+}

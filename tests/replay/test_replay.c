@@ -1,0 +1,381 @@
+/*
+ * The replay engine on constructed inputs (replay/engine.c), the RMM reader
+ * (replay/import_rmm.c) and format detection (replay/input.c).  Proves: the
+ * floor and "no cache" models count what they say; a replay through the
+ * core reports the peaks the core's own statistics give (followed at every
+ * change, not only between events); the capture pool and graph
+ * nodes are treated as the interposer treats them; OOMs at the capacity are
+ * counted with the first one's place; failed allocations that succeed here
+ * are released at once; the address map survives heavy reuse; RMM logs are
+ * read in both time formats and every malformed line is named.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend_mem.h"
+#include "core.h"
+#include "replay.h"
+#include "stats.h"
+
+#define MiB ((uint64_t)1 << 20)
+
+typedef struct build_s {
+    rp_input_t in;
+    size_t cap;
+} build_t;
+
+static void add(build_t *b, uint8_t kind, uint8_t api, uint32_t tid, uint64_t stream, uint64_t addr, uint64_t size)
+{
+    if (b->in.nev == b->cap) {
+        b->cap = b->cap ? b->cap * 2 : 64;
+        b->in.ev = realloc(b->in.ev, b->cap * sizeof *b->in.ev);
+        assert_non_null(b->in.ev);
+    }
+    b->in.ev[b->in.nev] = (trace_event_t){.time_ns = b->in.nev * 10, .tid = tid, .kind = kind, .api = api,
+                                          .device = 0, .stream = stream, .addr = addr, .size = size};
+    b->in.nev++;
+    b->in.ndevices = 1;
+}
+
+static rp_config_t core_cfg(const char *text)
+{
+    rp_config_t c = {.label = text, .mode = RP_MODE_CORE, .conf_text = text};
+    conf_defaults(&c.conf);
+    char err[256];
+    assert_int_equal(conf_parse(&c.conf, text, err, sizeof err), 0);
+    return c;
+}
+
+static rp_result_t run(const rp_input_t *in, rp_config_t cfg, uint64_t capacity)
+{
+    rp_opts_t o = {.capacity = capacity, .curve_buckets = 16};
+    rp_result_t r;
+    char err[256];
+    int rc = rp_replay(in, &cfg, &o, &r, err, sizeof err);
+    if (rc != 0)
+        fail_msg("replay failed: %s", err);
+    return r;
+}
+
+static void test_models(void **state)
+{
+    build_t b = {0};
+    add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0x1000, 1000);
+    add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0x2000, 3 * MiB);
+    add(&b, TRACE_FREE, TRACE_API_IMPORTED, 1, 0, 0x1000, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0x3000, 100);
+    add(&b, TRACE_FREE, TRACE_API_IMPORTED, 1, 0, 0x7777, 0); /* never allocated */
+    rp_result_t floor = run(&b.in, (rp_config_t){.label = "floor", .mode = RP_MODE_FLOOR}, 1ull << 40);
+    assert_int_equal(floor.peak_allocated, 1024 + 3 * MiB); /* 512-byte blocks */
+    assert_int_equal(floor.peak_reserved, 1024 + 3 * MiB);
+    assert_int_equal(floor.peak_requested, 1000 + 3 * MiB);
+    assert_int_equal(floor.skipped, 1);
+    rp_result_t nc = run(&b.in, (rp_config_t){.label = "no cache", .mode = RP_MODE_NOCACHE}, 1ull << 40);
+    assert_int_equal(nc.peak_reserved, 1024 + 4 * MiB); /* 512 B packing, 2 MiB pages above 1 MiB */
+    assert_int_equal(nc.device_allocs, 3);
+    assert_int_equal(nc.device_frees, 1);
+    assert_true(nc.reserved_covers);
+    /* the curve: 5 events in 5 buckets of one */
+    assert_int_equal(nc.curve.nbuckets, 5);
+    assert_int_equal(nc.curve.reserved[1], 1024 + 4 * MiB);
+    assert_int_equal(nc.curve.reserved[2], 4 * MiB);
+    rp_result_free(&floor);
+    rp_result_free(&nc);
+    free(b.in.ev);
+}
+
+/* A random imported trace: addresses reused as the job's allocator would. */
+static void random_trace(build_t *b, uint64_t seed, size_t n)
+{
+    uint64_t live[256], x = seed * 0x9E3779B97F4A7C15ull + 7;
+    size_t nlive = 0, next = 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        if ((x % 100 < 55 && nlive < 256) || nlive == 0) {
+            uint64_t size = ((x >> 8) % 4 == 0) ? ((x >> 12) % (64 * MiB)) : ((x >> 12) % (1 << 20)) + 1;
+            /* addresses from a small range so that the map sees reuse */
+            uint64_t a = 0x100000 + ((next++ * 7919) % 4096) * 0x1000;
+            bool used = false;
+            for (size_t k = 0; k < nlive; k++)
+                used |= live[k] == a;
+            if (used)
+                continue;
+            live[nlive++] = a;
+            add(b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 1 + (x >> 40) % 2, a, size);
+        } else {
+            size_t k = (x >> 20) % nlive;
+            add(b, TRACE_FREE, TRACE_API_IMPORTED, 1, 0, live[k], 0);
+            live[k] = live[--nlive];
+        }
+    }
+}
+
+static void test_core_peaks_match_core_stats(void **state)
+{
+    static const char *confs[] = {"", "max_split_size_mb:40", "roundup_power2_divisions:4",
+                                  "garbage_collection_threshold:0.5,limit_mb:2048"};
+    for (int seed = 1; seed <= 4; seed++) {
+        build_t b = {0};
+        random_trace(&b, (uint64_t)seed, 6000);
+        for (size_t c = 0; c < sizeof confs / sizeof confs[0]; c++) {
+            rp_config_t cfg = core_cfg(confs[c]);
+            rp_result_t r = run(&b.in, cfg, 4ull << 30);
+            /* the peaks followed through the observer, at every change,
+             * are the core's own allocated_bytes/reserved_bytes peaks */
+            assert_true(r.stats_agree);
+            assert_int_equal(r.peak_allocated, r.dev_peak_allocated[0]);
+            assert_int_equal(r.peak_reserved, r.dev_peak_reserved[0]);
+            assert_true(r.hits <= r.allocs);
+            assert_true(r.reserved_covers);
+            assert_true(r.peak_reserved >= r.peak_allocated);
+            /* deterministic */
+            rp_result_t again = run(&b.in, cfg, 4ull << 30);
+            assert_int_equal(again.peak_reserved, r.peak_reserved);
+            assert_int_equal(again.peak_event, r.peak_event);
+            assert_true(again.frag_at_peak == r.frag_at_peak);
+            rp_result_free(&r);
+            rp_result_free(&again);
+        }
+        /* the floor against a direct count, requested and rounded */
+        uint64_t cur = 0, peak = 0, cur512 = 0, peak512 = 0;
+        for (size_t i = 0; i < b.in.nev; i++) {
+            const trace_event_t *e = &b.in.ev[i];
+            const trace_event_t *a = e;
+            if (e->kind == TRACE_FREE)
+                for (size_t j = i; j-- > 0;)
+                    if (b.in.ev[j].kind == TRACE_ALLOC && b.in.ev[j].addr == e->addr) {
+                        a = &b.in.ev[j];
+                        break;
+                    }
+            uint64_t r512 = a->size ? (a->size + 511) / 512 * 512 : 512;
+            if (e->kind == TRACE_ALLOC)
+                cur += a->size, cur512 += r512;
+            else
+                cur -= a->size, cur512 -= r512;
+            peak = cur > peak ? cur : peak;
+            peak512 = cur512 > peak512 ? cur512 : peak512;
+        }
+        rp_result_t f = run(&b.in, (rp_config_t){.label = "floor", .mode = RP_MODE_FLOOR}, 1ull << 40);
+        assert_int_equal(f.peak_requested, peak);
+        assert_int_equal(f.peak_allocated, peak512);
+        rp_result_free(&f);
+        free(b.in.ev);
+    }
+}
+
+static void test_capture_pool_and_graph_nodes(void **state)
+{
+    /* cudaMalloc 1 MiB, freed; then the same size inside a capture: the
+     * capture pool cannot use the default pool's block */
+    build_t b = {0};
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, MiB);
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0);
+    add(&b, TRACE_DEVICE_SYNC, 0, 1, 0, 0, 0);
+    add(&b, TRACE_CAPTURE_BEGIN, 0, 1, 0x5000, 0, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, MiB);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC_ASYNC, 1, 0x5000, 0x3000, MiB); /* a graph node */
+    add(&b, TRACE_CAPTURE_END, 0, 1, 0x5000, 0, 0);
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC_ASYNC, 1, 0x5000, 0x3000, 0);
+    rp_result_t r = run(&b.in, core_cfg(""), 1ull << 34);
+    assert_int_equal(r.device_allocs, 2);
+    assert_int_equal(r.skipped, 1);
+    assert_int_equal(r.peak_allocated, MiB);
+    rp_result_free(&r);
+
+    /* without the capture: one segment serves both */
+    build_t c = {0};
+    add(&c, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, MiB);
+    add(&c, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0);
+    add(&c, TRACE_DEVICE_SYNC, 0, 1, 0, 0, 0);
+    add(&c, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, MiB);
+    r = run(&c.in, core_cfg(""), 1ull << 34);
+    assert_int_equal(r.device_allocs, 1);
+    assert_int_equal(r.skipped, 0);
+    rp_result_free(&r);
+    free(b.in.ev);
+    free(c.in.ev);
+}
+
+static void test_stream_keys(void **state)
+{
+    /* a block allocated on stream A is not handed to stream B, and a
+     * per-thread stream of thread 1 is not thread 2's */
+    build_t b = {0};
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC_ASYNC, 1, 0xA000, 0x1000, 30 * MiB);
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC_ASYNC, 1, 0xA000, 0x1000, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC_ASYNC, 1, 0xB000, 0x2000, 30 * MiB);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC_ASYNC, 1, 0x2, 0x3000, 30 * MiB);
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC_ASYNC, 1, 0x2, 0x3000, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC_ASYNC, 2, 0x2, 0x4000, 30 * MiB);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC_ASYNC, 1, 0xA000, 0x5000, 30 * MiB); /* reuses A's block */
+    rp_result_t r = run(&b.in, core_cfg(""), 1ull << 34);
+    assert_int_equal(r.device_allocs, 4);
+    assert_int_equal(r.hits, 1);
+    rp_result_free(&r);
+    free(b.in.ev);
+}
+
+static void test_oom_and_failed_allocations(void **state)
+{
+    build_t b = {0};
+    add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0x1000, 40 * MiB);
+    add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0x2000, 40 * MiB); /* does not fit in 64 MiB */
+    add(&b, TRACE_FREE, TRACE_API_IMPORTED, 1, 0, 0x2000, 0);
+    add(&b, TRACE_ALLOC_FAIL, TRACE_API_IMPORTED, 1, 0, 0, 8 * MiB); /* fits here: tried and released */
+    rp_result_t r = run(&b.in, core_cfg(""), 64 * MiB);
+    assert_int_equal(r.ooms, 1);
+    assert_int_equal(r.first_oom_event, 1);
+    assert_int_equal(r.first_oom_size, 40 * MiB);
+    assert_int_equal(r.peak_allocated, 48 * MiB);
+    assert_int_equal(r.skipped, 0);
+    assert_int_equal(r.peak_requested, 40 * MiB); /* the job's own allocations */
+    rp_result_free(&r);
+    rp_result_t nc = run(&b.in, (rp_config_t){.label = "no cache", .mode = RP_MODE_NOCACHE}, 64 * MiB);
+    assert_int_equal(nc.ooms, 1);
+    assert_int_equal(nc.first_oom_event, 1);
+    rp_result_free(&nc);
+    free(b.in.ev);
+}
+
+static void test_device_limit(void **state)
+{
+    build_t b = {0};
+    add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0x1000, 4096);
+    b.in.ev[0].device = 64;
+    rp_config_t cfg = core_cfg("");
+    rp_opts_t o = {.capacity = 1ull << 30};
+    rp_result_t r;
+    char err[256];
+    assert_int_equal(rp_replay(&b.in, &cfg, &o, &r, err, sizeof err), -1);
+    assert_non_null(strstr(err, "device 64"));
+    free(b.in.ev);
+}
+
+/* ------------------------------------------------------------------------
+ * RMM logs and detection
+ * ---------------------------------------------------------------------- */
+
+static int parse(const char *text, rp_input_t *in, char *err, size_t errlen)
+{
+    return rp_input_parse("t.csv", (const uint8_t *)text, strlen(text), in, err, errlen);
+}
+
+static void test_rmm_good(void **state)
+{
+    const char *csv = "Thread,Time,Action,Pointer,Size,Stream\n"
+                      "140573312345856,1634567890.234567,allocate,0x7f8a40000000,1024,0x7f8a38001020\n"
+                      "140573312345856,1634567890.2346,allocate,0x7f8a40000400,2048,0x7f8a38001020\r\n"
+                      "99,1634567890.5,free,0x7f8a40000000,1024,0x7f8a38001020\n"
+                      "99,1634567890.6,allocate failure,0x0,4096,0\n"
+                      "\n";
+    rp_input_t in;
+    char err[256];
+    assert_int_equal(parse(csv, &in, err, sizeof err), 0);
+    assert_int_equal(in.format, RP_FORMAT_RMM);
+    assert_int_equal(in.nev, 4);
+    assert_int_equal(in.ev[0].kind, TRACE_ALLOC);
+    assert_int_equal(in.ev[0].addr, 0x7f8a40000000ull);
+    assert_int_equal(in.ev[0].stream, 0x7f8a38001020ull);
+    assert_int_equal(in.ev[1].time_ns, 33000);
+    assert_int_equal(in.ev[2].kind, TRACE_FREE);
+    assert_int_equal(in.ev[2].tid, 2);
+    assert_int_equal(in.ev[2].time_ns, 265433000);
+    assert_int_equal(in.ev[3].kind, TRACE_ALLOC_FAIL);
+    rp_result_t f = run(&in, (rp_config_t){.label = "floor", .mode = RP_MODE_FLOOR}, 1ull << 30);
+    assert_int_equal(f.peak_allocated, 2048 + 4096); /* the failure, tried here, fits */
+    rp_result_free(&f);
+    rp_input_free(&in);
+
+    /* the older clock-time format, columns in another order */
+    const char *old = "Action,Thread,Stream,Time,Size,Pointer\n"
+                      "allocate,1,0x0,10:00:00:000100,512,0x1000\n"
+                      "deallocate,1,0x0,10:00:01.5,512,4096\n";
+    assert_int_equal(rp_input_parse("o.csv", (const uint8_t *)old, strlen(old), &in, err, sizeof err), -1);
+    /* it does not start with Thread: not detected as RMM */
+    assert_non_null(strstr(err, "not a trace this tool reads"));
+    assert_int_equal(rp_import_rmm((const uint8_t *)old, strlen(old), &in, err, sizeof err), 0);
+    assert_int_equal(in.nev, 2);
+    assert_int_equal(in.ev[1].kind, TRACE_FREE);
+    assert_int_equal(in.ev[1].addr, 4096);
+    assert_int_equal(in.ev[1].time_ns, 1500000000ull - 100000ull);
+    rp_input_free(&in);
+}
+
+static void expect_error_n(const char *csv, size_t len, const char *want)
+{
+    rp_input_t in;
+    char err[512];
+    assert_int_equal(rp_input_parse("t.csv", (const uint8_t *)csv, len, &in, err, sizeof err), -1);
+    if (!strstr(err, want))
+        fail_msg("error '%s' does not say '%s'", err, want);
+}
+
+static void expect_error(const char *csv, const char *want)
+{
+    expect_error_n(csv, strlen(csv), want);
+}
+
+static void test_rmm_errors(void **state)
+{
+    expect_error("Thread,Time,Action,Pointer,Size\n1,1.0,allocate,0x10,5\n", "no Stream column");
+    expect_error("Thread,Time,Action,Pointer,Size,Stream\n1,1.0,allocate,0x10,5,0\n1,1.1,realloc,0x10,5,0\n",
+                 "line 3: action 'realloc'");
+    expect_error("Thread,Time,Action,Pointer,Size,Stream\n1,1.0,allocate,0xZZ,5,0\n", "line 2: Pointer '0xZZ'");
+    expect_error("Thread,Time,Action,Pointer,Size,Stream\n1,1.0,allocate,0x10,-5,0\n", "line 2: Size '-5'");
+    expect_error("Thread,Time,Action,Pointer,Size,Stream\n1,yesterday,allocate,0x10,5,0\n", "line 2: Time");
+    expect_error("Thread,Time,Action,Pointer,Size,Stream\n1,1.0,allocate,0x10,5\n2,1.0,free,0x10,5,0\n",
+                 "line 2: 5 fields, the header has 6");
+    static const char nul[] = "Thread,Time,Action,Pointer,Size,Stream\n1,1.0,allocate,0x10,5,0\n\0\n";
+    expect_error_n(nul, sizeof nul - 1, "line 3: a NUL byte");
+    expect_error("Thread,Time,Action,Pointer,Size,Stream\n1,1.0,allocate,0x10,99999999999999999999,0\n", "Size");
+
+    /* a last line cut short is kept out, with a note */
+    const char *cut = "Thread,Time,Action,Pointer,Size,Stream\n1,1.0,allocate,0x10,5,0\n1,1.1,free,0x1";
+    rp_input_t in;
+    char err[256];
+    assert_int_equal(parse(cut, &in, err, sizeof err), 0);
+    assert_int_equal(in.nev, 1);
+    assert_non_null(strstr(in.notes, "line 3 is cut short"));
+    rp_input_free(&in);
+}
+
+static void test_detection(void **state)
+{
+    rp_input_t in;
+    char err[512];
+    assert_int_equal(rp_input_parse("x", (const uint8_t *)"hello", 5, &in, err, sizeof err), -1);
+    assert_non_null(strstr(err, "x: not a trace this tool reads"));
+    /* a cucache trace header of another version */
+    uint8_t hdr[64] = "CUCTRACE";
+    hdr[8] = 2;
+    hdr[10] = 64, hdr[12] = 32, hdr[14] = 40;
+    assert_int_equal(rp_input_parse("v2", hdr, sizeof hdr, &in, err, sizeof err), -1);
+    assert_non_null(strstr(err, "v2: cucache trace:"));
+    assert_non_null(strstr(err, "version 2"));
+    /* a pickle that is not a snapshot */
+    static const uint8_t list[] = {0x80, 0x02, ']', 0x71, 0x00, '.'};
+    assert_int_equal(rp_input_parse("l", list, sizeof list, &in, err, sizeof err), -1);
+    assert_non_null(strstr(err, "l: PyTorch snapshot: not a PyTorch memory snapshot"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_models),
+        cmocka_unit_test(test_core_peaks_match_core_stats),
+        cmocka_unit_test(test_capture_pool_and_graph_nodes),
+        cmocka_unit_test(test_stream_keys),
+        cmocka_unit_test(test_oom_and_failed_allocations),
+        cmocka_unit_test(test_device_limit),
+        cmocka_unit_test(test_rmm_good),
+        cmocka_unit_test(test_rmm_errors),
+        cmocka_unit_test(test_detection),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
