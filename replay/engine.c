@@ -70,6 +70,8 @@ typedef struct livemap_s {
     live_t *slots;
     size_t mask; /* capacity - 1 (a power of two) */
     size_t n;
+    live_t zero;    /* the entry of address 0 (0 marks empty slots) */
+    bool has_zero;
 } livemap_t;
 
 static inline size_t live_hash(uint64_t k)
@@ -93,6 +95,8 @@ static int livemap_init(livemap_t *m, size_t expect)
 
 static live_t *livemap_find(livemap_t *m, uint64_t key)
 {
+    if (key == 0)
+        return m->has_zero ? &m->zero : NULL;
     for (size_t i = live_hash(key) & m->mask;; i = (i + 1) & m->mask) {
         if (m->slots[i].key == key)
             return &m->slots[i];
@@ -116,13 +120,18 @@ static int livemap_grow(livemap_t *m)
     }
     g.n = m->n;
     free(m->slots);
-    *m = g;
+    m->slots = g.slots, m->mask = g.mask;
     return 0;
 }
 
 /* Inserts (or overwrites) the entry for key.  NULL when out of memory. */
 static live_t *livemap_put(livemap_t *m, uint64_t key)
 {
+    if (key == 0) {
+        m->has_zero = true;
+        m->zero = (live_t){0};
+        return &m->zero;
+    }
     if ((m->n + 1) * 2 > m->mask + 1 && livemap_grow(m) != 0)
         return NULL;
     size_t i = live_hash(key) & m->mask;
@@ -137,6 +146,10 @@ static live_t *livemap_put(livemap_t *m, uint64_t key)
 /* Removes e (a slot of m), shifting the probe chain back over the hole. */
 static void livemap_del(livemap_t *m, live_t *e)
 {
+    if (e == &m->zero) {
+        m->has_zero = false;
+        return;
+    }
     size_t hole = (size_t)(e - m->slots);
     m->slots[hole].key = 0;
     m->n--;

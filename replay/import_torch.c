@@ -282,7 +282,8 @@ static int import(timp_t *t, const pk_val_t *root)
     }
     if (untouched_blocks(t, segs, seen, nseen, &pre, &npre, &precap, &seg_total) != 0)
         goto out;
-    qsort(pre, npre, sizeof *pre, prelude_cmp);
+    if (npre)
+        qsort(pre, npre, sizeof *pre, prelude_cmp);
 
     /* PyTorch's reserved bytes: at the start, then after each event */
     int64_t reserved = (int64_t)seg_total - seg_delta;

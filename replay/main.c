@@ -108,6 +108,13 @@ static int ref_curve(const rp_input_t *in, const rp_curve_t *like, rp_curve_t *o
     return 0;
 }
 
+/* The file name without its directories, for plot titles. */
+static const char *basename_of(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash && slash[1] ? slash + 1 : path;
+}
+
 typedef struct done_s {
     rp_input_t in;
     rp_result_t *res;
@@ -123,11 +130,21 @@ int main(int argc, char **argv)
     const char *plot = NULL;
     bool json = false, reference = true;
     char err[1024];
-    int first_trace = argc;
+    const char **traces = calloc((size_t)argc, sizeof *traces);
+    int ntraces = 0;
+    bool dashdash = false;
+    if (!traces) {
+        fprintf(stderr, "cucache-replay: out of host memory\n");
+        return 1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (dashdash || a[0] != '-' || a[1] == '\0') {
+            traces[ntraces++] = a; /* options and traces may mix; "--" ends the options */
+        } else if (strcmp(a, "--") == 0) {
+            dashdash = true;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
         } else if (strcmp(a, "--version") == 0) {
@@ -172,23 +189,12 @@ int main(int argc, char **argv)
                 c->conf_text = dflt ? "" : val;
                 ncfg++;
             }
-        } else if (a[0] == '-' && a[1] == '-' && a[2] == '\0') {
-            first_trace = i + 1;
-            break;
-        } else if (a[0] == '-' && a[1] != '\0') {
+        } else {
             fprintf(stderr, "cucache-replay: unknown option %s (--help lists them)\n", a);
             return 2;
-        } else {
-            first_trace = i;
-            break;
         }
     }
-    for (int i = first_trace; i < argc; i++)
-        if (argv[i][0] == '-' && argv[i][1] == '-' && !(first_trace > 1 && strcmp(argv[first_trace - 1], "--") == 0)) {
-            fprintf(stderr, "cucache-replay: %s: options go before the traces\n", argv[i]);
-            return 2;
-        }
-    if (first_trace >= argc) {
+    if (ntraces == 0) {
         usage(stderr);
         return 2;
     }
@@ -204,7 +210,7 @@ int main(int argc, char **argv)
     opts.curve_buckets = plot ? PLOT_BUCKETS : 0;
     bool tty = isatty(STDERR_FILENO);
 
-    int ntraces = argc - first_trace, status = 0;
+    int status = 0;
     done_t *done = calloc((size_t)ntraces, sizeof *done);
     if (!done) {
         fprintf(stderr, "cucache-replay: out of host memory\n");
@@ -212,7 +218,7 @@ int main(int argc, char **argv)
     }
     for (int t = 0; t < ntraces; t++) {
         done_t *d = &done[t];
-        if (rp_input_load(argv[first_trace + t], &d->in, err, sizeof err) != 0) {
+        if (rp_input_load(traces[t], &d->in, err, sizeof err) != 0) {
             fprintf(stderr, "cucache-replay: %s\n", err);
             status = 1;
             continue;
@@ -254,7 +260,7 @@ int main(int argc, char **argv)
         size_t np = 0;
         for (int t = 0; panels && t < ntraces; t++)
             if (done[t].ok)
-                panels[np++] = (rp_plot_panel_t){done[t].in.name, done[t].in.nev, cfgs, done[t].res, ncfg,
+                panels[np++] = (rp_plot_panel_t){basename_of(done[t].in.name), done[t].in.nev, cfgs, done[t].res, ncfg,
                                                  done[t].ref.reserved ? &done[t].ref : NULL};
         if (!panels || rp_plot_svg(plot, panels, np, err, sizeof err) != 0) {
             fprintf(stderr, "cucache-replay: --plot %s: %s\n", plot, panels ? err : "out of host memory");
@@ -272,5 +278,6 @@ int main(int argc, char **argv)
         rp_input_free(&done[t].in);
     }
     free(done);
+    free(traces);
     return status;
 }

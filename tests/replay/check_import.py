@@ -260,6 +260,15 @@ def broken(tmp):
     check(p.returncode == 1 and '"trace": ' in p.stdout, "a bad trace stopped the good one after it")
     p = replay("--conf", "max_split_size_mb:abc", made)
     check(p.returncode == 2 and "max_split_size_mb" in p.stderr, f"bad --conf: {p.returncode} {p.stderr!r}")
+    for args, want in ((["--bogus", made], "unknown option --bogus"), ([], "usage:"),
+                       (["--capacity", "lots", made], "--capacity lots"), ([made, "--conf"], "--conf needs a value")):
+        p = replay(*args)
+        check(p.returncode == 2 and want in p.stderr, f"{args}: {p.returncode} {p.stderr!r}, expected {want!r}")
+    p = replay("--conf", "help")
+    check(p.returncode == 0 and "max_split_size_mb" in p.stdout, f"--conf help: {p.returncode}")
+    # options after the trace are options too
+    p = replay(made, "--json", "--no-reference")
+    check(p.returncode == 0 and len(p.stdout.splitlines()) == 1, f"options after the trace: {p.stdout!r}")
 
 
 with tempfile.TemporaryDirectory() as tmp:

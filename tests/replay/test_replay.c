@@ -243,6 +243,22 @@ static void test_oom_and_failed_allocations(void **state)
     free(b.in.ev);
 }
 
+/* Address 0 is a key like any other (it marks empty slots in the map). */
+static void test_address_zero(void **state)
+{
+    build_t b = {0};
+    for (int i = 0; i < 100; i++) {
+        add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0, 4096);
+        add(&b, TRACE_FREE, TRACE_API_IMPORTED, 1, 0, 0, 0);
+    }
+    add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0, 8192);
+    rp_result_t f = run(&b.in, (rp_config_t){.label = "floor", .mode = RP_MODE_FLOOR}, 1ull << 30);
+    assert_int_equal(f.peak_allocated, 8192);
+    assert_int_equal(f.skipped, 0);
+    rp_result_free(&f);
+    free(b.in.ev);
+}
+
 static void test_device_limit(void **state)
 {
     build_t b = {0};
@@ -372,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_capture_pool_and_graph_nodes),
         cmocka_unit_test(test_stream_keys),
         cmocka_unit_test(test_oom_and_failed_allocations),
+        cmocka_unit_test(test_address_zero),
         cmocka_unit_test(test_device_limit),
         cmocka_unit_test(test_rmm_good),
         cmocka_unit_test(test_rmm_errors),
