@@ -127,10 +127,15 @@ static int push(reader_t *r, pk_val_t *v)
     return 0;
 }
 
+/* The stack floor: values below the innermost open mark are out of reach. */
+static size_t stack_floor(const reader_t *r)
+{
+    return r->nmarks ? r->marks[r->nmarks - 1] : 0;
+}
+
 static pk_val_t *pop(reader_t *r, const char *op)
 {
-    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
-    if (r->sp <= floor) {
+    if (r->sp <= stack_floor(r)) {
         fail(r, "%s: the stack is empty", op);
         return NULL;
     }
@@ -139,8 +144,7 @@ static pk_val_t *pop(reader_t *r, const char *op)
 
 static pk_val_t *top(reader_t *r, const char *op)
 {
-    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
-    if (r->sp <= floor) {
+    if (r->sp <= stack_floor(r)) {
         fail(r, "%s: the stack is empty", op);
         return NULL;
     }
@@ -278,8 +282,7 @@ static int op_collect(reader_t *r, pk_type_t type, const char *name)
 
 static int op_tuple_n(reader_t *r, size_t n, const char *name)
 {
-    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
-    if (r->sp - floor < n)
+    if (r->sp - stack_floor(r) < n)
         return fail(r, "%s needs %zu values on the stack", name, n);
     pk_val_t *v = new_val(r, PK_TUPLE);
     if (!v)
@@ -295,26 +298,41 @@ static int op_tuple_n(reader_t *r, size_t n, const char *name)
     return push(r, v);
 }
 
-/* APPEND(S) / ADDITEMS: the items above the mark (or the top one) go into
- * the list or set below them. */
+/* Where the items of APPEND(S), ADDITEMS and SETITEM(S) start: above the
+ * innermost mark (many, the mark is popped) or the top `single` values;
+ * and the container below them, which must be of type `want`. */
+static pk_val_t *items_target(reader_t *r, bool many, size_t single, pk_type_t want, const char *name,
+                              size_t *start)
+{
+    if (many) {
+        if (pop_mark(r, name, start) != 0)
+            return NULL;
+    } else {
+        if (r->sp < stack_floor(r) + single + 1) {
+            fail(r, "%s needs a %s and %zu value(s) on the stack", name, want == PK_DICT ? "dict" : "list", single);
+            return NULL;
+        }
+        *start = r->sp - single;
+    }
+    if (*start == stack_floor(r) || *start == 0) {
+        fail(r, "%s: no %s below the items", name, want == PK_DICT ? "dict" : want == PK_SET ? "set" : "list");
+        return NULL;
+    }
+    pk_val_t *target = r->stack[*start - 1];
+    if (target->type != want) {
+        fail(r, "%s onto a %s", name, pk_type_name(target));
+        return NULL;
+    }
+    return target;
+}
+
+/* APPEND(S) / ADDITEMS: the items go into the list or set below them. */
 static int op_append(reader_t *r, bool many, pk_type_t want, const char *name)
 {
     size_t start = 0;
-    if (many) {
-        if (pop_mark(r, name, &start) != 0)
-            return -1;
-    } else {
-        size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
-        if (r->sp < floor + 2)
-            return fail(r, "%s needs a list and a value on the stack", name);
-        start = r->sp - 1;
-    }
-    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
-    if (start == floor || start == 0)
-        return fail(r, "%s: no %s below the items", name, want == PK_LIST ? "list" : "set");
-    pk_val_t *target = r->stack[start - 1];
-    if (target->type != want)
-        return fail(r, "%s onto a %s", name, pk_type_name(target));
+    pk_val_t *target = items_target(r, many, 1, want, name, &start);
+    if (!target)
+        return -1;
     for (size_t i = start; i < r->sp; i++) {
         if (grow(r, target) != 0)
             return -1;
@@ -324,27 +342,11 @@ static int op_append(reader_t *r, bool many, pk_type_t want, const char *name)
     return 0;
 }
 
-/* SETITEM(S) / DICT: key, value pairs go into a dict. */
-static int op_setitems(reader_t *r, bool many, const char *name)
+/* Key, value pairs from the stack at start into dict d. */
+static int put_pairs(reader_t *r, pk_val_t *d, size_t start, const char *name)
 {
-    size_t start = 0;
-    if (many) {
-        if (pop_mark(r, name, &start) != 0)
-            return -1;
-    } else {
-        size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
-        if (r->sp < floor + 3)
-            return fail(r, "%s needs a dict, a key and a value on the stack", name);
-        start = r->sp - 2;
-    }
     if ((r->sp - start) % 2)
         return fail(r, "%s with an odd number of items (%zu)", name, r->sp - start);
-    size_t floor = r->nmarks ? r->marks[r->nmarks - 1] : 0;
-    if (start == floor || start == 0)
-        return fail(r, "%s: no dict below the items", name);
-    pk_val_t *d = r->stack[start - 1];
-    if (d->type != PK_DICT)
-        return fail(r, "%s onto a %s", name, pk_type_name(d));
     for (size_t i = start; i < r->sp; i += 2) {
         if (grow(r, d) != 0)
             return -1;
@@ -355,23 +357,23 @@ static int op_setitems(reader_t *r, bool many, const char *name)
     return 0;
 }
 
+/* SETITEM(S): key, value pairs go into the dict below them. */
+static int op_setitems(reader_t *r, bool many, const char *name)
+{
+    size_t start = 0;
+    pk_val_t *d = items_target(r, many, 2, PK_DICT, name, &start);
+    return d ? put_pairs(r, d, start, name) : -1;
+}
+
+/* DICT: the pairs above the mark make a new dict. */
 static int op_dict(reader_t *r)
 {
     size_t start = 0;
     if (pop_mark(r, "DICT", &start) != 0)
         return -1;
-    if ((r->sp - start) % 2)
-        return fail(r, "DICT with an odd number of items (%zu)", r->sp - start);
     pk_val_t *d = new_val(r, PK_DICT);
-    if (!d)
+    if (!d || put_pairs(r, d, start, "DICT") != 0)
         return -1;
-    for (size_t i = start; i < r->sp; i += 2) {
-        if (grow(r, d) != 0)
-            return -1;
-        d->keys[d->n] = r->stack[i];
-        d->vals[d->n++] = r->stack[i + 1];
-    }
-    r->sp = start;
     return push(r, d);
 }
 

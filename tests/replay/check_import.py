@@ -24,19 +24,14 @@ import json
 import os
 import pickle
 import re
-import subprocess
 import sys
 import tempfile
 
+import rptest
+from rptest import check, failures
+
 REPLAY = sys.argv[1]
 TRACES = sys.argv[2]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 class NoGlobals(pickle.Unpickler):
@@ -45,10 +40,7 @@ class NoGlobals(pickle.Unpickler):
 
 
 def replay(*args):
-    p = subprocess.run([REPLAY, *args], capture_output=True, text=True, timeout=240)
-    if p.returncode < 0:
-        failures.append(f"cucache-replay {args} died of signal {-p.returncode}")
-    return p
+    return rptest.replay(REPLAY, *args)
 
 
 def replay_json(path, *confs, capacity="80G"):
@@ -233,11 +225,7 @@ def broken(tmp):
         path = os.path.join(tmp, name)
         with open(path, "wb") as f:
             f.write(data)
-        p = replay(path)
-        ok = p.returncode == 1 and all(w in p.stderr for w in want)
-        check(ok, f"{name}: exit {p.returncode}, stderr {p.stderr.strip()!r}, expected {want}")
-        if ok:
-            print(f"{name}: {p.stderr.strip()}")
+        rptest.expect_error(REPLAY, path, *want)
 
     expect_error("global.pickle", pickle.dumps({"device_traces": collections.OrderedDict()}, protocol=2),
                  "offset", "GLOBAL", "refused")

@@ -19,15 +19,11 @@ import subprocess
 import sys
 import tempfile
 
+import rptest
+from rptest import check, failures
+
 REPLAY, GEN = sys.argv[1], sys.argv[2]
 CONFS = ["default", "reuse:stream", "max_split_size_mb:40", "roundup_power2_divisions:4", "strategy:preallocate"]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def gen(tmp, pattern, seed, *extra):
@@ -40,10 +36,7 @@ def gen(tmp, pattern, seed, *extra):
 
 
 def replay(*args):
-    p = subprocess.run([REPLAY, *args], capture_output=True, text=True, timeout=240)
-    if p.returncode < 0:
-        failures.append(f"cucache-replay {args} died of signal {-p.returncode}")
-    return p
+    return rptest.replay(REPLAY, *args)
 
 
 def rows(path, *extra):
@@ -105,11 +98,7 @@ with tempfile.TemporaryDirectory() as tmp:
         data[offset] = byte
         with open(bad, "wb") as f:
             f.write(data)
-        p = replay(bad)
-        ok = p.returncode == 1 and all(w in p.stderr for w in want)
-        check(ok, f"{name}: exit {p.returncode}, {p.stderr.strip()!r}, expected {want}")
-        if ok:
-            print(f"{name}: {p.stderr.strip()}")
+        rptest.expect_error(REPLAY, bad, *want)
 
     expect_error("version.trace", 8, 9, "cucache trace", "version 9")
     expect_error("chunk.trace", 64, 0x58, "cucache trace", "offset 64")
