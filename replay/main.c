@@ -130,18 +130,16 @@ int main(int argc, char **argv)
     const char *plot = NULL;
     bool json = false, reference = true;
     char err[1024];
-    const char **traces = calloc((size_t)argc, sizeof *traces);
+    /* the traces are gathered at the front of argv: slot 1 + ntraces is
+     * never beyond the argument being read */
+    char **traces = argv + 1;
     int ntraces = 0;
     bool dashdash = false;
-    if (!traces) {
-        fprintf(stderr, "cucache-replay: out of host memory\n");
-        return 1;
-    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (dashdash || a[0] != '-' || a[1] == '\0') {
-            traces[ntraces++] = a; /* options and traces may mix; "--" ends the options */
+            traces[ntraces++] = argv[i]; /* options and traces may mix; "--" ends the options */
         } else if (strcmp(a, "--") == 0) {
             dashdash = true;
         } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -278,6 +276,5 @@ int main(int argc, char **argv)
         rp_input_free(&done[t].in);
     }
     free(done);
-    free(traces);
     return status;
 }

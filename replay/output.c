@@ -124,9 +124,10 @@ static void c_first_oom(char *b, size_t l, const rp_input_t *in, const rp_config
         snprintf(b, l, "-");
         return;
     }
-    char n[32];
+    char n[32], sz[32];
     fmt_count(n, sizeof n, (uint64_t)r->first_oom_event);
-    snprintf(b, l, "event %s", n);
+    fmt_size(sz, sizeof sz, r->first_oom_size);
+    snprintf(b, l, "event %s: %s at %.3f s", n, sz, (double)r->first_oom_time_ns * 1e-9);
 }
 
 static void c_time(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
