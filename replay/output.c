@@ -13,7 +13,7 @@
 enum {
     LABEL_W = 26, /* the row titles */
     COL_MIN = 12, /* a column's least width */
-    COL_MAX = 24, /* longer configuration labels become [k] with a legend */
+    COL_MAX = 28, /* longer configuration labels become [k] with a legend */
 };
 
 static void fmt_size(char *buf, size_t len, uint64_t bytes)
