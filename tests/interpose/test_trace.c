@@ -72,6 +72,11 @@ static int child_main(const char *mode)
         CK_RT(cudaMallocAsync(&a, 5000, s));
         CK_RT(cudaFreeAsync(a, s));
         CK_RT(cudaStreamSynchronize(s));
+        /* the per-thread default stream through a _ptsz entry point on
+         * handle 0: recorded as cudaStreamPerThread (0x2) */
+        void *b = NULL;
+        CK_RT(cudaMallocAsync_ptsz(&b, 6000, NULL));
+        CK_RT(cudaFreeAsync_ptsz(b, NULL));
         CUdeviceptr d = 0;
         if (cuMemAlloc_v2(&d, 7000) != CUDA_SUCCESS || cuMemFree_v2(d) != CUDA_SUCCESS)
             return 4;
@@ -88,8 +93,8 @@ static int child_main(const char *mode)
         printf("addrs");
         for (int i = 0; i < CHILD_ALLOCS; i++)
             printf(" %llu", (unsigned long long)(uintptr_t)p[i]);
-        printf(" %llu %llu %llu\n", (unsigned long long)(uintptr_t)a, (unsigned long long)d,
-               (unsigned long long)(uintptr_t)w[0]);
+        printf(" %llu %llu %llu %llu\n", (unsigned long long)(uintptr_t)a, (unsigned long long)d,
+               (unsigned long long)(uintptr_t)w[0], (unsigned long long)(uintptr_t)b);
         fflush(stdout);
         return 0;
     }
@@ -139,16 +144,16 @@ static void test_calls_recorded(void **state)
     itest_run_t *r = malloc(sizeof *r);
     itest_spawn(self_path, argv, env, NULL, 30000, r);
     itest_expect_exit(r, 0);
-    unsigned long long addr[CHILD_ALLOCS + 3];
+    unsigned long long addr[CHILD_ALLOCS + 4];
     const char *line = strstr(r->out, "addrs");
     assert_non_null(line);
     int n = 0, k = 0;
     line += 5;
-    while (n < CHILD_ALLOCS + 3 && sscanf(line, " %llu%n", &addr[n], &k) == 1) {
+    while (n < CHILD_ALLOCS + 4 && sscanf(line, " %llu%n", &addr[n], &k) == 1) {
         line += k;
         n++;
     }
-    assert_int_equal(n, CHILD_ALLOCS + 3);
+    assert_int_equal(n, CHILD_ALLOCS + 4);
 
     trace_t t;
     load(path, &t);
@@ -168,6 +173,8 @@ static void test_calls_recorded(void **state)
         {TRACE_ALLOC, TRACE_API_CUDA_MALLOC_ASYNC, addr[4], 5000},
         {TRACE_FREE, TRACE_API_CUDA_MALLOC_ASYNC, addr[4], 0},
         {TRACE_STREAM_SYNC, TRACE_API_NONE, 0, 0},
+        {TRACE_ALLOC, TRACE_API_CUDA_MALLOC_ASYNC, addr[7], 6000},
+        {TRACE_FREE, TRACE_API_CUDA_MALLOC_ASYNC, addr[7], 0},
         {TRACE_ALLOC, TRACE_API_CU_MEM_ALLOC, addr[5], 7000},
         {TRACE_FREE, TRACE_API_CU_MEM_ALLOC, addr[5], 0},
         {TRACE_FREE, TRACE_API_CUDA_MALLOC, addr[0], 0},
@@ -191,7 +198,7 @@ static void test_calls_recorded(void **state)
                      (unsigned long long)last);
         last = e->time_ns;
         bool is_main = e->tid == main_tid;
-        const want_t *w = is_main ? (im < 17 ? &main_want[im] : NULL) : (iw < 2 ? &worker_want[iw] : NULL);
+        const want_t *w = is_main ? (im < 19 ? &main_want[im] : NULL) : (iw < 2 ? &worker_want[iw] : NULL);
         if (!w)
             fail_msg("event %zu (%s) is one more than the %s thread made", i, trace_kind_name(e->kind),
                      is_main ? "main" : "worker");
@@ -207,7 +214,10 @@ static void test_calls_recorded(void **state)
         /* one non-blocking stream: the same handle from creation to destruction */
         if (e->kind == TRACE_STREAM_CREATE)
             stream = e->stream;
-        if (e->api == TRACE_API_CUDA_MALLOC_ASYNC || e->kind == TRACE_STREAM_SYNC || e->kind == TRACE_STREAM_DESTROY)
+        if (e->api == TRACE_API_CUDA_MALLOC_ASYNC && e->addr == addr[7])
+            assert_int_equal(e->stream, 0x2); /* cudaStreamPerThread */
+        else if (e->api == TRACE_API_CUDA_MALLOC_ASYNC || e->kind == TRACE_STREAM_SYNC ||
+                 e->kind == TRACE_STREAM_DESTROY)
             assert_int_equal(e->stream, stream);
         if (is_main)
             im++;
@@ -215,7 +225,7 @@ static void test_calls_recorded(void **state)
             iw++;
     }
     assert_int_not_equal(stream, 0);
-    assert_int_equal(im, 17);
+    assert_int_equal(im, 19);
     assert_int_equal(iw, 2);
     trace_free(&t);
     free(r);
