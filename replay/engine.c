@@ -22,10 +22,12 @@
  *   stream/event sync  core_poll
  *   capture begin/end  core_set_capturing and the capture pool
  *
- * The backend's device is idle: every event it records has completed by the
- * time it is queried, as on a GPU whose kernels finished.  Pending frees
- * therefore become reusable at the first poll, exactly as in a live run on
- * the simulated device without kernels.
+ * By default the device is idle: every marker it records has completed by
+ * the time it is queried, as on a GPU whose kernels finished, and pending
+ * frees become reusable at the first poll, as in a live run on the
+ * simulated device that synchronised (the round trip).  With opts->busy a
+ * marker completes only at the job's next synchronisation or when the core
+ * waits for it: the other bound.
  *
  * Addresses: the job's addresses only match frees to allocations; a hash
  * map takes each recorded address to the replay's.  Allocated and reserved
@@ -400,6 +402,7 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
     rd->device = device;
     rd->capacity = r->opts->capacity;
     mem_backend_init(&rd->mb, r->opts->capacity);
+    rd->mb.auto_complete = !r->opts->busy;
     rd->mem = mem_backend_vtable(&rd->mb);
     if (r->cfg->mode == RP_MODE_CORE) {
         core_backend_t be = {rd, dev_seg_alloc, dev_seg_free, dev_mem_info, dev_event_record, dev_event_query,
@@ -539,18 +542,20 @@ static void do_free(replay_t *r, rdev_t *rd, const live_t *l, const trace_event_
     core_free(rd->core, (uintptr_t)l->addr, how, key);
 }
 
-/* Applies sync-like events to one device or, with device -1, to all. */
-static void each_device(replay_t *r, int device, void (*fn)(core_dev_t *))
+/* A synchronisation of the job completed: what was queued before it has
+ * completed too (on a busy device, every marker so far: a stream's or an
+ * event's synchronisation is taken for the device's, an over-estimate). */
+static void synchronised(replay_t *r, int device, bool fence)
 {
-    for (int i = 0; i < RP_MAX_DEVICES; i++)
-        if (r->devs[i] && r->devs[i]->core && (device < 0 || device == i))
-            fn(r->devs[i]->core);
-}
-
-static void fence_and_poll(core_dev_t *d)
-{
-    core_fence(d);
-    core_poll(d);
+    for (int i = 0; i < RP_MAX_DEVICES; i++) {
+        rdev_t *rd = r->devs[i];
+        if (!rd || !rd->core || (device >= 0 && device != i))
+            continue;
+        if (fence)
+            core_fence(rd->core);
+        mem_backend_complete_all(&rd->mb);
+        core_poll(rd->core);
+    }
 }
 
 static void capture_begin(rdev_t *rd, const trace_event_t *e)
@@ -638,12 +643,12 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         livemap_del(&r->live, l);
         return 0;
     }
-    case TRACE_DEVICE_SYNC:
-        each_device(r, e->device, fence_and_poll);
+    case TRACE_DEVICE_SYNC: /* with device -1: every device */
+        synchronised(r, e->device, true);
         return 0;
     case TRACE_STREAM_SYNC:
     case TRACE_EVENT_SYNC:
-        each_device(r, e->device, core_poll);
+        synchronised(r, e->device, false);
         return 0;
     case TRACE_CAPTURE_BEGIN:
         capture_begin(rd, e);

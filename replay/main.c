@@ -40,6 +40,8 @@ static void usage(FILE *f)
           "  --json           one JSON object per line per trace and configuration\n"
           "  --plot FILE.svg  allocated and reserved over the events, per configuration\n"
           "  --no-reference   leave out the 'no cache' and 'floor' columns\n"
+          "  --busy           queued work completes only at the job's synchronisations\n"
+          "                   (default: at once, as on an idle GPU); cucache traces only\n"
           "  --version, --help\n",
           f);
 }
@@ -152,6 +154,8 @@ int main(int argc, char **argv)
             json = true;
         } else if (strcmp(a, "--no-reference") == 0) {
             reference = false;
+        } else if (strcmp(a, "--busy") == 0) {
+            opts.busy = true;
         } else if (strcmp(a, "--conf") == 0 || strcmp(a, "--capacity") == 0 || strcmp(a, "--plot") == 0) {
             if (!val) {
                 fprintf(stderr, "cucache-replay: %s needs a value\n", a);

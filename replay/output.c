@@ -168,7 +168,8 @@ void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, co
     fprintf(out, "%s (%s): %s events", in->name, rp_format_name(in->format), a);
     if (in->nprelude)
         fprintf(out, " (%zu of them blocks live before the recording)", in->nprelude);
-    fprintf(out, ", %d device%s, capacity %s per device\n", in->ndevices, in->ndevices == 1 ? "" : "s", b);
+    fprintf(out, ", %d device%s, capacity %s per device%s\n", in->ndevices, in->ndevices == 1 ? "" : "s", b,
+            opts->busy ? ", busy (work completes at the job's synchronisations)" : "");
     if (in->notes[0])
         fprintf(out, "  note: %s\n", in->notes);
 
@@ -266,12 +267,12 @@ void rp_print_json(FILE *out, const rp_input_t *in, const rp_config_t *cfg, cons
     fputs(", \"model\": ", out);
     json_str(out, mode_name(cfg->mode));
     fprintf(out,
-            ", \"capacity\": %" PRIu64 ", \"events\": %" PRIu64 ", \"prelude\": %zu, \"devices\": %d"
+            ", \"device_model\": \"%s\", \"capacity\": %" PRIu64 ", \"events\": %" PRIu64 ", \"prelude\": %zu, \"devices\": %d"
             ", \"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64 ", \"peak_requested\": %" PRIu64
             ", \"utilization\": %.6f, \"fragmentation_at_peak\": %.6f, \"peak_event\": %zu"
             ", \"device_allocs\": %" PRIu64 ", \"device_frees\": %" PRIu64 ", \"allocs\": %" PRIu64
             ", \"cache_hits\": %" PRIu64 ", \"ooms\": %" PRIu64,
-            opts->capacity, r->events, in->nprelude, in->ndevices, r->peak_allocated, r->peak_reserved,
+            opts->busy ? "busy" : "idle", opts->capacity, r->events, in->nprelude, in->ndevices, r->peak_allocated, r->peak_reserved,
             r->peak_requested, r->utilization, r->frag_at_peak, r->peak_event, r->device_allocs, r->device_frees,
             r->allocs, r->hits, r->ooms);
     if (r->first_oom_event >= 0)

@@ -135,6 +135,13 @@ typedef struct rp_result_s {
 
 typedef struct rp_opts_s {
     uint64_t capacity;  /* bytes per device (default 80 GiB) */
+    /* false (idle): every marker the replay records (a fence, an event on a
+     * stream) has completed when queried, as on a GPU whose kernels have
+     * finished: frees are reusable at the first poll (a lower bound for
+     * reuse:fenced).  true (busy): a marker completes only at the job's
+     * next synchronisation of its device, stream or event, or when the
+     * allocator itself waits for it (an upper bound). */
+    bool busy;
     size_t curve_buckets; /* 0: no curve */
     /* called every 2^20 events with (done, total): a progress bar */
     void (*progress)(void *ctx, size_t done, size_t total);

@@ -71,6 +71,7 @@ with tempfile.TemporaryDirectory() as tmp:
             for c in CONFS:
                 r = by[c]
                 check(r["reserved_covers_allocated"], f"{pattern}/{seed} [{c}]: reserved fell below allocated")
+                check(r["stats_agree"], f"{pattern}/{seed} [{c}]: peaks differ from the core's statistics")
                 check(r["peak_allocated"] >= floor["peak_allocated"], f"{pattern}/{seed} [{c}]: allocated below floor")
                 check(r["peak_reserved"] >= r["peak_allocated"], f"{pattern}/{seed} [{c}]: reserved below allocated")
                 check(r["ooms"] == 0, f"{pattern}/{seed} [{c}]: {r['ooms']} OOMs at 80 GiB")
@@ -78,6 +79,11 @@ with tempfile.TemporaryDirectory() as tmp:
                     check(r["skipped"] == 0, f"{pattern}/{seed} [{c}]: {r['skipped']} events skipped")
             again = rows(path)
             check([stable(r) for r in again] == [stable(r) for r in got], f"{pattern}/{seed}: not deterministic")
+            # the busy device: frees wait for the job's synchronisations
+            for r in rows(path, "--busy"):
+                check(r["device_model"] == "busy", f"{pattern}/{seed}: --busy not in the JSON")
+                check(r["reserved_covers_allocated"] and r["stats_agree"] and r["ooms"] == 0,
+                      f"{pattern}/{seed} [{r['config']}] --busy: {r}")
 
     # a file cut short: the whole records before the cut
     path, exp = gen(tmp, "streams", 3)

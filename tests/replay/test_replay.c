@@ -243,6 +243,41 @@ static void test_oom_and_failed_allocations(void **state)
     free(b.in.ev);
 }
 
+/* --busy: a fenced free waits for the job's next synchronisation; on the
+ * idle device it is reusable at once. */
+static void test_busy_device(void **state)
+{
+    build_t b = {0};
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 30 * MiB);
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 30 * MiB); /* before any synchronisation */
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 0);
+    add(&b, TRACE_DEVICE_SYNC, 0, 1, 0, 0, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x3000, 30 * MiB); /* after it */
+    rp_config_t cfg = core_cfg("");
+    rp_result_t idle = run(&b.in, cfg, 1ull << 34);
+    assert_int_equal(idle.device_allocs, 1);
+    assert_int_equal(idle.peak_reserved, 30 * MiB);
+    rp_opts_t o = {.capacity = 1ull << 34, .busy = true};
+    rp_result_t busy;
+    char err[256];
+    assert_int_equal(rp_replay(&b.in, &cfg, &o, &busy, err, sizeof err), 0);
+    assert_int_equal(busy.device_allocs, 2);
+    assert_int_equal(busy.peak_reserved, 60 * MiB);
+    assert_int_equal(busy.hits, 1); /* the third allocation, after the synchronisation */
+    /* without room for a second segment the core waits for the fence
+     * instead: no OOM */
+    o.capacity = 40 * MiB;
+    rp_result_t tight;
+    assert_int_equal(rp_replay(&b.in, &cfg, &o, &tight, err, sizeof err), 0);
+    assert_int_equal(tight.ooms, 0);
+    assert_int_equal(tight.device_allocs, 1);
+    rp_result_free(&idle);
+    rp_result_free(&busy);
+    rp_result_free(&tight);
+    free(b.in.ev);
+}
+
 /* Address 0 is a key like any other (it marks empty slots in the map). */
 static void test_address_zero(void **state)
 {
@@ -388,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_capture_pool_and_graph_nodes),
         cmocka_unit_test(test_stream_keys),
         cmocka_unit_test(test_oom_and_failed_allocations),
+        cmocka_unit_test(test_busy_device),
         cmocka_unit_test(test_address_zero),
         cmocka_unit_test(test_device_limit),
         cmocka_unit_test(test_rmm_good),
