@@ -6,6 +6,8 @@
  * file is testable on constructed states (tests/stats).
  *
  *   report.c    the OOM report (full block, then one line per repeat)
+ *   hint.c      its hint: the cause and the CUCACHE_CONF to try (report.h
+ *               holds what the two share)
  *   summary.c   the exit summary in torch.cuda.memory_summary()'s layout
  *   ring.c      the bounded ring of recent events for snapshots
  *   snapshot.c  snapshots as a pickle in torch.cuda.memory._dump_snapshot's
