@@ -40,6 +40,8 @@ static void usage(FILE *f)
           "  --json           one JSON object per line per trace and configuration\n"
           "  --plot FILE.svg  allocated and reserved over the events, per configuration\n"
           "  --no-reference   leave out the 'no cache' and 'floor' columns\n"
+          "  --dump           print each trace's events as text (what a replay reads) and\n"
+          "                   replay nothing\n"
           "  --busy           queued work completes only at the job's synchronisations\n"
           "                   (default: at once, as on an idle GPU); cucache traces only\n"
           "  --version, --help\n",
@@ -130,7 +132,7 @@ int main(int argc, char **argv)
     size_t ncfg = 0;
     rp_opts_t opts = {.capacity = (uint64_t)80 << 30};
     const char *plot = NULL;
-    bool json = false, reference = true;
+    bool json = false, reference = true, dump = false;
     char err[1024];
     /* the traces are gathered at the front of argv: slot 1 + ntraces is
      * never beyond the argument being read */
@@ -156,6 +158,8 @@ int main(int argc, char **argv)
             reference = false;
         } else if (strcmp(a, "--busy") == 0) {
             opts.busy = true;
+        } else if (strcmp(a, "--dump") == 0) {
+            dump = true;
         } else if (strcmp(a, "--conf") == 0 || strcmp(a, "--capacity") == 0 || strcmp(a, "--plot") == 0) {
             if (!val) {
                 fprintf(stderr, "cucache-replay: %s needs a value\n", a);
@@ -223,6 +227,10 @@ int main(int argc, char **argv)
         if (rp_input_load(traces[t], &d->in, err, sizeof err) != 0) {
             fprintf(stderr, "cucache-replay: %s\n", err);
             status = 1;
+            continue;
+        }
+        if (dump) {
+            rp_print_events(stdout, &d->in);
             continue;
         }
         d->res = calloc(ncfg, sizeof *d->res);

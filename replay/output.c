@@ -293,3 +293,18 @@ void rp_print_json(FILE *out, const rp_input_t *in, const rp_config_t *cfg, cons
     json_str(out, in->notes);
     fputs("}\n", out);
 }
+
+void rp_print_events(FILE *out, const rp_input_t *in)
+{
+    fprintf(out, "# %s (%s): %zu events, %zu of them live before the recording\n", in->name,
+            rp_format_name(in->format), in->nev, in->nprelude);
+    fprintf(out, "# index time_ns tid device kind api stream addr size%s\n", in->ref_reserved ? " torch_reserved" : "");
+    for (size_t i = 0; i < in->nev; i++) {
+        const trace_event_t *e = &in->ev[i];
+        fprintf(out, "%zu %" PRIu64 " %u %d %s %s 0x%" PRIx64 " 0x%" PRIx64 " %" PRIu64, i, e->time_ns, e->tid,
+                e->device, trace_kind_name(e->kind), trace_api_name(e->api), e->stream, e->addr, e->size);
+        if (in->ref_reserved)
+            fprintf(out, " %" PRIu64, in->ref_reserved[i]);
+        fputc('\n', out);
+    }
+}

@@ -162,6 +162,10 @@ void rp_result_free(rp_result_t *res);
 /* The table for one input: one column per configuration. */
 void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, const rp_result_t *res, size_t n,
                     const rp_opts_t *opts);
+/* The input's events as text, one per line (--dump): index, time, thread,
+ * device, kind, api, stream, address, size, and PyTorch's reserved bytes
+ * after the event when known. */
+void rp_print_events(FILE *out, const rp_input_t *in);
 /* One JSON object on one line for one input and configuration. */
 void rp_print_json(FILE *out, const rp_input_t *in, const rp_config_t *cfg, const rp_result_t *res,
                    const rp_opts_t *opts);

@@ -85,6 +85,16 @@ with tempfile.TemporaryDirectory() as tmp:
                 check(r["reserved_covers_allocated"] and r["stats_agree"] and r["ooms"] == 0,
                       f"{pattern}/{seed} [{r['config']}] --busy: {r}")
 
+    # --dump: one line per event the replay reads, in its order
+    path, exp = gen(tmp, "threads", 5)
+    p = replay("--dump", path)
+    lines = [l for l in p.stdout.splitlines() if not l.startswith("#")]
+    check(p.returncode == 0 and len(lines) == exp["events"], f"--dump: {p.returncode}, {len(lines)} lines")
+    kinds = [l.split()[4] for l in lines]
+    check(kinds.count("alloc") == exp["allocs"] and kinds.count("free") == exp["frees"],
+          f"--dump: {kinds.count('alloc')} allocs, {kinds.count('free')} frees; generator {exp['allocs']}, {exp['frees']}")
+    check([int(l.split()[0]) for l in lines] == list(range(len(lines))), "--dump: indices out of order")
+
     # a file cut short: the whole records before the cut
     path, exp = gen(tmp, "streams", 3)
     size = os.path.getsize(path)
