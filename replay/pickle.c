@@ -5,10 +5,13 @@
  * are over the input and over the stack, so a hostile file can cost time
  * and memory in proportion to its length, never more, and never run code.
  *
- * The memo is a growable array indexed by memo id.  MEMOIZE numbers values
- * 0, 1, 2, ...; BINPUT and LONG_BINPUT may name any id, so an id is only
- * accepted up to the number of opcodes the file can hold (its length): a
- * larger one cannot be a real pickle's and would only make us allocate.
+ * The memo is a growable array indexed by memo id, not a sparse map.
+ * MEMOIZE stores under the number of ids stored so far (as Python does);
+ * BINPUT and LONG_BINPUT may name any id, so an id is only accepted up to
+ * the file's length: Python's pickler numbers ids 0, 1, 2, ... and every
+ * store costs at least one byte, so a larger id cannot be a real pickle's,
+ * and the array stays within 16 bytes per input byte (LONG_BINPUT
+ * 0xffffffff in a small file is an error, not 32 GiB).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,8 +37,9 @@ typedef struct reader_s {
     size_t sp, stack_cap;
     size_t *marks; /* stack positions of the open marks */
     size_t nmarks, marks_cap;
-    pk_val_t **memo;
+    pk_val_t **memo; /* NULL where never stored */
     size_t memo_cap;
+    size_t memo_count; /* ids stored: MEMOIZE's next id */
     char *err;
     size_t errlen;
     size_t op_at; /* offset of the opcode being run */
@@ -155,7 +159,7 @@ static pk_val_t *top(reader_t *r, const char *op)
 static const uint8_t *take(reader_t *r, size_t n, const char *what)
 {
     if ((size_t)(r->end - r->p) < n) {
-        fail(r, "file ends inside %s (%zu bytes needed, %zu left)", what, n, (size_t)(r->end - r->p));
+        fail(r, "file ends inside the %zu-byte operand of %s (%zu left)", n, what, (size_t)(r->end - r->p));
         return NULL;
     }
     const uint8_t *q = r->p;
@@ -180,16 +184,16 @@ static int pop_mark(reader_t *r, const char *op, size_t *start)
     return 0;
 }
 
+/* The str or bytes opcodes: a length of lenbytes bytes, then the data. */
 static int op_string(reader_t *r, pk_type_t type, unsigned lenbytes, const char *name)
 {
+    const char *what = type == PK_STR ? "string" : "bytes object";
     const uint8_t *b = take(r, lenbytes, name);
     if (!b)
         return -1;
     uint64_t n = le(b, lenbytes);
-    if (n > (uint64_t)(r->end - r->p)) {
-        fail(r, "file ends inside a %s of %llu bytes", name, (unsigned long long)n);
-        return -1;
-    }
+    if (n > (uint64_t)(r->end - r->p))
+        return fail(r, "file ends inside a %s %s of %llu bytes", name, what, (unsigned long long)n);
     pk_val_t *v = new_val(r, type);
     if (!v)
         return -1;
@@ -220,7 +224,7 @@ static int op_long(reader_t *r, unsigned lenbytes, const char *name)
         return -1;
     uint64_t n = le(b, lenbytes);
     if (n > (uint64_t)(r->end - r->p))
-        return fail(r, "file ends inside a %s of %llu bytes", name, (unsigned long long)n);
+        return fail(r, "file ends inside a %s integer of %llu bytes", name, (unsigned long long)n);
     const uint8_t *d = r->p;
     r->p += n;
     pk_val_t *v = new_val(r, PK_INT);
@@ -248,7 +252,7 @@ static int op_long(reader_t *r, unsigned lenbytes, const char *name)
 
 static int op_float(reader_t *r)
 {
-    const uint8_t *b = take(r, 8, "a BINFLOAT");
+    const uint8_t *b = take(r, 8, "BINFLOAT");
     pk_val_t *v = b ? new_val(r, PK_FLOAT) : NULL;
     if (!v)
         return -1;
@@ -259,12 +263,10 @@ static int op_float(reader_t *r)
     return push(r, v);
 }
 
-/* Pops the items above the innermost mark into a new list, tuple or set. */
-static int op_collect(reader_t *r, pk_type_t type, const char *name)
+/* Replaces the values from stack position start up with a new list, tuple
+ * or set of them. */
+static int collect(reader_t *r, pk_type_t type, size_t start)
 {
-    size_t start = 0;
-    if (pop_mark(r, name, &start) != 0)
-        return -1;
     pk_val_t *v = new_val(r, type);
     if (!v)
         return -1;
@@ -280,29 +282,25 @@ static int op_collect(reader_t *r, pk_type_t type, const char *name)
     return push(r, v);
 }
 
+/* LIST, TUPLE, FROZENSET: the values above the innermost mark. */
+static int op_collect(reader_t *r, pk_type_t type, const char *name)
+{
+    size_t start = 0;
+    return pop_mark(r, name, &start) == 0 ? collect(r, type, start) : -1;
+}
+
+/* TUPLE1, TUPLE2, TUPLE3: the top n values. */
 static int op_tuple_n(reader_t *r, size_t n, const char *name)
 {
     if (r->sp - stack_floor(r) < n)
         return fail(r, "%s needs %zu values on the stack", name, n);
-    pk_val_t *v = new_val(r, PK_TUPLE);
-    if (!v)
-        return -1;
-    if (n) {
-        v->items = arena_alloc(r, n * sizeof *v->items);
-        if (!v->items)
-            return -1;
-        memcpy(v->items, r->stack + r->sp - n, n * sizeof *v->items);
-    }
-    v->n = v->cap = n;
-    r->sp -= n;
-    return push(r, v);
+    return collect(r, PK_TUPLE, r->sp - n);
 }
 
 /* Where the items of APPEND(S), ADDITEMS and SETITEM(S) start: above the
  * innermost mark (many, the mark is popped) or the top `single` values;
  * and the container below them, which must be of type `want`. */
-static pk_val_t *items_target(reader_t *r, bool many, size_t single, pk_type_t want, const char *name,
-                              size_t *start)
+static pk_val_t *items_target(reader_t *r, bool many, size_t single, pk_type_t want, const char *name, size_t *start)
 {
     if (many) {
         if (pop_mark(r, name, start) != 0)
@@ -377,9 +375,10 @@ static int op_dict(reader_t *r)
     return push(r, d);
 }
 
-static int memo_put(reader_t *r, uint64_t id)
+/* MEMOIZE, BINPUT, LONG_BINPUT: the top value is stored under id. */
+static int memo_put(reader_t *r, uint64_t id, const char *name)
 {
-    pk_val_t *v = top(r, "memo store");
+    pk_val_t *v = top(r, name);
     if (!v)
         return -1;
     if (id > (uint64_t)(r->end - r->start))
@@ -395,10 +394,13 @@ static int memo_put(reader_t *r, uint64_t id)
         memset(m + r->memo_cap, 0, (cap - r->memo_cap) * sizeof *m);
         r->memo = m, r->memo_cap = cap;
     }
+    if (!r->memo[id])
+        r->memo_count++;
     r->memo[id] = v;
     return 0;
 }
 
+/* BINGET, LONG_BINGET: the value stored under id, shared, not copied. */
 static int memo_get(reader_t *r, uint64_t id)
 {
     if (id >= r->memo_cap || !r->memo[id])
@@ -406,45 +408,22 @@ static int memo_get(reader_t *r, uint64_t id)
     return push(r, r->memo[id]);
 }
 
-/* Opcodes that name, build or call objects: never run. */
-static const char *refused(uint8_t op)
-{
-    switch (op) {
-    case 'c': return "GLOBAL";
-    case 0x93: return "STACK_GLOBAL";
-    case 'i': return "INST";
-    case 'o': return "OBJ";
-    case 'R': return "REDUCE";
-    case 0x81: return "NEWOBJ";
-    case 0x92: return "NEWOBJ_EX";
-    case 'b': return "BUILD";
-    case 0x82: return "EXT1";
-    case 0x83: return "EXT2";
-    case 0x84: return "EXT4";
-    case 'P': return "PERSID";
-    case 'Q': return "BINPERSID";
-    case 0x97: return "NEXT_BUFFER";
-    case 0x98: return "READONLY_BUFFER";
-    default: return NULL;
-    }
-}
-
-/* Protocol 0's text opcodes: no snapshot uses them. */
-static const char *text_op(uint8_t op)
-{
-    switch (op) {
-    case 'I': return "INT";
-    case 'L': return "LONG";
-    case 'S': return "STRING";
-    case 'V': return "UNICODE";
-    case 'F': return "FLOAT";
-    case 'g': return "GET";
-    case 'p': return "PUT";
-    case 'T': return "BINSTRING";
-    case 'U': return "SHORT_BINSTRING";
-    default: return NULL;
-    }
-}
+/* Opcodes never run: those that name, build or call objects, and the text
+ * opcodes of protocol 0 and Python 2 strings (no snapshot uses them). */
+static const struct {
+    uint8_t op;
+    bool text;
+    const char *name;
+} unread[] = {
+    {'c', false, "GLOBAL"},     {0x93, false, "STACK_GLOBAL"}, {'i', false, "INST"},
+    {'o', false, "OBJ"},        {'R', false, "REDUCE"},        {0x81, false, "NEWOBJ"},
+    {0x92, false, "NEWOBJ_EX"}, {'b', false, "BUILD"},         {0x82, false, "EXT1"},
+    {0x83, false, "EXT2"},      {0x84, false, "EXT4"},         {'P', false, "PERSID"},
+    {'Q', false, "BINPERSID"},  {0x97, false, "NEXT_BUFFER"},  {0x98, false, "READONLY_BUFFER"},
+    {'I', true, "INT"},         {'L', true, "LONG"},           {'S', true, "STRING"},
+    {'V', true, "UNICODE"},     {'F', true, "FLOAT"},          {'g', true, "GET"},
+    {'p', true, "PUT"},         {'T', true, "BINSTRING"},      {'U', true, "SHORT_BINSTRING"},
+};
 
 /* Runs one opcode; 1 at STOP. */
 static int step(reader_t *r)
@@ -456,15 +435,14 @@ static int step(reader_t *r)
     case 0x80: /* PROTO */
         if (!(b = take(r, 1, "PROTO")))
             return -1;
-        if (b[0] < 2 || b[0] > 5)
-            return fail(r, "pickle protocol %u (this reader reads 2 to 5)", b[0]);
+        if (b[0] > 5)
+            return fail(r, "pickle protocol %u (this reader reads 0 to 5)", b[0]);
         return 0;
     case 0x95: /* FRAME: a length, then that many bytes of opcodes */
-        if (!(b = take(r, 8, "a FRAME header")))
+        if (!(b = take(r, 8, "FRAME")))
             return -1;
         if (le(b, 8) > (uint64_t)(r->end - r->p))
-            return fail(r, "FRAME of %llu bytes, only %zu left", (unsigned long long)le(b, 8),
-                        (size_t)(r->end - r->p));
+            return fail(r, "FRAME of %llu bytes, only %zu left", (unsigned long long)le(b, 8), (size_t)(r->end - r->p));
         return 0;
     case '.': return 1; /* STOP */
     case '(': /* MARK */
@@ -477,7 +455,12 @@ static int step(reader_t *r)
         }
         r->marks[r->nmarks++] = r->sp;
         return 0;
-    case '0': return pop(r, "POP") ? 0 : -1;
+    case '0': /* POP: the top value, or the innermost mark if none is above it (as Python) */
+        if (r->sp == stack_floor(r) && r->nmarks) {
+            r->nmarks--;
+            return 0;
+        }
+        return pop(r, "POP") ? 0 : -1;
     case '1': { /* POP_MARK */
         size_t start = 0;
         if (pop_mark(r, "POP_MARK", &start) != 0)
@@ -497,9 +480,9 @@ static int step(reader_t *r)
             v->b = op == 0x88, v->i = v->b;
         return push(r, v);
     }
-    case 'J': return op_int(r, 4, true, "a BININT");
-    case 'K': return op_int(r, 1, false, "a BININT1");
-    case 'M': return op_int(r, 2, false, "a BININT2");
+    case 'J': return op_int(r, 4, true, "BININT");
+    case 'K': return op_int(r, 1, false, "BININT1");
+    case 'M': return op_int(r, 2, false, "BININT2");
     case 0x8a: return op_long(r, 1, "LONG1");
     case 0x8b: return op_long(r, 4, "LONG4");
     case 'G': return op_float(r);
@@ -526,38 +509,41 @@ static int step(reader_t *r)
     case 0x85: return op_tuple_n(r, 1, "TUPLE1");
     case 0x86: return op_tuple_n(r, 2, "TUPLE2");
     case 0x87: return op_tuple_n(r, 3, "TUPLE3");
-    case 'q': return (b = take(r, 1, "a BINPUT")) ? memo_put(r, b[0]) : -1;
-    case 'r': return (b = take(r, 4, "a LONG_BINPUT")) ? memo_put(r, le(b, 4)) : -1;
-    case 'h': return (b = take(r, 1, "a BINGET")) ? memo_get(r, b[0]) : -1;
-    case 'j': return (b = take(r, 4, "a LONG_BINGET")) ? memo_get(r, le(b, 4)) : -1;
+    case 0x94: return memo_put(r, r->memo_count, "MEMOIZE");
+    case 'q': return (b = take(r, 1, "BINPUT")) ? memo_put(r, b[0], "BINPUT") : -1;
+    case 'r': return (b = take(r, 4, "LONG_BINPUT")) ? memo_put(r, le(b, 4), "LONG_BINPUT") : -1;
+    case 'h': return (b = take(r, 1, "BINGET")) ? memo_get(r, b[0]) : -1;
+    case 'j': return (b = take(r, 4, "LONG_BINGET")) ? memo_get(r, le(b, 4)) : -1;
     default: break;
     }
-    const char *name = refused(op);
-    if (name)
-        return fail(r, "opcode 0x%02x (%s) refused: only plain data is read, nothing is looked up or run", op, name);
-    if ((name = text_op(op)))
-        return fail(r, "opcode 0x%02x (%s, pickle protocol 0) is not read: dump with protocol 2 or later", op, name);
+    char ch[5] = ""; /* " 'c'" for a printable opcode */
+    if (op > 0x20 && op < 0x7f)
+        snprintf(ch, sizeof ch, " '%c'", op);
+    for (size_t k = 0; k < sizeof unread / sizeof unread[0]; k++) {
+        if (unread[k].op != op)
+            continue;
+        if (unread[k].text)
+            return fail(r, "opcode 0x%02x%s (%s) is not read: a text opcode of pickle protocol 0 or a Python 2 string",
+                        op, ch, unread[k].name);
+        return fail(r, "opcode 0x%02x%s (%s) refused: only plain data is read, nothing is looked up or run", op, ch,
+                    unread[k].name);
+    }
     return fail(r, "unknown opcode 0x%02x", op);
 }
 
 int pk_parse(const uint8_t *data, size_t len, pk_doc_t *doc, char *err, size_t errlen)
 {
     reader_t r = {.p = data, .start = data, .end = data + len, .err = err, .errlen = errlen};
-    size_t memoize_next = 0; /* MEMOIZE's next id */
     int rc = 0;
     doc->root = NULL;
     doc->arena = NULL;
+    if (err && errlen)
+        err[0] = '\0';
     while (rc == 0) {
         if (r.p == r.end) {
             r.op_at = len;
             rc = fail(&r, "file ends without a STOP opcode (truncated?)");
             break;
-        }
-        if (*r.p == 0x94) { /* MEMOIZE: the next id, in order */
-            r.op_at = (size_t)(r.p - r.start);
-            r.p++;
-            rc = memo_put(&r, memoize_next++);
-            continue;
         }
         rc = step(&r);
     }
