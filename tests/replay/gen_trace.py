@@ -20,13 +20,24 @@ Patterns:
            pointers from either
   capture  normal traffic around a capture window on thread 1's stream in
            which that thread calls cudaMalloc (graph memory: never freed)
-  mixed    all of the above, interleaved
+  mixed    all of the above, interleaved in blocks of about a tenth of the
+           events (each part at least once), ending with a capture window
 
---expect writes what a replay must find: events, allocs, frees,
-peak_requested (the highest sum of live requested bytes over all devices,
-after each event), peak_requested_per_device, live_at_end, streams, threads,
-devices.  --truncate cuts the file (a crashed recorder), --corrupt sets one
-byte (error tests).
+--events is a target: stream creation, the frees at the end (everything
+still live but graph memory) and stream destruction come on top.  Addresses
+come from a bump pointer per device (0x7f0000000000 + device << 40,
+512-aligned, never reused); every free names a live address.  Events are
+1000 ns apart (flags 0: ticks are nanoseconds), so the reader's order (time,
+thread, position) is the order generated; each thread's events go in chunks
+of 64 records, chunks in the order of their first record.
+
+--expect writes what a replay must find, as JSON: events (records), allocs,
+frees, peak_requested (the highest sum of live requested bytes over all
+devices, after each event), peak_requested_per_device ({"0": ...}),
+live_at_end (bytes: the graph memory), streams (distinct non-zero handles),
+threads, devices.  It describes the whole trace: --truncate K keeps the
+first K bytes (a crashed recorder), --corrupt OFFSET:HEXBYTE sets one byte
+(error tests); both apply to the file only.
 """
 import argparse
 import json
@@ -123,8 +134,9 @@ def streams(g, n, handles, tid=1, device=0):
 def threads(g, n, tids=(1, 2, 3), device=0):
     handles = {t: 0x5000 + 0x100 * t for t in tids}
     for t in tids:
-        g.emit(t, STREAM_CREATE, device=device, stream=handles[t], size=1)
-        g.streams.add(handles[t])
+        if handles[t] not in g.streams:  # mixed calls this again: create once
+            g.emit(t, STREAM_CREATE, device=device, stream=handles[t], size=1)
+            g.streams.add(handles[t])
     for _ in range(n):
         t = g.rng.choice(tids)
         r = g.rng.random()
@@ -173,10 +185,19 @@ def mixed(g, n):
     per = max(n // 10, 1)
     parts = [lambda k: churn(g, k), lambda k: streams(g, k, [0x1000, 0x1100, 0x1200, 0x1300]),
              lambda k: threads(g, k), lambda k: devices(g, k)]
+    unused = list(parts)
     done = 0
     while done < n - 20:
         k = min(per, n - 20 - done)
-        g.rng.choice(parts)(k)
+        part = g.rng.choice(parts)
+        # every part at least once: when the blocks left are as many as the
+        # parts not yet used, take one of those (the draw above still happens,
+        # so seeds that use every part anyway give the same trace as before)
+        if part not in unused and len(unused) >= -(-(n - 20 - done) // per):
+            part = unused[0]
+        if part in unused:
+            unused.remove(part)
+        part(k)
         done += k
     capture(g, 20)
 
@@ -256,6 +277,8 @@ def main():
         data = bytearray(open(a.output, "rb").read())
         if a.corrupt:
             off, byte = a.corrupt.split(":")
+            if not 0 <= int(off, 0) < len(data):
+                ap.error(f"--corrupt: offset {off} outside the {len(data)}-byte file")
             data[int(off, 0)] = int(byte, 16)
         if a.truncate is not None:
             data = data[:a.truncate]
