@@ -16,11 +16,6 @@ enum {
     COL_MAX = 28, /* longer configuration labels become [k] with a legend */
 };
 
-static void fmt_size(char *buf, size_t len, uint64_t bytes)
-{
-    st_fmt_size(buf, len, bytes);
-}
-
 static void fmt_count(char *buf, size_t len, uint64_t v)
 {
     /* thousands separated by commas */
@@ -46,13 +41,13 @@ typedef void (*cell_fn)(char *buf, size_t len, const rp_input_t *in, const rp_co
 static void c_peak_alloc(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                          const rp_opts_t *o)
 {
-    fmt_size(b, l, r->peak_allocated);
+    st_fmt_size(b, l, r->peak_allocated);
 }
 
 static void c_peak_res(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                        const rp_opts_t *o)
 {
-    fmt_size(b, l, r->peak_reserved);
+    st_fmt_size(b, l, r->peak_reserved);
 }
 
 static void c_vs_torch(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
@@ -126,7 +121,7 @@ static void c_first_oom(char *b, size_t l, const rp_input_t *in, const rp_config
     }
     char n[32], sz[32];
     fmt_count(n, sizeof n, (uint64_t)r->first_oom_event);
-    fmt_size(sz, sizeof sz, r->first_oom_size);
+    st_fmt_size(sz, sizeof sz, r->first_oom_size);
     snprintf(b, l, "event %s: %s at %.3f s", n, sz, (double)r->first_oom_time_ns * 1e-9);
 }
 
@@ -164,7 +159,7 @@ void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, co
 {
     char a[64], b[64];
     fmt_count(a, sizeof a, in->nev);
-    fmt_size(b, sizeof b, opts->capacity);
+    st_fmt_size(b, sizeof b, opts->capacity);
     fprintf(out, "%s (%s): %s events", in->name, rp_format_name(in->format), a);
     if (in->nprelude)
         fprintf(out, " (%zu of them blocks live before the recording)", in->nprelude);
@@ -213,7 +208,7 @@ void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, co
         fputc('\n', out);
     }
     if (in->ref_peak_reserved) {
-        fmt_size(a, sizeof a, in->ref_peak_reserved);
+        st_fmt_size(a, sizeof a, in->ref_peak_reserved);
         fprintf(out, "  PyTorch's own peak reserved (from the snapshot's segments): %s\n", a);
     }
     if (legend)
