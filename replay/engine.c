@@ -176,17 +176,10 @@ typedef struct capture_s {
     uint64_t stream;
 } capture_t;
 
-/* A free range of the device's address space. */
-typedef struct extent_s {
-    uint64_t off, len;
-} extent_t;
-
 typedef struct rdev_s {
-    mem_backend_t mb;        /* markers (events, fences): always completed */
-    core_backend_t mem;      /* mb's vtable */
-    extent_t *ext;           /* the free address ranges, sorted, merged */
-    size_t next, cap_ext;
-    uint64_t capacity, used; /* bytes of the address space, and in segments */
+    mem_backend_t mb;   /* markers (events, fences): always completed */
+    core_backend_t mem; /* mb's vtable */
+    rp_space_t space;   /* pages and addresses (device.c) */
     core_dev_t *core;
     int capture_pool;                   /* 0 until the first capture */
     capture_t captures[RP_MAX_CAPTURES]; /* captures under way */
@@ -265,95 +258,33 @@ static void observe(void *ctx, const core_event_t *e)
 }
 
 /* ------------------------------------------------------------------------
- * The device: an address space of `capacity` bytes, first fit, with the
- * granularity of cudaMalloc on current GPUs (512 bytes up to 1 MiB, 2 MiB
- * pages above), as the simulated device has.  Where segments land decides
- * the core's address-ordered choices (best fit ties, garbage collection),
- * so a bump pointer, which never reuses a range, would not replay a run
- * whose device reused them.  Markers are mem_backend's: always completed.
+ * The device: pages and addresses as the simulated device has them
+ * (device.c); where segments land decides the core's address-ordered
+ * choices (best fit ties, garbage collection), so a bump pointer, which
+ * never reuses a range, would not replay a run whose device reused them.
+ * Markers are mem_backend's: always completed.
  * ---------------------------------------------------------------------- */
-
-enum { GRAIN_SMALL = 512, GRAIN_LARGE = 2 << 20, SMALL_MAX = 1 << 20 };
-#define SPACE_BASE ((uint64_t)1 << 40) /* where device 0's addresses start; never 0 */
-
-static uint64_t grain(uint64_t size)
-{
-    return size <= SMALL_MAX ? GRAIN_SMALL : GRAIN_LARGE;
-}
-
-static int ext_insert(rdev_t *rd, size_t i, extent_t e)
-{
-    if (rd->next == rd->cap_ext) {
-        size_t cap = rd->cap_ext ? rd->cap_ext * 2 : 64;
-        extent_t *x = realloc(rd->ext, cap * sizeof *x);
-        if (!x)
-            return -1;
-        rd->ext = x, rd->cap_ext = cap;
-    }
-    memmove(&rd->ext[i + 1], &rd->ext[i], (rd->next - i) * sizeof *rd->ext);
-    rd->ext[i] = e;
-    rd->next++;
-    return 0;
-}
-
-static void ext_remove(rdev_t *rd, size_t i)
-{
-    memmove(&rd->ext[i], &rd->ext[i + 1], (rd->next - i - 1) * sizeof *rd->ext);
-    rd->next--;
-}
 
 static int dev_seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
 {
     rdev_t *rd = ctx;
-    uint64_t g = grain(size), len = (size + g - 1) / g * g;
-    if (size == 0 || len > rd->capacity - rd->used)
-        return CORE_ENOMEM;
-    for (size_t i = 0; i < rd->next; i++) {
-        extent_t e = rd->ext[i];
-        uint64_t start = (e.off + g - 1) / g * g;
-        if (start - e.off > e.len || e.len - (start - e.off) < len)
-            continue;
-        uint64_t head = start - e.off, tail = e.len - head - len;
-        ext_remove(rd, i);
-        /* the removal made room for both inserts' first; a failed insert
-         * only loses free space, never hands it out twice */
-        if (tail && ext_insert(rd, i, (extent_t){start + len, tail}) != 0)
-            return CORE_EFAIL;
-        if (head && ext_insert(rd, i, (extent_t){e.off, head}) != 0)
-            return CORE_EFAIL;
-        rd->used += len;
-        *addr = (uintptr_t)(SPACE_BASE * (uint64_t)(rd->device + 1) + start);
-        return CORE_OK;
-    }
-    return CORE_ENOMEM; /* room, but no range long enough */
+    uint64_t a = 0;
+    int rc = rp_space_alloc(&rd->space, size, &a);
+    *addr = (uintptr_t)a;
+    return rc;
 }
 
 static void dev_seg_free(void *ctx, int device, uintptr_t addr, size_t size)
 {
     rdev_t *rd = ctx;
-    uint64_t g = grain(size), len = (size + g - 1) / g * g;
-    uint64_t off = (uint64_t)addr - SPACE_BASE * (uint64_t)(rd->device + 1);
-    size_t i = 0;
-    while (i < rd->next && rd->ext[i].off < off)
-        i++;
-    if (ext_insert(rd, i, (extent_t){off, len}) != 0)
-        return; /* out of host memory: the range stays lost, nothing breaks */
-    rd->used -= len;
-    if (i + 1 < rd->next && rd->ext[i].off + rd->ext[i].len == rd->ext[i + 1].off) {
-        rd->ext[i].len += rd->ext[i + 1].len;
-        ext_remove(rd, i + 1);
-    }
-    if (i > 0 && rd->ext[i - 1].off + rd->ext[i - 1].len == rd->ext[i].off) {
-        rd->ext[i - 1].len += rd->ext[i].len;
-        ext_remove(rd, i);
-    }
+    rp_space_free(&rd->space, addr, size);
 }
 
 static int dev_mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
 {
     rdev_t *rd = ctx;
-    *free_bytes = (size_t)(rd->capacity - rd->used);
-    *total = (size_t)rd->capacity;
+    *free_bytes = (size_t)rp_space_free_bytes(&rd->space);
+    *total = (size_t)rd->space.capacity;
     return CORE_OK;
 }
 
@@ -400,18 +331,24 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
         return NULL;
     }
     rd->device = device;
-    rd->capacity = r->opts->capacity;
     mem_backend_init(&rd->mb, r->opts->capacity);
     rd->mb.auto_complete = !r->opts->busy;
     rd->mem = mem_backend_vtable(&rd->mb);
     if (r->cfg->mode == RP_MODE_CORE) {
-        core_backend_t be = {rd, dev_seg_alloc, dev_seg_free, dev_mem_info, dev_event_record, dev_event_query,
-                             dev_event_wait, dev_event_release, dev_sync};
-        if (ext_insert(rd, 0, (extent_t){0, rd->capacity}) == 0)
+        core_backend_t be = {rd,
+                             dev_seg_alloc,
+                             dev_seg_free,
+                             dev_mem_info,
+                             dev_event_record,
+                             dev_event_query,
+                             dev_event_wait,
+                             dev_event_release,
+                             dev_sync};
+        if (rp_space_init(&rd->space, device, r->opts->capacity) == 0)
             rd->core = core_dev_new(&be, device, &r->cfg->conf);
         if (!rd->core) {
             mem_backend_fini(&rd->mb);
-            free(rd->ext);
+            rp_space_fini(&rd->space);
             free(rd);
             snprintf(err, errlen, "out of host memory");
             return NULL;
@@ -622,7 +559,9 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         if (do_alloc(r, rd, e, &addr) != 0)
             return -1;
         if (addr) {
-            live_t l = {.addr = addr, .charged = charged(r, e->size), .held = held(r, e->size),
+            live_t l = {.addr = addr,
+                        .charged = charged(r, e->size),
+                        .held = held(r, e->size),
                         .device = (int16_t)(e->device < 0 ? 0 : e->device)};
             once.api = TRACE_API_IMPORTED; /* at once: the job never used it */
             do_free(r, rd, &l, &once);
@@ -699,7 +638,7 @@ static void finish(replay_t *r)
             core_dev_destroy(rd->core);
         }
         mem_backend_fini(&rd->mb);
-        free(rd->ext);
+        rp_space_fini(&rd->space);
         free(rd);
         r->devs[i] = NULL;
     }

@@ -9,6 +9,7 @@
  *                  recording began, PyTorch's own reserved curve)
  *   import_rmm.c   RMM logging_resource_adaptor CSV -> rp_input_t
  *   engine.c       one replay: rp_input_t x configuration -> rp_result_t
+ *   device.c       the device it replays on: pages and addresses
  *   output.c       the tables and the JSON lines
  *   plot.c         the SVG plot
  *   main.c         the command line
@@ -132,6 +133,31 @@ typedef struct rp_result_s {
     uint64_t dev_peak_allocated[64], dev_peak_reserved[64];
     rp_curve_t curve;          /* when requested */
 } rp_result_t;
+
+/* The device a replay runs on (device.c): memory counted in 2 MiB pages,
+ * wherever they lie, as the simulated device and a GPU count it; addresses
+ * first fit from a range eight times the capacity; requests up to 1 MiB
+ * packed at 512 bytes into pages of their own. */
+typedef struct rp_extent_s rp_extent_t;
+typedef struct rp_smallpage_s rp_smallpage_t;
+typedef struct rp_space_s {
+    uint64_t base, span;        /* the device's addresses: [base, base + span) */
+    uint64_t capacity;          /* bytes, a whole number of pages */
+    uint64_t pages, pages_used; /* pages in all, and charged */
+    rp_extent_t *ext;           /* free addresses, sorted, merged */
+    size_t next, cap_ext;
+    rp_smallpage_t *small;      /* pages of small requests, by address */
+    size_t nsmall, cap_small;
+} rp_space_t;
+
+/* 0, or -1 when out of host memory. */
+int rp_space_init(rp_space_t *s, int device, uint64_t capacity);
+void rp_space_fini(rp_space_t *s);
+/* CORE_OK with *addr, CORE_ENOMEM (too few free pages), CORE_EFAIL. */
+int rp_space_alloc(rp_space_t *s, uint64_t size, uint64_t *addr);
+void rp_space_free(rp_space_t *s, uint64_t addr, uint64_t size);
+/* The free pages' bytes (cuMemGetInfo's free). */
+uint64_t rp_space_free_bytes(const rp_space_t *s);
 
 typedef struct rp_opts_s {
     uint64_t capacity;  /* bytes per device (default 80 GiB) */

@@ -68,7 +68,7 @@ SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
     DRV_ENTER(ctx);
     if (free_bytes)
-        *free_bytes = ctx->dev->capacity - ctx->dev->used;
+        *free_bytes = sim_dev_free_bytes(ctx->dev);
     if (total)
         *total = ctx->dev->capacity;
     return drv_leave(CUDA_SUCCESS);

@@ -302,24 +302,23 @@ bad_fatal:
  * Initialisation
  * ---------------------------------------------------------------------- */
 
+/* The address range of each device: eight times its capacity, within 48
+ * TiB of addresses for all devices together, and never less than the
+ * capacity. */
+static size_t device_span(size_t capacity, int devices)
+{
+    const size_t budget = ((size_t)48 << 40) / (size_t)devices;
+    size_t span = capacity <= budget / 8 ? capacity * 8 : budget;
+    if (span < capacity)
+        span = capacity;
+    return span / SIM_PAGE * SIM_PAGE;
+}
+
 static CUresult device_init(sim_device_t *d, int ordinal, size_t capacity)
 {
-    const size_t align = (size_t)2 << 20;
-    size_t span = capacity + align;
-    void *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-        sim_log("cannot reserve %zu bytes of address space for device %d: %s", capacity, ordinal, strerror(errno));
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    uintptr_t base = ((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1);
-    d->ordinal = ordinal;
-    d->base = (uint8_t *)base;
-    d->capacity = capacity;
-    d->used = 0;
-    d->cap_ext = 16;
-    d->ext = sim_xcalloc(d->cap_ext, sizeof *d->ext);
-    d->ext[0] = (sim_extent_t){.off = 0, .len = capacity};
-    d->next = 1;
+    CUresult r = sim_dev_init(d, ordinal, capacity, device_span(capacity, sim.cfg.devices));
+    if (r != CUDA_SUCCESS)
+        return r;
     d->default_pool = sim_pool_new(d, true);
     d->current_pool = d->default_pool;
     return CUDA_SUCCESS;

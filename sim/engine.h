@@ -2,10 +2,15 @@
  * The simulated device's engine: the state behind the driver API.
  *
  * Map of the main types:
- *   - sim_device_t: one simulated GPU.  Its memory is one mmap'ed region of
- *     `capacity` bytes; an address-ordered extent list hands out ranges, and a
- *     sorted table of live allocations answers "which allocation holds this
- *     address".  Each device has a primary context and a default memory pool.
+ *   - sim_device_t: one simulated GPU.  Its memory is counted in physical
+ *     pages of 2 MiB, wherever they lie: an allocation succeeds whenever
+ *     enough pages are free.  Addresses come from a virtual range several
+ *     times the capacity (first fit, so a freed address is handed out again
+ *     soon, as on a GPU), backed by a memfd at offset = address - base so
+ *     that another process can map the same bytes (IPC).  Small requests
+ *     are packed at 512 bytes into pages of their own.  A sorted table of
+ *     live allocations answers "which allocation holds this address".
+ *     Each device has a primary context and a default memory pool.
  *   - struct CUctx_st: a context (primary or created).  It owns a legacy
  *     default stream, the streams created in it, and a sticky error.
  *   - struct CUstream_st: a FIFO of operations run by one worker thread.
@@ -103,7 +108,8 @@ typedef struct sim_alloc_s {
     size_t size;     /* bytes requested */
     size_t reserved; /* bytes taken from the device (rounded); 0 for host */
     sim_alloc_kind_t kind;
-    int device; /* ordinal */
+    int device;         /* ordinal */
+    uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID: never reused */
     struct CUctx_st *ctx;
     struct CUmemPoolHandle_st *pool; /* SIM_ALLOC_POOL: owning pool */
     bool pool_free;                  /* pool block freed by cuMemFreeAsync, reusable per rules */
@@ -113,17 +119,36 @@ typedef struct sim_alloc_s {
     sim_vc_t *free_vc; /* clock of the freeing op */
 } sim_alloc_t;
 
+/* The unit of device memory (cuMemGetInfo counts these), the packing of
+ * small requests inside a page, and the largest small request. */
+#define SIM_PAGE ((size_t)2 << 20)
+#define SIM_SMALL_GRAIN ((size_t)512)
+#define SIM_SMALL_MAX ((size_t)1 << 20)
+#define SIM_SMALL_GRAINS (SIM_PAGE / SIM_SMALL_GRAIN)
+
 typedef struct sim_extent_s {
-    size_t off, len; /* free range [off, off+len) inside the device region */
+    size_t off, len; /* free range [off, off+len) of the device's addresses */
 } sim_extent_t;
+
+/* A page holding small allocations, 512-byte grains first fit. */
+typedef struct sim_smallpage_s {
+    uintptr_t addr;                       /* page-aligned */
+    uint64_t bits[SIM_SMALL_GRAINS / 64]; /* grain i in use: bit i */
+    size_t used;                          /* grains in use; the page is returned at 0 */
+} sim_smallpage_t;
 
 typedef struct sim_device_s {
     int ordinal;
-    uint8_t *base;     /* mmap'ed region */
-    size_t capacity;   /* bytes; cuMemGetInfo's total */
-    size_t used;       /* bytes reserved by live allocations */
-    sim_extent_t *ext; /* free extents, sorted by offset, never adjacent */
+    uint8_t *base;     /* the device's address range, `span` bytes */
+    size_t span;       /* several times the capacity: addresses never run out first */
+    int memfd;         /* its bytes: file offset = address - base (shared with importers) */
+    size_t capacity;   /* bytes, a whole number of pages; cuMemGetInfo's total */
+    size_t pages;      /* capacity / SIM_PAGE */
+    size_t pages_used; /* pages charged to live allocations (and small pages) */
+    sim_extent_t *ext; /* free address ranges, sorted by offset, never adjacent */
     size_t next, cap_ext;
+    sim_smallpage_t *small; /* pages of small allocations, sorted by address */
+    size_t nsmall, cap_small;
     struct CUctx_st *primary;
     unsigned primary_flags;
     int primary_refs;
@@ -309,6 +334,7 @@ typedef struct sim_state_s {
     unsigned long stream_ids;
     /* race detector */
     struct sim_race_s *race;
+    uint64_t next_buffer_id; /* last CU_POINTER_ATTRIBUTE_BUFFER_ID handed out */
     /* statistics for tests */
     atomic_ulong device_allocs, device_frees;
 } sim_state_t;
@@ -390,6 +416,10 @@ CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, st
 void sim_dev_free(sim_alloc_t *a); /* returns the range to the device */
 /* The bytes a device allocation of `size` takes (the real granularity). */
 size_t sim_dev_round(size_t size);
+/* The device's free bytes: its free pages. */
+size_t sim_dev_free_bytes(const sim_device_t *dev);
+/* Sets up a device's address range, memory and page count. */
+CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span);
 /* Frees any allocation: pool accounting, device or host memory, and a
  * destroyed pool with its last block. */
 void sim_alloc_release(sim_alloc_t *a);

@@ -1,8 +1,12 @@
 /*
- * Simulated device memory: the per-device address allocator, the table of
- * live allocations, host (pinned and managed) memory, and the stream-ordered
- * memory pools.  All functions are called with sim.lock held.
+ * Simulated device memory: pages and addresses of each device, the table
+ * of live allocations, host (pinned and managed) memory, and the
+ * stream-ordered memory pools.  All functions are called with sim.lock
+ * held, except sim_dev_init (at cuInit, under it too).
  */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -10,12 +14,6 @@
 
 #include "engine.h"
 #include "handles.h"
-
-/* Allocation granularity, like a real GPU's: small requests are packed at
- * 512-byte granularity, requests above 1 MiB take whole 2 MiB pages. */
-#define SIM_SMALL_GRAIN 512u
-#define SIM_LARGE_GRAIN ((size_t)2 << 20)
-#define SIM_SMALL_MAX ((size_t)1 << 20)
 
 static size_t round_up(size_t n, size_t to)
 {
@@ -92,7 +90,14 @@ bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out)
 }
 
 /* ------------------------------------------------------------------------
- * The device address allocator: first fit over sorted free extents
+ * Device memory: pages, wherever they lie, and addresses
+ *
+ * Like a GPU, which maps 2 MiB pages anywhere behind a virtual address, a
+ * device refuses an allocation only when too few pages are free: the
+ * addresses come from a range several times the capacity, so no pattern of
+ * frees leaves free pages that no request can use.  Requests up to 1 MiB
+ * are packed at 512 bytes into pages of their own (one page charged while
+ * any of them lives), larger ones take whole pages.
  * ---------------------------------------------------------------------- */
 
 static void ext_remove(sim_device_t *d, size_t i)
@@ -114,21 +119,18 @@ static void ext_insert(sim_device_t *d, size_t i, sim_extent_t e)
     d->next++;
 }
 
-/* Takes len bytes aligned to align; returns the offset or SIZE_MAX. */
-static size_t ext_take(sim_device_t *d, size_t len, size_t align)
+/* Takes len bytes of addresses, page aligned, first fit; the offset from
+ * base or SIZE_MAX. */
+static size_t ext_take(sim_device_t *d, size_t len)
 {
     for (size_t i = 0; i < d->next; i++) {
         sim_extent_t e = d->ext[i];
-        size_t start = round_up(e.off, align);
-        if (start < e.off || start - e.off > e.len || e.len - (start - e.off) < len)
+        if (e.len < len)
             continue;
-        size_t head = start - e.off, tail = e.len - head - len;
         ext_remove(d, i);
-        if (tail)
-            ext_insert(d, i, (sim_extent_t){start + len, tail});
-        if (head)
-            ext_insert(d, i, (sim_extent_t){e.off, head});
-        return start;
+        if (e.len > len)
+            ext_insert(d, i, (sim_extent_t){e.off + len, e.len - len});
+        return e.off;
     }
     return SIZE_MAX;
 }
@@ -150,19 +152,170 @@ static void ext_give(sim_device_t *d, size_t off, size_t len)
     }
 }
 
-/* Gives the pages fully inside [p, p+len) back to the host. */
-static void release_pages(uint8_t *p, size_t len)
+/* Drops the bytes of [addr, addr+len): the host gets the memory back and
+ * the range reads as zeros (a GPU's would hold stale data: tests must not
+ * rely on either). */
+static void drop_bytes(sim_device_t *d, uintptr_t addr, size_t len)
 {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1);
-    uintptr_t hi = ((uintptr_t)p + len) & ~(page - 1);
-    if (hi > lo)
-        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    off_t off = (off_t)(addr - (uintptr_t)d->base);
+    if (fallocate(d->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, (off_t)len) != 0)
+        memset((void *)addr, 0, len);
+}
+
+CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span)
+{
+    char name[32];
+    snprintf(name, sizeof name, "cucache-sim-dev%d", ordinal);
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)span) != 0) {
+        sim_log("device %d: cannot create its memory (memfd of %zu bytes): %s", ordinal, span, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* Reserve span + one page of addresses, then map the memory at the
+     * first page boundary inside. */
+    uint8_t *raw = mmap(NULL, span + SIM_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = MAP_FAILED;
+    if (raw != MAP_FAILED) {
+        uintptr_t base = ((uintptr_t)raw + SIM_PAGE - 1) & ~(uintptr_t)(SIM_PAGE - 1);
+        p = mmap((void *)base, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    }
+    if (p == MAP_FAILED) {
+        sim_log("device %d: cannot map %zu bytes of addresses: %s", ordinal, span, strerror(errno));
+        close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* A fork child cannot use the device (as on a GPU): it does not inherit
+     * its memory either. */
+    madvise(p, span, MADV_DONTFORK);
+    d->ordinal = ordinal;
+    d->base = p;
+    d->span = span;
+    d->memfd = fd;
+    d->capacity = capacity / SIM_PAGE * SIM_PAGE;
+    d->pages = capacity / SIM_PAGE;
+    d->pages_used = 0;
+    d->cap_ext = 16;
+    d->ext = sim_xcalloc(d->cap_ext, sizeof *d->ext);
+    d->ext[0] = (sim_extent_t){.off = 0, .len = span};
+    d->next = 1;
+    return CUDA_SUCCESS;
+}
+
+size_t sim_dev_free_bytes(const sim_device_t *dev)
+{
+    return (dev->pages - dev->pages_used) * SIM_PAGE;
 }
 
 size_t sim_dev_round(size_t size)
 {
-    return round_up(size, size <= SIM_SMALL_MAX ? SIM_SMALL_GRAIN : SIM_LARGE_GRAIN);
+    return round_up(size, size <= SIM_SMALL_MAX ? SIM_SMALL_GRAIN : SIM_PAGE);
+}
+
+/* Pages [addr, addr+n pages) charged and given addresses, or 0. */
+static uintptr_t pages_take(sim_device_t *d, size_t n)
+{
+    if (n > d->pages - d->pages_used)
+        return 0;
+    size_t off = ext_take(d, n * SIM_PAGE);
+    if (off == SIZE_MAX)
+        return 0;
+    d->pages_used += n;
+    return (uintptr_t)d->base + off;
+}
+
+static void pages_give(sim_device_t *d, uintptr_t addr, size_t n)
+{
+    drop_bytes(d, addr, n * SIM_PAGE);
+    ext_give(d, addr - (uintptr_t)d->base, n * SIM_PAGE);
+    d->pages_used -= n;
+}
+
+/* The first run of n clear bits in a page's map, or -1. */
+static long grains_find(const sim_smallpage_t *sp, size_t n)
+{
+    size_t run = 0;
+    for (size_t i = 0; i < SIM_SMALL_GRAINS;) {
+        uint64_t w = sp->bits[i / 64];
+        if (i % 64 == 0 && (w == 0 || w == ~(uint64_t)0)) {
+            run = w ? 0 : run + 64;
+            i += 64;
+            if (run >= n)
+                return (long)(i - run);
+            continue;
+        }
+        run = (w >> (i % 64)) & 1 ? 0 : run + 1;
+        i++;
+        if (run == n)
+            return (long)(i - n);
+    }
+    return -1;
+}
+
+static void grains_set(sim_smallpage_t *sp, size_t first, size_t n, bool on)
+{
+    for (size_t i = first; i < first + n; i++) {
+        if (on)
+            sp->bits[i / 64] |= (uint64_t)1 << (i % 64);
+        else
+            sp->bits[i / 64] &= ~((uint64_t)1 << (i % 64));
+    }
+    sp->used = on ? sp->used + n : sp->used - n;
+}
+
+/* len bytes (a multiple of the grain) packed into a small page, first fit
+ * over the pages in address order; a new page when none has room. */
+static uintptr_t small_take(sim_device_t *d, size_t len)
+{
+    size_t n = len / SIM_SMALL_GRAIN;
+    for (size_t i = 0; i < d->nsmall; i++) {
+        sim_smallpage_t *sp = &d->small[i];
+        if (SIM_SMALL_GRAINS - sp->used < n)
+            continue;
+        long g = grains_find(sp, n);
+        if (g >= 0) {
+            grains_set(sp, (size_t)g, n, true);
+            return sp->addr + (size_t)g * SIM_SMALL_GRAIN;
+        }
+    }
+    uintptr_t page = pages_take(d, 1);
+    if (!page)
+        return 0;
+    if (d->nsmall == d->cap_small) {
+        d->cap_small = d->cap_small ? d->cap_small * 2 : 8;
+        d->small = realloc(d->small, d->cap_small * sizeof *d->small);
+        if (!d->small)
+            abort();
+    }
+    size_t i = 0;
+    while (i < d->nsmall && d->small[i].addr < page)
+        i++;
+    memmove(&d->small[i + 1], &d->small[i], (d->nsmall - i) * sizeof *d->small);
+    d->nsmall++;
+    sim_smallpage_t *sp = &d->small[i];
+    memset(sp, 0, sizeof *sp);
+    sp->addr = page;
+    grains_set(sp, 0, n, true);
+    return page;
+}
+
+static void small_give(sim_device_t *d, uintptr_t addr, size_t len)
+{
+    uintptr_t page = addr & ~(uintptr_t)(SIM_PAGE - 1);
+    for (size_t i = 0; i < d->nsmall; i++) {
+        sim_smallpage_t *sp = &d->small[i];
+        if (sp->addr != page)
+            continue;
+        drop_bytes(d, addr, len);
+        grains_set(sp, (addr - page) / SIM_SMALL_GRAIN, len / SIM_SMALL_GRAIN, false);
+        if (sp->used == 0) {
+            memmove(sp, sp + 1, (d->nsmall - i - 1) * sizeof *sp);
+            d->nsmall--;
+            pages_give(d, page, 1);
+        }
+        return;
+    }
 }
 
 CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx, sim_alloc_t **out)
@@ -170,16 +323,16 @@ CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, st
     if (size == 0 || size > dev->capacity)
         return size ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
     size_t len = sim_dev_round(size);
-    size_t off = ext_take(dev, len, size <= SIM_SMALL_MAX ? SIM_SMALL_GRAIN : SIM_LARGE_GRAIN);
-    if (off == SIZE_MAX)
+    uintptr_t addr = size <= SIM_SMALL_MAX ? small_take(dev, len) : pages_take(dev, len / SIM_PAGE);
+    if (!addr)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    dev->used += len;
     sim_alloc_t a = {
-        .addr = (uintptr_t)dev->base + off,
+        .addr = addr,
         .size = size,
         .reserved = len,
         .kind = kind,
         .device = dev->ordinal,
+        .buffer_id = ++sim.next_buffer_id,
         .ctx = ctx,
     };
     *out = table_insert(&a);
@@ -190,10 +343,10 @@ CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, st
 void sim_dev_free(sim_alloc_t *a)
 {
     sim_device_t *d = &sim.dev[a->device];
-    size_t off = a->addr - (uintptr_t)d->base;
-    release_pages(d->base + off, a->reserved);
-    ext_give(d, off, a->reserved);
-    d->used -= a->reserved;
+    if (a->reserved <= SIM_SMALL_MAX)
+        small_give(d, a->addr, a->reserved);
+    else
+        pages_give(d, a->addr, a->reserved / SIM_PAGE);
     table_remove(a);
     atomic_fetch_add(&sim.device_frees, 1);
 }
@@ -217,6 +370,7 @@ CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, int device, struct C
         .reserved = 0,
         .kind = kind,
         .device = device,
+        .buffer_id = ++sim.next_buffer_id,
         .ctx = ctx,
     };
     table_insert(&a);

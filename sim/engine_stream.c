@@ -409,7 +409,7 @@ void sim_wait_seq(int slot, uint64_t seq)
 sim_device_t *sim_device_of(uintptr_t addr)
 {
     for (int i = 0; i < sim.ndev; i++)
-        if (addr >= (uintptr_t)sim.dev[i].base && addr - (uintptr_t)sim.dev[i].base < sim.dev[i].capacity)
+        if (addr >= (uintptr_t)sim.dev[i].base && addr - (uintptr_t)sim.dev[i].base < sim.dev[i].span)
             return &sim.dev[i];
     return NULL;
 }

@@ -6,7 +6,7 @@
  * change, not only between events); the capture pool and graph
  * nodes are treated as the interposer treats them; OOMs at the capacity are
  * counted with the first one's place; failed allocations that succeed here
- * are released at once; the address map survives heavy reuse; RMM logs are
+ * are released at once; the device counts pages wherever they lie; the address map survives heavy reuse; RMM logs are
  * read in both time formats and every malformed line is named.
  */
 #include <setjmp.h>
@@ -37,8 +37,14 @@ static void add(build_t *b, uint8_t kind, uint8_t api, uint32_t tid, uint64_t st
         b->in.ev = realloc(b->in.ev, b->cap * sizeof *b->in.ev);
         assert_non_null(b->in.ev);
     }
-    b->in.ev[b->in.nev] = (trace_event_t){.time_ns = b->in.nev * 10, .tid = tid, .kind = kind, .api = api,
-                                          .device = 0, .stream = stream, .addr = addr, .size = size};
+    b->in.ev[b->in.nev] = (trace_event_t){.time_ns = b->in.nev * 10,
+                                          .tid = tid,
+                                          .kind = kind,
+                                          .api = api,
+                                          .device = 0,
+                                          .stream = stream,
+                                          .addr = addr,
+                                          .size = size};
     b->in.nev++;
     b->in.ndevices = 1;
 }
@@ -243,6 +249,52 @@ static void test_oom_and_failed_allocations(void **state)
     free(b.in.ev);
 }
 
+/* The replay's device counts pages wherever they lie, like the simulated
+ * device and a GPU: segments released from between live ones serve a
+ * request larger than any single free range.  Seen to fail with the old
+ * first-fit model over one range of the capacity (an OOM at the 120 MiB
+ * request). */
+static void test_paged_device(void **state)
+{
+    build_t b = {0};
+    enum { N = 21 };
+    for (uint64_t i = 0; i < N; i++) /* 12 MiB: a segment each, 252 MiB */
+        add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0x1000 * (i + 1), 12 * MiB);
+    for (uint64_t i = 0; i < N; i += 2)
+        add(&b, TRACE_FREE, TRACE_API_IMPORTED, 1, 0, 0x1000 * (i + 1), 0);
+    add(&b, TRACE_ALLOC, TRACE_API_IMPORTED, 1, 0, 0x100000, 120 * MiB);
+    rp_result_t r = run(&b.in, core_cfg(""), 256 * MiB);
+    assert_int_equal(r.ooms, 0);
+    assert_int_equal(r.peak_allocated, N * 12 * MiB); /* before the frees; 240 MiB after */
+    assert_int_equal(r.skipped, 0);
+    rp_result_free(&r);
+    free(b.in.ev);
+
+    /* the model alone: pages, small packing, addresses reused first fit */
+    rp_space_t sp;
+    uint64_t a[8], x, y;
+    assert_int_equal(rp_space_init(&sp, 0, 16 * MiB), 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(rp_space_alloc(&sp, 2 * MiB, &a[i]), CORE_OK);
+    assert_int_equal(rp_space_alloc(&sp, 1, &x), CORE_ENOMEM);
+    for (int i = 0; i < 8; i += 2)
+        rp_space_free(&sp, a[i], 2 * MiB);
+    assert_int_equal(rp_space_free_bytes(&sp), 8 * MiB);
+    assert_int_equal(rp_space_alloc(&sp, 8 * MiB, &x), CORE_OK);
+    rp_space_free(&sp, x, 8 * MiB);
+    assert_int_equal(rp_space_alloc(&sp, 1000, &x), CORE_OK); /* a page for small requests */
+    assert_int_equal(rp_space_free_bytes(&sp), 6 * MiB);
+    assert_int_equal(rp_space_alloc(&sp, 1000, &y), CORE_OK);
+    assert_int_equal(y, x + 1024);
+    assert_int_equal(rp_space_free_bytes(&sp), 6 * MiB);
+    rp_space_free(&sp, x, 1000);
+    rp_space_free(&sp, y, 1000);
+    assert_int_equal(rp_space_free_bytes(&sp), 8 * MiB);
+    assert_int_equal(rp_space_alloc(&sp, 2 * MiB, &y), CORE_OK);
+    assert_int_equal(y, a[0]);
+    rp_space_fini(&sp);
+}
+
 /* --busy: a fenced free waits for the job's next synchronisation; on the
  * idle device it is reusable at once. */
 static void test_busy_device(void **state)
@@ -423,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_capture_pool_and_graph_nodes),
         cmocka_unit_test(test_stream_keys),
         cmocka_unit_test(test_oom_and_failed_allocations),
+        cmocka_unit_test(test_paged_device),
         cmocka_unit_test(test_busy_device),
         cmocka_unit_test(test_address_zero),
         cmocka_unit_test(test_device_limit),
