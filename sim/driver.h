@@ -21,6 +21,19 @@
         }                                                                                                              \
     } while (0)
 
+/* Takes the lock and checks initialisation only: like the real driver,
+ * the calls that name an allocation find it by its address (unified
+ * addressing), whatever context is current, or none. */
+#define DRV_ENTER_ANY()                                                                                                \
+    do {                                                                                                               \
+        sim_lock();                                                                                                    \
+        CUresult init_r_ = sim_check_init();                                                                           \
+        if (init_r_ != CUDA_SUCCESS) {                                                                                 \
+            sim_unlock();                                                                                              \
+            return init_r_;                                                                                            \
+        }                                                                                                              \
+    } while (0)
+
 /* Unlocks and returns r. */
 static inline CUresult drv_leave(CUresult r)
 {

@@ -1,7 +1,9 @@
 /*
  * Driver API of the simulated device: memory.  Allocation and free,
- * memory info, host and managed memory, pointer attributes, copies and
- * memsets, and the stream-ordered allocator with its pools.
+ * memory info, host, managed and registered host memory, pitched
+ * allocation, and the stream-ordered allocator with its pools.  Pointer
+ * attributes are in driver_ptr.c, copies and memsets in driver_copy.c, IPC
+ * in driver_ipc.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,17 +35,18 @@ SIM_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 /* A device allocation the program may free with cuMemFree. */
 static sim_alloc_t *freeable(CUdeviceptr p)
 {
-    sim_alloc_t *a = sim_alloc_exact(p);
-    if (!a || a->kind == SIM_ALLOC_HOST || a->freeing)
-        return NULL;
-    if (a->kind == SIM_ALLOC_POOL && a->pool_free)
+    sim_alloc_t *a = sim_alloc_live(p);
+    if (!a || a->addr != p || a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_REGISTERED || a->kind == SIM_ALLOC_IPC)
         return NULL;
     return a;
 }
 
 SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    DRV_ENTER(ctx);
+    DRV_ENTER_ANY();
+    struct CUctx_st *cur = sim_ctx_current();
+    if (sim_ctx_valid(cur) && cur->sticky != CUDA_SUCCESS)
+        return drv_leave(cur->sticky);
     CUresult r = sim_capture_check_unsafe();
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
@@ -60,8 +63,30 @@ SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
     a = freeable(dptr); /* another thread may have freed it meanwhile */
     if (!a)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    struct CUctx_st *owner = a->ctx;
     sim_alloc_release(a);
-    return drv_leave(ctx->sticky);
+    return drv_leave(owner->sticky);
+}
+
+/* Rows of WidthInBytes padded to a multiple of 512 bytes, as the real
+ * driver pads them on current GPUs. */
+#define SIM_PITCH_ALIGN 512u
+
+SIM_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                    unsigned int ElementSizeBytes)
+{
+    if (!dptr || !pPitch || WidthInBytes == 0 || Height == 0 ||
+        (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (WidthInBytes > SIZE_MAX - SIM_PITCH_ALIGN)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pitch = (WidthInBytes + SIM_PITCH_ALIGN - 1) / SIM_PITCH_ALIGN * SIM_PITCH_ALIGN;
+    if (Height > SIZE_MAX / pitch)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = cuMemAlloc_v2(dptr, pitch * Height);
+    if (r == CUDA_SUCCESS)
+        *pPitch = pitch;
+    return r;
 }
 
 SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
@@ -71,20 +96,6 @@ SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
         *free_bytes = sim_dev_free_bytes(ctx->dev);
     if (total)
         *total = ctx->dev->capacity;
-    return drv_leave(CUDA_SUCCESS);
-}
-
-SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
-{
-    DRV_ENTER(ctx);
-    (void)ctx;
-    sim_alloc_t *a = sim_alloc_find(dptr);
-    if (!a || a->kind == SIM_ALLOC_HOST || (a->kind == SIM_ALLOC_POOL && a->pool_free))
-        return drv_leave(CUDA_ERROR_NOT_FOUND);
-    if (pbase)
-        *pbase = a->addr;
-    if (psize)
-        *psize = a->size;
     return drv_leave(CUDA_SUCCESS);
 }
 
@@ -112,23 +123,87 @@ SIM_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
     if (Flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
         return CUDA_ERROR_INVALID_VALUE;
-    return host_alloc(pp, bytesize, SIM_ALLOC_HOST);
+    CUresult r = host_alloc(pp, bytesize, SIM_ALLOC_HOST);
+    if (r == CUDA_SUCCESS) {
+        sim_lock();
+        sim_alloc_exact((uintptr_t)*pp)->flags = Flags;
+        sim_unlock();
+    }
+    return r;
+}
+
+/* Pinned memory (kind HOST) or a registration (REGISTERED) starting at p. */
+static sim_alloc_t *host_block(void *p, sim_alloc_kind_t kind)
+{
+    sim_alloc_t *a = sim_alloc_exact((uintptr_t)p);
+    return a && a->kind == kind ? a : NULL;
+}
+
+/* Waits until no queued work may use the host block at p (copies read and
+ * write pinned memory when they run), then frees or forgets it. */
+static CUresult host_release(void *p, sim_alloc_kind_t kind, CUresult not_found)
+{
+    DRV_ENTER_ANY();
+    CUresult r = sim_capture_check_unsafe();
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_alloc_t *a = host_block(p, kind);
+    if (!a)
+        return drv_leave(not_found);
+    sim_device_wait_idle(&sim.dev[a->device]);
+    a = host_block(p, kind);
+    if (!a)
+        return drv_leave(not_found);
+    sim_host_free(a);
+    return drv_leave(CUDA_SUCCESS);
 }
 
 SIM_API CUresult cuMemFreeHost(void *p)
 {
+    return host_release(p, SIM_ALLOC_HOST, CUDA_ERROR_INVALID_VALUE);
+}
+
+SIM_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    const unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
+                           CU_MEMHOSTREGISTER_READ_ONLY;
     DRV_ENTER(ctx);
+    if (Flags & ~known)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (Flags & CU_MEMHOSTREGISTER_IOMEMORY) /* no third-party device's I/O memory here */
+        return drv_leave(CUDA_ERROR_NOT_SUPPORTED);
     CUresult r = sim_capture_check_unsafe();
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
-    sim_alloc_t *a = sim_alloc_exact((uintptr_t)p);
-    if (!a || a->kind != SIM_ALLOC_HOST)
+    return drv_leave(sim_host_register(p, bytesize, Flags, ctx));
+}
+
+SIM_API CUresult cuMemHostUnregister(void *p)
+{
+    return host_release(p, SIM_ALLOC_REGISTERED, CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+}
+
+/* With unified addressing (and CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM),
+ * the device pointer of pinned and registered memory is the host pointer. */
+SIM_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    DRV_ENTER(ctx);
+    (void)ctx;
+    sim_alloc_t *a = sim_alloc_find((uintptr_t)p);
+    if (!pdptr || Flags != 0 || !a || (a->kind != SIM_ALLOC_HOST && a->kind != SIM_ALLOC_REGISTERED))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    sim_device_wait_idle(ctx->dev); /* queued copies may still use it */
-    a = sim_alloc_exact((uintptr_t)p);
-    if (!a || a->kind != SIM_ALLOC_HOST)
+    *pdptr = (CUdeviceptr)(uintptr_t)p;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    DRV_ENTER(ctx);
+    (void)ctx;
+    sim_alloc_t *a = sim_alloc_find((uintptr_t)p);
+    if (!pFlags || !a || a->kind != SIM_ALLOC_HOST)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    sim_host_free(a);
+    *pFlags = a->flags;
     return drv_leave(CUDA_SUCCESS);
 }
 
@@ -142,278 +217,6 @@ SIM_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned 
         *dptr = (CUdeviceptr)(uintptr_t)p;
     return r;
 }
-
-/* ------------------------------------------------------------------------
- * Pointer attributes
- * ---------------------------------------------------------------------- */
-
-/* Writes one attribute of allocation a (NULL: unknown pointer). */
-static CUresult pointer_attr(void *data, CUpointer_attribute attr, const sim_alloc_t *a, CUdeviceptr ptr)
-{
-    bool dev = a && (a->kind == SIM_ALLOC_DEVICE || a->kind == SIM_ALLOC_POOL);
-    switch ((int)attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
-        *(CUcontext *)data = a ? a->ctx : NULL;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned int *)data = !a ? 0 : a->kind == SIM_ALLOC_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-        *(CUdeviceptr *)data = a ? ptr : 0;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-        *(void **)data = a && !dev ? (void *)(uintptr_t)ptr : NULL;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        *(unsigned char *)data = a && a->kind == SIM_ALLOC_MANAGED;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-        *(unsigned char *)data = a != NULL;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int *)data = a ? a->device : -2;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr *)data = a ? a->addr : 0;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = a ? a->size : 0;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-        *(CUmemoryPool *)data = a && a->kind == SIM_ALLOC_POOL ? a->pool : NULL;
-        return CUDA_SUCCESS;
-    default:
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-}
-
-static const sim_alloc_t *live_alloc(CUdeviceptr ptr)
-{
-    const sim_alloc_t *a = sim_alloc_find(ptr);
-    return a && !(a->kind == SIM_ALLOC_POOL && a->pool_free) ? a : NULL;
-}
-
-SIM_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
-{
-    DRV_ENTER(ctx);
-    (void)ctx;
-    if (!data)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    const sim_alloc_t *a = live_alloc(ptr);
-    if (!a)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    bool dev = a->kind == SIM_ALLOC_DEVICE || a->kind == SIM_ALLOC_POOL;
-    if (attribute == CU_POINTER_ATTRIBUTE_HOST_POINTER && dev)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    return drv_leave(pointer_attr(data, attribute, a, ptr));
-}
-
-/* Unlike cuPointerGetAttribute, an unknown pointer is not an error: every
- * attribute reads as empty. */
-SIM_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
-                                        CUdeviceptr ptr)
-{
-    DRV_ENTER(ctx);
-    (void)ctx;
-    if (!attributes || !data)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    const sim_alloc_t *a = live_alloc(ptr);
-    for (unsigned i = 0; i < numAttributes; i++) {
-        if (!data[i])
-            continue;
-        CUresult r = pointer_attr(data[i], attributes[i], a, ptr);
-        if (r != CUDA_SUCCESS)
-            return drv_leave(r);
-    }
-    return drv_leave(CUDA_SUCCESS);
-}
-
-/* ------------------------------------------------------------------------
- * Copies and memsets
- * ---------------------------------------------------------------------- */
-
-/* Classifies [p, p+n): device memory (range checked), or host memory.  A
- * pointer inside a device's region that is not a live allocation, or a
- * range that leaves its allocation, is an error. */
-static CUresult classify(uintptr_t p, size_t n, bool *device, bool *tracked)
-{
-    sim_alloc_t *a = NULL;
-    *device = false;
-    *tracked = false;
-    if (sim_device_of(p)) {
-        if (!sim_range_ok(p, n, &a))
-            return CUDA_ERROR_INVALID_VALUE;
-        *device = true;
-        *tracked = true;
-        return CUDA_SUCCESS;
-    }
-    a = sim_alloc_find(p);
-    if (a && a->kind == SIM_ALLOC_MANAGED) {
-        if (!sim_range_ok(p, n, NULL))
-            return CUDA_ERROR_INVALID_VALUE;
-        *tracked = true;
-    }
-    return CUDA_SUCCESS;
-}
-
-static void op_range(sim_op_t *op, uintptr_t lo, size_t n, bool write)
-{
-    op->ranges[op->nranges++] = (sim_range_t){lo, lo + n, write};
-}
-
-/* Queues a copy; `sync` gives cuMemcpy's host-blocking behaviour. */
-static CUresult copy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bool ptds, bool sync, const char *what)
-{
-    DRV_ENTER(ctx);
-    if (n == 0)
-        return drv_leave(CUDA_SUCCESS);
-    if (!dst || !src)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    bool ddev, dtr, sdev, str;
-    CUresult r = classify(dst, n, &ddev, &dtr);
-    if (r == CUDA_SUCCESS)
-        r = classify(src, n, &sdev, &str);
-    struct CUstream_st *s = NULL;
-    if (r == CUDA_SUCCESS)
-        r = sim_stream_resolve(ctx, h, ptds, &s);
-    if (r == CUDA_SUCCESS && sync && s->capture)
-        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
-    sim_op_t *op = sim_op_new(SIM_OP_COPY, what);
-    op->dst = (void *)(uintptr_t)dst;
-    op->src = (const void *)(uintptr_t)src;
-    op->bytes = n;
-    if (dtr)
-        op_range(op, dst, n, true);
-    if (str)
-        op_range(op, src, n, false);
-    bool pageable_src = !sdev && !str && !sim_alloc_find(src);
-    if (pageable_src && !sync) {
-        /* CUDA stages a pageable source before returning. */
-        op->staging = sim_xmalloc(n);
-        memcpy(op->staging, op->src, n);
-        op->src = op->staging;
-    }
-    r = sim_enqueue(s, op);
-    if (r == CUDA_SUCCESS && sync && !(ddev && sdev)) /* device-to-device copies do not block the host */
-        r = sim_stream_wait_idle(s);
-    return drv_leave(r);
-}
-
-static CUresult copy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bool ptds)
-{
-    return copy(dst, src, n, h, ptds, false, "memcpy (async)");
-}
-
-static CUresult copy_sync(CUdeviceptr dst, CUdeviceptr src, size_t n, bool ptds)
-{
-    return copy(dst, src, n, NULL, ptds, true, "memcpy");
-}
-
-static CUresult htod_sync(CUdeviceptr dst, const void *src, size_t n, bool ptds)
-{
-    return copy(dst, (CUdeviceptr)(uintptr_t)src, n, NULL, ptds, true, "memcpy HtoD");
-}
-
-static CUresult dtoh_sync(void *dst, CUdeviceptr src, size_t n, bool ptds)
-{
-    return copy((CUdeviceptr)(uintptr_t)dst, src, n, NULL, ptds, true, "memcpy DtoH");
-}
-
-static CUresult dtod_sync(CUdeviceptr dst, CUdeviceptr src, size_t n, bool ptds)
-{
-    return copy(dst, src, n, NULL, ptds, true, "memcpy DtoD");
-}
-
-static CUresult htod_async(CUdeviceptr dst, const void *src, size_t n, CUstream h, bool ptds)
-{
-    return copy(dst, (CUdeviceptr)(uintptr_t)src, n, h, ptds, false, "memcpy HtoD (async)");
-}
-
-static CUresult dtoh_async(void *dst, CUdeviceptr src, size_t n, CUstream h, bool ptds)
-{
-    return copy((CUdeviceptr)(uintptr_t)dst, src, n, h, ptds, false, "memcpy DtoH (async)");
-}
-
-static CUresult dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bool ptds)
-{
-    return copy(dst, src, n, h, ptds, false, "memcpy DtoD (async)");
-}
-
-DRV_PTDS(cuMemcpy, copy_sync, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
-DRV_PTSZ(cuMemcpyAsync, copy_async, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
-         (dst, src, ByteCount, hStream))
-DRV_PTDS(cuMemcpyHtoD_v2, htod_sync, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
-         (dstDevice, srcHost, ByteCount))
-DRV_PTDS(cuMemcpyDtoH_v2, dtoh_sync, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
-         (dstHost, srcDevice, ByteCount))
-DRV_PTDS(cuMemcpyDtoD_v2, dtod_sync, (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),
-         (dstDevice, srcDevice, ByteCount))
-DRV_PTSZ(cuMemcpyHtoDAsync_v2, htod_async,
-         (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
-         (dstDevice, srcHost, ByteCount, hStream))
-DRV_PTSZ(cuMemcpyDtoHAsync_v2, dtoh_async, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-         (dstHost, srcDevice, ByteCount, hStream))
-DRV_PTSZ(cuMemcpyDtoDAsync_v2, dtod_async,
-         (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-         (dstDevice, srcDevice, ByteCount, hStream))
-
-/* Queues a fill of `bytes` bytes; memsets never block the host. */
-static CUresult fill(CUdeviceptr dst, uint32_t value, size_t bytes, bool wide, CUstream h, bool ptds)
-{
-    DRV_ENTER(ctx);
-    if (bytes == 0)
-        return drv_leave(CUDA_SUCCESS);
-    bool dev, tracked;
-    CUresult r = classify(dst, bytes, &dev, &tracked);
-    if (r == CUDA_SUCCESS && !tracked)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS && wide && (dst & 3))
-        r = CUDA_ERROR_INVALID_VALUE;
-    struct CUstream_st *s = NULL;
-    if (r == CUDA_SUCCESS)
-        r = sim_stream_resolve(ctx, h, ptds, &s);
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
-    sim_op_t *op = sim_op_new(wide ? SIM_OP_SET32 : SIM_OP_SET8, "memset");
-    op->dst = (void *)(uintptr_t)dst;
-    op->bytes = bytes;
-    op->value = value;
-    op_range(op, dst, bytes, true);
-    return drv_leave(sim_enqueue(s, op));
-}
-
-static CUresult set8(CUdeviceptr dst, unsigned char uc, size_t n, bool ptds)
-{
-    return fill(dst, uc, n, false, NULL, ptds);
-}
-
-static CUresult set32(CUdeviceptr dst, unsigned int ui, size_t n, bool ptds)
-{
-    if (n > SIZE_MAX / 4)
-        return CUDA_ERROR_INVALID_VALUE;
-    return fill(dst, ui, n * 4, true, NULL, ptds);
-}
-
-static CUresult set8_async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream h, bool ptds)
-{
-    return fill(dst, uc, n, false, h, ptds);
-}
-
-static CUresult set32_async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream h, bool ptds)
-{
-    if (n > SIZE_MAX / 4)
-        return CUDA_ERROR_INVALID_VALUE;
-    return fill(dst, ui, n * 4, true, h, ptds);
-}
-
-DRV_PTDS(cuMemsetD8_v2, set8, (CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N))
-DRV_PTDS(cuMemsetD32_v2, set32, (CUdeviceptr dstDevice, unsigned int ui, size_t N), (dstDevice, ui, N))
-DRV_PTSZ(cuMemsetD8Async, set8_async, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
-         (dstDevice, uc, N, hStream))
-DRV_PTSZ(cuMemsetD32Async, set32_async, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
-         (dstDevice, ui, N, hStream))
 
 /* ------------------------------------------------------------------------
  * Stream-ordered allocation
@@ -511,7 +314,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
         return drv_leave(CUDA_SUCCESS);
     sim_op_t *op = sim_op_new(SIM_OP_FREE, "cuMemFreeAsync");
     op->free_addr = pooled ? 0 : dptr;
-    op_range(op, dptr, a->size, true);
+    op->ranges[op->nranges++] = (sim_range_t){dptr, dptr + a->size, true};
     r = sim_enqueue(s, op);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);

@@ -18,6 +18,7 @@ typedef struct procaddr_s {
 } procaddr_t;
 
 SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+SIM_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 
 #define E(name, ver, fn)                                                                                               \
     {                                                                                                                  \
@@ -68,6 +69,16 @@ static const procaddr_t table[] = {
     E("cuMemAllocManaged", 6000, cuMemAllocManaged),
     E("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
     E("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+    E("cuPointerSetAttribute", 6000, cuPointerSetAttribute),
+    E("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+    E("cuMemHostUnregister", 4000, cuMemHostUnregister),
+    E("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+    E("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
+    E("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
+    E("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
+    E("cuIpcOpenMemHandle", 4010, cuIpcOpenMemHandle),
+    E("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
+    E("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
     P("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds),
     P("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz),
     P("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
@@ -80,6 +91,17 @@ static const procaddr_t table[] = {
     P("cuMemsetD32", 3020, cuMemsetD32_v2, cuMemsetD32_v2_ptds),
     P("cuMemsetD8Async", 3020, cuMemsetD8Async, cuMemsetD8Async_ptsz),
     P("cuMemsetD32Async", 3020, cuMemsetD32Async, cuMemsetD32Async_ptsz),
+    P("cuMemsetD16", 3020, cuMemsetD16_v2, cuMemsetD16_v2_ptds),
+    P("cuMemsetD16Async", 3020, cuMemsetD16Async, cuMemsetD16Async_ptsz),
+    P("cuMemcpy2D", 3020, cuMemcpy2D_v2, cuMemcpy2D_v2_ptds),
+    P("cuMemcpy2DUnaligned", 3020, cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2_ptds),
+    P("cuMemcpy2DAsync", 3020, cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2_ptsz),
+    P("cuMemsetD2D8", 3020, cuMemsetD2D8_v2, cuMemsetD2D8_v2_ptds),
+    P("cuMemsetD2D16", 3020, cuMemsetD2D16_v2, cuMemsetD2D16_v2_ptds),
+    P("cuMemsetD2D32", 3020, cuMemsetD2D32_v2, cuMemsetD2D32_v2_ptds),
+    P("cuMemsetD2D8Async", 3020, cuMemsetD2D8Async, cuMemsetD2D8Async_ptsz),
+    P("cuMemsetD2D16Async", 3020, cuMemsetD2D16Async, cuMemsetD2D16Async_ptsz),
+    P("cuMemsetD2D32Async", 3020, cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz),
     P("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
     P("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
     P("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz),
@@ -98,6 +120,7 @@ static const procaddr_t table[] = {
     P("cuStreamGetCtx", 9020, cuStreamGetCtx, cuStreamGetCtx_ptsz),
     P("cuStreamGetPriority", 5050, cuStreamGetPriority, cuStreamGetPriority_ptsz),
     P("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
+    P("cuStreamAddCallback", 5000, cuStreamAddCallback, cuStreamAddCallback_ptsz),
     P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
     P("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
     P("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),

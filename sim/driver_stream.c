@@ -209,6 +209,31 @@ static CUresult host_func(CUstream h, CUhostFn fn, void *data, bool ptds)
 
 DRV_PTSZ(cuLaunchHostFunc, host_func, (CUstream hStream, CUhostFn fn, void *userData), (hStream, fn, userData))
 
+/* The older form of a host function: called with the stream as given and
+ * the context's error, exactly once, even after a fault; not capturable
+ * (cuLaunchHostFunc is). */
+static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsigned flags, bool ptds)
+{
+    if (!cb || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && s->capture)
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_op_t *op = sim_op_new(SIM_OP_CALLBACK, "stream callback");
+    op->cb = cb;
+    op->cb_stream = h;
+    op->arg = data;
+    return drv_leave(sim_enqueue(s, op));
+}
+
+DRV_PTSZ(cuStreamAddCallback, add_callback,
+         (CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags),
+         (hStream, callback, userData, flags))
+
 SIM_API CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc,
                                   unsigned int nacc)
 {

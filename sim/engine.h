@@ -100,6 +100,8 @@ typedef enum sim_alloc_kind_e {
     SIM_ALLOC_POOL,       /* stream-ordered pool memory (cuMemAllocAsync) */
     SIM_ALLOC_HOST,       /* pinned host memory (cuMemAllocHost) */
     SIM_ALLOC_MANAGED,    /* managed memory: plain host memory here */
+    SIM_ALLOC_REGISTERED, /* the program's host memory, page-locked (cuMemHostRegister) */
+    SIM_ALLOC_IPC,        /* another process's allocation, opened (cuIpcOpenMemHandle) */
 } sim_alloc_kind_t;
 
 /* One live allocation, device or registered host. */
@@ -110,6 +112,9 @@ typedef struct sim_alloc_s {
     sim_alloc_kind_t kind;
     int device;         /* ordinal */
     uint64_t buffer_id; /* CU_POINTER_ATTRIBUTE_BUFFER_ID: never reused */
+    unsigned flags;     /* HOST: cuMemHostAlloc's flags; REGISTERED: cuMemHostRegister's */
+    bool sync_memops;   /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS */
+    uint32_t ipc_slot;  /* DEVICE: 1 + its slot in the export table once exported (engine_ipc.c); 0 */
     struct CUctx_st *ctx;
     struct CUmemPoolHandle_st *pool; /* SIM_ALLOC_POOL: owning pool */
     bool pool_free;                  /* pool block freed by cuMemFreeAsync, reusable per rules */
@@ -254,10 +259,10 @@ struct sim_capture_s {
  * ---------------------------------------------------------------------- */
 
 typedef enum sim_op_kind_e {
-    SIM_OP_COPY,   /* memcpy(dst, src, bytes) */
-    SIM_OP_SET8,   /* memset */
-    SIM_OP_SET32,  /* 32-bit pattern fill of `bytes/4` words */
-    SIM_OP_HOSTFN, /* fn(arg) (cuLaunchHostFunc, cucacheSimLaunch) */
+    SIM_OP_COPY,     /* `height` rows of `bytes`: memcpy(dst + r*dpitch, src + r*spitch, bytes) */
+    SIM_OP_SET,      /* `height` rows of `bytes` filled with `value`, `elem` bytes wide */
+    SIM_OP_HOSTFN,   /* fn(arg) (cuLaunchHostFunc, cucacheSimLaunch) */
+    SIM_OP_CALLBACK, /* cb(cb_stream, status, arg) (cuStreamAddCallback): runs even after a fault */
     SIM_OP_RECORD, /* event record: timestamps the event */
     SIM_OP_WAIT,   /* no work: carries a dependency (cuStreamWaitEvent) */
     SIM_OP_FREE,   /* stream-ordered free: the block becomes free at run */
@@ -290,11 +295,16 @@ struct sim_op_s {
     /* payload */
     void *dst;
     const void *src;
-    size_t bytes;
+    size_t bytes;          /* COPY, SET: bytes of each row */
+    size_t height;         /* COPY, SET: rows (1 for a linear operation) */
+    size_t dpitch, spitch; /* COPY, SET: bytes from one row to the next */
+    unsigned elem;         /* SET: 1, 2 or 4 */
     uint32_t value;
     void (*fn)(void *);
     void *arg;
-    void *staging; /* owned copy of pageable host source */
+    CUstreamCallback cb; /* CALLBACK: called with cb_stream, the context's error and arg */
+    CUstream cb_stream;
+    void *staging; /* owned copy of pageable host source (rows packed) */
     struct CUevent_st *event;
     uintptr_t free_addr;
 };
@@ -424,7 +434,17 @@ CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span
  * destroyed pool with its last block. */
 void sim_alloc_release(sim_alloc_t *a);
 CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, int device, struct CUctx_st *ctx, void **out);
+/* Frees pinned or managed memory, or forgets a registration. */
 void sim_host_free(sim_alloc_t *a);
+/* Adds an allocation of memory the engine did not allocate itself. */
+sim_alloc_t *sim_alloc_add(uintptr_t addr, size_t size, sim_alloc_kind_t kind, unsigned flags, struct CUctx_st *ctx);
+/* Records [p, p+size) of the program's memory as registered. */
+CUresult sim_host_register(void *p, size_t size, unsigned flags, struct CUctx_st *ctx);
+/* Whether any allocation or registration overlaps [lo, hi). */
+bool sim_alloc_overlaps(uintptr_t lo, uintptr_t hi);
+/* The allocation containing addr that the program still holds (not freed
+ * by cuMemFreeAsync, in stream order or in a pool), or NULL. */
+sim_alloc_t *sim_alloc_live(uintptr_t addr);
 bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out);
 void sim_pool_trim(struct CUmemPoolHandle_st *pool, size_t keep);
 void sim_pools_trim_after_sync(struct CUctx_st *ctx);
@@ -432,6 +452,46 @@ struct CUmemPoolHandle_st *sim_pool_new(sim_device_t *dev, bool is_default);
 /* Frees a destroyed pool once no block refers to it. */
 void sim_pool_maybe_release(struct CUmemPoolHandle_st *pool);
 void sim_free_ctx_memory(struct CUctx_st *ctx);
+
+/* IPC (engine_ipc.c; the API is driver_ipc.c).  An exported allocation
+ * freed while another process has it open keeps its pages and addresses
+ * until the last importer closes it, as CUDA keeps such memory alive. */
+/* The 64 bytes of a CUipcMemHandle, as the simulated driver fills them. */
+typedef struct sim_ipc_handle_s {
+    char magic[8];      /* IPC_MAGIC */
+    uint32_t version;   /* IPC_VERSION */
+    int32_t pid;        /* the exporter */
+    int32_t mem_fd;     /* its descriptor of the device's memory */
+    int32_t table_fd;   /* its descriptor of the export table */
+    uint32_t device;    /* the device ordinal in the exporter */
+    uint32_t slot;      /* the export's slot in the table */
+    uint64_t offset;    /* the allocation's offset in the device's memory */
+    uint64_t size;      /* its size as requested */
+    uint64_t buffer_id; /* its buffer id in the exporter (the slot must match) */
+    uint64_t nonce;     /* the table's: tells a reused pid apart */
+} sim_ipc_handle_t;
+_Static_assert(sizeof(struct sim_ipc_handle_s) == CU_IPC_HANDLE_SIZE, "an IPC handle is 64 bytes");
+
+/* Fills the handle of a live cuMemAlloc allocation (exporting it). */
+CUresult sim_ipc_export(sim_alloc_t *a, sim_ipc_handle_t *h);
+/* Maps another process's export into ctx's device; *out is the address. */
+CUresult sim_ipc_open(struct CUctx_st *ctx, const sim_ipc_handle_t *h, uintptr_t *out);
+/* Closes one open of the import at addr (all: every open). */
+CUresult sim_ipc_close(uintptr_t addr, bool all);
+/* The import at addr, if any: its device (for the wait before the last
+ * close) and whether this close is its last. */
+bool sim_ipc_is_open(uintptr_t addr, int *device, bool *last);
+/* An allocation is being freed: false when importers still have it open
+ * (its memory is then kept until they close it). */
+bool sim_ipc_freeing(sim_alloc_t *a);
+/* Gives back the memory of exports freed while open that every importer
+ * has closed since. */
+void sim_ipc_sweep(void);
+/* Returns a kept allocation's pages and addresses (engine_mem.c). */
+void sim_dev_release_range(int device, uintptr_t addr, size_t reserved);
+/* Addresses only, no pages: for mapping another process's memory. */
+uintptr_t sim_dev_addr_take(sim_device_t *d, size_t len);
+void sim_dev_addr_give(sim_device_t *d, uintptr_t addr, size_t len);
 
 /* Race detector (engine_race.c) */
 void race_init(void);

@@ -48,6 +48,20 @@ sim_alloc_t *sim_alloc_find(uintptr_t addr)
     return addr < a->addr + span ? a : NULL;
 }
 
+sim_alloc_t *sim_alloc_live(uintptr_t addr)
+{
+    sim_alloc_t *a = sim_alloc_find(addr);
+    return a && !a->freeing && !(a->kind == SIM_ALLOC_POOL && a->pool_free) ? a : NULL;
+}
+
+bool sim_alloc_overlaps(uintptr_t lo, uintptr_t hi)
+{
+    size_t i = upper_bound(lo);
+    if (i > 0 && sim_alloc_find(lo))
+        return true;
+    return i < sim.nallocs && sim.allocs[i].addr < hi;
+}
+
 sim_alloc_t *sim_alloc_exact(uintptr_t addr)
 {
     sim_alloc_t *a = sim_alloc_find(addr);
@@ -205,6 +219,7 @@ CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span
 
 size_t sim_dev_free_bytes(const sim_device_t *dev)
 {
+    sim_ipc_sweep();
     return (dev->pages - dev->pages_used) * SIM_PAGE;
 }
 
@@ -318,10 +333,24 @@ static void small_give(sim_device_t *d, uintptr_t addr, size_t len)
     }
 }
 
+uintptr_t sim_dev_addr_take(sim_device_t *d, size_t len)
+{
+    size_t off = ext_take(d, round_up(len, SIM_PAGE));
+    return off == SIZE_MAX ? 0 : (uintptr_t)d->base + off;
+}
+
+void sim_dev_addr_give(sim_device_t *d, uintptr_t addr, size_t len)
+{
+    len = round_up(len, SIM_PAGE);
+    drop_bytes(d, addr, len);
+    ext_give(d, addr - (uintptr_t)d->base, len);
+}
+
 CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx, sim_alloc_t **out)
 {
     if (size == 0 || size > dev->capacity)
         return size ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
+    sim_ipc_sweep();
     size_t len = sim_dev_round(size);
     uintptr_t addr = size <= SIM_SMALL_MAX ? small_take(dev, len) : pages_take(dev, len / SIM_PAGE);
     if (!addr)
@@ -340,13 +369,19 @@ CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, st
     return CUDA_SUCCESS;
 }
 
+void sim_dev_release_range(int device, uintptr_t addr, size_t reserved)
+{
+    sim_device_t *d = &sim.dev[device];
+    if (reserved <= SIM_SMALL_MAX)
+        small_give(d, addr, reserved);
+    else
+        pages_give(d, addr, reserved / SIM_PAGE);
+}
+
 void sim_dev_free(sim_alloc_t *a)
 {
-    sim_device_t *d = &sim.dev[a->device];
-    if (a->reserved <= SIM_SMALL_MAX)
-        small_give(d, a->addr, a->reserved);
-    else
-        pages_give(d, a->addr, a->reserved / SIM_PAGE);
+    if (sim_ipc_freeing(a))
+        sim_dev_release_range(a->device, a->addr, a->reserved);
     table_remove(a);
     atomic_fetch_add(&sim.device_frees, 1);
 }
@@ -381,8 +416,42 @@ CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, int device, struct C
 void sim_host_free(sim_alloc_t *a)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    munmap((void *)a->addr, round_up(a->size, page));
+    if (a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_MANAGED)
+        munmap((void *)a->addr, round_up(a->size, page));
     table_remove(a);
+}
+
+sim_alloc_t *sim_alloc_add(uintptr_t addr, size_t size, sim_alloc_kind_t kind, unsigned flags, struct CUctx_st *ctx)
+{
+    sim_alloc_t a = {
+        .addr = addr,
+        .size = size,
+        .kind = kind,
+        .device = ctx->dev->ordinal,
+        .buffer_id = ++sim.next_buffer_id,
+        .flags = flags,
+        .ctx = ctx,
+    };
+    return table_insert(&a);
+}
+
+CUresult sim_host_register(void *p, size_t size, unsigned flags, struct CUctx_st *ctx)
+{
+    uintptr_t lo = (uintptr_t)p;
+    if (!p || size == 0 || size > UINTPTR_MAX - lo || sim_device_of(lo) || sim_device_of(lo + size - 1))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_alloc_overlaps(lo, lo + size))
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    /* The range must be mapped, as the real driver pins its pages. */
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), first = lo & ~(page - 1);
+    unsigned char vec[64];
+    for (uintptr_t at = first; at < lo + size; at += 64 * page) {
+        size_t len = lo + size - at < 64 * page ? lo + size - at : 64 * page;
+        if (mincore((void *)at, len, vec) != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    sim_alloc_add(lo, size, SIM_ALLOC_REGISTERED, flags, ctx);
+    return CUDA_SUCCESS;
 }
 
 /* Frees everything a context allocated (context destroy or reset). */
@@ -404,7 +473,9 @@ void sim_alloc_release(sim_alloc_t *a)
         if (!a->pool_free)
             pool->used_cur -= a->reserved;
     }
-    if (a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_MANAGED)
+    if (a->kind == SIM_ALLOC_IPC)
+        sim_ipc_close(a->addr, true); /* the context that opened it is going */
+    else if (a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_MANAGED || a->kind == SIM_ALLOC_REGISTERED)
         sim_host_free(a);
     else
         sim_dev_free(a);

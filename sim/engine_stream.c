@@ -159,6 +159,8 @@ sim_op_t *sim_op_new(sim_op_kind_t kind, const char *what)
     sim_op_t *op = sim_xcalloc(1, sizeof *op);
     op->kind = kind;
     op->what = what;
+    op->height = 1;
+    op->elem = 1;
     return op;
 }
 
@@ -204,8 +206,8 @@ sim_op_t *sim_op_clone(const sim_op_t *op)
         memcpy(t->xranges, op->xranges, op->nranges * sizeof *t->xranges);
     }
     if (op->staging) {
-        t->staging = sim_xmalloc(op->bytes);
-        memcpy(t->staging, op->staging, op->bytes);
+        t->staging = sim_xmalloc(op->bytes * op->height);
+        memcpy(t->staging, op->staging, op->bytes * op->height);
         t->src = t->staging;
     }
     return t;
@@ -309,28 +311,41 @@ static unsigned copy_us(size_t n)
     return us > 1e7 ? 10000000u : (unsigned)us;
 }
 
+/* Fills n bytes with an elem-byte-wide value. */
+static void fill(uint8_t *d, size_t n, unsigned elem, uint32_t value)
+{
+    if (elem == 1) {
+        memset(d, (int)(value & 0xff), n);
+        return;
+    }
+    for (size_t i = 0; i + elem <= n; i += elem) {
+        if (elem == 2) {
+            uint16_t v = (uint16_t)value;
+            memcpy(d + i, &v, 2);
+        } else {
+            memcpy(d + i, &value, 4);
+        }
+    }
+}
+
 /* Runs op's work; called without the lock. */
 static void op_execute(sim_op_t *op)
 {
     switch (op->kind) {
     case SIM_OP_COPY:
-        memmove(op->dst, op->src, op->bytes);
-        sim_sleep_us(copy_us(op->bytes));
+        for (size_t r = 0; r < op->height; r++)
+            memmove((uint8_t *)op->dst + r * op->dpitch, (const uint8_t *)op->src + r * op->spitch, op->bytes);
+        sim_sleep_us(copy_us(op->bytes * op->height));
         break;
-    case SIM_OP_SET8:
-        memset(op->dst, (int)(op->value & 0xff), op->bytes);
-        sim_sleep_us(copy_us(op->bytes));
+    case SIM_OP_SET:
+        for (size_t r = 0; r < op->height; r++)
+            fill((uint8_t *)op->dst + r * op->dpitch, op->bytes, op->elem, op->value);
+        sim_sleep_us(copy_us(op->bytes * op->height));
         break;
-    case SIM_OP_SET32: {
-        uint32_t *w = op->dst;
-        for (size_t i = 0; i < op->bytes / 4; i++)
-            w[i] = op->value;
-        sim_sleep_us(copy_us(op->bytes));
-        break;
-    }
     case SIM_OP_HOSTFN:
         op->fn(op->arg);
         break;
+    case SIM_OP_CALLBACK:
     case SIM_OP_RECORD:
     case SIM_OP_WAIT:
     case SIM_OP_FREE:
@@ -358,8 +373,11 @@ static void *stream_worker(void *arg)
                     "unusable until it is reset",
                     s->ctx->dev->ordinal, s->id);
         }
+        CUresult status = s->ctx->sticky;
         sim_unlock();
-        if (!skip)
+        if (op->kind == SIM_OP_CALLBACK)
+            op->cb(op->cb_stream, status, op->arg); /* exactly once, with the error if any */
+        else if (!skip)
             op_execute(op);
         sim_lock();
         if (op->kind == SIM_OP_RECORD) {

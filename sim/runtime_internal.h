@@ -74,6 +74,18 @@
     X(cuMemFreeHost, "cuMemFreeHost")                                                                                  \
     X(cuMemAllocManaged, "cuMemAllocManaged")                                                                          \
     X(cuPointerGetAttributes, "cuPointerGetAttributes")                                                                \
+    X(cuMemHostRegister_v2, "cuMemHostRegister")                                                                       \
+    X(cuMemHostUnregister, "cuMemHostUnregister")                                                                      \
+    X(cuMemHostGetDevicePointer_v2, "cuMemHostGetDevicePointer")                                                       \
+    X(cuMemHostGetFlags, "cuMemHostGetFlags")                                                                          \
+    X(cuMemAllocPitch_v2, "cuMemAllocPitch")                                                                           \
+    X(cuMemcpy2D_v2, "cuMemcpy2D")                                                                                     \
+    X(cuMemcpy2DAsync_v2, "cuMemcpy2DAsync")                                                                           \
+    X(cuMemsetD2D8_v2, "cuMemsetD2D8")                                                                                 \
+    X(cuMemsetD2D8Async, "cuMemsetD2D8Async")                                                                          \
+    X(cuIpcGetMemHandle, "cuIpcGetMemHandle")                                                                          \
+    X(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle")                                                                     \
+    X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle")                                                                      \
     X(cuMemcpy, "cuMemcpy")                                                                                            \
     X(cuMemcpyAsync, "cuMemcpyAsync")                                                                                  \
     X(cuMemsetD8_v2, "cuMemsetD8")                                                                                     \
@@ -95,6 +107,7 @@
     X(cuStreamGetFlags, "cuStreamGetFlags")                                                                            \
     X(cuStreamGetPriority, "cuStreamGetPriority")                                                                      \
     X(cuLaunchHostFunc, "cuLaunchHostFunc")                                                                            \
+    X(cuStreamAddCallback, "cuStreamAddCallback")                                                                      \
     X(cuStreamBeginCapture_v2, "cuStreamBeginCapture")                                                                 \
     X(cuStreamEndCapture, "cuStreamEndCapture")                                                                        \
     X(cuStreamIsCapturing, "cuStreamIsCapturing")                                                                      \

@@ -4,6 +4,7 @@
  * allocation and memory pools.  Each is a translation to the driver call
  * of the same meaning, in the current device's primary context.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -99,6 +100,114 @@ RT_API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
 }
 
 /* ------------------------------------------------------------------------
+ * Registered host memory (the cudaHostRegister* flags have the
+ * CU_MEMHOSTREGISTER_* values)
+ * ---------------------------------------------------------------------- */
+
+RT_API cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemHostRegister_v2(ptr, size, flags)));
+}
+
+RT_API cudaError_t cudaHostUnregister(void *ptr)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemHostUnregister(ptr)));
+}
+
+RT_API cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
+{
+    CUdeviceptr p = 0;
+    if (!pDevice)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuMemHostGetDevicePointer_v2(&p, pHost, flags));
+    if (e == cudaSuccess)
+        *pDevice = rt_host_ptr(p);
+    return rt_ret(e);
+}
+
+RT_API cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemHostGetFlags(pFlags, pHost)));
+}
+
+/* ------------------------------------------------------------------------
+ * Pitched allocation
+ * ---------------------------------------------------------------------- */
+
+RT_API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+    CUdeviceptr p = 0;
+    if (!devPtr || !pitch)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuMemAllocPitch_v2(&p, pitch, width, height, 4));
+    if (e == cudaSuccess)
+        *devPtr = rt_host_ptr(p);
+    return rt_ret(e);
+}
+
+/* A pitched allocation of depth slices of height rows. */
+RT_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
+{
+    CUdeviceptr p = 0;
+    size_t pitch = 0;
+    if (!pitchedDevPtr)
+        return rt_ret(cudaErrorInvalidValue);
+    if (extent.height && extent.depth > SIZE_MAX / extent.height)
+        return rt_ret(cudaErrorMemoryAllocation);
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuMemAllocPitch_v2(&p, &pitch, extent.width, extent.height * extent.depth, 4));
+    if (e == cudaSuccess)
+        *pitchedDevPtr = (struct cudaPitchedPtr){rt_host_ptr(p), pitch, extent.width, extent.height};
+    return rt_ret(e);
+}
+
+/* ------------------------------------------------------------------------
+ * IPC (cudaIpcMemHandle_t and CUipcMemHandle share their 64 bytes)
+ * ---------------------------------------------------------------------- */
+
+RT_API cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
+{
+    CUipcMemHandle h;
+    if (!handle)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuIpcGetMemHandle(&h, rt_dptr(devPtr)));
+    if (e == cudaSuccess)
+        memcpy(handle->reserved, h.reserved, sizeof h.reserved);
+    return rt_ret(e);
+}
+
+RT_API cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+    CUipcMemHandle h;
+    CUdeviceptr p = 0;
+    if (!devPtr)
+        return rt_ret(cudaErrorInvalidValue);
+    memcpy(h.reserved, handle.reserved, sizeof h.reserved);
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuIpcOpenMemHandle_v2(&p, h, flags));
+    if (e == cudaSuccess)
+        *devPtr = rt_host_ptr(p);
+    return rt_ret(e);
+}
+
+RT_API cudaError_t cudaIpcCloseMemHandle(void *devPtr)
+{
+    cudaError_t e = rt_enter();
+    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuIpcCloseMemHandle(rt_dptr(devPtr))));
+}
+
+/* ------------------------------------------------------------------------
  * Pointer attributes
  * ---------------------------------------------------------------------- */
 
@@ -181,6 +290,75 @@ static cudaError_t rt_memset_async(const rt_driver_t *d, void *devPtr, int value
     cudaError_t e = rt_enter();
     return e != cudaSuccess ? e : rt_err(d->cuMemsetD8Async(rt_dptr(devPtr), (unsigned char)value, count, stream));
 }
+
+/* 2D copies: the driver's CUDA_MEMCPY2D, both sides unified (the driver
+ * finds the direction).  A row wider than a pitch is
+ * cudaErrorInvalidPitchValue, as the real runtime answers. */
+static cudaError_t rt_memcpy2d_any(const rt_driver_t *d, void *dst, size_t dpitch, const void *src, size_t spitch,
+                                   size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream,
+                                   bool async)
+{
+    cudaError_t e = rt_memcpy_check(kind);
+    if (e != cudaSuccess || width == 0 || height == 0)
+        return e;
+    if (width > dpitch || width > spitch)
+        return cudaErrorInvalidPitchValue;
+    CUDA_MEMCPY2D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+    c.srcDevice = rt_dptr(src);
+    c.srcPitch = spitch;
+    c.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+    c.dstDevice = rt_dptr(dst);
+    c.dstPitch = dpitch;
+    c.WidthInBytes = width;
+    c.Height = height;
+    return rt_err(async ? d->cuMemcpy2DAsync_v2(&c, stream) : d->cuMemcpy2D_v2(&c));
+}
+
+static cudaError_t rt_memcpy2d(const rt_driver_t *d, void *dst, size_t dpitch, const void *src, size_t spitch,
+                               size_t width, size_t height, enum cudaMemcpyKind kind)
+{
+    return rt_memcpy2d_any(d, dst, dpitch, src, spitch, width, height, kind, NULL, false);
+}
+
+static cudaError_t rt_memcpy2d_async(const rt_driver_t *d, void *dst, size_t dpitch, const void *src, size_t spitch,
+                                     size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    return rt_memcpy2d_any(d, dst, dpitch, src, spitch, width, height, kind, stream, true);
+}
+
+static cudaError_t rt_memset2d(const rt_driver_t *d, void *devPtr, size_t pitch, int value, size_t width,
+                               size_t height)
+{
+    cudaError_t e = rt_enter();
+    return e != cudaSuccess ? e
+                            : rt_err(d->cuMemsetD2D8_v2(rt_dptr(devPtr), pitch, (unsigned char)value, width, height));
+}
+
+static cudaError_t rt_memset2d_async(const rt_driver_t *d, void *devPtr, size_t pitch, int value, size_t width,
+                                     size_t height, cudaStream_t stream)
+{
+    cudaError_t e = rt_enter();
+    return e != cudaSuccess
+               ? e
+               : rt_err(d->cuMemsetD2D8Async(rt_dptr(devPtr), pitch, (unsigned char)value, width, height, stream));
+}
+
+RT_STREAM_API(cudaMemcpy2D, cudaMemcpy2D_ptds, rt_memcpy2d,
+              (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+               enum cudaMemcpyKind kind),
+              dst, dpitch, src, spitch, width, height, kind)
+RT_STREAM_API(cudaMemcpy2DAsync, cudaMemcpy2DAsync_ptsz, rt_memcpy2d_async,
+              (void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+               enum cudaMemcpyKind kind, cudaStream_t stream),
+              dst, dpitch, src, spitch, width, height, kind, stream)
+RT_STREAM_API(cudaMemset2D, cudaMemset2D_ptds, rt_memset2d,
+              (void *devPtr, size_t pitch, int value, size_t width, size_t height), devPtr, pitch, value, width,
+              height)
+RT_STREAM_API(cudaMemset2DAsync, cudaMemset2DAsync_ptsz, rt_memset2d_async,
+              (void *devPtr, size_t pitch, int value, size_t width, size_t height, cudaStream_t stream), devPtr,
+              pitch, value, width, height, stream)
 
 RT_STREAM_API(cudaMemcpy, cudaMemcpy_ptds, rt_memcpy,
               (void *dst, const void *src, size_t count, enum cudaMemcpyKind kind), dst, src, count, kind)

@@ -6,6 +6,8 @@
  * exports and the per-thread default stream for the _ptsz ones: the driver
  * entry point of the matching table gives it that meaning.
  */
+#include <stdlib.h>
+
 #include "runtime_internal.h"
 
 /* ------------------------------------------------------------------------
@@ -83,6 +85,43 @@ RT_STREAM_API(cudaStreamGetPriority, cudaStreamGetPriority_ptsz, rt_stream_get_p
               (cudaStream_t hStream, int *priority), hStream, priority)
 RT_STREAM_API(cudaLaunchHostFunc, cudaLaunchHostFunc_ptsz, rt_launch_host_func,
               (cudaStream_t stream, cudaHostFn_t fn, void *userData), stream, fn, userData)
+
+/* cudaStreamAddCallback: the driver's callback has the driver's types; a
+ * trampoline calls the program's with the runtime's, once (a callback
+ * always runs exactly once, and cannot be captured into a graph). */
+typedef struct rt_callback_s {
+    cudaStreamCallback_t fn;
+    void *data;
+} rt_callback_t;
+
+static void rt_callback_tramp(CUstream stream, CUresult status, void *arg)
+{
+    rt_callback_t c = *(rt_callback_t *)arg;
+    free(arg);
+    c.fn(stream, rt_err(status), c.data);
+}
+
+static cudaError_t rt_stream_add_callback(const rt_driver_t *d, cudaStream_t stream, cudaStreamCallback_t callback,
+                                          void *userData, unsigned int flags)
+{
+    if (!callback)
+        return cudaErrorInvalidValue;
+    cudaError_t e = rt_enter();
+    if (e != cudaSuccess)
+        return e;
+    rt_callback_t *c = malloc(sizeof *c);
+    if (!c)
+        return cudaErrorMemoryAllocation;
+    *c = (rt_callback_t){callback, userData};
+    e = rt_err(d->cuStreamAddCallback(stream, rt_callback_tramp, c, flags));
+    if (e != cudaSuccess)
+        free(c);
+    return e;
+}
+
+RT_STREAM_API(cudaStreamAddCallback, cudaStreamAddCallback_ptsz, rt_stream_add_callback,
+              (cudaStream_t stream, cudaStreamCallback_t callback, void *userData, unsigned int flags), stream,
+              callback, userData, flags)
 
 /* ------------------------------------------------------------------------
  * Events

@@ -9,7 +9,8 @@
  *   real_toolkit_static cucache's cuda_api.h, linked with the simulated
  *                       libcudart_static.a (it dlopens libcuda.so.1).
  * It proves it runs on the simulated device (not a real GPU, not the real
- * runtime), then checks the data of mallocs, copies, memsets, streams,
+ * runtime), that every device attribute of the headers it was built with
+ * answers, then checks the data of mallocs, copies, memsets, streams,
  * events, host functions and stream-ordered allocation.  Exit 0 when all
  * checks pass, 1 otherwise.
  */
@@ -110,6 +111,15 @@ int main(void)
     CHECK(cudaGetDeviceProperties(&prop, 0));
     printf("device 0: %s, %zu bytes\n", prop.name, prop.totalGlobalMem);
     CHECK(cudaSetDevice(0));
+    /* every device attribute the headers it was built with define */
+    for (int a = 1; a < (int)cudaDevAttrMax; a++) {
+        int v = 0;
+        cudaError_t e = cudaDeviceGetAttribute(&v, (enum cudaDeviceAttr)a, 0);
+        if (e != cudaSuccess) {
+            fprintf(stderr, "device attribute %d: %s\n", a, cudaGetErrorName(e));
+            failures++;
+        }
+    }
 
     unsigned char *h = NULL, *back = NULL, *d = NULL, *d2 = NULL;
     CHECK(cudaMallocHost((void **)&h, N));

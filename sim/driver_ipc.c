@@ -1,0 +1,61 @@
+/*
+ * Driver API of the simulated device: IPC of device memory between
+ * processes (engine_ipc.c has the model and the error codes).
+ *
+ * As on a GPU, a handle names a whole cuMemAlloc allocation: taken from a
+ * pointer anywhere inside it, it opens at the allocation's start.  Memory
+ * from a stream-ordered pool is not exportable this way (the default pool
+ * has no IPC handle type), nor is host memory.  IPC events are not
+ * simulated.
+ */
+#include <string.h>
+
+#include "driver.h"
+
+SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    DRV_ENTER_ANY();
+    sim_alloc_t *a = sim_alloc_live(dptr);
+    if (!pHandle || !a || a->kind != SIM_ALLOC_DEVICE)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    sim_ipc_handle_t h;
+    CUresult r = sim_ipc_export(a, &h);
+    if (r == CUDA_SUCCESS)
+        memcpy(pHandle->reserved, &h, sizeof h);
+    return drv_leave(r);
+}
+
+SIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    DRV_ENTER(ctx);
+    if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    uintptr_t p = 0;
+    sim_ipc_handle_t h;
+    memcpy(&h, handle.reserved, sizeof h);
+    CUresult r = sim_ipc_open(ctx, &h, &p);
+    if (r == CUDA_SUCCESS)
+        *pdptr = (CUdeviceptr)p;
+    return drv_leave(r);
+}
+
+/* The CUDA 4.1 name; the same ABI. */
+SIM_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+SIM_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return cuIpcOpenMemHandle_v2(pdptr, handle, Flags);
+}
+
+/* The last close waits for the work queued on the importing device, which
+ * may still use the mapping. */
+SIM_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    DRV_ENTER_ANY();
+    int device;
+    bool last;
+    if (!sim_ipc_is_open(dptr, &device, &last))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (last)
+        sim_device_wait_idle(&sim.dev[device]);
+    return drv_leave(sim_ipc_close(dptr, false));
+}

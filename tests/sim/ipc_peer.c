@@ -1,0 +1,120 @@
+/*
+ * The other process of the IPC tests (tests/sim/test_ipc.c and
+ * tests/interpose/test_ipc.c): an ordinary CUDA program, linked with the
+ * simulated runtime, that opens the handles its parent sends and reads and
+ * writes the memory behind them.  Under cucache the test runs it with
+ * LD_PRELOAD inherited, as a child of a program run under cucache is.
+ *
+ * One command per line on stdin, one answer per line on stdout:
+ *
+ *   open HANDLE FLAGS     cudaIpcOpenMemHandle (HANDLE: 128 hex digits)
+ *                         -> "ok PTR" | "err CODE"
+ *   fill PTR SIZE SEED    write a pattern (cudaMemcpy) -> "ok" | "err CODE"
+ *   check PTR SIZE SEED   read and compare it -> "ok" | "bad OFFSET" | "err CODE"
+ *   range PTR             cuMemGetAddressRange -> "ok BASE SIZE" | "err CODE"
+ *   close PTR             cudaIpcCloseMemHandle -> "ok" | "err CODE"
+ *   exit                  -> exits 0
+ *
+ * PTR, BASE, SIZE are hexadecimal; the pattern is peer.h's peer_pattern.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cucache/cuda_api.h"
+#include "peer.h"
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static int parse_handle(const char *hex, cudaIpcMemHandle_t *h)
+{
+    if (strlen(hex) != 2 * sizeof h->reserved)
+        return -1;
+    for (size_t i = 0; i < sizeof h->reserved; i++) {
+        int a = hexval(hex[2 * i]), b = hexval(hex[2 * i + 1]);
+        if (a < 0 || b < 0)
+            return -1;
+        h->reserved[i] = (char)(a << 4 | b);
+    }
+    return 0;
+}
+
+static void answer_err(cudaError_t e)
+{
+    (void)cudaGetLastError();
+    printf("err %d\n", (int)e);
+}
+
+int main(void)
+{
+    char line[512], cmd[16], arg[300];
+    unsigned long long a = 0, b = 0, c = 0;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    while (fgets(line, sizeof line, stdin)) {
+        if (sscanf(line, "%15s", cmd) != 1)
+            continue;
+        if (strcmp(cmd, "exit") == 0)
+            return 0;
+        if (strcmp(cmd, "open") == 0 && sscanf(line, "%*s %299s %llx", arg, &a) == 2) {
+            cudaIpcMemHandle_t h;
+            void *p = NULL;
+            if (parse_handle(arg, &h) != 0) {
+                printf("err -1\n");
+                continue;
+            }
+            cudaError_t e = cudaIpcOpenMemHandle(&p, h, (unsigned)a);
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok %llx\n", (unsigned long long)(uintptr_t)p);
+        } else if ((strcmp(cmd, "fill") == 0 || strcmp(cmd, "check") == 0) &&
+                   sscanf(line, "%*s %llx %llx %llx", &a, &b, &c) == 3) {
+            unsigned char *buf = malloc(b ? b : 1);
+            if (!buf)
+                return 2;
+            cudaError_t e;
+            if (cmd[0] == 'f') {
+                for (size_t i = 0; i < b; i++)
+                    buf[i] = peer_pattern(i, (unsigned)c);
+                e = cudaMemcpy((void *)(uintptr_t)a, buf, b, cudaMemcpyHostToDevice);
+                if (e == cudaSuccess)
+                    printf("ok\n");
+            } else {
+                e = cudaMemcpy(buf, (void *)(uintptr_t)a, b, cudaMemcpyDeviceToHost);
+                if (e == cudaSuccess) {
+                    size_t i = 0;
+                    while (i < b && buf[i] == peer_pattern(i, (unsigned)c))
+                        i++;
+                    if (i == b)
+                        printf("ok\n");
+                    else
+                        printf("bad %zx\n", i);
+                }
+            }
+            if (e != cudaSuccess)
+                answer_err(e);
+            free(buf);
+        } else if (strcmp(cmd, "range") == 0 && sscanf(line, "%*s %llx", &a) == 1) {
+            CUdeviceptr base = 0;
+            size_t size = 0;
+            CUresult r = cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)a);
+            if (r != CUDA_SUCCESS)
+                printf("err %d\n", (int)r);
+            else
+                printf("ok %llx %zx\n", (unsigned long long)base, size);
+        } else if (strcmp(cmd, "close") == 0 && sscanf(line, "%*s %llx", &a) == 1) {
+            cudaError_t e = cudaIpcCloseMemHandle((void *)(uintptr_t)a);
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok\n");
+        } else {
+            printf("err -2\n");
+        }
+    }
+    return 0;
+}
