@@ -481,6 +481,11 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
         return CORE_NOT_MINE;
     }
     stats_block_free(d, b);
+    if (__builtin_expect(b->hold != 0, 0)) {
+        pend_held(d, b); /* another process may still use it: no reuse until it is done */
+        pthread_mutex_unlock(&d->lock);
+        return CORE_FREED;
+    }
     if (b->nuses && how != CORE_FREE_FENCED)
         how = CORE_FREE_FENCED; /* used on several streams: the device-wide fence covers them all */
     if (how == CORE_FREE_AFTER_STREAM && stream == b->stream)
@@ -497,27 +502,58 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
     return CORE_FREED;
 }
 
-bool core_lookup(core_dev_t *d, uintptr_t addr, uintptr_t *base, size_t *size, core_stream_t *stream)
+core_where_t core_describe(core_dev_t *d, uintptr_t addr, core_ptr_info_t *out)
 {
+    memset(out, 0, sizeof *out);
     pthread_mutex_lock(&d->lock);
-    const block_t *found = map_find(d, addr);
-    for (const seg_t *s = d->segs; !found && s; s = s->next)
-        if (addr >= s->addr && addr - s->addr < s->size)
-            for (const block_t *b = s->first; b; b = b->next)
-                if (addr >= b->addr && addr - b->addr < b->size) {
-                    found = b->state == BLOCK_ALLOCATED && addr - b->addr < b->requested ? b : NULL;
-                    break;
-                }
-    if (found) {
-        if (base)
-            *base = found->addr;
-        if (size)
-            *size = found->requested;
-        if (stream)
-            *stream = found->stream;
+    const block_t *b = map_find(d, addr);
+    const seg_t *s = b ? b->seg : NULL;
+    for (const seg_t *t = d->segs; !s && t; t = t->next)
+        if (addr >= t->addr && addr - t->addr < t->size)
+            s = t;
+    for (const block_t *x = s && !b ? s->first : NULL; x; x = x->next)
+        if (addr >= x->addr && addr - x->addr < x->size) {
+            b = x->state == BLOCK_ALLOCATED && addr - x->addr < x->requested ? x : NULL;
+            break;
+        }
+    if (s) {
+        out->where = b ? CORE_WHERE_LIVE : CORE_WHERE_DEAD;
+        out->seg_base = s->addr;
+        out->seg_size = s->size;
+    }
+    if (b) {
+        out->base = b->addr;
+        out->requested = b->requested;
+        out->size = b->size;
+        out->stream = b->stream;
+        out->id = b->id;
     }
     pthread_mutex_unlock(&d->lock);
-    return found != NULL;
+    return out->where;
+}
+
+int core_hold(core_dev_t *d, uintptr_t addr, uint64_t token)
+{
+    pthread_mutex_lock(&d->lock);
+    block_t *b = map_find(d, addr);
+    if (b)
+        b->hold = token;
+    pthread_mutex_unlock(&d->lock);
+    return b ? CORE_FREED : CORE_NOT_MINE;
+}
+
+bool core_lookup(core_dev_t *d, uintptr_t addr, uintptr_t *base, size_t *size, core_stream_t *stream)
+{
+    core_ptr_info_t info;
+    if (core_describe(d, addr, &info) != CORE_WHERE_LIVE)
+        return false;
+    if (base)
+        *base = info.base;
+    if (size)
+        *size = info.requested;
+    if (stream)
+        *stream = info.stream;
+    return true;
 }
 
 int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream)
@@ -612,7 +648,48 @@ void core_usage(core_dev_t *d, core_usage_t *u)
     u->cached_free = u->reserved - (size_t)d->stats.active_bytes[CORE_POOL_ALL].current;
     u->largest_free = largest_free_block(d);
     u->allowed = d->allowed;
+    u->releasable = 0;
+    for (const seg_t *s = d->capturing ? NULL : d->segs; s; s = s->next)
+        if (seg_is_free(s) && releasable(d, s, NULL))
+            u->releasable += s->size;
+    u->held = 0;
+    for (const block_t *b = d->held; b; b = b->pend_next)
+        u->held += b->size;
     pthread_mutex_unlock(&d->lock);
+}
+
+/* The segment a request of `size` bytes needs. */
+static size_t seg_need(const conf_t *c, size_t size)
+{
+    return pool_alloc_size(c, pool_round_size(c, size));
+}
+
+/* Three ranges where the segment a request needs does not shrink as the
+ * request grows: small requests, large ones below min_large_alloc (one
+ * large segment each), and the rest.  A binary search in each keeps only
+ * requests that fit, so the answer always fits, and is the largest one
+ * whenever rounding keeps the ranges monotonic. */
+size_t core_fit(core_dev_t *d, size_t avail)
+{
+    const conf_t *c = &d->conf; /* fixed once the device exists */
+    size_t lo[3] = {1, c->small_size + 1, c->min_large_alloc};
+    size_t hi[3] = {c->small_size, c->min_large_alloc - 1, avail};
+    size_t best = 0;
+    for (int k = 0; k < 3; k++) {
+        size_t l = lo[k], h = hi[k] < avail ? hi[k] : avail;
+        if (l > h || seg_need(c, l) > avail)
+            continue;
+        while (l < h) {
+            size_t m = l + (h - l + 1) / 2;
+            if (seg_need(c, m) <= avail)
+                l = m;
+            else
+                h = m - 1;
+        }
+        if (l > best)
+            best = l;
+    }
+    return best;
 }
 
 /* ------------------------------------------------------------------------

@@ -146,6 +146,17 @@ static void device_sync(void *ctx, int device)
     pthread_mutex_unlock(&m->lock);
 }
 
+static int hold_query(void *ctx, int device, uint64_t token)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    m->n_hold_query++;
+    int over = token <= m->holds_over;
+    pthread_mutex_unlock(&m->lock);
+    return over;
+}
+
 void mem_backend_complete_all(mem_backend_t *m)
 {
     pthread_mutex_lock(&m->lock);
@@ -165,5 +176,6 @@ core_backend_t mem_backend_vtable(mem_backend_t *m)
         .event_wait = event_wait,
         .event_release = event_release,
         .device_sync = device_sync,
+        .hold_query = hold_query,
     };
 }

@@ -7,6 +7,8 @@
  *
  * By default (auto_complete) the device is idle: every event has completed
  * by the time it is queried.  Tests turn that off to keep frees pending.
+ * A hold (core_hold) with token t is over once holds_over >= t: tests raise
+ * it as another process would close what it had open.
  */
 #ifndef CUCACHE_CORE_BACKEND_MEM_H
 #define CUCACHE_CORE_BACKEND_MEM_H
@@ -28,6 +30,8 @@ typedef struct mem_backend_s {
     bool auto_complete;  /* events complete as they are recorded */
     int fail_allocs;     /* the next N seg_alloc calls fail ... */
     int fail_code;       /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
+    uint64_t holds_over; /* core_hold tokens up to this one are released (tests raise it) */
+    uint64_t n_hold_query;
     /* counters */
     uint64_t n_alloc, n_free, n_record, n_query, n_wait, n_sync, n_fence;
     uint64_t n_bad_free; /* seg_free of an address that is not a live segment */

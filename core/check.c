@@ -135,6 +135,8 @@ static size_t pending_listed(const core_dev_t *d, size_t *bytes)
             *bytes += b->size;
     for (const block_t *b = d->open.blocks; b; b = b->pend_next, n++)
         *bytes += b->size;
+    for (const block_t *b = d->held; b; b = b->pend_next, n++)
+        *bytes += b->size;
     for (const block_t *b = d->event_pending; b; b = b->pend_next, n++)
         *bytes += b->size;
     return n;
@@ -164,6 +166,10 @@ int core_check_locked(const core_dev_t *d, char *why, size_t len)
     if (d->map.count != (size_t)t.allocation[CORE_POOL_ALL])
         return fail(why, len, "address map holds %zu blocks, segments have %lld allocated", d->map.count,
                     (long long)t.allocation[CORE_POOL_ALL]);
+    for (const block_t *b = d->held; b; b = b->pend_next)
+        if (b->state != BLOCK_PENDING || !b->hold)
+            return fail(why, len, "held block 0x%lx: state %d, hold %llu (a held block is pending with a hold)",
+                        (unsigned long)b->addr, (int)b->state, (unsigned long long)b->hold);
     size_t pbytes = 0, plisted = pending_listed(d, &pbytes);
     if (plisted != t.pending_blocks || pbytes != t.pending_bytes || d->pending_bytes != t.pending_bytes)
         return fail(why, len, "pending lists hold %zu blocks (%zu bytes, counter %zu), segments have %zu (%zu bytes)",

@@ -66,6 +66,10 @@ typedef struct core_backend_s {
     void (*event_release)(void *ctx, int device, uint64_t event);
     /* Waits for all work on the device. */
     void (*device_sync)(void *ctx, int device);
+    /* 1 when nothing outside this process uses the freed block held with
+     * `token` any more (core_hold), 0 while something may; NULL: holds
+     * never end.  Called under the device lock, at the free and at polls. */
+    int (*hold_query)(void *ctx, int device, uint64_t token);
 } core_backend_t;
 
 /* ------------------------------------------------------------------------
@@ -115,6 +119,40 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
 
 /* The live allocation containing addr: its base and requested size. */
 bool core_lookup(core_dev_t *d, uintptr_t addr, uintptr_t *base, size_t *size, core_stream_t *stream);
+
+/* What an address is to the allocator, for the calls that describe memory
+ * (pointer attributes, IPC). */
+typedef enum core_where_e {
+    CORE_WHERE_NONE = 0, /* not in any segment of the device: foreign */
+    CORE_WHERE_LIVE,     /* inside a live allocation's requested bytes */
+    CORE_WHERE_DEAD,     /* inside a segment but in no live allocation: freed,
+                          * pending, cached, or a block's rounding */
+} core_where_t;
+
+/* Every allocation's id has this bit set: ids never collide with a
+ * driver's small buffer ids. */
+#define CORE_ID_TAG ((uint64_t)1 << 62)
+
+typedef struct core_ptr_info_s {
+    core_where_t where;
+    uintptr_t base;       /* LIVE: the allocation's address */
+    size_t requested;     /* LIVE: bytes asked for */
+    size_t size;          /* LIVE: the block's bytes (rounded) */
+    core_stream_t stream; /* LIVE: its stream key (0: not stream-ordered) */
+    uint64_t id;          /* LIVE: unique per allocation in the process, never reused */
+    uintptr_t seg_base;   /* LIVE, DEAD: the segment holding it */
+    size_t seg_size;
+} core_ptr_info_t;
+
+/* Fills *out for addr; returns out->where.  Walks the segments unless addr
+ * is an allocation's first byte. */
+core_where_t core_describe(core_dev_t *d, uintptr_t addr, core_ptr_info_t *out);
+
+/* Another process uses the live allocation at addr (IPC): once the program
+ * frees it, it stays pending, whatever synchronisation happens, until the
+ * backend's hold_query(token) says the hold is over; then it waits for a
+ * fence like a fenced free.  token != 0.  CORE_FREED or CORE_NOT_MINE. */
+int core_hold(core_dev_t *d, uintptr_t addr, uint64_t token);
 
 /* record_stream: the allocation is also used on `stream`; its free waits
  * for an event on that stream too. */
@@ -172,10 +210,17 @@ typedef struct core_usage_s {
     size_t cached_free; /* reserved bytes free for reuse now */
     size_t pending;     /* bytes freed but waiting on fences or events */
     size_t largest_free;
-    size_t allowed; /* the limit (limit_mb, per_process_memory_fraction); SIZE_MAX: none */
+    size_t allowed;    /* the limit (limit_mb, per_process_memory_fraction); SIZE_MAX: none */
+    size_t releasable; /* bytes of whole free segments the cache would give back now (0 while capturing) */
+    size_t held;       /* bytes freed but held by another process (core_hold) */
 } core_usage_t;
 
 void core_usage(core_dev_t *d, core_usage_t *u);
+
+/* The largest request this allocator could serve from a new segment of at
+ * most `avail` bytes, after its rounding and segment sizing (a 5 MiB
+ * request takes a 20 MiB segment): what cudaMemGetInfo may call free. */
+size_t core_fit(core_dev_t *d, size_t avail);
 
 /* The device's segments and blocks at one instant, for OOM reports and
  * snapshots (stats/).  Segments are in address order; each one's blocks are

@@ -12,6 +12,11 @@
  * second stream, record_stream uses) wait behind an event recorded on that
  * stream at the free.
  *
+ * A block another process holds (core_hold: an IPC peer has it open) goes
+ * on the held list when freed and stays there, whatever the program
+ * synchronises, until the backend says the hold is over; then it waits for
+ * a fence like any fenced free, for the work this process queued on it.
+ *
  * A pending block is still active (PyTorch's meaning) and not in any free
  * tree; when its fence or event completes it is released: merged with free
  * neighbours and put back in its pool.
@@ -35,6 +40,45 @@ void pend_fenced(core_dev_t *d, block_t *b)
     b->pend_next = d->open.blocks;
     d->open.blocks = b;
     d->pending_bytes += b->size;
+}
+
+/* Whether the hold on b is over (the backend is asked). */
+static bool hold_over(core_dev_t *d, const block_t *b)
+{
+    return d->be.hold_query && d->be.hold_query(d->be.ctx, d->device, b->hold) == 1;
+}
+
+void pend_held(core_dev_t *d, block_t *b)
+{
+    if (hold_over(d, b)) {
+        b->hold = 0;
+        pend_fenced(d, b);
+        return;
+    }
+    b->state = BLOCK_PENDING;
+    b->event = 0;
+    b->pend_next = d->held;
+    d->held = b;
+    d->pending_bytes += b->size;
+}
+
+/* Moves held blocks whose hold ended behind the fence; returns how many. */
+static size_t poll_held(core_dev_t *d)
+{
+    size_t n = 0;
+    for (block_t **p = &d->held; *p;) {
+        block_t *b = *p;
+        if (!hold_over(d, b)) {
+            p = &b->pend_next;
+            continue;
+        }
+        *p = b->pend_next;
+        d->pending_bytes -= b->size;
+        b->hold = 0;
+        pend_fenced(d, b);
+        n++;
+    }
+    return n;
 }
 
 /* Pending behind an event on `stream` (and one on each record_stream use). */
@@ -135,6 +179,8 @@ static size_t poll_events(core_dev_t *d, bool wait)
 size_t pend_poll(core_dev_t *d)
 {
     size_t bytes = 0;
+    if (d->held && poll_held(d))
+        pend_close(d); /* their fence: they are released once it completes */
     while (d->fences && d->be.event_query(d->be.ctx, d->device, d->fences->event) == 1)
         bytes += release_oldest_batch(d);
     if (d->event_pending)

@@ -206,6 +206,8 @@ block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
     }
     b->state = BLOCK_ALLOCATED;
     b->requested = requested;
+    b->id = CORE_ID_TAG | ++d->next_id << 6 | (uint64_t)(d->device & 63);
+    b->hold = 0;
     map_insert(d, b);
     stats_block_alloc(d, b);
     return b;

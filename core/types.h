@@ -12,7 +12,9 @@
  *   ALLOCATED handed to the program; in the device's address map;
  *   PENDING   freed by the program but maybe still in use by queued work:
  *             on a pending list until its fence or event completes, then
- *             FREE.
+ *             FREE; or still used by another process (core_hold): on the
+ *             held list until the backend says the hold is over, then
+ *             behind a fence.
  *
  * A pool (pool_t) is a free tree plus its class (small or large) and the
  * private pool (ppool_t) it belongs to; the default pools are private pool
@@ -25,6 +27,8 @@
  *   - no two address-adjacent blocks of a segment are both FREE;
  *   - a FREE block is in its pool's tree exactly once, and no other block is;
  *   - an ALLOCATED block is in the address map exactly once, no other is;
+ *   - a PENDING block is on exactly one pending list (a fence batch, the
+ *     event list or the held list);
  *   - the stats equal the sums recomputed from the blocks.
  */
 #ifndef CUCACHE_CORE_TYPES_H
@@ -65,6 +69,8 @@ struct block_s {
     uint64_t event;      /* PENDING behind an event: its handle (0: the fence list) */
     core_stream_t *uses; /* record_stream: extra streams (hostalloc'ed), NULL if none */
     uint32_t nuses;
+    uint64_t id;   /* ALLOCATED/PENDING: unique per allocation, never reused (core_describe) */
+    uint64_t hold; /* ALLOCATED/PENDING: a core_hold token (0: none); PENDING on d->held while held */
 };
 
 struct seg_s {
@@ -124,7 +130,9 @@ struct core_dev_s {
     fence_batch_t *fences_tail;
     fence_batch_t open;     /* frees since the last fence */
     block_t *event_pending; /* blocks behind per-stream events (pend_next) */
-    size_t pending_bytes;
+    block_t *held;          /* freed blocks others still hold (core_hold; pend_next) */
+    size_t pending_bytes;   /* bytes of every pending list (fences, events, held) */
+    uint64_t next_id;       /* allocations so far: block ids */
     /* block objects */
     block_t *spare; /* free block_t structs (pend_next) */
     /* preallocate strategy */
@@ -170,8 +178,11 @@ bool seg_is_free(const seg_t *s);
 size_t seg_release_free(core_dev_t *d, ppool_t *only, bool oversize_only, size_t want);
 ppool_t *ppool_find(core_dev_t *d, int id);
 
-/* pending.c: fences and events */
+/* pending.c: fences, events and holds */
 void pend_fenced(core_dev_t *d, block_t *b);
+/* A freed block with a hold: on the held list until the backend releases
+ * the hold (asked now, and at every poll), then fenced. */
+void pend_held(core_dev_t *d, block_t *b);
 int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream);
 /* Moves every pending block whose fence/event completed to the free trees;
  * returns the bytes released. */

@@ -19,9 +19,12 @@
  *                  capacity, 15: 1 << (c % 28); stream key (a >> 4) & 3
  *   1 free         live allocation b; a % 3: now, fenced, after stream
  *                  (a >> 2) & 3
- *   2 record       record_stream of live allocation b on stream a & 3
+ *   2 record       record_stream of live allocation b on stream a & 3; with
+ *                  a & 8, core_hold of it instead (token 1 + c: another
+ *                  process has it open)
  *   3 synchronized the program synchronised the device
- *   4 complete     every event recorded so far completes
+ *   4 complete     every event recorded so far completes, and every hold
+ *                  with a token up to a is over
  *   5 empty cache  a % 3: all pools, the default pools, private pool b
  *   6 pool create
  *   7 pool use     a & 1: back to the default pools, else private pool b
@@ -29,7 +32,8 @@
  *   9 fail         the backend's next a % 4 segment allocations fail, with
  *                  CORE_EFAIL when b & 1, else CORE_ENOMEM
  *  10 idle         a & 1: events complete as recorded (auto_complete)
- *  11 lookup       an address inside live allocation b (offset from c)
+ *  11 lookup       an address inside live allocation b (offset from c):
+ *                  core_lookup and core_describe agree with the model
  *  12 bad free     an interior or foreign address: must be refused
  *  13 usage        core_usage against the model and the backend
  *  14 stats        core_stats_get: every peak >= current; a & 1 resets the
@@ -184,11 +188,16 @@ static void op_free(fuzz_t *f, uint8_t a, uint8_t b)
         fuzz_fail(f, "double free of 0x%lx returned %d", (unsigned long)l.addr, r);
 }
 
-static void op_record(fuzz_t *f, uint8_t a, uint8_t b)
+static void op_record(fuzz_t *f, uint8_t a, uint8_t b, uint8_t c)
 {
     if (!f->nlive)
         return;
     const live_t *l = &f->live[b % f->nlive];
+    if (a & 8) {
+        if (core_hold(f->d, l->addr, 1 + (uint64_t)c) != CORE_FREED)
+            fuzz_fail(f, "core_hold of live allocation 0x%lx refused", (unsigned long)l->addr);
+        return;
+    }
     int r = core_record_stream(f->d, l->addr, a & 3);
     if (r != CORE_FREED && r != CORE_EFAIL)
         fuzz_fail(f, "record_stream of live allocation 0x%lx returned %d", (unsigned long)l->addr, r);
@@ -215,6 +224,18 @@ static void op_lookup(fuzz_t *f, uint8_t b, uint8_t c)
         fuzz_fail(f, "lookup of 0x%lx + %zu: base 0x%lx size %zu stream %lu, expected %zu bytes on stream %lu",
                   (unsigned long)l->addr, off, (unsigned long)base, size, (unsigned long)stream, l->size,
                   (unsigned long)l->stream);
+    core_ptr_info_t info;
+    if (core_describe(f->d, l->addr + off, &info) != CORE_WHERE_LIVE || info.base != l->addr ||
+        info.requested != l->size || info.size < l->size || !(info.id & CORE_ID_TAG) || info.seg_base > l->addr ||
+        l->addr + info.size > info.seg_base + info.seg_size)
+        fuzz_fail(f, "describe of 0x%lx + %zu: where %d, base 0x%lx, %zu/%zu bytes, id %llx, segment 0x%lx+%zu",
+                  (unsigned long)l->addr, off, (int)info.where, (unsigned long)info.base, info.requested, info.size,
+                  (unsigned long long)info.id, (unsigned long)info.seg_base, info.seg_size);
+    /* the block's rounding is not the allocation */
+    if (info.size > l->size && l->size &&
+        core_describe(f->d, l->addr + l->size, &info) != CORE_WHERE_DEAD)
+        fuzz_fail(f, "describe of 0x%lx past its %zu requested bytes: where %d", (unsigned long)l->addr, l->size,
+                  (int)info.where);
 }
 
 static void op_bad_free(fuzz_t *f, uint8_t b, uint8_t c)
@@ -243,6 +264,9 @@ static void op_usage(fuzz_t *f)
     if (u.allocated > u.reserved || u.cached_free > u.reserved || u.largest_free > u.cached_free)
         fuzz_fail(f, "usage: allocated %zu, cached free %zu, largest free %zu, reserved %zu", u.allocated,
                   u.cached_free, u.largest_free, u.reserved);
+    if (u.releasable > u.reserved - u.allocated || u.held > u.pending)
+        fuzz_fail(f, "usage: releasable %zu of %zu reserved (%zu allocated), held %zu of %zu pending",
+                  u.releasable, u.reserved, u.allocated, u.held, u.pending);
     pthread_mutex_lock(&f->mem.lock);
     size_t used = f->mem.used;
     pthread_mutex_unlock(&f->mem.lock);
@@ -300,13 +324,16 @@ static void step(fuzz_t *f, const uint8_t *r)
         op_free(f, a, b);
         break;
     case 2:
-        op_record(f, a, b);
+        op_record(f, a, b, c);
         break;
     case 3:
         core_synchronized(f->d);
         break;
     case 4:
         mem_backend_complete_all(&f->mem);
+        pthread_mutex_lock(&f->mem.lock);
+        f->mem.holds_over = a;
+        pthread_mutex_unlock(&f->mem.lock);
         break;
     case 5:
         core_empty_cache(f->d, a % 3 == 0 ? -1 : a % 3 == 1 ? 0 : pick_pool(f, b));
