@@ -49,6 +49,7 @@
 
 _Static_assert(sizeof(conf_strategy_t) == sizeof(int), "choice fields are stored as int");
 _Static_assert(sizeof(conf_reuse_t) == sizeof(int), "choice fields are stored as int");
+_Static_assert(sizeof(conf_ipc_t) == sizeof(int), "choice fields are stored as int");
 _Static_assert(sizeof(size_t) == sizeof(uint64_t), "sizes are read as uint64_t");
 
 /* ------------------------------------------------------------------------
@@ -722,6 +723,7 @@ static void conf_show_divs(const conf_opt_t *o, const conf_t *c, char *buf, size
 
 static const char *const conf_strategy_names[] = {"auto_growth", "preallocate", NULL};
 static const char *const conf_reuse_names[] = {"fenced", "stream", "sync", NULL};
+static const char *const conf_ipc_names[] = {"peer", "strict", NULL};
 
 #define CONF_DIVS_RANGE                                                                                                \
     "0 or a power of two up to 1024, or a list [MiB:N,...,>:N] whose keys are powers of two from 1 to 32768 in "       \
@@ -769,6 +771,10 @@ static const conf_opt_t conf_opts[] = {
     {"max_pending_mb", "MiB", "256M", "0 or at least 1M",
      "frees still behind fences the cache may hold beyond the live bytes before a miss waits for a fence",
      conf_set_size, conf_show_size, .off = F(max_pending), .unit = MiB, .min = MiB, .flags = CONF_F_ZERO_OK},
+    {"ipc", "choice", "peer", "peer or strict",
+     "IPC handles of cucache blocks open exactly the block in peers that run cucache, or are plain CUDA handles "
+     "(a block not at its segment's start then cannot be exported)",
+     conf_set_choice, conf_show_choice, .off = F(ipc), .names = conf_ipc_names},
     /* PyTorch's constants, configurable */
     {"min_block_size", "bytes", "512", "a power of two from 256 to 64K",
      "every request rounds up to a multiple of this",
@@ -905,6 +911,7 @@ void conf_defaults(conf_t *c)
     c->fraction = 0.92;
     c->reuse = CONF_REUSE_FENCED;
     c->max_pending = 256 * MiB;
+    c->ipc = CONF_IPC_PEER;
 }
 
 int conf_parse(conf_t *c, const char *text, char *err, size_t errlen)

@@ -33,6 +33,11 @@ typedef enum conf_reuse_e {
     CONF_REUSE_SYNC,   /* synchronise the device on every free */
 } conf_reuse_t;
 
+typedef enum conf_ipc_e {
+    CONF_IPC_PEER,   /* handles of cucache blocks open in peers running cucache (default) */
+    CONF_IPC_STRICT, /* plain CUDA handles; a block not at its segment's start is refused */
+} conf_ipc_t;
+
 typedef struct conf_s {
     /* sizes, in bytes */
     size_t min_block_size;         /* every request rounds up to a multiple; 512; power of two */
@@ -52,6 +57,7 @@ typedef struct conf_s {
     double fraction;          /* preallocate: share of free memory reserved; (0, 1]; 0.92 */
     conf_reuse_t reuse;       /* reuse:fenced|stream|sync */
     size_t max_pending;       /* max_pending_mb; pending bytes beyond the live ones before a miss waits; 256 MiB */
+    conf_ipc_t ipc;           /* ipc:peer|strict (the interposer's IPC export, docs/interposer.md) */
 } conf_t;
 
 /* The defaults (PyTorch's policy, Paddle's auto_growth, reuse:fenced). */

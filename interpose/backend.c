@@ -305,6 +305,13 @@ static void event_release(void *ctx, int device, uint64_t event)
     hostalloc_free(f);
 }
 
+static int hold_query(void *ctx, int device, uint64_t token)
+{
+    (void)ctx;
+    (void)device;
+    return hook_ipc_hold_query(token);
+}
+
 const core_backend_t hook_backend = {
     .ctx = NULL,
     .seg_alloc = seg_alloc,
@@ -315,4 +322,5 @@ const core_backend_t hook_backend = {
     .event_wait = event_wait,
     .event_release = event_release,
     .device_sync = device_sync,
+    .hold_query = hold_query,
 };

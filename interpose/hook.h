@@ -3,7 +3,8 @@
  *
  * How a call travels:
  *
- *   program ──► exported hook (hook_rt_mem.c, hook_cu_mem.c, hook_sync.c)
+ *   program ──► exported hook (hook_rt_mem.c, hook_cu_mem.c, hook_sync.c,
+ *                 │            hook_ptr.c, hook_ipc.c)
  *                 │  bypass? (re-entry guard, cucache off) ──► real entry point
  *                 ▼
  *               hook_dev_t of the call's device (state.c) ──► core_* (core/)
@@ -105,6 +106,13 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cuEventQuery)                                                                                                    \
     X(cuEventSynchronize)                                                                                              \
     X(cuEventDestroy_v2)                                                                                               \
+    X(cuDeviceGetMemPool)                                                                                              \
+    X(cuPointerGetAttribute)                                                                                           \
+    X(cuPointerGetAttributes)                                                                                          \
+    X(cuMemGetAddressRange_v2)                                                                                         \
+    X(cuIpcGetMemHandle)                                                                                               \
+    X(cuIpcOpenMemHandle_v2)                                                                                           \
+    X(cuIpcCloseMemHandle)                                                                                             \
     X(cuGetProcAddress_v2)
 
 /* X(name): the runtime's export of that name, found with RTLD_NEXT. */
@@ -129,7 +137,11 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cudaStreamBeginCapture)                                                                                          \
     X(cudaStreamBeginCapture_ptsz)                                                                                     \
     X(cudaStreamEndCapture)                                                                                            \
-    X(cudaStreamEndCapture_ptsz)
+    X(cudaStreamEndCapture_ptsz)                                                                                       \
+    X(cudaPointerGetAttributes)                                                                                        \
+    X(cudaIpcGetMemHandle)                                                                                             \
+    X(cudaIpcOpenMemHandle)                                                                                            \
+    X(cudaIpcCloseMemHandle)
 
 typedef struct hook_driver_s {
 #define HOOK_FIELD(name) __typeof__(name) *name;
@@ -276,6 +288,43 @@ void hook_adjust_meminfo(hook_dev_t *hd, size_t *free_bytes, size_t *total);
  * how the core must treat it. */
 core_free_t hook_free_policy(hook_dev_t *hd);
 
+/* What addr is to cucache, on every device with an allocator (and, in a
+ * peer, among the blocks it opened by IPC: ipc.c): CORE_WHERE_LIVE inside
+ * a block the program holds, CORE_WHERE_DEAD inside cucache's memory but
+ * in no live block (to answer as freed memory), CORE_WHERE_NONE elsewhere
+ * (foreign: the real call answers).  *hd: the device (NULL for an IPC
+ * import).  For pointer queries and IPC: walks segments (state.c). */
+core_where_t hook_describe(uintptr_t addr, core_ptr_info_t *info, hook_dev_t **hd);
+
+/* ------------------------------------------------------------------------
+ * IPC (ipc.c; the hooks are hook_ipc.c, docs/interposer.md "IPC")
+ * ---------------------------------------------------------------------- */
+
+/* Exports the live block at addr (in info, on hd) for another process:
+ * fills the 64 bytes of a CUipcMemHandle/cudaIpcMemHandle_t.  CUDA's
+ * error otherwise (a stream-ordered block is not exportable, as pool
+ * memory is not; under ipc:strict a block not at its segment's start is
+ * refused with a line). */
+CUresult hook_ipc_export(hook_dev_t *hd, const core_ptr_info_t *info, char handle[64]);
+/* Whether the 64 bytes are a handle cucache made (then hook_ipc_open
+ * answers them; otherwise the real call does). */
+bool hook_ipc_is_ours(const char handle[64]);
+/* Opens a handle cucache made in another process: *out is exactly the
+ * exported block.  ctx_hd: a device whose primary context is pushed around
+ * the real calls (the runtime's hooks), or NULL for the current context.  CUDA's error otherwise, with a line where cucache
+ * refuses (a corrupted handle or registry, one another user made). */
+CUresult hook_ipc_open(const char handle[64], unsigned flags, hook_dev_t *ctx_hd, uintptr_t *out);
+/* Closes an open of hook_ipc_open: CUDA_SUCCESS, or CUDA_ERROR_NOT_FOUND
+ * when addr is not one (the real call answers then). */
+CUresult hook_ipc_close(uintptr_t addr);
+/* The backend's hold_query: whether an exported block the program freed
+ * may be reused (no peer has it open any more). */
+int hook_ipc_hold_query(uint64_t token);
+/* addr inside a block this process opened by IPC: fills info (LIVE). */
+bool hook_ipc_describe(uintptr_t addr, core_ptr_info_t *info);
+/* A device's allocator is dropped (reset): its exports open no more. */
+void hook_ipc_dev_dropped(int ordinal);
+
 /* ------------------------------------------------------------------------
  * Streams and captures (streams.c)
  * ---------------------------------------------------------------------- */
@@ -363,6 +412,7 @@ void hook_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 typedef enum hook_warn_e {
     HOOK_WARN_BAD_FREE,
     HOOK_WARN_BACKEND,
+    HOOK_WARN_IPC,
     HOOK_WARN_KINDS,
 } hook_warn_t;
 

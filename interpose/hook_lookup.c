@@ -18,6 +18,7 @@
 #include "hook.h"
 
 HOOK_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+HOOK_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 
 /* Every hook below is defined in a hook_*.c file; cuda_api.h declares it. */
 #define ROUTE(name) {#name, (void *)name, NULL},
@@ -45,6 +46,13 @@ route_t hook_routes[] = {
     ROUTE(cuStreamEndCapture_ptsz)
     ROUTE(cuDevicePrimaryCtxReset_v2)
     ROUTE(cuCtxDestroy_v2)
+    ROUTE(cuPointerGetAttribute)
+    ROUTE(cuPointerGetAttributes)
+    ROUTE(cuMemGetAddressRange_v2)
+    ROUTE(cuIpcGetMemHandle)
+    ROUTE(cuIpcOpenMemHandle)
+    ROUTE(cuIpcOpenMemHandle_v2)
+    ROUTE(cuIpcCloseMemHandle)
 };
 const size_t hook_nroutes = sizeof hook_routes / sizeof hook_routes[0];
 

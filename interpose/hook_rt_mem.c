@@ -143,10 +143,14 @@ HOOK_API cudaError_t cudaFree(void *devPtr)
     return e;
 }
 
-/* Free memory as the program can use it: what the device has plus what the
- * cache holds unused (free now or once its fence completes); under a limit
- * (limit_mb, per_process_memory_fraction) the limit is the total, and free
- * never exceeds what the limit leaves. */
+/* Free memory is what one allocation of that size could then obtain, so
+ * that a program that allocates the reported free memory (workspace
+ * sizing does) succeeds: the device's free memory plus the whole free
+ * segments the cache gives back at once (free space inside partly used
+ * segments serves no such allocation; frees still pending are not given
+ * back at once), within a limit (limit_mb, per_process_memory_fraction,
+ * then the total), and no more than a request whose rounding and segment
+ * (core_fit) fit in that room. */
 void hook_adjust_meminfo(hook_dev_t *hd, size_t *free_bytes, size_t *total)
 {
     core_dev_t *d = hd ? hook_dev_core(hd) : NULL;
@@ -154,16 +158,16 @@ void hook_adjust_meminfo(hook_dev_t *hd, size_t *free_bytes, size_t *total)
         return;
     core_usage_t u;
     core_usage(d, &u);
-    *free_bytes += u.reserved - u.allocated;
+    size_t room = *free_bytes + u.releasable;
     if (u.allowed != SIZE_MAX) {
         if (u.allowed < *total)
             *total = u.allowed;
-        size_t left = u.allowed > u.allocated ? u.allowed - u.allocated : 0;
-        if (*free_bytes > left)
-            *free_bytes = left;
+        size_t kept = u.reserved - u.releasable;
+        size_t left = u.allowed > kept ? u.allowed - kept : 0;
+        if (room > left)
+            room = left;
     }
-    if (*free_bytes > *total)
-        *free_bytes = *total;
+    *free_bytes = core_fit(d, room < *total ? room : *total);
 }
 
 HOOK_API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)

@@ -133,6 +133,7 @@ void hook_dev_drop(hook_dev_t *hd)
     pthread_mutex_lock(&open_lock);
     core_dev_t *d = atomic_exchange(&hd->core, NULL);
     if (d) {
+        hook_ipc_dev_dropped(hd->ordinal);
         hook_depth++;
         core_dev_destroy(d);
         hook_depth--;
@@ -219,6 +220,22 @@ int hook_free_any(hook_dev_t *first, uintptr_t addr, core_free_t how, core_strea
         *inside = o && core_owns(o, addr);
     }
     return CORE_NOT_MINE;
+}
+
+core_where_t hook_describe(uintptr_t addr, core_ptr_info_t *info, hook_dev_t **hd)
+{
+    *hd = NULL;
+    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+        core_dev_t *d = hook_dev_core(&hook_devs[i]);
+        if (d && core_describe(d, addr, info) != CORE_WHERE_NONE) {
+            *hd = &hook_devs[i];
+            return info->where;
+        }
+    }
+    if (hook_ipc_describe(addr, info))
+        return CORE_WHERE_LIVE;
+    memset(info, 0, sizeof *info);
+    return CORE_WHERE_NONE;
 }
 
 core_free_t hook_free_policy(hook_dev_t *hd)

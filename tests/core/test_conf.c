@@ -59,6 +59,7 @@ static const char *const all_keys[] = {
     "fraction",
     "reuse",
     "max_pending_mb",
+    "ipc",
     "min_block_size",
     "small_size",
     "small_segment_size",
@@ -130,7 +131,7 @@ static bool conf_same(const conf_t *a, const conf_t *b)
            memcmp(a->roundup_divs, b->roundup_divs, sizeof a->roundup_divs) == 0 &&
            a->gc_threshold == b->gc_threshold && a->expandable_segments == b->expandable_segments &&
            a->memory_fraction == b->memory_fraction && a->limit == b->limit && a->strategy == b->strategy &&
-           a->fraction == b->fraction && a->reuse == b->reuse;
+           a->fraction == b->fraction && a->reuse == b->reuse && a->ipc == b->ipc;
 }
 
 static void assert_divs(const conf_t *c, const unsigned want[CONF_ROUNDUP_INTERVALS])
@@ -680,9 +681,12 @@ static void test_key_reuse(void **state)
     (void)state;
     assert_int_equal(parse_ok("reuse:stream").reuse, CONF_REUSE_STREAM);
     assert_int_equal(parse_ok("reuse:sync").reuse, CONF_REUSE_SYNC);
+    assert_int_equal(parse_ok("ipc:strict").ipc, CONF_IPC_STRICT);
+    assert_int_equal(parse_ok("ipc:peer").ipc, CONF_IPC_PEER);
     assert_int_equal(parse_ok("reuse:sync,reuse:fenced").reuse, CONF_REUSE_FENCED);
     ERR("reuse:fence", "reuse:fence: expected fenced, stream or sync");
     ERR("reuse:1", "reuse:1: expected fenced, stream or sync");
+    ERR("ipc:none", "ipc:none: expected peer or strict");
 }
 
 static void test_key_min_block_size(void **state)

@@ -193,12 +193,16 @@ static const char *const hooked[] = {"cuMemAlloc_v2",        "cuMemFree_v2",
                                      "cuEventSynchronize",   "cuStreamCreate",
                                      "cuStreamDestroy_v2",   "cuStreamCreateWithPriority",
                                      "cuCtxDestroy_v2",      "cuStreamBeginCapture_v2",
-                                     "cuStreamEndCapture",   "cuDevicePrimaryCtxReset_v2"};
+                                     "cuStreamEndCapture",   "cuDevicePrimaryCtxReset_v2",
+                                     "cuPointerGetAttribute", "cuPointerGetAttributes",
+                                     "cuMemGetAddressRange_v2", "cuIpcGetMemHandle",
+                                     "cuIpcOpenMemHandle",    "cuIpcOpenMemHandle_v2",
+                                     "cuIpcCloseMemHandle"};
 
 static const char *const unhooked[] = {"cuMemcpy",
                                        "cuInit",
                                        "cuMemcpyHtoD_v2",
-                                       "cuMemGetAddressRange_v2",
+                                       "cuPointerSetAttribute",
                                        "cuMemAllocFromPoolAsync",
                                        "cucacheSimDeviceAllocs"};
 

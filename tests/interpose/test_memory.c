@@ -8,9 +8,8 @@
  * points; that a block freed while some stream may still use it is not
  * handed out early (cudaFree returns without waiting, the next cudaMalloc
  * gets other memory; cudaFreeAsync's block is not taken by another stream),
- * and is waited for rather than failed when memory is short; and that
- * cudaMemGetInfo counts the cache's unused bytes as free (NULL out-parameters
- * accepted).
+ * and is waited for rather than failed when memory is short
+ * (cudaMemGetInfo has test_meminfo.c).
  *
  * Seen to fail: without LD_PRELOAD every cucache check fails with "cucache's
  * API ... is not in this process" (the two pure data tests pass); with
@@ -541,71 +540,6 @@ static void test_threads_keep_their_data(void **state)
     assert_int_equal(itest_stat(0, "allocation.all.current"), live0);
 }
 
-/* ---- cudaMemGetInfo -------------------------------------------------- */
-
-static void meminfo(size_t *f, size_t *t)
-{
-    *f = *t = 0;
-    SIM_OK(cudaMemGetInfo(f, t));
-}
-
-static void expect_near(size_t got, size_t want, size_t tol, const char *what)
-{
-    size_t d = got > want ? got - want : want - got;
-    if (d > tol) {
-        print_error("%s: %zu, expected %zu within %zu\n", what, got, want, tol);
-        fail();
-    }
-}
-
-/* Free memory counts what the program holds, not what the cache holds:
- * free + allocated stays what free was before, up to rounding, while the
- * cache keeps the freed blocks (reserved bytes). */
-static void test_meminfo_counts_cached_bytes_as_free(void **state)
-{
-    (void)state;
-    static const size_t msizes[] = {100 * MIB, 3 * MIB + 1, 4096, 1, 40 * MIB + 512};
-    enum { M = sizeof msizes / sizeof msizes[0] };
-    const size_t tol = M * 2 * MIB; /* rounding: at most 2 MiB per block */
-    SIM_OK(cudaDeviceSynchronize());
-    size_t f0, t0, f1, t1, f2, t2;
-    meminfo(&f0, &t0);
-    assert_int_equal(t0, ITEST_CAPACITY);
-    assert_true(f0 <= t0);
-    void *p[M];
-    size_t sum = 0;
-    for (size_t i = 0; i < M; i++) {
-        SIM_OK(cudaMalloc(&p[i], msizes[i]));
-        sum += msizes[i];
-    }
-    meminfo(&f1, &t1);
-    assert_int_equal(t1, t0);
-    expect_near(f1 + sum, f0, tol, "free + allocated after the allocations");
-    for (size_t i = 0; i < M; i++)
-        SIM_OK(cudaFree(p[i]));
-    SIM_OK(cudaDeviceSynchronize());
-    meminfo(&f2, &t2);
-    assert_int_equal(t2, t0);
-    expect_near(f2, f0, tol, "free after freeing everything");
-    /* ... although the cache still holds the memory */
-    int64_t reserved = itest_stat(0, "reserved_bytes.all.current");
-    if (reserved < (int64_t)(100 * MIB)) {
-        print_error("reserved_bytes.all.current is %lld after the frees: the blocks were not cached\n",
-                    (long long)reserved);
-        fail();
-    }
-    assert_true(itest_stat(0, "allocated_bytes.all.current") < reserved);
-
-    /* NULL out-parameters */
-    size_t only = 0;
-    SIM_OK(cudaMemGetInfo(NULL, &only));
-    assert_int_equal(only, t0);
-    only = 0;
-    SIM_OK(cudaMemGetInfo(&only, NULL));
-    expect_near(only, f2, 0, "free with total NULL");
-    SIM_OK(cudaMemGetInfo(NULL, NULL));
-}
-
 /* ---- edges ------------------------------------------------------------ */
 
 static void test_malloc_zero_free_null_and_null_out_param(void **state)
@@ -636,7 +570,6 @@ int main(void)
         ITEST(test_free_async_not_reused_by_another_stream_early),
         ITEST(test_fenced_free_waits_for_the_streams),
         ITEST(test_threads_keep_their_data),
-        ITEST(test_meminfo_counts_cached_bytes_as_free),
         ITEST(test_malloc_zero_free_null_and_null_out_param),
     };
     return ITEST_RUN("interpose.memory", tests, itest_group_setup);

@@ -1,0 +1,200 @@
+/*
+ * Pointer queries: cuPointerGetAttribute, cuPointerGetAttributes,
+ * cuMemGetAddressRange_v2 and cudaPointerGetAttributes.  Communication
+ * libraries register buffers by the range these answer and drop stale
+ * registrations when the buffer id changes, so a cucache block must be
+ * described as CUDA without a cache describes an allocation:
+ *
+ *   - inside a live block: the block is the allocation.  Its range is the
+ *     block's start and requested size (what the driver answers for an
+ *     allocation of that size), its mapping that size rounded as cudaMalloc
+ *     maps it (512 bytes up to 1 MiB, 2 MiB pages), its buffer and memory
+ *     block id the block's own (unique, never reused, also for a block
+ *     handed out again at the same address).  A stream-ordered block
+ *     answers as pool memory: its device's current pool, not IPC capable,
+ *     no P2P tokens.  Every other attribute (context, device, memory type,
+ *     access, ...) is the segment's, which is the block's.
+ *   - inside cucache's memory but in no live block (freed, pending, cached,
+ *     a block's rounding): freed memory, as the driver answers for memory
+ *     it does not know (CUDA_ERROR_INVALID_VALUE, the defaults of
+ *     cuPointerGetAttributes, CUDA_ERROR_NOT_FOUND, "unregistered").
+ *   - anywhere else: the real call answers.
+ * A peer's blocks opened by IPC answer the same way (hook_describe).
+ */
+#include <string.h>
+
+#include "hook.h"
+
+/* The mapping cudaMalloc makes for `n` bytes. */
+static size_t cuda_mapping(size_t n)
+{
+    const size_t small = (size_t)1 << 20, page = (size_t)2 << 20;
+    return n <= small ? (n + 511) / 512 * 512 : (n + page - 1) / page * page;
+}
+
+/* An attribute of a live block that sub-allocation changes: written (1,
+ * *r the result), or 0 when the segment's answer is the block's. */
+static int block_attr(void *data, CUpointer_attribute attr, const core_ptr_info_t *b, const hook_dev_t *hd,
+                      CUresult *r)
+{
+    bool ordered = b->stream != 0; /* cudaMallocAsync: what CUDA serves from a pool */
+    *r = CUDA_SUCCESS;
+    switch ((int)attr) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(CUdeviceptr *)data = (CUdeviceptr)b->base;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = b->requested;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *(size_t *)data = cuda_mapping(b->requested);
+        return 1;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = b->id;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        if (!ordered)
+            return 0;
+        *(unsigned char *)data = 0;
+        return 1;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: {
+        CUmemoryPool pool = NULL;
+        if (ordered && hd && CU_REAL(cuDeviceGetMemPool, &pool, hd->handle) != CUDA_SUCCESS)
+            pool = NULL;
+        *(CUmemoryPool *)data = pool;
+        return 1;
+    }
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+        if (!ordered)
+            return 0;
+        *r = CUDA_ERROR_INVALID_VALUE; /* tokens are for cuMemAlloc memory */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* What cuPointerGetAttributes answers for memory the driver does not know
+ * (a freed allocation): every attribute's default. */
+static CUresult unknown_attr(void *data, CUpointer_attribute attr)
+{
+    switch ((int)attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+        *(void **)data = NULL;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+        *(unsigned int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+        *(CUdeviceptr *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+        memset(data, 0, sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS));
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+        *(unsigned char *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = -2;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        *(size_t *)data = 0;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* The driver's first check: a device pointer needs a current context. */
+static bool no_context(void)
+{
+    CUcontext cur = NULL;
+    return CU_REAL(cuCtxGetCurrent, &cur) != CUDA_SUCCESS || !cur;
+}
+
+HOOK_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    core_ptr_info_t info;
+    hook_dev_t *hd;
+    if (hook_bypass() || !data || hook_describe((uintptr_t)ptr, &info, &hd) == CORE_WHERE_NONE)
+        return CU_REAL(cuPointerGetAttribute, data, attribute, ptr);
+    if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER && no_context())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (info.where == CORE_WHERE_DEAD)
+        return CUDA_ERROR_INVALID_VALUE; /* freed memory */
+    CUresult r;
+    if (block_attr(data, attribute, &info, hd, &r))
+        return r;
+    return CU_REAL(cuPointerGetAttribute, data, attribute, ptr);
+}
+
+HOOK_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
+                                         CUdeviceptr ptr)
+{
+    core_ptr_info_t info;
+    hook_dev_t *hd;
+    if (hook_bypass() || !attributes || !data || hook_describe((uintptr_t)ptr, &info, &hd) == CORE_WHERE_NONE)
+        return CU_REAL(cuPointerGetAttributes, numAttributes, attributes, data, ptr);
+    CUresult r = CUDA_SUCCESS;
+    if (info.where == CORE_WHERE_LIVE)
+        r = CU_REAL(cuPointerGetAttributes, numAttributes, attributes, data, ptr); /* the segment's answers */
+    for (unsigned i = 0; r == CUDA_SUCCESS && i < numAttributes; i++) {
+        if (!data[i])
+            continue;
+        if (info.where == CORE_WHERE_DEAD)
+            r = unknown_attr(data[i], attributes[i]);
+        else
+            block_attr(data[i], attributes[i], &info, hd, &r);
+    }
+    return r;
+}
+
+HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    core_ptr_info_t info;
+    hook_dev_t *hd;
+    if (hook_bypass() || hook_describe((uintptr_t)dptr, &info, &hd) == CORE_WHERE_NONE)
+        return CU_REAL(cuMemGetAddressRange_v2, pbase, psize, dptr);
+    if (info.where == CORE_WHERE_DEAD)
+        return CUDA_ERROR_NOT_FOUND;
+    if (pbase)
+        *pbase = (CUdeviceptr)info.base;
+    if (psize)
+        *psize = info.requested;
+    return CUDA_SUCCESS;
+}
+
+/* The runtime's query, for runtimes that do not ask the driver hooks: a
+ * live block's answers are its segment's; freed memory answers as memory
+ * CUDA does not know, which the runtime reports as unregistered host
+ * memory. */
+HOOK_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
+{
+    core_ptr_info_t info;
+    hook_dev_t *hd;
+    if (hook_bypass() || !attributes || hook_describe((uintptr_t)ptr, &info, &hd) != CORE_WHERE_DEAD)
+        return RT_REAL(cudaPointerGetAttributes, attributes, ptr);
+    memset(attributes, 0, sizeof *attributes);
+    attributes->type = cudaMemoryTypeUnregistered;
+    attributes->device = -2;
+    attributes->hostPointer = (void *)(uintptr_t)ptr;
+    return cudaSuccess;
+}

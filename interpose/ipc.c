@@ -1,0 +1,495 @@
+/*
+ * IPC of cucache blocks (docs/interposer.md, "IPC").  The hooks are in
+ * hook_ipc.c; this file keeps the state both sides need.
+ *
+ * CUDA's handle names a whole allocation, and a cucache block is part of a
+ * segment: the plain handle of the segment would let a peer map the
+ * segment's start, another block's bytes, without any error.  So, by
+ * default (ipc:peer), cucache hands the program a handle of its own (a
+ * "tag", 64 bytes that CUDA itself refuses), and publishes what a peer
+ * needs to open exactly the block in a registry:
+ *
+ *   - the registry is a memfd of the exporting process, mode 0600, that a
+ *     peer of the same user maps through /proc/PID/fd/N (the tag names
+ *     both).  It disappears with the exporter; nothing is left behind;
+ *   - an entry holds the segment's real CUDA handle, the block's offset,
+ *     size and id, a checksum, and one atomic word: generation, state
+ *     (free, live, held) and the peers' open count;
+ *   - a peer running cucache (children inherit LD_PRELOAD) validates the
+ *     tag and the entry, counts its open, opens the real handle and returns
+ *     the segment's mapping plus the offset: exactly the block.  A peer
+ *     without cucache passes the tag to CUDA, which refuses it;
+ *   - the exporter marks the exported block with core_hold: when the
+ *     program frees it, it stays pending (no new owner) until the backend's
+ *     hold_query sees no peer has it open; the first query after the free
+ *     turns the entry from live to held, so no peer opens it any more.
+ *
+ * ipc:strict hands out plain CUDA handles for blocks at the start of their
+ * segment and refuses the others with one line; cucache cannot see such
+ * peers, so a freed exported block is never reused (it stays held until
+ * the device is reset or the process exits): a late peer never reads a new
+ * owner's bytes.
+ *
+ * Locking: ipc_lock guards this process's registry and its imports; the
+ * entry words are shared with other processes and only changed atomically.
+ * hold_query runs under a core device lock and takes no lock.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hook.h"
+#include "hostalloc.h"
+
+#define TAG_MAGIC "cucache\x01"
+#define REG_MAGIC "cucacheR"
+#define REG_VERSION 1u
+#define REG_ENTRIES 4096u
+
+/* An entry's word: generation (32 bits) | state (2) | opens (30). */
+enum { ENTRY_FREE = 0, ENTRY_LIVE = 1, ENTRY_HELD = 2 };
+#define W_GEN(w) ((uint32_t)((w) >> 32))
+#define W_STATE(w) ((unsigned)((w) >> 30) & 3u)
+#define W_OPENS(w) ((uint32_t)(w)&0x3fffffffu)
+#define W_MAKE(gen, state, opens) ((uint64_t)(gen) << 32 | (uint64_t)(state) << 30 | (uint64_t)(opens))
+
+typedef struct reg_entry_s {
+    _Atomic uint64_t word;
+    char real[64];   /* the segment's CUDA handle */
+    uint64_t id;     /* the block's allocation id */
+    uint64_t offset; /* its offset in the segment */
+    uint64_t size;   /* its requested bytes */
+    uint32_t device; /* the exporter's ordinal */
+    uint32_t check;  /* entry_check() when written */
+} reg_entry_t;
+
+typedef struct reg_s {
+    char magic[8];
+    uint32_t version, nentries;
+    uint64_t nonce; /* tells this registry from one of a later process with the same pid */
+    int32_t pid;
+    uint32_t pad;
+    reg_entry_t e[];
+} reg_t;
+
+#define REG_BYTES (sizeof(reg_t) + REG_ENTRIES * sizeof(reg_entry_t))
+
+/* The 64 bytes the program gets instead of CUDA's handle. */
+typedef struct tag_s {
+    char magic[8];
+    int32_t pid;    /* the exporter */
+    int32_t fd;     /* its registry's descriptor */
+    uint32_t index; /* the entry */
+    uint32_t gen;   /* its generation when exported */
+    uint64_t nonce; /* the registry's */
+    uint64_t id, offset, size;
+    uint32_t device;
+    uint32_t check; /* tag_check() */
+} tag_t;
+_Static_assert(sizeof(tag_t) == 64, "a tag fills an IPC handle exactly");
+
+/* core_hold tokens: (index + 1) << 32 | generation; strict: never over. */
+#define HOLD_STRICT UINT64_MAX
+
+typedef struct import_s {
+    int32_t pid;
+    uint64_t nonce;
+    uint32_t index, gen;
+    unsigned refs;
+    uintptr_t ptr;      /* what the program got: the block */
+    CUdeviceptr base;   /* the segment's mapping (the real open) */
+    size_t size;        /* the block's requested bytes */
+    uint64_t id;        /* its id in this process (pointer queries) */
+    hook_dev_t *ctx_hd; /* primary context pushed around the real calls, or NULL */
+    reg_t *remote;      /* the exporter's registry, mapped */
+} import_t;
+
+static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+static reg_t *reg; /* this process's registry (NULL until the first export) */
+static int reg_fd = -1;
+static import_t *imports;
+static size_t nimports, cap_imports;
+static uint64_t import_ids;
+
+static uint32_t fnv(uint32_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+static uint32_t entry_check(const reg_t *r, uint32_t index, const reg_entry_t *e)
+{
+    uint32_t h = fnv(2166136261u, &r->nonce, sizeof r->nonce);
+    h = fnv(h, &index, sizeof index);
+    h = fnv(h, e->real, sizeof e->real);
+    h = fnv(h, &e->id, sizeof e->id);
+    h = fnv(h, &e->offset, sizeof e->offset);
+    h = fnv(h, &e->size, sizeof e->size);
+    return fnv(h, &e->device, sizeof e->device);
+}
+
+static uint32_t tag_check(const tag_t *t)
+{
+    return fnv(2166136261u, t, offsetof(tag_t, check));
+}
+
+/* A fork child has neither the parent's registry (MADV_DONTFORK) nor its
+ * CUDA mappings: it starts with none of either. */
+static void atfork_child(void)
+{
+    pthread_mutex_init(&ipc_lock, NULL);
+    reg = NULL;
+    reg_fd = -1;
+    imports = NULL;
+    nimports = cap_imports = 0;
+}
+
+static void install_atfork(void)
+{
+    pthread_atfork(NULL, NULL, atfork_child);
+}
+
+/* ------------------------------------------------------------------------
+ * The exporter
+ * ---------------------------------------------------------------------- */
+
+/* Creates this process's registry (ipc_lock held). */
+static int registry_create(void)
+{
+    int fd = memfd_create("cucache-ipc", MFD_CLOEXEC);
+    if (fd < 0 || fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)REG_BYTES) != 0) {
+        hook_warn(HOOK_WARN_IPC, "IPC: cannot create the registry peers read (%s); not exporting", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    reg_t *r = mmap(NULL, REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (r == MAP_FAILED) {
+        close(fd);
+        return -1;
+    }
+    madvise(r, REG_BYTES, MADV_DONTFORK);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    memcpy(r->magic, REG_MAGIC, 8);
+    r->version = REG_VERSION;
+    r->nentries = REG_ENTRIES;
+    r->nonce = (uint64_t)ts.tv_nsec << 32 ^ (uint64_t)ts.tv_sec ^ (uint64_t)getpid() << 40 ^ (uintptr_t)r;
+    r->pid = (int32_t)getpid();
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install_atfork);
+    reg = r;
+    reg_fd = fd;
+    return 0;
+}
+
+/* An entry for the block (ipc_lock held): the one already exporting it,
+ * or a free one made live.  NULL when all are taken. */
+static reg_entry_t *entry_for(const core_ptr_info_t *info, uint32_t device, const char real[64], uint32_t *index)
+{
+    reg_entry_t *spare = NULL;
+    for (uint32_t i = 0; i < REG_ENTRIES; i++) {
+        reg_entry_t *e = &reg->e[i];
+        uint64_t w = atomic_load(&e->word);
+        if (W_STATE(w) == ENTRY_LIVE && e->id == info->id) {
+            *index = i;
+            return e;
+        }
+        if (!spare && W_STATE(w) == ENTRY_FREE) {
+            spare = e;
+            *index = i;
+        }
+    }
+    if (!spare)
+        return NULL;
+    memcpy(spare->real, real, 64);
+    spare->id = info->id;
+    spare->offset = info->base - info->seg_base;
+    spare->size = info->requested;
+    spare->device = device;
+    spare->check = entry_check(reg, *index, spare);
+    uint64_t w = atomic_load(&spare->word);
+    atomic_store(&spare->word, W_MAKE(W_GEN(w) + 1, ENTRY_LIVE, 0));
+    return spare;
+}
+
+CUresult hook_ipc_export(hook_dev_t *hd, const core_ptr_info_t *info, char handle[64])
+{
+    if (info->stream != 0)
+        return CUDA_ERROR_INVALID_VALUE; /* stream-ordered: CUDA's pools are not exportable this way either */
+    core_dev_t *d = hook_dev_core(hd);
+    CUipcMemHandle real;
+    bool pushed;
+    if (!d || !hook_ctx_enter(hd, &pushed))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = CU_REAL(cuIpcGetMemHandle, &real, (CUdeviceptr)info->seg_base);
+    hook_ctx_leave(pushed);
+    if (r != CUDA_SUCCESS)
+        return r;
+    size_t offset = info->base - info->seg_base;
+    if (hook_conf.ipc == CONF_IPC_STRICT) {
+        if (offset != 0) {
+            hook_warn(HOOK_WARN_IPC,
+                      "cudaIpcGetMemHandle(0x%lx): this block lies %zu bytes into a cucache segment, and a peer "
+                      "would map the segment's start; refused under CUCACHE_CONF=ipc:strict "
+                      "(CUDA_ERROR_INVALID_VALUE). Without it the handle opens exactly the block in peers that run "
+                      "cucache",
+                      (unsigned long)info->base, offset);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+        if (core_hold(d, info->base, HOLD_STRICT) != CORE_FREED)
+            return CUDA_ERROR_INVALID_VALUE; /* freed meanwhile */
+        memcpy(handle, real.reserved, 64);
+        return CUDA_SUCCESS;
+    }
+    pthread_mutex_lock(&ipc_lock);
+    uint32_t index = 0;
+    reg_entry_t *e = reg || registry_create() == 0 ? entry_for(info, (uint32_t)hd->ordinal, real.reserved, &index)
+                                                   : NULL;
+    if (!e) {
+        pthread_mutex_unlock(&ipc_lock);
+        if (reg)
+            hook_warn(HOOK_WARN_IPC, "cudaIpcGetMemHandle: %u blocks are exported at once, the most cucache tracks",
+                      REG_ENTRIES);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint32_t gen = W_GEN(atomic_load(&e->word));
+    if (core_hold(d, info->base, (uint64_t)(index + 1) << 32 | gen) != CORE_FREED) {
+        atomic_store(&e->word, W_MAKE(gen, ENTRY_FREE, 0)); /* freed meanwhile */
+        pthread_mutex_unlock(&ipc_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    tag_t t = {.pid = reg->pid,
+               .fd = reg_fd,
+               .index = index,
+               .gen = gen,
+               .nonce = reg->nonce,
+               .id = e->id,
+               .offset = e->offset,
+               .size = e->size,
+               .device = e->device};
+    memcpy(t.magic, TAG_MAGIC, 8);
+    t.check = tag_check(&t);
+    memcpy(handle, &t, sizeof t);
+    pthread_mutex_unlock(&ipc_lock);
+    return CUDA_SUCCESS;
+}
+
+int hook_ipc_hold_query(uint64_t token)
+{
+    if (token == HOLD_STRICT)
+        return 0;
+    uint32_t index = (uint32_t)(token >> 32) - 1, gen = (uint32_t)token;
+    if (!reg || index >= REG_ENTRIES)
+        return 1;
+    reg_entry_t *e = &reg->e[index];
+    for (;;) {
+        uint64_t w = atomic_load(&e->word);
+        if (W_GEN(w) != gen || W_STATE(w) == ENTRY_FREE)
+            return 1;
+        uint64_t next = W_STATE(w) == ENTRY_LIVE ? W_MAKE(gen, ENTRY_HELD, W_OPENS(w)) /* freed: no new opens */
+                        : W_OPENS(w) == 0        ? W_MAKE(gen, ENTRY_FREE, 0)
+                                                 : w;
+        if (next == w)
+            return 0; /* a peer still has it open */
+        atomic_compare_exchange_strong(&e->word, &w, next);
+    }
+}
+
+void hook_ipc_dev_dropped(int ordinal)
+{
+    pthread_mutex_lock(&ipc_lock);
+    for (uint32_t i = 0; reg && i < REG_ENTRIES; i++) {
+        reg_entry_t *e = &reg->e[i];
+        uint64_t w = atomic_load(&e->word);
+        while (W_STATE(w) == ENTRY_LIVE && e->device == (uint32_t)ordinal &&
+               !atomic_compare_exchange_strong(&e->word, &w, W_MAKE(W_GEN(w), ENTRY_HELD, W_OPENS(w))))
+            ;
+    }
+    pthread_mutex_unlock(&ipc_lock);
+}
+
+/* ------------------------------------------------------------------------
+ * The peer
+ * ---------------------------------------------------------------------- */
+
+bool hook_ipc_is_ours(const char handle[64])
+{
+    return memcmp(handle, TAG_MAGIC, 8) == 0;
+}
+
+/* Maps the exporter's registry and checks it is the one the tag names;
+ * NULL with *r set otherwise (and a line where cucache refuses). */
+static reg_t *registry_open(const tag_t *t, CUresult *r)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)t->pid, (int)t->fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT || errno == ESRCH) {
+            *r = CUDA_ERROR_INVALID_HANDLE; /* the exporter exited: a stale handle */
+        } else {
+            hook_warn(HOOK_WARN_IPC,
+                      "cudaIpcOpenMemHandle: cannot read the registry of the exporting process %d (%s): a handle of "
+                      "another user's process? Refused (CUDA_ERROR_INVALID_VALUE)",
+                      (int)t->pid, strerror(errno));
+            *r = CUDA_ERROR_INVALID_VALUE;
+        }
+        return NULL;
+    }
+    struct stat st;
+    reg_t *rg = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size == REG_BYTES)
+        rg = mmap(NULL, REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (rg != MAP_FAILED && memcmp(rg->magic, REG_MAGIC, 8) == 0 && rg->version == REG_VERSION &&
+        rg->nentries == REG_ENTRIES && rg->nonce == t->nonce && rg->pid == t->pid) {
+        madvise(rg, REG_BYTES, MADV_DONTFORK);
+        return rg;
+    }
+    if (rg != MAP_FAILED)
+        munmap(rg, REG_BYTES);
+    /* the exporter exited and its pid (and descriptor) went to another program */
+    *r = CUDA_ERROR_INVALID_HANDLE;
+    return NULL;
+}
+
+/* Counts this process's open of the entry, if it is still the tag's and
+ * live.  CUDA_SUCCESS, a stale handle, or a corrupted entry. */
+static CUresult entry_open(reg_t *rg, const tag_t *t)
+{
+    reg_entry_t *e = &rg->e[t->index];
+    if (e->check != entry_check(rg, t->index, e) || e->id != t->id || e->offset != t->offset ||
+        e->size != t->size || e->device != t->device) {
+        if (W_GEN(atomic_load(&e->word)) != t->gen)
+            return CUDA_ERROR_INVALID_HANDLE; /* reused for another export since */
+        hook_warn(HOOK_WARN_IPC, "cudaIpcOpenMemHandle: the exporting process %d's registry entry %u does not match "
+                                 "the handle (corrupted); refused (CUDA_ERROR_INVALID_VALUE)",
+                  (int)t->pid, t->index);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    uint64_t w = atomic_load(&e->word);
+    do {
+        if (W_GEN(w) != t->gen || W_STATE(w) != ENTRY_LIVE)
+            return CUDA_ERROR_INVALID_HANDLE; /* the exporter freed it */
+    } while (!atomic_compare_exchange_weak(&e->word, &w, w + 1));
+    return CUDA_SUCCESS;
+}
+
+CUresult hook_ipc_open(const char handle[64], unsigned flags, hook_dev_t *ctx_hd, uintptr_t *out)
+{
+    tag_t t;
+    memcpy(&t, handle, sizeof t);
+    if (t.check != tag_check(&t) || t.index >= REG_ENTRIES || t.pid <= 0) {
+        hook_warn(HOOK_WARN_IPC, "cudaIpcOpenMemHandle: a cucache IPC handle that fails its checksum (corrupted "
+                                 "in transit?); refused (CUDA_ERROR_INVALID_VALUE)");
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (t.pid == (int32_t)getpid())
+        return CUDA_ERROR_INVALID_CONTEXT; /* CUDA's answer to opening in the exporting process */
+    pthread_mutex_lock(&ipc_lock);
+    for (size_t i = 0; i < nimports; i++) {
+        import_t *m = &imports[i];
+        if (m->pid == t.pid && m->nonce == t.nonce && m->index == t.index && m->gen == t.gen) {
+            m->refs++; /* opened again: the same pointer, one more close */
+            *out = m->ptr;
+            pthread_mutex_unlock(&ipc_lock);
+            return CUDA_SUCCESS;
+        }
+    }
+    CUresult r = CUDA_SUCCESS;
+    reg_t *rg = registry_open(&t, &r);
+    if (rg)
+        r = entry_open(rg, &t);
+    import_t *m = NULL;
+    if (r == CUDA_SUCCESS && nimports == cap_imports) {
+        size_t cap = cap_imports ? 2 * cap_imports : 16;
+        import_t *n = hostalloc_realloc(imports, cap * sizeof *n);
+        if (n)
+            imports = n, cap_imports = cap;
+        else
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUdeviceptr base = 0;
+    if (r == CUDA_SUCCESS) {
+        CUipcMemHandle real;
+        memcpy(real.reserved, rg->e[t.index].real, 64);
+        bool pushed = false;
+        if (ctx_hd && !hook_ctx_enter(ctx_hd, &pushed))
+            r = CUDA_ERROR_INVALID_CONTEXT;
+        else
+            r = CU_REAL(cuIpcOpenMemHandle_v2, &base, real, flags);
+        if (ctx_hd)
+            hook_ctx_leave(pushed);
+        if (r != CUDA_SUCCESS)
+            atomic_fetch_sub(&rg->e[t.index].word, 1);
+    }
+    if (r != CUDA_SUCCESS) {
+        if (rg)
+            munmap(rg, REG_BYTES);
+        pthread_mutex_unlock(&ipc_lock);
+        return r;
+    }
+    m = &imports[nimports++];
+    *m = (import_t){t.pid,  t.nonce, t.index, t.gen, 1, (uintptr_t)base + (uintptr_t)t.offset, base, (size_t)t.size,
+                    CORE_ID_TAG | (uint64_t)1 << 61 | ++import_ids, ctx_hd, rg};
+    *out = m->ptr;
+    pthread_mutex_unlock(&ipc_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult hook_ipc_close(uintptr_t addr)
+{
+    pthread_mutex_lock(&ipc_lock);
+    for (size_t i = 0; i < nimports; i++) {
+        import_t *m = &imports[i];
+        if (m->ptr != addr)
+            continue;
+        CUresult r = CUDA_SUCCESS;
+        if (--m->refs == 0) {
+            bool pushed = false;
+            if (m->ctx_hd && !hook_ctx_enter(m->ctx_hd, &pushed))
+                r = CUDA_ERROR_INVALID_CONTEXT;
+            else
+                r = CU_REAL(cuIpcCloseMemHandle, m->base);
+            if (m->ctx_hd)
+                hook_ctx_leave(pushed);
+            atomic_fetch_sub(&m->remote->e[m->index].word, 1); /* the exporter may reuse it now */
+            munmap(m->remote, REG_BYTES);
+            *m = imports[--nimports];
+        }
+        pthread_mutex_unlock(&ipc_lock);
+        return r;
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+bool hook_ipc_describe(uintptr_t addr, core_ptr_info_t *info)
+{
+    bool found = false;
+    pthread_mutex_lock(&ipc_lock);
+    for (size_t i = 0; i < nimports && !found; i++) {
+        const import_t *m = &imports[i];
+        if (addr >= m->ptr && addr - m->ptr < m->size) {
+            memset(info, 0, sizeof *info);
+            *info = (core_ptr_info_t){.where = CORE_WHERE_LIVE,
+                                      .base = m->ptr,
+                                      .requested = m->size,
+                                      .size = m->size,
+                                      .id = m->id,
+                                      .seg_base = m->ptr,
+                                      .seg_size = m->size};
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&ipc_lock);
+    return found;
+}
