@@ -95,8 +95,13 @@ int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream)
     return 0;
 }
 
+/* Moves held blocks whose hold ended behind the fence; returns how many. */
+static size_t poll_held(core_dev_t *d);
+
 void pend_close(core_dev_t *d)
 {
+    if (d->held && !d->capturing)
+        poll_held(d); /* holds that ended join this fence */
     if (!d->open.blocks || d->capturing)
         return;
     uint64_t ev = 0;
@@ -213,10 +218,13 @@ bool pend_wait_oldest(core_dev_t *d)
 }
 
 /* Everything pending becomes free: after waiting for each fence and event
- * (wait), or because the device is known idle (the program synchronised). */
+ * (wait), or because the device is known idle (the program synchronised).
+ * Held blocks stay held, unless their hold is over (asked now). */
 void pend_release_all(core_dev_t *d, bool wait)
 {
     uint64_t t0 = now_ns();
+    if (d->held)
+        poll_held(d); /* into the open batch, released below */
     bool any = d->fences || d->event_pending;
     while (d->fences) {
         if (wait)

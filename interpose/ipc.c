@@ -468,8 +468,14 @@ CUresult hook_ipc_close(uintptr_t addr)
         pthread_mutex_unlock(&ipc_lock);
         return r;
     }
+    /* the start of a segment another open still maps: closing it through
+     * CUDA would take that open's mapping away */
+    CUresult r = CUDA_ERROR_NOT_FOUND;
+    for (size_t i = 0; i < nimports && r == CUDA_ERROR_NOT_FOUND; i++)
+        if (imports[i].base == addr)
+            r = CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_unlock(&ipc_lock);
-    return CUDA_ERROR_NOT_FOUND;
+    return r;
 }
 
 bool hook_ipc_describe(uintptr_t addr, core_ptr_info_t *info)
