@@ -5,7 +5,10 @@
 # Debian packages the build and the test suites need.  clang is for the
 # libFuzzer and ThreadSanitizer configurations; libclang-rt-14-dev holds
 # clang 14's libFuzzer and sanitizer runtimes (only recommended by clang).
-CUCACHE_DEB_PACKAGES=(meson ninja-build pkg-config libcmocka-dev libjemalloc-dev gcc clang libclang-rt-14-dev python3)
+# python3-numba is a real driver-level client the interpose suite runs with
+# and without cucache (tests/interpose/numba_check.sh).
+CUCACHE_DEB_PACKAGES=(meson ninja-build pkg-config libcmocka-dev libjemalloc-dev gcc clang libclang-rt-14-dev python3
+    python3-numba)
 
 cucache_say() {
     printf '==> %s\n' "$*"
@@ -19,7 +22,7 @@ cucache_missing_packages() {
         command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
     done
     if command -v dpkg >/dev/null 2>&1; then
-        for pkg in libcmocka-dev libjemalloc-dev libclang-rt-14-dev; do
+        for pkg in libcmocka-dev libjemalloc-dev libclang-rt-14-dev python3-numba; do
             dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
         done
     fi

@@ -239,12 +239,31 @@ DRV_PTDS(cuMemcpy2DUnaligned_v2, copy2d_sync, (const CUDA_MEMCPY2D *pCopy), (pCo
 DRV_PTSZ(cuMemcpy2DAsync_v2, copy2d_async, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream))
 
 /* ------------------------------------------------------------------------
- * Memsets (they never block the host)
+ * Memsets (they block the host only for pinned or managed memory)
  * ---------------------------------------------------------------------- */
 
-/* Fills `height` rows of `n` elements of `elem` bytes, `pitch` bytes apart. */
+/* Memsets reach device memory, managed memory, and pinned or registered
+ * host memory through its device pointer (mapped memory): all checked
+ * against their allocation, and tracked by the race detector.  *host: the
+ * host sees the bytes (managed or pinned memory), so a synchronous memset
+ * blocks until they are written (CUDA's API synchronisation rules). */
+static CUresult fill_target(uintptr_t dst, size_t span, bool *host)
+{
+    bool dev, tracked;
+    CUresult r = classify(dst, span, &dev, &tracked);
+    *host = !dev;
+    if (r != CUDA_SUCCESS || tracked)
+        return r;
+    sim_alloc_t *a = sim_alloc_live(dst);
+    if (a && (a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_REGISTERED) && sim_range_ok(dst, span, NULL))
+        return CUDA_SUCCESS;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Fills `height` rows of `n` elements of `elem` bytes, `pitch` bytes apart.
+ * sync: a synchronous entry point (it blocks for host-visible memory). */
 static CUresult fill(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned elem, size_t n, size_t height,
-                     CUstream h, bool ptds)
+                     CUstream h, bool ptds, bool sync)
 {
     DRV_ENTER(ctx);
     if (n == 0 || height == 0)
@@ -252,10 +271,8 @@ static CUresult fill(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned ele
     if (n > SIZE_MAX / elem || dst % elem || (height > 1 && (pitch < n * elem || pitch % elem)))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     size_t width = n * elem, span = span_of(width, height, pitch);
-    bool dev, tracked;
-    CUresult r = span == SIZE_MAX ? CUDA_ERROR_INVALID_VALUE : classify(dst, span, &dev, &tracked);
-    if (r == CUDA_SUCCESS && !tracked)
-        r = CUDA_ERROR_INVALID_VALUE;
+    bool host = false;
+    CUresult r = span == SIZE_MAX ? CUDA_ERROR_INVALID_VALUE : fill_target(dst, span, &host);
     struct CUstream_st *s = NULL;
     if (r == CUDA_SUCCESS)
         r = sim_stream_resolve(ctx, h, ptds, &s);
@@ -269,70 +286,73 @@ static CUresult fill(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned ele
     op->elem = elem;
     op->value = value;
     op_range(op, dst, span, true);
-    return drv_leave(sim_enqueue(s, op));
+    r = sim_enqueue(s, op);
+    if (r == CUDA_SUCCESS && sync && host)
+        r = sim_stream_wait_idle(s);
+    return drv_leave(r);
 }
 
 static CUresult set8(CUdeviceptr dst, unsigned char uc, size_t n, bool ptds)
 {
-    return fill(dst, n, uc, 1, n, 1, NULL, ptds);
+    return fill(dst, n, uc, 1, n, 1, NULL, ptds, true);
 }
 
 static CUresult set16(CUdeviceptr dst, unsigned short us, size_t n, bool ptds)
 {
-    return fill(dst, 0, us, 2, n, 1, NULL, ptds);
+    return fill(dst, 0, us, 2, n, 1, NULL, ptds, true);
 }
 
 static CUresult set32(CUdeviceptr dst, unsigned int ui, size_t n, bool ptds)
 {
-    return fill(dst, 0, ui, 4, n, 1, NULL, ptds);
+    return fill(dst, 0, ui, 4, n, 1, NULL, ptds, true);
 }
 
 static CUresult set8_async(CUdeviceptr dst, unsigned char uc, size_t n, CUstream h, bool ptds)
 {
-    return fill(dst, n, uc, 1, n, 1, h, ptds);
+    return fill(dst, n, uc, 1, n, 1, h, ptds, false);
 }
 
 static CUresult set16_async(CUdeviceptr dst, unsigned short us, size_t n, CUstream h, bool ptds)
 {
-    return fill(dst, 0, us, 2, n, 1, h, ptds);
+    return fill(dst, 0, us, 2, n, 1, h, ptds, false);
 }
 
 static CUresult set32_async(CUdeviceptr dst, unsigned int ui, size_t n, CUstream h, bool ptds)
 {
-    return fill(dst, 0, ui, 4, n, 1, h, ptds);
+    return fill(dst, 0, ui, 4, n, 1, h, ptds, false);
 }
 
 static CUresult set2d8(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w, size_t hgt, bool ptds)
 {
-    return fill(dst, pitch, uc, 1, w, hgt, NULL, ptds);
+    return fill(dst, pitch, uc, 1, w, hgt, NULL, ptds, true);
 }
 
 static CUresult set2d16(CUdeviceptr dst, size_t pitch, unsigned short us, size_t w, size_t hgt, bool ptds)
 {
-    return fill(dst, pitch, us, 2, w, hgt, NULL, ptds);
+    return fill(dst, pitch, us, 2, w, hgt, NULL, ptds, true);
 }
 
 static CUresult set2d32(CUdeviceptr dst, size_t pitch, unsigned int ui, size_t w, size_t hgt, bool ptds)
 {
-    return fill(dst, pitch, ui, 4, w, hgt, NULL, ptds);
+    return fill(dst, pitch, ui, 4, w, hgt, NULL, ptds, true);
 }
 
 static CUresult set2d8_async(CUdeviceptr dst, size_t pitch, unsigned char uc, size_t w, size_t hgt, CUstream h,
                              bool ptds)
 {
-    return fill(dst, pitch, uc, 1, w, hgt, h, ptds);
+    return fill(dst, pitch, uc, 1, w, hgt, h, ptds, false);
 }
 
 static CUresult set2d16_async(CUdeviceptr dst, size_t pitch, unsigned short us, size_t w, size_t hgt, CUstream h,
                               bool ptds)
 {
-    return fill(dst, pitch, us, 2, w, hgt, h, ptds);
+    return fill(dst, pitch, us, 2, w, hgt, h, ptds, false);
 }
 
 static CUresult set2d32_async(CUdeviceptr dst, size_t pitch, unsigned int ui, size_t w, size_t hgt, CUstream h,
                               bool ptds)
 {
-    return fill(dst, pitch, ui, 4, w, hgt, h, ptds);
+    return fill(dst, pitch, ui, 4, w, hgt, h, ptds, false);
 }
 
 DRV_PTDS(cuMemsetD8_v2, set8, (CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N))

@@ -11,7 +11,7 @@
  *   MEMORY_TYPE            DEVICE         DEVICE         HOST               DEVICE    0
  *   DEVICE_POINTER         ptr            ptr            ptr                ptr       0
  *   HOST_POINTER           (error)        (error)        ptr                ptr       NULL
- *   RANGE_START/SIZE       the allocation as requested (cuMemGetAddressRange too)
+ *   RANGE_START/SIZE       the allocation as requested (cuMemGetAddressRange too, host memory included)
  *   MAPPING_BASE/SIZE      the allocation as rounded (512 B packing, 2 MiB pages)
  *   BUFFER_ID              unique per allocation, never reused                 0
  *   MEMORY_BLOCK_ID        the same (each allocation is its own physical allocation)
@@ -166,13 +166,14 @@ SIM_API CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute at
     return drv_leave(CUDA_SUCCESS);
 }
 
-/* The allocation containing dptr, as requested.  Host memory is not a
- * device allocation (CUDA_ERROR_NOT_FOUND, like freed memory). */
+/* The allocation containing dptr, as requested: device memory, and pinned
+ * or registered host memory through its device pointer (which, with unified
+ * addressing, is the host pointer: numba sizes mapped arrays this way). */
 SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     DRV_ENTER_ANY();
     sim_alloc_t *a = sim_alloc_live(dptr);
-    if (!a || host_kind(a))
+    if (!a)
         return drv_leave(CUDA_ERROR_NOT_FOUND);
     if (pbase)
         *pbase = a->addr;

@@ -11,6 +11,8 @@
  *   - BUFFER_ID unique per allocation and never reused, also for a new
  *     allocation at a freed one's address;
  *   - cuPointerSetAttribute(SYNC_MEMOPS), and the P2P_TOKENS side effect;
+ *   - pinned memory through its device pointer: its range, and memsets
+ *     (numba sizes and clears mapped arrays that way);
  *   - cuMemHostRegister/Unregister and cuMemHostGetDevicePointer, with
  *     CUDA's codes for overlaps, device memory, unmapped ranges and
  *     unknown flags;
@@ -211,7 +213,17 @@ static void test_host_memory(void **state)
     CU_OK(cuMemHostGetDevicePointer_v2(&d, (char *)pinned + 10, 0));
     assert_int_equal(d, (CUdeviceptr)(uintptr_t)pinned + 10);
     CU_EXPECT(cuMemHostGetDevicePointer_v2(&d, pinned, 1), CUDA_ERROR_INVALID_VALUE); /* flags must be 0 */
-    CU_EXPECT(cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)(uintptr_t)pinned), CUDA_ERROR_NOT_FOUND);
+    CU_OK(cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)(uintptr_t)pinned + 10)); /* mapped memory */
+    assert_int_equal(base, (CUdeviceptr)(uintptr_t)pinned);
+    assert_int_equal(size, 10000);
+    /* the device writes it; a synchronous memset of host-visible memory
+     * returns once the bytes are there, behind what the stream had queued */
+    simtest_gate_t *g = simtest_gate_new();
+    CU_OK(cuLaunchHostFunc(NULL, simtest_gate_fn, g));
+    simtest_gate_open_after(g, 50);
+    CU_OK(cuMemsetD8_v2((CUdeviceptr)(uintptr_t)pinned, 0xab, 32));
+    assert_int_equal(simtest_check_byte(pinned, 32, 0xab), -1);
+    CU_EXPECT(cuMemsetD8_v2((CUdeviceptr)(uintptr_t)pinned, 0, 10001), CUDA_ERROR_INVALID_VALUE);
     unsigned flags = 99;
     CU_OK(cuMemHostGetFlags(&flags, pinned));
     assert_int_equal(flags, 0);
