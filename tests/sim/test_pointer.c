@@ -25,6 +25,7 @@
  */
 #include "simtest.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -344,7 +345,7 @@ static void test_free_without_context(void **state)
 typedef struct cb_s {
     CUstream stream;
     CUresult status;
-    int calls;
+    atomic_int calls; /* counted last: the fields above are set when it is seen */
     long seq;
     simtest_mark_t *before; /* ran before the callback, on the same stream */
 } cb_t;
@@ -355,7 +356,7 @@ static void callback(CUstream stream, CUresult status, void *data)
     c->stream = stream;
     c->status = status;
     c->seq = simtest_mark_ran(c->before) ? simtest_mark_seq(c->before) : -1;
-    c->calls++;
+    atomic_fetch_add(&c->calls, 1);
 }
 
 static void test_stream_callback(void **state)
@@ -401,7 +402,7 @@ static void test_stream_callback_after_fault(void **state)
     CU_OK(fault(NULL));
     CU_OK(cuStreamAddCallback(NULL, callback, &c, 0));
     simtest_gate_open(g);
-    for (int i = 0; i < 500 && c.calls == 0; i++)
+    for (int i = 0; i < 500 && atomic_load(&c.calls) == 0; i++)
         simtest_sleep_ms(10);
     assert_int_equal(c.calls, 1);
     assert_int_equal(c.status, CUDA_ERROR_ILLEGAL_ADDRESS);
