@@ -137,6 +137,16 @@ bool seg_is_free(const seg_t *s)
     return s->first->state == BLOCK_FREE && !s->first->next;
 }
 
+/* Every block free or pending, none held by another process: the segment
+ * is whole again once its pending frees complete. */
+static bool seg_reclaimable(const seg_t *s)
+{
+    for (const block_t *b = s->first; b; b = b->next)
+        if (b->state == BLOCK_ALLOCATED || (b->state == BLOCK_PENDING && b->hold))
+            return false;
+    return true;
+}
+
 static void seg_stats(core_dev_t *d, const seg_t *s, int sign)
 {
     int cls = pool_class(s->pool);
@@ -648,10 +658,15 @@ void core_usage(core_dev_t *d, core_usage_t *u)
     u->cached_free = u->reserved - (size_t)d->stats.active_bytes[CORE_POOL_ALL].current;
     u->largest_free = largest_free_block(d);
     u->allowed = d->allowed;
-    u->releasable = 0;
-    for (const seg_t *s = d->capturing ? NULL : d->segs; s; s = s->next)
-        if (seg_is_free(s) && releasable(d, s, NULL))
+    u->releasable = u->reclaimable = 0;
+    for (const seg_t *s = d->capturing ? NULL : d->segs; s; s = s->next) {
+        if (!releasable(d, s, NULL))
+            continue;
+        if (seg_is_free(s))
             u->releasable += s->size;
+        if (seg_reclaimable(s))
+            u->reclaimable += s->size;
+    }
     u->held = 0;
     for (const block_t *b = d->held; b; b = b->pend_next)
         u->held += b->size;

@@ -212,7 +212,11 @@ typedef struct core_usage_s {
     size_t largest_free;
     size_t allowed;    /* the limit (limit_mb, per_process_memory_fraction); SIZE_MAX: none */
     size_t releasable; /* bytes of whole free segments the cache would give back now (0 while capturing) */
-    size_t held;       /* bytes freed but held by another process (core_hold) */
+    /* bytes of segments whose every block is free or pending and none held:
+     * what the cache gives back once pending frees complete, as core_malloc
+     * waits for them before an OOM (0 while capturing); >= releasable */
+    size_t reclaimable;
+    size_t held; /* bytes freed but held by another process (core_hold) */
 } core_usage_t;
 
 void core_usage(core_dev_t *d, core_usage_t *u);

@@ -145,11 +145,13 @@ HOOK_API cudaError_t cudaFree(void *devPtr)
 
 /* Free memory is what one allocation of that size could then obtain, so
  * that a program that allocates the reported free memory (workspace
- * sizing does) succeeds: the device's free memory plus the whole free
- * segments the cache gives back at once (free space inside partly used
- * segments serves no such allocation; frees still pending are not given
- * back at once), within a limit (limit_mb, per_process_memory_fraction,
- * then the total), and no more than a request whose rounding and segment
+ * sizing does) succeeds: the device's free memory plus the segments the
+ * cache gives back, whole free ones and those whose frees are still
+ * pending (an allocation that needs them waits for their work, as
+ * cudaFree would have; free space inside partly used segments serves no
+ * such allocation, and blocks an IPC peer still has open are not given
+ * back), within a limit (limit_mb, per_process_memory_fraction, then the
+ * total), and no more than a request whose rounding and segment
  * (core_fit) fit in that room. */
 void hook_adjust_meminfo(hook_dev_t *hd, size_t *free_bytes, size_t *total)
 {
@@ -157,12 +159,13 @@ void hook_adjust_meminfo(hook_dev_t *hd, size_t *free_bytes, size_t *total)
     if (!d)
         return;
     core_usage_t u;
+    core_poll(d); /* frees whose work completed, holds that ended */
     core_usage(d, &u);
-    size_t room = *free_bytes + u.releasable;
+    size_t room = *free_bytes + u.reclaimable;
     if (u.allowed != SIZE_MAX) {
         if (u.allowed < *total)
             *total = u.allowed;
-        size_t kept = u.reserved - u.releasable;
+        size_t kept = u.reserved - u.reclaimable;
         size_t left = u.allowed > kept ? u.allowed - kept : 0;
         if (room > left)
             room = left;

@@ -95,7 +95,11 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, sim_alloc_t *
         *(CUdeviceptr *)data = a ? a->addr : 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-        *(size_t *)data = !a ? 0 : a->reserved ? a->reserved : a->size;
+        /* an IPC mapping covers the exporter's whole rounded allocation */
+        *(size_t *)data = !a                         ? 0
+                          : a->reserved              ? a->reserved
+                          : a->kind == SIM_ALLOC_IPC ? sim_dev_round(a->size)
+                                                     : a->size;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MAPPED:
         *(unsigned char *)data = a != NULL;

@@ -264,9 +264,10 @@ static void op_usage(fuzz_t *f)
     if (u.allocated > u.reserved || u.cached_free > u.reserved || u.largest_free > u.cached_free)
         fuzz_fail(f, "usage: allocated %zu, cached free %zu, largest free %zu, reserved %zu", u.allocated,
                   u.cached_free, u.largest_free, u.reserved);
-    if (u.releasable > u.reserved - u.allocated || u.held > u.pending)
-        fuzz_fail(f, "usage: releasable %zu of %zu reserved (%zu allocated), held %zu of %zu pending",
-                  u.releasable, u.reserved, u.allocated, u.held, u.pending);
+    if (u.releasable > u.reserved - u.allocated || u.held > u.pending || u.reclaimable < u.releasable ||
+        u.reclaimable > u.reserved)
+        fuzz_fail(f, "usage: releasable %zu, reclaimable %zu of %zu reserved (%zu allocated), held %zu of %zu pending",
+                  u.releasable, u.reclaimable, u.reserved, u.allocated, u.held, u.pending);
     pthread_mutex_lock(&f->mem.lock);
     size_t used = f->mem.used;
     pthread_mutex_unlock(&f->mem.lock);
@@ -336,7 +337,18 @@ static void step(fuzz_t *f, const uint8_t *r)
         pthread_mutex_unlock(&f->mem.lock);
         break;
     case 5:
-        core_empty_cache(f->d, a % 3 == 0 ? -1 : a % 3 == 1 ? 0 : pick_pool(f, b));
+        if (a % 3 == 0) {
+            /* everything reclaimable goes back: pending frees are waited for */
+            core_usage_t u, v;
+            core_usage(f->d, &u);
+            core_empty_cache(f->d, -1);
+            core_usage(f->d, &v);
+            if (v.reserved > u.reserved - u.reclaimable)
+                fuzz_fail(f, "empty_cache: %zu bytes reserved after, %zu before with %zu reclaimable", v.reserved,
+                          u.reserved, u.reclaimable);
+        } else {
+            core_empty_cache(f->d, a % 3 == 1 ? 0 : pick_pool(f, b));
+        }
         break;
     case 6:
         if (f->npools < FUZZ_MAX_POOLS) {

@@ -182,6 +182,27 @@ static void test_freed_while_open(void **state)
     SIM_OK(cudaFree(keep));
 }
 
+/* cudaMemGetInfo does not count a freed block a peer still has open (no
+ * allocation can get it), and counts it again once the peer closed it. */
+static void test_held_is_not_free(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    assert_int_equal(itest_empty_cache(0), 0);
+    size_t f0 = 0, f1 = 0, t = 0;
+    SIM_OK(cudaMemGetInfo(&f0, &t));
+    void *d = NULL;
+    SIM_OK(cudaMalloc(&d, 64 * MIB));
+    uintptr_t p = open_in_peer(d);
+    SIM_OK(cudaFree(d));
+    SIM_OK(cudaDeviceSynchronize());
+    SIM_OK(cudaMemGetInfo(&f1, &t));
+    assert_int_equal(f1, f0 - 64 * MIB);
+    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    SIM_OK(cudaMemGetInfo(&f1, &t));
+    assert_int_equal(f1, f0);
+}
+
 static void test_stale_and_bad_handles(void **state)
 {
     (void)state;
@@ -334,6 +355,7 @@ int main(int argc, char **argv)
         ITEST(test_block_at_any_offset),
         ITEST(test_many_blocks_and_repeated_opens),
         ITEST(test_freed_while_open),
+        ITEST(test_held_is_not_free),
         ITEST(test_stale_and_bad_handles),
         ITEST(test_another_users_handle),
     };

@@ -106,6 +106,13 @@ int main(void)
                 printf("err %d\n", (int)r);
             else
                 printf("ok %llx %zx\n", (unsigned long long)base, size);
+        } else if (strcmp(cmd, "mapping") == 0 && sscanf(line, "%*s %llx", &a) == 1) {
+            size_t size = 0;
+            CUresult r = cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, (CUdeviceptr)a);
+            if (r != CUDA_SUCCESS)
+                printf("err %d\n", (int)r);
+            else
+                printf("ok %zx\n", size);
         } else if (strcmp(cmd, "close") == 0 && sscanf(line, "%*s %llx", &a) == 1) {
             cudaError_t e = cudaIpcCloseMemHandle((void *)(uintptr_t)a);
             if (e != cudaSuccess)

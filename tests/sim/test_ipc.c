@@ -93,6 +93,24 @@ static void test_both_ways(void **state)
     SIM_OK(cudaFree(d));
 }
 
+/* The peer's mapping covers the exporter's whole allocation as the device
+ * rounded it: MAPPING_SIZE answers what it answers in the exporter. */
+static void test_mapping_size(void **state)
+{
+    (void)state;
+    void *d = NULL;
+    cudaIpcMemHandle_t h;
+    SIM_OK(cudaMalloc(&d, 1000));
+    size_t own = 0;
+    CU_OK(cuPointerGetAttribute(&own, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, (CUdeviceptr)(uintptr_t)d));
+    assert_int_equal(own, 1024);
+    SIM_OK(cudaIpcGetMemHandle(&h, d));
+    uintptr_t p = peer_ptr(peer_open(&peer, &h, 1));
+    expect(peer_cmd(&peer, "mapping %lx", (unsigned long)p + 10), "ok 400");
+    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    SIM_OK(cudaFree(d));
+}
+
 /* A handle names the whole allocation: from a pointer inside it, the peer
  * gets the allocation's start (on a GPU, a sub-allocation of cudaMalloc's
  * own shares its whole block the same way). */
@@ -226,6 +244,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         SIMTEST(test_both_ways),
+        SIMTEST(test_mapping_size),
         SIMTEST(test_inner_pointer_opens_the_start),
         SIMTEST(test_open_twice_close_twice),
         SIMTEST(test_bad_handles),
