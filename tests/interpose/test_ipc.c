@@ -50,33 +50,6 @@ static int group_teardown(void **state)
     return peer_stop(&peer) == 0 ? 0 : -1;
 }
 
-static void fill(void *d, size_t n, unsigned seed)
-{
-    unsigned char *h = malloc(n);
-    assert_non_null(h);
-    for (size_t i = 0; i < n; i++)
-        h[i] = peer_pattern(i, seed);
-    SIM_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-    free(h);
-}
-
-static void check(const void *d, size_t n, unsigned seed)
-{
-    unsigned char *h = malloc(n);
-    assert_non_null(h);
-    SIM_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++)
-        if (h[i] != peer_pattern(i, seed))
-            fail_msg("byte %zu differs", i);
-    free(h);
-}
-
-static void expect(const char *got, const char *want)
-{
-    if (strcmp(got, want) != 0)
-        fail_msg("the peer answered \"%s\", expected \"%s\"", got, want);
-}
-
 static uintptr_t open_in_peer(void *d)
 {
     cudaIpcMemHandle_t h;
@@ -93,21 +66,21 @@ static void test_block_at_any_offset(void **state)
     size_t size[N] = {1000, 3000, 64 * KIB, 100, 200 * KIB, 12345};
     for (int i = 0; i < N; i++) { /* one 2 MiB segment, packed */
         SIM_OK(cudaMalloc(&d[i], size[i]));
-        fill(d[i], size[i], 20 + (unsigned)i);
+        peer_fill(d[i], size[i], 20 + (unsigned)i);
     }
     assert_true((uintptr_t)d[1] > (uintptr_t)d[0]); /* inside the segment, not at its start */
     for (int i = 0; i < N; i++) {
         uintptr_t p = open_in_peer(d[i]);
-        expect(peer_cmd(&peer, "check %lx %zx %x", (unsigned long)p, size[i], 20 + i), "ok");
+        peer_expect(peer_cmd(&peer, "check %lx %zx %x", (unsigned long)p, size[i], 20 + i), "ok");
         char want[80];
         snprintf(want, sizeof want, "ok %lx %zx", (unsigned long)p, size[i]);
-        expect(peer_cmd(&peer, "range %lx", (unsigned long)p + size[i] / 2), want);
-        expect(peer_cmd(&peer, "fill %lx %zx %x", (unsigned long)p, size[i], 40 + i), "ok");
-        check(d[i], size[i], 40 + (unsigned)i);
-        expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+        peer_expect(peer_cmd(&peer, "range %lx", (unsigned long)p + size[i] / 2), want);
+        peer_expect(peer_cmd(&peer, "fill %lx %zx %x", (unsigned long)p, size[i], 40 + i), "ok");
+        peer_check(d[i], size[i], 40 + (unsigned)i);
+        peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
     }
     for (int i = 0; i < N; i++) /* the neighbours kept their bytes */
-        check(d[i], size[i], 40 + (unsigned)i);
+        peer_check(d[i], size[i], 40 + (unsigned)i);
     for (int i = 0; i < N; i++)
         SIM_OK(cudaFree(d[i]));
 }
@@ -123,19 +96,19 @@ static void test_many_blocks_and_repeated_opens(void **state)
     for (int i = 0; i < N; i++) {
         size[i] = i % 4 == 0 ? 5 * MIB + (size_t)i : 700 + (size_t)i * 1000;
         SIM_OK(cudaMalloc(&d[i], size[i]));
-        fill(d[i], size[i], (unsigned)i);
+        peer_fill(d[i], size[i], (unsigned)i);
     }
     for (int i = 0; i < N; i++)
         p[i] = open_in_peer(d[i]);
     for (int round = 0; round < 3; round++)
         for (int i = 0; i < N; i++) {
             assert_int_equal(open_in_peer(d[i]), p[i]); /* opened again: the same pointer */
-            expect(peer_cmd(&peer, "check %lx %zx %x", (unsigned long)p[i], size[i], i), "ok");
-            expect(peer_cmd(&peer, "close %lx", (unsigned long)p[i]), "ok");
+            peer_expect(peer_cmd(&peer, "check %lx %zx %x", (unsigned long)p[i], size[i], i), "ok");
+            peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p[i]), "ok");
         }
     for (int i = 0; i < N; i++) {
-        expect(peer_cmd(&peer, "close %lx", (unsigned long)p[i]), "ok");
-        expect(peer_cmd(&peer, "close %lx", (unsigned long)p[i]), "err 1"); /* closed twice */
+        peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p[i]), "ok");
+        peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p[i]), "err 1"); /* closed twice */
         SIM_OK(cudaFree(d[i]));
     }
 }
@@ -147,7 +120,7 @@ static void test_freed_while_open(void **state)
     void *keep = NULL, *d = NULL, *q[8];
     SIM_OK(cudaMalloc(&keep, 4 * KIB));
     SIM_OK(cudaMalloc(&d, 64 * KIB));
-    fill(d, 64 * KIB, 7);
+    peer_fill(d, 64 * KIB, 7);
     uintptr_t p = open_in_peer(d);
     SIM_OK(cudaFree(d));
     SIM_OK(cudaDeviceSynchronize()); /* would make an ordinary freed block reusable */
@@ -155,9 +128,9 @@ static void test_freed_while_open(void **state)
         SIM_OK(cudaMalloc(&q[i], 64 * KIB));
         if (itest_overlap(q[i], 64 * KIB, d, 64 * KIB))
             fail_msg("cudaMalloc got %p, the block a peer still has open", q[i]);
-        fill(q[i], 64 * KIB, 100 + (unsigned)i);
+        peer_fill(q[i], 64 * KIB, 100 + (unsigned)i);
     }
-    expect(peer_cmd(&peer, "check %lx %zx 7", (unsigned long)p, 64 * KIB), "ok");
+    peer_expect(peer_cmd(&peer, "check %lx %zx 7", (unsigned long)p, 64 * KIB), "ok");
     /* the program sees it as freed */
     CUdeviceptr base;
     size_t size;
@@ -165,7 +138,7 @@ static void test_freed_while_open(void **state)
     cudaIpcMemHandle_t h;
     SIM_EXPECT(cudaIpcGetMemHandle(&h, d), cudaErrorInvalidValue);
     (void)cudaGetLastError();
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
     /* now it may go to a new owner */
     for (int i = 0; i < 8; i++)
         SIM_OK(cudaFree(q[i]));
@@ -198,7 +171,7 @@ static void test_held_is_not_free(void **state)
     SIM_OK(cudaDeviceSynchronize());
     SIM_OK(cudaMemGetInfo(&f1, &t));
     assert_int_equal(f1, f0 - 64 * MIB);
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
     SIM_OK(cudaMemGetInfo(&f1, &t));
     assert_int_equal(f1, f0);
 }
@@ -219,17 +192,17 @@ static void test_stale_and_bad_handles(void **state)
     CU_EXPECT(cuIpcOpenMemHandle_v2(&dp, ch, 1), CUDA_ERROR_INVALID_CONTEXT);
     SIM_OK(cudaFree(d));
     SIM_OK(cudaDeviceSynchronize());
-    expect(peer_open(&peer, &h, 1), "err 400"); /* stale: freed with no peer */
+    peer_expect(peer_open(&peer, &h, 1), "err 400"); /* stale: freed with no peer */
 
     /* corrupted: a flipped bit fails the checksum; the peer says why */
     SIM_OK(cudaMalloc(&d, 5000));
     SIM_OK(cudaIpcGetMemHandle(&h, d));
     bad = h;
     bad.reserved[40] ^= 0x10;
-    expect(peer_open(&peer, &bad, 1), "err 1");
+    peer_expect(peer_open(&peer, &bad, 1), "err 1");
     /* garbage that is not cucache's goes to CUDA, which refuses it */
     memset(&bad, 0x3c, sizeof bad);
-    expect(peer_open(&peer, &bad, 1), "err 1");
+    peer_expect(peer_open(&peer, &bad, 1), "err 1");
     /* a registry of another process now: the nonce differs (checksum redone) */
     bad = h;
     bad.reserved[24] ^= 1;
@@ -237,7 +210,7 @@ static void test_stale_and_bad_handles(void **state)
     for (int i = 0; i < 60; i++)
         check = (check ^ (unsigned char)bad.reserved[i]) * 16777619u;
     memcpy(bad.reserved + 60, &check, 4);
-    expect(peer_open(&peer, &bad, 1), "err 400");
+    peer_expect(peer_open(&peer, &bad, 1), "err 400");
     /* what cucache cannot export */
     SIM_OK(cudaMallocAsync(&p, 5000, cudaStreamLegacy));
     SIM_EXPECT(cudaIpcGetMemHandle(&h, p), cudaErrorInvalidValue); /* as CUDA's pools */
@@ -305,13 +278,13 @@ static void test_strict_segment_start_is_plain(void **state)
     expect_strict();
     void *d = NULL, *inner = NULL;
     SIM_OK(cudaMalloc(&d, 24 * MIB)); /* a segment of its own: the block starts it */
-    fill(d, 24 * MIB, 9);
+    peer_fill(d, 24 * MIB, 9);
     cudaIpcMemHandle_t h;
     SIM_OK(cudaIpcGetMemHandle(&h, d));
     assert_true(memcmp(h.reserved, "cucache", 7) != 0); /* CUDA's own handle */
     uintptr_t p = peer_ptr(peer_open(&peer, &h, 1));
-    expect(peer_cmd(&peer, "check %lx %zx 9", (unsigned long)p, 24 * MIB), "ok");
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    peer_expect(peer_cmd(&peer, "check %lx %zx 9", (unsigned long)p, 24 * MIB), "ok");
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
     /* a freed exported block is never reused: cucache cannot see such peers */
     SIM_OK(cudaFree(d));
     SIM_OK(cudaDeviceSynchronize());

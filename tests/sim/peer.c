@@ -91,3 +91,30 @@ int peer_stop(peer_t *p)
         return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+void peer_fill(void *d, size_t n, unsigned seed)
+{
+    unsigned char *h = malloc(n);
+    assert_non_null(h);
+    for (size_t i = 0; i < n; i++)
+        h[i] = peer_pattern(i, seed);
+    assert_int_equal(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice), cudaSuccess);
+    free(h);
+}
+
+void peer_check(const void *d, size_t n, unsigned seed)
+{
+    unsigned char *h = malloc(n);
+    assert_non_null(h);
+    assert_int_equal(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != peer_pattern(i, seed))
+            fail_msg("byte %zu differs", i);
+    free(h);
+}
+
+void peer_expect(const char *got, const char *want)
+{
+    if (strcmp(got, want) != 0)
+        fail_msg("the peer answered \"%s\", expected \"%s\"", got, want);
+}

@@ -35,4 +35,11 @@ uintptr_t peer_ptr(const char *answer);
 /* Asks it to exit and waits; returns its exit status (-1: killed). */
 int peer_stop(peer_t *p);
 
+/* Writes peer_pattern(., seed) into n bytes of device memory at d. */
+void peer_fill(void *d, size_t n, unsigned seed);
+/* Fails the test unless the n bytes at d hold peer_pattern(., seed). */
+void peer_check(const void *d, size_t n, unsigned seed);
+/* Fails the test unless the peer's answer is `want`. */
+void peer_expect(const char *got, const char *want);
+
 #endif

@@ -40,33 +40,6 @@ static int group_teardown(void **state)
     return peer_stop(&peer) == 0 ? 0 : -1;
 }
 
-static void fill(void *d, size_t n, unsigned seed)
-{
-    unsigned char *h = malloc(n);
-    assert_non_null(h);
-    for (size_t i = 0; i < n; i++)
-        h[i] = peer_pattern(i, seed);
-    SIM_OK(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-    free(h);
-}
-
-static void check(const void *d, size_t n, unsigned seed)
-{
-    unsigned char *h = malloc(n);
-    assert_non_null(h);
-    SIM_OK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
-    for (size_t i = 0; i < n; i++)
-        if (h[i] != peer_pattern(i, seed))
-            fail_msg("byte %zu differs", i);
-    free(h);
-}
-
-static void expect(const char *got, const char *want)
-{
-    if (strcmp(got, want) != 0)
-        fail_msg("the peer answered \"%s\", expected \"%s\"", got, want);
-}
-
 static size_t free_bytes(void)
 {
     size_t f = 0, t = 0;
@@ -80,16 +53,16 @@ static void test_both_ways(void **state)
     void *d = NULL;
     cudaIpcMemHandle_t h;
     SIM_OK(cudaMalloc(&d, 4 * MIB));
-    fill(d, 4 * MIB, 1);
+    peer_fill(d, 4 * MIB, 1);
     SIM_OK(cudaIpcGetMemHandle(&h, d));
     uintptr_t p = peer_ptr(peer_open(&peer, &h, cudaIpcMemLazyEnablePeerAccess));
-    expect(peer_cmd(&peer, "check %lx %zx 1", (unsigned long)p, 4 * MIB), "ok");
-    expect(peer_cmd(&peer, "fill %lx %zx 2", (unsigned long)p + MIB, 2 * MIB), "ok");
-    check((char *)d + MIB, 2 * MIB, 2);
+    peer_expect(peer_cmd(&peer, "check %lx %zx 1", (unsigned long)p, 4 * MIB), "ok");
+    peer_expect(peer_cmd(&peer, "fill %lx %zx 2", (unsigned long)p + MIB, 2 * MIB), "ok");
+    peer_check((char *)d + MIB, 2 * MIB, 2);
     char want[64];
     snprintf(want, sizeof want, "ok %lx %zx", (unsigned long)p, 4 * MIB);
-    expect(peer_cmd(&peer, "range %lx", (unsigned long)p + 12345), want);
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    peer_expect(peer_cmd(&peer, "range %lx", (unsigned long)p + 12345), want);
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
     SIM_OK(cudaFree(d));
 }
 
@@ -106,8 +79,8 @@ static void test_mapping_size(void **state)
     assert_int_equal(own, 1024);
     SIM_OK(cudaIpcGetMemHandle(&h, d));
     uintptr_t p = peer_ptr(peer_open(&peer, &h, 1));
-    expect(peer_cmd(&peer, "mapping %lx", (unsigned long)p + 10), "ok 400");
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    peer_expect(peer_cmd(&peer, "mapping %lx", (unsigned long)p + 10), "ok 400");
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
     SIM_OK(cudaFree(d));
 }
 
@@ -120,13 +93,13 @@ static void test_inner_pointer_opens_the_start(void **state)
     void *d = NULL;
     cudaIpcMemHandle_t h0, h1;
     SIM_OK(cudaMalloc(&d, 3 * MIB));
-    fill(d, 3 * MIB, 3);
+    peer_fill(d, 3 * MIB, 3);
     SIM_OK(cudaIpcGetMemHandle(&h0, d));
     SIM_OK(cudaIpcGetMemHandle(&h1, (char *)d + 4096));
     assert_memory_equal(&h0, &h1, sizeof h0);
     uintptr_t p = peer_ptr(peer_open(&peer, &h1, 1));
-    expect(peer_cmd(&peer, "check %lx %zx 3", (unsigned long)p, 3 * MIB), "ok");
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    peer_expect(peer_cmd(&peer, "check %lx %zx 3", (unsigned long)p, 3 * MIB), "ok");
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
     SIM_OK(cudaFree(d));
 }
 
@@ -136,17 +109,17 @@ static void test_open_twice_close_twice(void **state)
     void *d = NULL;
     cudaIpcMemHandle_t h;
     SIM_OK(cudaMalloc(&d, MIB));
-    fill(d, MIB, 4);
+    peer_fill(d, MIB, 4);
     SIM_OK(cudaIpcGetMemHandle(&h, d));
     uintptr_t p1 = peer_ptr(peer_open(&peer, &h, 1));
     uintptr_t p2 = peer_ptr(peer_open(&peer, &h, 0));
     assert_int_equal(p1, p2);
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p1), "ok");
-    expect(peer_cmd(&peer, "check %lx %zx 4", (unsigned long)p1, MIB), "ok");
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p1), "ok");
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p1), "err 1");
-    expect(peer_cmd(&peer, "close 0"), "err 1");
-    expect(peer_open(&peer, &h, 2), "err 1"); /* unknown flags */
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p1), "ok");
+    peer_expect(peer_cmd(&peer, "check %lx %zx 4", (unsigned long)p1, MIB), "ok");
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p1), "ok");
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p1), "err 1");
+    peer_expect(peer_cmd(&peer, "close 0"), "err 1");
+    peer_expect(peer_open(&peer, &h, 2), "err 1"); /* unknown flags */
     SIM_OK(cudaFree(d));
 }
 
@@ -160,17 +133,17 @@ static void test_bad_handles(void **state)
     SIM_EXPECT(cudaIpcOpenMemHandle(&p, h, 1), cudaErrorDeviceUninitialized); /* its own process */
     (void)cudaGetLastError();
     memset(&bad, 0x3c, sizeof bad); /* garbage */
-    expect(peer_open(&peer, &bad, 1), "err 1");
+    peer_expect(peer_open(&peer, &bad, 1), "err 1");
     memset(&bad, 0, sizeof bad);
-    expect(peer_open(&peer, &bad, 1), "err 1");
+    peer_expect(peer_open(&peer, &bad, 1), "err 1");
     bad = h;
     bad.reserved[56] ^= 1; /* the table's nonce: another process with that pid */
-    expect(peer_open(&peer, &bad, 1), "err 400");
+    peer_expect(peer_open(&peer, &bad, 1), "err 400");
     bad = h;
     bad.reserved[30] = 0x7f; /* a slot out of range */
-    expect(peer_open(&peer, &bad, 1), "err 1");
+    peer_expect(peer_open(&peer, &bad, 1), "err 1");
     SIM_OK(cudaFree(d));
-    expect(peer_open(&peer, &h, 1), "err 400"); /* stale: freed */
+    peer_expect(peer_open(&peer, &h, 1), "err 400"); /* stale: freed */
 
     /* what cannot be exported */
     SIM_EXPECT(cudaIpcGetMemHandle(NULL, d), cudaErrorInvalidValue);
@@ -193,20 +166,20 @@ static void test_freed_while_open(void **state)
     cudaIpcMemHandle_t h;
     size_t f0 = free_bytes();
     SIM_OK(cudaMalloc(&d, 8 * MIB));
-    fill(d, 8 * MIB, 5);
+    peer_fill(d, 8 * MIB, 5);
     SIM_OK(cudaIpcGetMemHandle(&h, d));
     uintptr_t p = peer_ptr(peer_open(&peer, &h, 1));
     SIM_OK(cudaFree(d));
     assert_int_equal(free_bytes(), f0 - 8 * MIB); /* still charged */
     SIM_OK(cudaMalloc(&again, 8 * MIB));
     assert_true(again != d); /* not given to a new owner meanwhile */
-    fill(again, 8 * MIB, 6);
-    expect(peer_cmd(&peer, "check %lx %zx 5", (unsigned long)p, 8 * MIB), "ok");
+    peer_fill(again, 8 * MIB, 6);
+    peer_expect(peer_cmd(&peer, "check %lx %zx 5", (unsigned long)p, 8 * MIB), "ok");
     /* the peer's own second open counts on its mapping, as CUDA's does */
     assert_int_equal(peer_ptr(peer_open(&peer, &h, 1)), p);
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
-    expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
-    expect(peer_open(&peer, &h, 1), "err 400"); /* closed and freed: stale */
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p), "ok");
+    peer_expect(peer_open(&peer, &h, 1), "err 400"); /* closed and freed: stale */
     assert_int_equal(free_bytes(), f0 - 8 * MIB); /* only `again` */
     SIM_OK(cudaFree(again));
     assert_int_equal(free_bytes(), f0);
@@ -222,7 +195,7 @@ static void test_many(void **state)
     for (int i = 0; i < N; i++) {
         size[i] = i % 3 == 0 ? 1000 + (size_t)i * 512 : i % 3 == 1 ? 3 * MIB + (size_t)i : MIB;
         SIM_OK(cudaMalloc(&d[i], size[i]));
-        fill(d[i], size[i], 10 + (unsigned)i);
+        peer_fill(d[i], size[i], 10 + (unsigned)i);
     }
     for (int i = 0; i < N; i++) {
         cudaIpcMemHandle_t h;
@@ -230,12 +203,12 @@ static void test_many(void **state)
         p[i] = peer_ptr(peer_open(&peer, &h, 1));
     }
     for (int i = 0; i < N; i++) {
-        expect(peer_cmd(&peer, "check %lx %zx %x", (unsigned long)p[i], size[i], 10 + i), "ok");
-        expect(peer_cmd(&peer, "fill %lx %zx %x", (unsigned long)p[i], size[i], 100 + i), "ok");
+        peer_expect(peer_cmd(&peer, "check %lx %zx %x", (unsigned long)p[i], size[i], 10 + i), "ok");
+        peer_expect(peer_cmd(&peer, "fill %lx %zx %x", (unsigned long)p[i], size[i], 100 + i), "ok");
     }
     for (int i = 0; i < N; i++) {
-        check(d[i], size[i], 100 + (unsigned)i);
-        expect(peer_cmd(&peer, "close %lx", (unsigned long)p[i]), "ok");
+        peer_check(d[i], size[i], 100 + (unsigned)i);
+        peer_expect(peer_cmd(&peer, "close %lx", (unsigned long)p[i]), "ok");
         SIM_OK(cudaFree(d[i]));
     }
 }
