@@ -159,16 +159,23 @@ static void put_size_attr(const char *label, CUpointer_attribute a, CUdeviceptr 
         printf(" %s=%s", label, drv_name(r));
 }
 
-static void put_u32_attr(const char *label, CUpointer_attribute a, CUdeviceptr p)
+/* A scalar attribute, read into eight zeroed bytes (ALLOWED_HANDLE_TYPES is
+ * 64 bits wide; the booleans may be written as one byte) and printed as its
+ * type says. */
+static void put_scalar_attr(const char *label, CUpointer_attribute a, CUdeviceptr p)
 {
-    unsigned v = 0;
+    uint64_t v = 0;
     CUresult r = cuPointerGetAttribute(&v, a, p);
     if (r != CUDA_SUCCESS)
         printf(" %s=%s", label, drv_name(r));
     else if (a == CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
-        printf(" %s=%s", label, memtype(v));
-    else
-        printf(" %s=%u", label, v);
+        printf(" %s=%s", label, memtype((unsigned)v));
+    else if (a == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+        printf(" %s=%d", label, (int)(uint32_t)v);
+    else if (a == CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES)
+        printf(" %s=%#" PRIx64, label, v);
+    else /* a boolean: its first byte */
+        printf(" %s=%u", label, (unsigned)(v & 0xff) != 0);
 }
 
 /* Everything the pointer queries say about p, relative to `ref` (the start
@@ -188,12 +195,12 @@ static void describe(const char *what, CUdeviceptr p, CUdeviceptr ref)
     put_size_attr("size", CU_POINTER_ATTRIBUTE_RANGE_SIZE, p);
     put_addr_attr("mapping", CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p, ref);
     put_size_attr("mapping_size", CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p);
-    put_u32_attr("type", CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
-    put_u32_attr("ordinal", CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
-    put_u32_attr("managed", CU_POINTER_ATTRIBUTE_IS_MANAGED, p);
-    put_u32_attr("mapped", CU_POINTER_ATTRIBUTE_MAPPED, p);
-    put_u32_attr("legacy_ipc", CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p);
-    put_u32_attr("handle_types", CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p);
+    put_scalar_attr("type", CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+    put_scalar_attr("ordinal", CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+    put_scalar_attr("managed", CU_POINTER_ATTRIBUTE_IS_MANAGED, p);
+    put_scalar_attr("mapped", CU_POINTER_ATTRIBUTE_MAPPED, p);
+    put_scalar_attr("legacy_ipc", CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p);
+    put_scalar_attr("handle_types", CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p);
     put_addr_attr("device_pointer", CU_POINTER_ATTRIBUTE_DEVICE_POINTER, p, ref);
 
     /* the same through cuPointerGetAttributes, in one call */
