@@ -95,13 +95,9 @@ int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream)
     return 0;
 }
 
-/* Moves held blocks whose hold ended behind the fence; returns how many. */
-static size_t poll_held(core_dev_t *d);
-
-void pend_close(core_dev_t *d)
+/* Records the fence of the open batch (not during a capture). */
+static void close_batch(core_dev_t *d)
 {
-    if (d->held && !d->capturing)
-        poll_held(d); /* holds that ended join this fence */
     if (!d->open.blocks || d->capturing)
         return;
     uint64_t ev = 0;
@@ -129,6 +125,13 @@ void pend_close(core_dev_t *d)
     d->fences_tail = f;
     d->open.blocks = NULL;
     d->stats.num_fences++;
+}
+
+void pend_close(core_dev_t *d)
+{
+    if (d->held && !d->capturing)
+        poll_held(d); /* holds that ended join this fence */
+    close_batch(d);
 }
 
 static size_t release_list(core_dev_t *d, block_t *b)
@@ -185,7 +188,7 @@ size_t pend_poll(core_dev_t *d)
 {
     size_t bytes = 0;
     if (d->held && poll_held(d))
-        pend_close(d); /* their fence: they are released once it completes */
+        close_batch(d); /* their fence: they are released once it completes */
     while (d->fences && d->be.event_query(d->be.ctx, d->device, d->fences->event) == 1)
         bytes += release_oldest_batch(d);
     if (d->event_pending)

@@ -485,7 +485,6 @@ bool hook_ipc_describe(uintptr_t addr, core_ptr_info_t *info)
     for (size_t i = 0; i < nimports && !found; i++) {
         const import_t *m = &imports[i];
         if (addr >= m->ptr && addr - m->ptr < m->size) {
-            memset(info, 0, sizeof *info);
             *info = (core_ptr_info_t){.where = CORE_WHERE_LIVE,
                                       .base = m->ptr,
                                       .requested = m->size,

@@ -552,9 +552,7 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         if (do_alloc(r, rd, e, &addr) != 0)
             return -1;
         if (addr) {
-            live_t l = {.addr = addr,
-                        .charged = charged(r, e->size),
-                        .held = held(r, e->size),
+            live_t l = {.addr = addr, .charged = charged(r, e->size), .held = held(r, e->size),
                         .device = (int16_t)(e->device < 0 ? 0 : e->device)};
             once.api = TRACE_API_IMPORTED; /* at once: the job never used it */
             do_free(r, rd, &l, &once);

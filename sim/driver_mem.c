@@ -111,7 +111,7 @@ static CUresult host_alloc(void **pp, size_t bytesize, sim_alloc_kind_t kind)
     CUresult r = sim_capture_check_unsafe();
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
-    return drv_leave(sim_host_alloc(bytesize, kind, ctx->dev->ordinal, ctx, pp));
+    return drv_leave(sim_host_alloc(bytesize, kind, ctx, pp));
 }
 
 SIM_API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)

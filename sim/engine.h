@@ -433,10 +433,12 @@ CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span
 /* Frees any allocation: pool accounting, device or host memory, and a
  * destroyed pool with its last block. */
 void sim_alloc_release(sim_alloc_t *a);
-CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, int device, struct CUctx_st *ctx, void **out);
+/* Pinned or managed memory of ctx's device. */
+CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx, void **out);
 /* Frees pinned or managed memory, or forgets a registration. */
 void sim_host_free(sim_alloc_t *a);
-/* Adds an allocation of memory the engine did not allocate itself. */
+/* Adds an allocation of ctx's device at addr to the table (host memory:
+ * pinned, managed, registered, or an IPC mapping). */
 sim_alloc_t *sim_alloc_add(uintptr_t addr, size_t size, sim_alloc_kind_t kind, unsigned flags, struct CUctx_st *ctx);
 /* Records [p, p+size) of the program's memory as registered. */
 CUresult sim_host_register(void *p, size_t size, unsigned flags, struct CUctx_st *ctx);

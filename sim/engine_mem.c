@@ -390,7 +390,7 @@ void sim_dev_free(sim_alloc_t *a)
  * Host memory: pinned (cuMemAllocHost) and managed
  * ---------------------------------------------------------------------- */
 
-CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, int device, struct CUctx_st *ctx, void **out)
+CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx, void **out)
 {
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -399,16 +399,7 @@ CUresult sim_host_alloc(size_t size, sim_alloc_kind_t kind, int device, struct C
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    sim_alloc_t a = {
-        .addr = (uintptr_t)p,
-        .size = size,
-        .reserved = 0,
-        .kind = kind,
-        .device = device,
-        .buffer_id = ++sim.next_buffer_id,
-        .ctx = ctx,
-    };
-    table_insert(&a);
+    sim_alloc_add((uintptr_t)p, size, kind, 0, ctx);
     *out = p;
     return CUDA_SUCCESS;
 }
