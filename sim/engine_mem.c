@@ -178,26 +178,34 @@ static void drop_bytes(sim_device_t *d, uintptr_t addr, size_t len)
 
 CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span)
 {
+    /* Reserve span + one page of addresses (the memory is mapped at the
+     * first page boundary inside).  Where the process cannot have that
+     * many (ThreadSanitizer keeps most of the address space for itself),
+     * half as many, down to the capacity: fewer addresses only make
+     * patterns that defeat first fit possible again. */
+    const size_t want = span;
+    uint8_t *raw = mmap(NULL, span + SIM_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    while (raw == MAP_FAILED) {
+        span = span / 2 / SIM_PAGE * SIM_PAGE;
+        if (span == 0 || span < capacity / SIM_PAGE * SIM_PAGE) {
+            sim_log("device %d: cannot reserve %zu bytes of addresses: %s", ordinal, want, strerror(errno));
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        raw = mmap(NULL, span + SIM_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    }
     char name[32];
     snprintf(name, sizeof name, "cucache-sim-dev%d", ordinal);
     int fd = memfd_create(name, MFD_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, (off_t)span) != 0) {
-        sim_log("device %d: cannot create its memory (memfd of %zu bytes): %s", ordinal, span, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    /* Reserve span + one page of addresses, then map the memory at the
-     * first page boundary inside. */
-    uint8_t *raw = mmap(NULL, span + SIM_PAGE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     void *p = MAP_FAILED;
-    if (raw != MAP_FAILED) {
+    if (fd >= 0 && ftruncate(fd, (off_t)span) == 0) {
         uintptr_t base = ((uintptr_t)raw + SIM_PAGE - 1) & ~(uintptr_t)(SIM_PAGE - 1);
         p = mmap((void *)base, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
     }
     if (p == MAP_FAILED) {
-        sim_log("device %d: cannot map %zu bytes of addresses: %s", ordinal, span, strerror(errno));
-        close(fd);
+        sim_log("device %d: cannot create its memory (memfd of %zu bytes): %s", ordinal, span, strerror(errno));
+        munmap(raw, span + SIM_PAGE);
+        if (fd >= 0)
+            close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     /* A fork child cannot use the device (as on a GPU): it does not inherit
