@@ -20,11 +20,21 @@
 
 /* Classifies [p, p+n): device memory (range checked), or host memory.  A
  * pointer inside a device's region that is not a live allocation, or a
- * range that leaves its allocation, is an error. */
-static CUresult classify(uintptr_t p, size_t n, bool *device, bool *tracked)
+ * range that leaves its allocation, is an error; so is a range of the
+ * virtual memory API that is not mapped, or not accessible (for writing
+ * when `write`) by the current context's device. */
+static CUresult classify(uintptr_t p, size_t n, bool write, bool *device, bool *tracked)
 {
     *device = false;
     *tracked = false;
+    if (sim_vmm_region(p)) {
+        struct CUctx_st *cur = sim_ctx_current();
+        if (!sim_vmm_range_ok(p, n, write, sim_ctx_valid(cur) ? cur->dev->ordinal : -1))
+            return CUDA_ERROR_INVALID_VALUE;
+        *device = true;
+        *tracked = true;
+        return CUDA_SUCCESS;
+    }
     if (sim_device_of(p)) {
         if (!sim_range_ok(p, n, NULL))
             return CUDA_ERROR_INVALID_VALUE;
@@ -83,9 +93,9 @@ static CUresult copy(const copy_t *c)
     if (dspan == SIZE_MAX || sspan == SIZE_MAX)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     bool ddev, dtr, sdev, str;
-    CUresult r = classify(c->dst, dspan, &ddev, &dtr);
+    CUresult r = classify(c->dst, dspan, true, &ddev, &dtr);
     if (r == CUDA_SUCCESS)
-        r = classify(c->src, sspan, &sdev, &str);
+        r = classify(c->src, sspan, false, &sdev, &str);
     struct CUstream_st *s = NULL;
     if (r == CUDA_SUCCESS)
         r = sim_stream_resolve(ctx, c->stream, c->ptds, &s);
@@ -250,7 +260,7 @@ DRV_PTSZ(cuMemcpy2DAsync_v2, copy2d_async, (const CUDA_MEMCPY2D *pCopy, CUstream
 static CUresult fill_target(uintptr_t dst, size_t span, bool *host)
 {
     bool dev, tracked;
-    CUresult r = classify(dst, span, &dev, &tracked);
+    CUresult r = classify(dst, span, true, &dev, &tracked);
     *host = !dev;
     if (r != CUDA_SUCCESS || tracked)
         return r;

@@ -36,7 +36,8 @@ SIM_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 static sim_alloc_t *freeable(CUdeviceptr p)
 {
     sim_alloc_t *a = sim_alloc_live(p);
-    if (!a || a->addr != p || a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_REGISTERED || a->kind == SIM_ALLOC_IPC)
+    if (!a || a->addr != p || a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_REGISTERED ||
+        a->kind == SIM_ALLOC_IPC || a->kind == SIM_ALLOC_VMM)
         return NULL;
     return a;
 }

@@ -24,16 +24,35 @@
  *   exportable through cuMemExportToShareableHandle), P2P_TOKENS (cuMemAlloc
  *   memory only), IS_HW_DECOMPRESS_CAPABLE (0).
  *
+ * A mapping of the virtual memory API (cuMemMap) answers as device memory
+ * whose range (RANGE_*, MAPPING_*, cuMemGetAddressRange) is the mapping, as
+ * the 2025-26 reports in shared/notes/vmm.md 1.5 say a GPU answers (not the
+ * reservation); CONTEXT NULL; BUFFER_ID its own, MEMORY_BLOCK_ID its
+ * physical allocation's (aliases share it); ALLOWED_HANDLE_TYPES and
+ * IS_GPU_DIRECT_RDMA_CAPABLE from cuMemCreate's properties; ACCESS_FLAGS
+ * the current context's device's (cuMemSetAccess); IS_LEGACY_CUDA_IPC_-
+ * CAPABLE 0; P2P_TOKENS an error.  Reserved addresses that are not mapped
+ * are unknown memory (MAPPED 0 through cuPointerGetAttributes).
+ *
  * cuPointerGetAttribute returns CUDA_ERROR_INVALID_VALUE for unknown
  * memory; cuPointerGetAttributes answers the defaults in the last column.
  */
 #include <string.h>
 
 #include "driver.h"
+#include "engine_vmm.h"
 
 static bool device_kind(const sim_alloc_t *a)
 {
-    return a->kind == SIM_ALLOC_DEVICE || a->kind == SIM_ALLOC_POOL || a->kind == SIM_ALLOC_IPC;
+    return a->kind == SIM_ALLOC_DEVICE || a->kind == SIM_ALLOC_POOL || a->kind == SIM_ALLOC_IPC ||
+           a->kind == SIM_ALLOC_VMM;
+}
+
+/* A mapping's access for the current context's device (or its own). */
+static unsigned vmm_access(const sim_alloc_t *a)
+{
+    struct CUctx_st *cur = sim_ctx_current();
+    return a->access[sim_ctx_valid(cur) ? cur->dev->ordinal : a->device];
 }
 
 static bool host_kind(const sim_alloc_t *a)
@@ -73,8 +92,10 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, sim_alloc_t *
         *(unsigned char *)data = a && a->sync_memops;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
         *(unsigned long long *)data = a ? a->buffer_id : 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        *(unsigned long long *)data = !a ? 0 : a->kind == SIM_ALLOC_VMM ? a->phys->block_id : a->buffer_id;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
         *(unsigned char *)data = a && a->kind == SIM_ALLOC_MANAGED;
@@ -105,13 +126,19 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, sim_alloc_t *
         *(unsigned char *)data = a != NULL;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
-        *(unsigned long long *)data = CU_MEM_HANDLE_TYPE_NONE;
+        *(unsigned long long *)data = a && a->kind == SIM_ALLOC_VMM
+                                          ? (unsigned long long)a->phys->prop.requestedHandleTypes
+                                          : CU_MEM_HANDLE_TYPE_NONE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
-        *(unsigned char *)data = a && device_kind(a);
+        *(unsigned char *)data =
+            a && (a->kind == SIM_ALLOC_VMM ? a->phys->prop.allocFlags.gpuDirectRDMACapable != 0 : device_kind(a));
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
-        *(unsigned int *)data = a ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
+        /* CU_MEM_ACCESS_FLAGS_PROT_* and the attribute's flags have the same values */
+        *(unsigned int *)data = !a                         ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE
+                                : a->kind == SIM_ALLOC_VMM ? vmm_access(a)
+                                                           : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
         *(CUmemoryPool *)data = a && a->kind == SIM_ALLOC_POOL ? a->pool : NULL;

@@ -223,6 +223,44 @@ static bool parse_uint(const char *s, unsigned long max, unsigned long *out)
     return true;
 }
 
+/* The calls of CUCACHE_SIM_VMM_US, in sim_vmm_call_t's order, and their
+ * default costs in nanoseconds: the A100 figures of shared/notes/vmm.md
+ * (1.7), where the release of a handle and of a reservation, not measured
+ * there, take an unmap's time. */
+static const char *const vmm_call_names[SIM_VMM_NCALLS] = {"reserve", "addressfree", "create", "release",
+                                                           "map",     "unmap",       "access"};
+static const unsigned vmm_default_ns[SIM_VMM_NCALLS] = {19000, 25600, 193000, 25600, 1450, 25600, 36000};
+
+/* "0" (every call free) or a comma-separated list of CALL=MICROSECONDS
+ * (fractions allowed); calls not named keep their cost. */
+static bool parse_vmm_costs(const char *v, unsigned ns[SIM_VMM_NCALLS])
+{
+    if (strcmp(v, "0") == 0) {
+        memset(ns, 0, SIM_VMM_NCALLS * sizeof *ns);
+        return true;
+    }
+    const char *p = v;
+    while (*p) {
+        const char *eq = strchr(p, '=');
+        if (!eq)
+            return false;
+        int call = -1;
+        for (int i = 0; i < SIM_VMM_NCALLS; i++)
+            if (strlen(vmm_call_names[i]) == (size_t)(eq - p) && strncmp(p, vmm_call_names[i], (size_t)(eq - p)) == 0)
+                call = i;
+        char *end;
+        errno = 0;
+        double us = strtod(eq + 1, &end);
+        if (call < 0 || end == eq + 1 || errno || !(us >= 0 && us <= 10000000) || (*end && *end != ','))
+            return false;
+        ns[call] = (unsigned)(us * 1000 + 0.5);
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p)
+            return false;
+    }
+    return true;
+}
+
 /* Reads the CUCACHE_SIM_* variables; prints the first bad one. */
 static CUresult config_read(sim_config_t *cfg)
 {
@@ -233,6 +271,8 @@ static CUresult config_read(sim_config_t *cfg)
     cfg->copy_gbps = 25;
     cfg->race = true;
     cfg->race_fatal = false;
+    cfg->vmm_granularity = (size_t)2 << 20;
+    memcpy(cfg->vmm_ns, vmm_default_ns, sizeof cfg->vmm_ns);
 
     const char *v;
     unsigned long u;
@@ -273,8 +313,26 @@ static CUresult config_read(sim_config_t *cfg)
             goto bad_fatal;
         cfg->race_fatal = u == 1;
     }
+    if ((v = secure_getenv("CUCACHE_SIM_VMM_GRANULARITY"))) {
+        size_t g;
+        if (!parse_size(v, &g) || g < 4096 || g > ((size_t)1 << 30) || (g & (g - 1)))
+            goto bad_granularity;
+        cfg->vmm_granularity = g;
+    }
+    if ((v = secure_getenv("CUCACHE_SIM_VMM_US"))) {
+        if (!parse_vmm_costs(v, cfg->vmm_ns))
+            goto bad_vmm_us;
+    }
     return CUDA_SUCCESS;
 
+bad_granularity:
+    sim_log("CUCACHE_SIM_VMM_GRANULARITY=%s: expected a power of two from 4K to 1G, like 2M", v);
+    return CUDA_ERROR_INVALID_VALUE;
+bad_vmm_us:
+    sim_log("CUCACHE_SIM_VMM_US=%s: expected 0 or CALL=MICROSECONDS,... with CALL one of reserve, addressfree, "
+            "create, release, map, unmap, access",
+            v);
+    return CUDA_ERROR_INVALID_VALUE;
 bad_devices:
     sim_log("CUCACHE_SIM_DEVICES=%s: expected a number of devices from 1 to %d", v, SIM_MAX_DEVICES);
     return CUDA_ERROR_INVALID_VALUE;
@@ -348,6 +406,9 @@ CUresult sim_init(void)
         r = device_init(&sim.dev[i], i, sim.cfg.capacity);
     if (r == CUDA_SUCCESS) {
         sim.ndev = sim.cfg.devices;
+        r = sim_vmm_init();
+    }
+    if (r == CUDA_SUCCESS) {
         sim.host_vc = vc_new(1);
         race_init();
         pthread_atfork(NULL, NULL, atfork_child);

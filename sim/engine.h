@@ -102,7 +102,10 @@ typedef enum sim_alloc_kind_e {
     SIM_ALLOC_MANAGED,    /* managed memory: plain host memory here */
     SIM_ALLOC_REGISTERED, /* the program's host memory, page-locked (cuMemHostRegister) */
     SIM_ALLOC_IPC,        /* another process's allocation, opened (cuIpcOpenMemHandle) */
+    SIM_ALLOC_VMM,        /* a mapping of the virtual memory API (cuMemMap; engine_vmm.c) */
 } sim_alloc_kind_t;
+
+struct sim_phys_s;
 
 /* One live allocation, device or registered host. */
 typedef struct sim_alloc_s {
@@ -122,6 +125,8 @@ typedef struct sim_alloc_s {
     int free_slot;                   /* pool block: slot and seq of the freeing op */
     uint64_t free_seq;
     sim_vc_t *free_vc; /* clock of the freeing op */
+    struct sim_phys_s *phys;         /* VMM: the physical allocation mapped here (from its start) */
+    uint8_t access[SIM_MAX_DEVICES]; /* VMM: CU_MEM_ACCESS_FLAGS_PROT_* of each device (cuMemSetAccess) */
 } sim_alloc_t;
 
 /* The unit of device memory (cuMemGetInfo counts these), the packing of
@@ -132,8 +137,23 @@ typedef struct sim_alloc_s {
 #define SIM_SMALL_GRAINS (SIM_PAGE / SIM_SMALL_GRAIN)
 
 typedef struct sim_extent_s {
-    size_t off, len; /* free range [off, off+len) of the device's addresses */
+    size_t off, len; /* free range [off, off+len) of a range of addresses */
 } sim_extent_t;
+
+/* The free parts of a range of addresses, sorted by offset, never adjacent. */
+typedef struct sim_extents_s {
+    sim_extent_t *ext;
+    size_t n, cap;
+} sim_extents_t;
+
+/* Starts with [0, len) free. */
+void sim_ext_init(sim_extents_t *x, size_t len);
+/* Takes len bytes at an offset where base + offset is a multiple of align
+ * (a power of two), first fit, or exactly at `at` when at != SIZE_MAX and
+ * that range is free; the offset or SIZE_MAX. */
+size_t sim_ext_take(sim_extents_t *x, uintptr_t base, size_t len, size_t align, size_t at);
+/* Returns [off, off+len), merged with its free neighbours. */
+void sim_ext_give(sim_extents_t *x, size_t off, size_t len);
 
 /* A page holding small allocations, 512-byte grains first fit. */
 typedef struct sim_smallpage_s {
@@ -150,8 +170,8 @@ typedef struct sim_device_s {
     size_t capacity;   /* bytes, a whole number of pages; cuMemGetInfo's total */
     size_t pages;      /* capacity / SIM_PAGE */
     size_t pages_used; /* pages charged to live allocations (and small pages) */
-    sim_extent_t *ext; /* free address ranges, sorted by offset, never adjacent */
-    size_t next, cap_ext;
+    sim_extents_t addrs;    /* its free addresses (offsets from base) */
+    size_t vmm_bytes;       /* physical allocations of the virtual memory API (cuMemCreate) */
     sim_smallpage_t *small; /* pages of small allocations, sorted by address */
     size_t nsmall, cap_small;
     struct CUctx_st *primary;
@@ -320,7 +340,21 @@ typedef struct sim_config_s {
     double copy_gbps; /* 0: instant */
     bool race;
     bool race_fatal;
+    size_t vmm_granularity; /* cuMemGetAllocationGranularity's answer, minimum and recommended */
+    unsigned vmm_ns[7];     /* cost of each call of the virtual memory API (sim_vmm_call_t) */
 } sim_config_t;
+
+/* The calls of the virtual memory API that cost time (CUCACHE_SIM_VMM_US)
+ * and can be made to fail (cucacheSimVmmFail): sim.h's enum. */
+typedef enum cucache_sim_vmm_call sim_vmm_call_t;
+#define SIM_VMM_RESERVE CUCACHE_SIM_VMM_RESERVE
+#define SIM_VMM_ADDRESS_FREE CUCACHE_SIM_VMM_ADDRESS_FREE
+#define SIM_VMM_CREATE CUCACHE_SIM_VMM_CREATE
+#define SIM_VMM_RELEASE CUCACHE_SIM_VMM_RELEASE
+#define SIM_VMM_MAP CUCACHE_SIM_VMM_MAP
+#define SIM_VMM_UNMAP CUCACHE_SIM_VMM_UNMAP
+#define SIM_VMM_SET_ACCESS CUCACHE_SIM_VMM_SET_ACCESS
+#define SIM_VMM_NCALLS 7
 
 typedef struct sim_state_s {
     pthread_mutex_t lock;
@@ -440,6 +474,9 @@ void sim_host_free(sim_alloc_t *a);
 /* Adds an allocation of ctx's device at addr to the table (host memory:
  * pinned, managed, registered, or an IPC mapping). */
 sim_alloc_t *sim_alloc_add(uintptr_t addr, size_t size, sim_alloc_kind_t kind, unsigned flags, struct CUctx_st *ctx);
+/* Adds a filled-in entry to the table / removes one (engine_vmm.c's mappings). */
+sim_alloc_t *sim_alloc_insert(const sim_alloc_t *a);
+void sim_alloc_remove(sim_alloc_t *a);
 /* Records [p, p+size) of the program's memory as registered. */
 CUresult sim_host_register(void *p, size_t size, unsigned flags, struct CUctx_st *ctx);
 /* Whether any allocation or registration overlaps [lo, hi). */
@@ -495,6 +532,29 @@ void sim_dev_release_range(int device, uintptr_t addr, size_t reserved);
 uintptr_t sim_dev_addr_take(sim_device_t *d, size_t len);
 void sim_dev_addr_give(sim_device_t *d, uintptr_t addr, size_t len);
 
+/* Virtual memory (engine_vmm.c; the API is driver_vmm.c).  Reservations
+ * come from one range of addresses of their own; a physical allocation is
+ * a memfd charged to its device; a mapping is an entry of the allocation
+ * table (SIM_ALLOC_VMM) whose bytes are the memfd's. */
+/* Sets up the range of reservable addresses (at cuInit). */
+CUresult sim_vmm_init(void);
+/* Whether addr lies in the reservable range (mapped or not). */
+bool sim_vmm_region(uintptr_t addr);
+/* [addr, addr+bytes) lies in mappings, adjacent and accessible by the device
+ * (-1: by any), for writing too when `write`. */
+bool sim_vmm_range_ok(uintptr_t addr, size_t bytes, bool write, int device);
+/* The ranges of physical memory behind [lo, hi) for the race detector:
+ * writes at most max of them to out and returns how many there are (a
+ * range outside the reservable addresses is itself). */
+size_t sim_vmm_translate(const sim_range_t *in, sim_range_t *out, size_t max);
+/* Names [lo, hi) of physical keys for a race report (the handle, the
+ * offsets and where it is mapped); false for plain addresses. */
+bool sim_vmm_describe_key(uintptr_t lo, uintptr_t hi, char *buf, size_t len);
+/* Spends the configured time of one call (without sim.lock). */
+void sim_vmm_cost(sim_vmm_call_t call);
+/* The injected failure of this call, or CUDA_SUCCESS (counts the call). */
+CUresult sim_vmm_injected(sim_vmm_call_t call);
+
 /* Race detector (engine_race.c) */
 void race_init(void);
 void race_check_and_add(const sim_op_t *op);
@@ -503,6 +563,10 @@ void race_gc(void);
  * free ran: whoever is handed it next is ordered after that free, so its
  * records go (sim.lock held). */
 void race_forget(uintptr_t lo, uintptr_t hi);
+/* The host takes [lo, hi) of physical memory away (cuMemUnmap): reports a
+ * race with each operation on it that the host has not seen complete, then
+ * waits for those operations (the simulator itself must not fault). */
+void race_check_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi, const char *what);
 
 /* Misc */
 uint64_t sim_now_ns(void);

@@ -91,11 +91,30 @@ static void table_remove(sim_alloc_t *a)
     sim.nallocs--;
 }
 
+sim_alloc_t *sim_alloc_insert(const sim_alloc_t *a)
+{
+    return table_insert(a);
+}
+
+void sim_alloc_remove(sim_alloc_t *a)
+{
+    table_remove(a);
+}
+
 bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out)
 {
     sim_alloc_t *a = sim_alloc_find(addr);
     if (!a || a->freeing || (a->kind == SIM_ALLOC_POOL && a->pool_free))
         return false;
+    if (a->kind == SIM_ALLOC_VMM) {
+        /* mappings may be adjacent: a range may span several */
+        struct CUctx_st *cur = sim_ctx_current();
+        if (!sim_vmm_range_ok(addr, bytes, false, sim_ctx_valid(cur) ? cur->dev->ordinal : -1))
+            return false;
+        if (out)
+            *out = a;
+        return true;
+    }
     if (bytes > a->size || addr - a->addr > a->size - bytes)
         return false;
     if (out)
@@ -114,55 +133,73 @@ bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out)
  * any of them lives), larger ones take whole pages.
  * ---------------------------------------------------------------------- */
 
-static void ext_remove(sim_device_t *d, size_t i)
+static void ext_remove(sim_extents_t *x, size_t i)
 {
-    memmove(&d->ext[i], &d->ext[i + 1], (d->next - i - 1) * sizeof *d->ext);
-    d->next--;
+    memmove(&x->ext[i], &x->ext[i + 1], (x->n - i - 1) * sizeof *x->ext);
+    x->n--;
 }
 
-static void ext_insert(sim_device_t *d, size_t i, sim_extent_t e)
+static void ext_insert(sim_extents_t *x, size_t i, sim_extent_t e)
 {
-    if (d->next == d->cap_ext) {
-        d->cap_ext *= 2;
-        d->ext = realloc(d->ext, d->cap_ext * sizeof *d->ext);
-        if (!d->ext)
+    if (x->n == x->cap) {
+        x->cap = x->cap ? x->cap * 2 : 16;
+        x->ext = realloc(x->ext, x->cap * sizeof *x->ext);
+        if (!x->ext)
             abort();
     }
-    memmove(&d->ext[i + 1], &d->ext[i], (d->next - i) * sizeof *d->ext);
-    d->ext[i] = e;
-    d->next++;
+    memmove(&x->ext[i + 1], &x->ext[i], (x->n - i) * sizeof *x->ext);
+    x->ext[i] = e;
+    x->n++;
 }
 
-/* Takes len bytes of addresses, page aligned, first fit; the offset from
- * base or SIZE_MAX. */
-static size_t ext_take(sim_device_t *d, size_t len)
+void sim_ext_init(sim_extents_t *x, size_t len)
 {
-    for (size_t i = 0; i < d->next; i++) {
-        sim_extent_t e = d->ext[i];
-        if (e.len < len)
-            continue;
-        ext_remove(d, i);
-        if (e.len > len)
-            ext_insert(d, i, (sim_extent_t){e.off + len, e.len - len});
-        return e.off;
+    x->n = 0;
+    ext_insert(x, 0, (sim_extent_t){.off = 0, .len = len});
+}
+
+/* Cuts [off, off+len) out of extent i, which holds it. */
+static size_t ext_cut(sim_extents_t *x, size_t i, size_t off, size_t len)
+{
+    sim_extent_t e = x->ext[i];
+    ext_remove(x, i);
+    if (off + len < e.off + e.len)
+        ext_insert(x, i, (sim_extent_t){off + len, e.off + e.len - (off + len)});
+    if (off > e.off)
+        ext_insert(x, i, (sim_extent_t){e.off, off - e.off});
+    return off;
+}
+
+size_t sim_ext_take(sim_extents_t *x, uintptr_t base, size_t len, size_t align, size_t at)
+{
+    if (at != SIZE_MAX)
+        for (size_t i = 0; i < x->n; i++) {
+            sim_extent_t e = x->ext[i];
+            if (e.off <= at && at - e.off <= e.len && e.len - (at - e.off) >= len)
+                return ext_cut(x, i, at, len);
+        }
+    for (size_t i = 0; i < x->n; i++) {
+        sim_extent_t e = x->ext[i];
+        size_t off = round_up(base + e.off, align) - base;
+        if (off - e.off <= e.len && e.len - (off - e.off) >= len)
+            return ext_cut(x, i, off, len);
     }
     return SIZE_MAX;
 }
 
-/* Returns [off, off+len) and merges it with its free neighbours. */
-static void ext_give(sim_device_t *d, size_t off, size_t len)
+void sim_ext_give(sim_extents_t *x, size_t off, size_t len)
 {
     size_t i = 0;
-    while (i < d->next && d->ext[i].off < off)
+    while (i < x->n && x->ext[i].off < off)
         i++;
-    ext_insert(d, i, (sim_extent_t){off, len});
-    if (i + 1 < d->next && d->ext[i].off + d->ext[i].len == d->ext[i + 1].off) {
-        d->ext[i].len += d->ext[i + 1].len;
-        ext_remove(d, i + 1);
+    ext_insert(x, i, (sim_extent_t){off, len});
+    if (i + 1 < x->n && x->ext[i].off + x->ext[i].len == x->ext[i + 1].off) {
+        x->ext[i].len += x->ext[i + 1].len;
+        ext_remove(x, i + 1);
     }
-    if (i > 0 && d->ext[i - 1].off + d->ext[i - 1].len == d->ext[i].off) {
-        d->ext[i - 1].len += d->ext[i].len;
-        ext_remove(d, i);
+    if (i > 0 && x->ext[i - 1].off + x->ext[i - 1].len == x->ext[i].off) {
+        x->ext[i - 1].len += x->ext[i].len;
+        ext_remove(x, i);
     }
 }
 
@@ -218,17 +255,15 @@ CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span
     d->capacity = capacity / SIM_PAGE * SIM_PAGE;
     d->pages = capacity / SIM_PAGE;
     d->pages_used = 0;
-    d->cap_ext = 16;
-    d->ext = sim_xcalloc(d->cap_ext, sizeof *d->ext);
-    d->ext[0] = (sim_extent_t){.off = 0, .len = span};
-    d->next = 1;
+    d->vmm_bytes = 0;
+    sim_ext_init(&d->addrs, span);
     return CUDA_SUCCESS;
 }
 
 size_t sim_dev_free_bytes(const sim_device_t *dev)
 {
     sim_ipc_sweep();
-    return (dev->pages - dev->pages_used) * SIM_PAGE;
+    return (dev->pages - dev->pages_used) * SIM_PAGE - dev->vmm_bytes;
 }
 
 size_t sim_dev_round(size_t size)
@@ -239,9 +274,9 @@ size_t sim_dev_round(size_t size)
 /* Pages [addr, addr+n pages) charged and given addresses, or 0. */
 static uintptr_t pages_take(sim_device_t *d, size_t n)
 {
-    if (n > d->pages - d->pages_used)
+    if (n > ((d->pages - d->pages_used) * SIM_PAGE - d->vmm_bytes) / SIM_PAGE)
         return 0;
-    size_t off = ext_take(d, n * SIM_PAGE);
+    size_t off = sim_ext_take(&d->addrs, (uintptr_t)d->base, n * SIM_PAGE, SIM_PAGE, SIZE_MAX);
     if (off == SIZE_MAX)
         return 0;
     d->pages_used += n;
@@ -251,7 +286,7 @@ static uintptr_t pages_take(sim_device_t *d, size_t n)
 static void pages_give(sim_device_t *d, uintptr_t addr, size_t n)
 {
     drop_bytes(d, addr, n * SIM_PAGE);
-    ext_give(d, addr - (uintptr_t)d->base, n * SIM_PAGE);
+    sim_ext_give(&d->addrs, addr - (uintptr_t)d->base, n * SIM_PAGE);
     d->pages_used -= n;
 }
 
@@ -343,7 +378,7 @@ static void small_give(sim_device_t *d, uintptr_t addr, size_t len)
 
 uintptr_t sim_dev_addr_take(sim_device_t *d, size_t len)
 {
-    size_t off = ext_take(d, round_up(len, SIM_PAGE));
+    size_t off = sim_ext_take(&d->addrs, (uintptr_t)d->base, round_up(len, SIM_PAGE), SIM_PAGE, SIZE_MAX);
     return off == SIZE_MAX ? 0 : (uintptr_t)d->base + off;
 }
 
@@ -351,7 +386,7 @@ void sim_dev_addr_give(sim_device_t *d, uintptr_t addr, size_t len)
 {
     len = round_up(len, SIM_PAGE);
     drop_bytes(d, addr, len);
-    ext_give(d, addr - (uintptr_t)d->base, len);
+    sim_ext_give(&d->addrs, addr - (uintptr_t)d->base, len);
 }
 
 CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, struct CUctx_st *ctx, sim_alloc_t **out)
@@ -437,7 +472,8 @@ sim_alloc_t *sim_alloc_add(uintptr_t addr, size_t size, sim_alloc_kind_t kind, u
 CUresult sim_host_register(void *p, size_t size, unsigned flags, struct CUctx_st *ctx)
 {
     uintptr_t lo = (uintptr_t)p;
-    if (!p || size == 0 || size > UINTPTR_MAX - lo || sim_device_of(lo) || sim_device_of(lo + size - 1))
+    if (!p || size == 0 || size > UINTPTR_MAX - lo || sim_device_of(lo) || sim_device_of(lo + size - 1) ||
+        sim_vmm_region(lo) || sim_vmm_region(lo + size - 1))
         return CUDA_ERROR_INVALID_VALUE;
     if (sim_alloc_overlaps(lo, lo + size))
         return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;

@@ -69,12 +69,14 @@ static void report(const race_rec_t *old, const sim_op_t *op, const sim_range_t 
     sim_stream_name(op->stream, name, sizeof name);
     uintptr_t lo = old->lo > rg->lo ? old->lo : rg->lo;
     uintptr_t hi = old->hi < rg->hi ? old->hi : rg->hi;
+    char where[256];
+    if (!sim_vmm_describe_key(lo, hi, where, sizeof where))
+        snprintf(where, sizeof where, "[0x%lx, 0x%lx)", (unsigned long)lo, (unsigned long)hi);
     snprintf(r->last, sizeof r->last,
-             "RACE on device memory [0x%lx, 0x%lx) (%lu bytes): %s on %s, op %lu, %s it while %s on %s, op %lu, "
+             "RACE on device memory %s (%lu bytes): %s on %s, op %lu, %s it while %s on %s, op %lu, "
              "which %s it, may still be running; no stream order, event or synchronisation orders them",
-             (unsigned long)lo, (unsigned long)hi, (unsigned long)(hi - lo), op->what, name, (unsigned long)op->seq,
-             rg->write ? "writes" : "reads", old->what, old->stream, (unsigned long)old->seq,
-             old->write ? "writes" : "reads");
+             where, (unsigned long)(hi - lo), op->what, name, (unsigned long)op->seq, rg->write ? "writes" : "reads",
+             old->what, old->stream, (unsigned long)old->seq, old->write ? "writes" : "reads");
     r->count++;
     sim_log("%s", r->last);
     if (sim.cfg.race_fatal) {
@@ -115,12 +117,31 @@ static void add_record(const sim_op_t *op, const sim_range_t *rg)
     sim_stream_name(op->stream, n->stream, sizeof n->stream);
 }
 
+/* The op's ranges as physical memory: mapped addresses of the virtual
+ * memory API become their physical allocations' keys (aliases meet).
+ * *n gets the count; the array is `local` when it fits, else allocated. */
+static sim_range_t *physical_ranges(const sim_op_t *op, sim_range_t *local, size_t cap, size_t *n)
+{
+    const sim_range_t *ranges = op->nranges > 2 ? op->xranges : op->ranges;
+    size_t total = 0;
+    for (uint32_t k = 0; k < op->nranges; k++)
+        total += sim_vmm_translate(&ranges[k], NULL, 0);
+    sim_range_t *out = total <= cap ? local : sim_xmalloc(total * sizeof *out);
+    size_t at = 0;
+    for (uint32_t k = 0; k < op->nranges; k++)
+        at += sim_vmm_translate(&ranges[k], out + at, total - at);
+    *n = total;
+    return out;
+}
+
 void race_check_and_add(const sim_op_t *op)
 {
     sim_race_t *r = sim.race;
-    const sim_range_t *ranges = op->nranges > 2 ? op->xranges : op->ranges;
+    sim_range_t local[8];
+    size_t nranges;
+    sim_range_t *ranges = physical_ranges(op, local, 8, &nranges);
     bool reported = false;
-    for (uint32_t k = 0; k < op->nranges && !reported; k++) {
+    for (size_t k = 0; k < nranges && !reported; k++) {
         const sim_range_t *rg = &ranges[k];
         for (size_t i = 0; i < r->n; i++) {
             const race_rec_t *o = &r->recs[i];
@@ -133,11 +154,56 @@ void race_check_and_add(const sim_op_t *op)
             break;
         }
     }
-    for (uint32_t k = 0; k < op->nranges; k++)
+    for (size_t k = 0; k < nranges; k++)
         if (ranges[k].hi > ranges[k].lo)
             add_record(op, &ranges[k]);
+    if (ranges != local)
+        free(ranges);
     if (++r->adds_since_gc >= 1024)
         race_gc();
+}
+
+void race_check_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi, const char *what)
+{
+    sim_race_t *r = sim.race;
+    if (!sim.cfg.race || !r) {
+        /* Nothing recorded: wait for every device, so the simulator never
+         * touches memory it has unmapped. */
+        for (int i = 0; i < sim.ndev; i++)
+            sim_device_wait_idle(&sim.dev[i]);
+        return;
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        race_rec_t o = r->recs[i];
+        if (o.hi <= lo || hi <= o.lo || vc_get(sim.host_vc, o.slot) >= o.seq)
+            continue;
+        uintptr_t a = o.lo > lo ? o.lo : lo, b = o.hi < hi ? o.hi : hi;
+        snprintf(r->last, sizeof r->last,
+                 "RACE on device memory [0x%lx, 0x%lx) (%lu bytes): %s takes it away while %s on %s, op %lu, which %s "
+                 "it, may still be running; no synchronisation orders them",
+                 (unsigned long)(va + (a - lo)), (unsigned long)(va + (b - lo)), (unsigned long)(b - a), what, o.what,
+                 o.stream, (unsigned long)o.seq, o.write ? "writes" : "reads");
+        r->count++;
+        sim_log("%s", r->last);
+        if (sim.cfg.race_fatal) {
+            sim_log("CUCACHE_SIM_RACE_FATAL=1: aborting on the first race");
+            abort();
+        }
+        break;
+    }
+    /* Then wait for all of them (the records may change while waiting). */
+    for (;;) {
+        bool waited = false;
+        for (size_t i = 0; i < r->n && !waited; i++) {
+            race_rec_t o = r->recs[i];
+            if (o.hi <= lo || hi <= o.lo || sim.completed[o.slot] >= o.seq)
+                continue;
+            sim_wait_seq(o.slot, o.seq);
+            waited = true;
+        }
+        if (!waited)
+            return;
+    }
 }
 
 /* ------------------------------------------------------------------------

@@ -70,12 +70,20 @@ typedef enum CUmemPool_attribute_enum CUmemPool_attribute;
 typedef enum CUmemAllocationType_enum CUmemAllocationType;
 typedef enum CUmemAllocationHandleType_enum CUmemAllocationHandleType;
 typedef enum CUmemLocationType_enum CUmemLocationType;
+typedef enum CUmemAccess_flags_enum CUmemAccess_flags;
+typedef enum CUmemAllocationGranularity_flags_enum CUmemAllocationGranularity_flags;
+typedef unsigned long long CUmemGenericAllocationHandle_v1;
+typedef CUmemGenericAllocationHandle_v1 CUmemGenericAllocationHandle;
 typedef enum CUdriverProcAddressQueryResult_enum CUdriverProcAddressQueryResult;
 typedef struct CUuuid_st CUuuid;
 typedef struct CUuuid_st cudaUUID_t;
 typedef struct CUmemLocation_st CUmemLocation_v1;
 typedef CUmemLocation_v1 CUmemLocation;
 typedef struct CUmemPoolProps_st CUmemPoolProps_v1;
+typedef struct CUmemAllocationProp_st CUmemAllocationProp_v1;
+typedef CUmemAllocationProp_v1 CUmemAllocationProp;
+typedef struct CUmemAccessDesc_st CUmemAccessDesc_v1;
+typedef CUmemAccessDesc_v1 CUmemAccessDesc;
 typedef CUmemPoolProps_v1 CUmemPoolProps;
 typedef struct CUipcMemHandle_st CUipcMemHandle_v1;
 typedef CUipcMemHandle_v1 CUipcMemHandle;
@@ -539,6 +547,18 @@ enum CUmemLocationType_enum {
     CU_MEM_LOCATION_TYPE_MAX = 0x7FFFFFFF
 };
 
+enum CUmemAccess_flags_enum {
+    CU_MEM_ACCESS_FLAGS_PROT_NONE = 0x0,
+    CU_MEM_ACCESS_FLAGS_PROT_READ = 0x1,
+    CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 0x3,
+    CU_MEM_ACCESS_FLAGS_PROT_MAX = 0x7FFFFFFF
+};
+
+enum CUmemAllocationGranularity_flags_enum {
+    CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0x0,
+    CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 0x1
+};
+
 enum cudaMemAllocationType {
     cudaMemAllocationTypeInvalid = 0x0,
     cudaMemAllocationTypePinned = 0x1,
@@ -618,6 +638,24 @@ struct CUmemPoolProps_st {
     size_t maxSize;
     unsigned short usage;
     unsigned char reserved[54];
+};
+
+struct CUmemAllocationProp_st {
+    CUmemAllocationType type;
+    CUmemAllocationHandleType requestedHandleTypes;
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+};
+
+struct CUmemAccessDesc_st {
+    CUmemLocation location;
+    CUmemAccess_flags flags;
 };
 
 struct cudaMemLocation {
@@ -798,6 +836,25 @@ CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                             unsigned int ElementSizeBytes);
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                     unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle);
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count);
+CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr);
+CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType handleType, unsigned long long flags);
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                        CUmemAllocationHandleType shHandleType);
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                       CUmemAllocationGranularity_flags option);
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle);
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr);
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
 

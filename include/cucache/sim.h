@@ -46,6 +46,28 @@ void cucacheSimRaceReset(void);
 unsigned long cucacheSimDeviceAllocs(void);
 unsigned long cucacheSimDeviceFrees(void);
 
+/* The calls of the virtual memory API (cuMemAddressReserve ...
+ * cuMemSetAccess), for their costs (CUCACHE_SIM_VMM_US) and for failure
+ * injection. */
+enum cucache_sim_vmm_call {
+    CUCACHE_SIM_VMM_RESERVE,
+    CUCACHE_SIM_VMM_ADDRESS_FREE,
+    CUCACHE_SIM_VMM_CREATE,
+    CUCACHE_SIM_VMM_RELEASE,
+    CUCACHE_SIM_VMM_MAP,
+    CUCACHE_SIM_VMM_UNMAP,
+    CUCACHE_SIM_VMM_SET_ACCESS,
+};
+
+/* Makes a call of the virtual memory API fail: after `after` more calls of
+ * that kind succeed, the next one returns `error` (once) and changes
+ * nothing.  error CUDA_SUCCESS cancels. */
+void cucacheSimVmmFail(enum cucache_sim_vmm_call call, unsigned after, CUresult error);
+
+/* What the virtual memory API holds now: address reservations, physical
+ * allocations (created or imported, not yet given back) and mappings. */
+void cucacheSimVmmCounts(size_t *reservations, size_t *allocations, size_t *mappings);
+
 #ifdef __cplusplus
 }
 #endif

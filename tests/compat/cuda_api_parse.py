@@ -48,8 +48,15 @@ def parse_enum_body(tag, body):
 
 
 def parse_struct_body(tag, body):
-    """[(field name, declaration)] of a struct body."""
+    """[(field name, declaration)] of a struct body.  A member that is an
+    anonymous struct (`struct { ... } name;`, one level) gives its own
+    fields as name.field."""
     fields = []
+    def nested(m):
+        for sub, decl in parse_struct_body(f"{tag}.{m.group(2)}", m.group(1)):
+            fields.append((f"{m.group(2)}.{sub}", decl))
+        return ""
+    body = re.sub(rf"\bstruct\s*\{{([^{{}}]*)\}}\s*({IDENT})\s*;", nested, body)
     for decl in body.split(";"):
         decl = " ".join(decl.split())
         if not decl:
@@ -76,7 +83,7 @@ def parse_bodies(section2):
             raise ParseError(f"section 2 has something other than enum/struct bodies: '{between[:80]}'")
         pos = m.end()
         kind, tag, body = m.groups()
-        if "{" in body:
+        if "{" in body and kind == "enum":
             raise ParseError(f"{kind} {tag}: nested braces are not supported")
         if kind == "enum":
             enums.append((tag, parse_enum_body(tag, body)))

@@ -33,9 +33,9 @@ def program(includes, enums, structs):
     out += [f"#include {inc}" for inc in includes]
     out += ["#include <stddef.h>", "#include <stdio.h>", ""]
     out.append("/* our struct bodies under other tags: their field types are the reference */")
-    for tag, _, fields in structs:
+    for tag, body, _ in structs:
         out.append(f"struct {MIRROR}{tag} {{")
-        out += [f"    {decl};" for _, decl in fields]
+        out += [f"    {line.strip()}" for line in body.splitlines() if line.strip()]
         out.append("};")
     out += ["", "#define TYPE_AS_OURS(tag, f) \\",
             f"    __builtin_types_compatible_p(__typeof__(((struct {MIRROR}##tag *)0)->f), "

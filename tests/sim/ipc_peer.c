@@ -13,14 +13,23 @@
  *   check PTR SIZE SEED   read and compare it -> "ok" | "bad OFFSET" | "err CODE"
  *   range PTR             cuMemGetAddressRange -> "ok BASE SIZE" | "err CODE"
  *   close PTR             cudaIpcCloseMemHandle -> "ok" | "err CODE"
+ *   vmmimport PID FD SIZE opens /proc/PID/fd/FD (a descriptor exported by
+ *                         cuMemExportToShareableHandle, as a descriptor
+ *                         passed over a socket would be), imports it,
+ *                         reserves SIZE, maps SIZE bytes of it and makes them read-write
+ *                         -> "ok PTR SIZE" | "err CODE"
+ *   vmmfree PTR           unmaps, releases and frees what vmmimport made
+ *                         -> "ok" | "err CODE"
  *   exit                  -> exits 0
  *
  * PTR, BASE, SIZE are hexadecimal; the pattern is peer.h's peer_pattern.
  */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cucache/cuda_api.h"
 #include "peer.h"
@@ -117,6 +126,49 @@ int main(void)
             cudaError_t e = cudaIpcCloseMemHandle((void *)(uintptr_t)a);
             if (e != cudaSuccess)
                 answer_err(e);
+            else
+                printf("ok\n");
+        } else if (strcmp(cmd, "vmmimport") == 0 && sscanf(line, "%*s %llu %llu %llx", &a, &b, &c) == 3) {
+            char path[64];
+            snprintf(path, sizeof path, "/proc/%llu/fd/%llu", a, b);
+            int fd = open(path, O_RDWR | O_CLOEXEC);
+            (void)cuInit(0);
+            CUmemGenericAllocationHandle h = 0;
+            CUmemAllocationProp prop;
+            CUdeviceptr p = 0;
+            CUresult r = fd < 0 ? CUDA_ERROR_INVALID_VALUE
+                                : cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+                                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+            if (fd >= 0)
+                close(fd); /* the import holds its own reference */
+            if (r == CUDA_SUCCESS)
+                r = cuMemGetAllocationPropertiesFromHandle(&prop, h);
+            size_t size = (size_t)c;
+            if (r == CUDA_SUCCESS)
+                r = cuMemAddressReserve(&p, size, 0, 0, 0);
+            if (r == CUDA_SUCCESS)
+                r = cuMemMap(p, size, 0, h, 0);
+            if (r == CUDA_SUCCESS) {
+                CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, prop.location.id},
+                                       CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+                r = cuMemSetAccess(p, size, &acc, 1);
+            }
+            if (r == CUDA_SUCCESS)
+                r = cuMemRelease(h); /* the mapping keeps it */
+            if (r != CUDA_SUCCESS)
+                printf("err %d\n", (int)r);
+            else
+                printf("ok %llx %zx\n", (unsigned long long)p, size);
+        } else if (strcmp(cmd, "vmmfree") == 0 && sscanf(line, "%*s %llx", &a) == 1) {
+            CUdeviceptr base = 0;
+            size_t size = 0;
+            CUresult r = cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)a);
+            if (r == CUDA_SUCCESS)
+                r = cuMemUnmap(base, size);
+            if (r == CUDA_SUCCESS)
+                r = cuMemAddressFree(base, size);
+            if (r != CUDA_SUCCESS)
+                printf("err %d\n", (int)r);
             else
                 printf("ok\n");
         } else {

@@ -168,9 +168,12 @@ static void test_bad_values_fail_init_naming_the_variable(void **state)
     (void)state;
     static struct run r;
     static const char *const bad[] = {
-        "CUCACHE_SIM_CAPACITY=lots", "CUCACHE_SIM_CAPACITY=12Q",       "CUCACHE_SIM_DEVICES=many",
-        "CUCACHE_SIM_ALLOC_US=slow", "CUCACHE_SIM_FREE_US=-x",         "CUCACHE_SIM_COPY_GBPS=fast",
-        "CUCACHE_SIM_RACE=perhaps",  "CUCACHE_SIM_RACE_FATAL=perhaps",
+        "CUCACHE_SIM_CAPACITY=lots",        "CUCACHE_SIM_CAPACITY=12Q",        "CUCACHE_SIM_DEVICES=many",
+        "CUCACHE_SIM_ALLOC_US=slow",        "CUCACHE_SIM_FREE_US=-x",          "CUCACHE_SIM_COPY_GBPS=fast",
+        "CUCACHE_SIM_RACE=perhaps",         "CUCACHE_SIM_RACE_FATAL=perhaps",  "CUCACHE_SIM_VMM_GRANULARITY=3M",
+        "CUCACHE_SIM_VMM_GRANULARITY=1K",   "CUCACHE_SIM_VMM_GRANULARITY=big", "CUCACHE_SIM_VMM_US=map",
+        "CUCACHE_SIM_VMM_US=map=-1",        "CUCACHE_SIM_VMM_US=mapp=1",       "CUCACHE_SIM_VMM_US=map=1,",
+        "CUCACHE_SIM_VMM_US=map=1;unmap=2",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *const set[] = {bad[i], NULL};
@@ -181,6 +184,27 @@ static void test_bad_values_fail_init_naming_the_variable(void **state)
             strstr(r.err, name) == NULL) {
             print_error("%s: expected failing calls and a message naming %s\nstdout:\n%s\nstderr:\n%s\n", bad[i], name,
                         r.out, r.err);
+            fail();
+        }
+    }
+}
+
+static void test_good_vmm_values(void **state)
+{
+    (void)state;
+    static struct run r;
+    static const char *const good[] = {
+        "CUCACHE_SIM_VMM_GRANULARITY=64K",
+        "CUCACHE_SIM_VMM_GRANULARITY=1G",
+        "CUCACHE_SIM_VMM_US=0",
+        "CUCACHE_SIM_VMM_US=map=1.45,unmap=25.6,create=193,release=0,reserve=19,addressfree=1,access=36",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        const char *const set[] = {good[i], "CUCACHE_SIM_CAPACITY=1G", NULL};
+        probe(set, &r);
+        if (field(r.out, "malloc") != cudaSuccess || r.err[0]) {
+            print_error("%s: expected a working device and no message\nstdout:\n%s\nstderr:\n%s\n", good[i], r.out,
+                        r.err);
             fail();
         }
     }
@@ -223,6 +247,7 @@ int main(void)
         cmocka_unit_test(test_device_count),
         cmocka_unit_test(test_capacity_units),
         cmocka_unit_test(test_bad_values_fail_init_naming_the_variable),
+        cmocka_unit_test(test_good_vmm_values),
         cmocka_unit_test(test_race_fatal_aborts_on_planted_race),
         cmocka_unit_test(test_race_detector_counts_and_can_be_off),
     };

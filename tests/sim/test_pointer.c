@@ -427,7 +427,9 @@ static void test_every_device_attribute(void **state)
     CU_OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM, dev));
     assert_int_equal(v, 1);
     CU_OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
-    assert_int_equal(v, 0); /* until the virtual memory API is simulated */
+    assert_int_equal(v, 1); /* the virtual memory API (tests/sim/test_vmm.c) */
+    CU_OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev));
+    assert_int_equal(v, 1);
 }
 
 int main(void)

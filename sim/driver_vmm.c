@@ -1,0 +1,321 @@
+/*
+ * Driver API of the simulated device: virtual memory management
+ * (engine_vmm.c has the model).  The rules and error codes are CUDA's
+ * (driver API, "Virtual Memory Management"; shared/notes/vmm.md 1.2), with
+ * these choices where CUDA documents none:
+ *
+ *   - a bad handle (never created, or released) is CUDA_ERROR_INVALID_VALUE
+ *     everywhere, cuMemRelease included (undefined behaviour in CUDA);
+ *   - cuMemMap over addresses already mapped is CUDA_ERROR_INVALID_VALUE;
+ *   - cuMemUnmap and cuMemSetAccess take runs of whole mappings (one call
+ *     may cover several adjacent ones); a range that starts or ends inside
+ *     a mapping, or covers unmapped addresses, is CUDA_ERROR_INVALID_VALUE;
+ *   - cuMemAddressFree of a reservation that still has mappings unmaps them
+ *     (with cuMemUnmap's race check), as a report says CUDA does;
+ *   - location HOST and HOST_NUMA (host memory through this API) are
+ *     CUDA_ERROR_NOT_SUPPORTED, as the device attributes say; so are
+ *     WIN32 and FABRIC handles, compression, RDMA-capable and tile-pool
+ *     allocations;
+ *   - exporting a type the allocation was not created with is
+ *     CUDA_ERROR_INVALID_VALUE; a descriptor that is not an exported
+ *     allocation of the simulated device is CUDA_ERROR_INVALID_VALUE.
+ *
+ * Each call spends its configured cost (CUCACHE_SIM_VMM_US) before taking
+ * the engine lock; none waits for queued work, as on a GPU (cuMemUnmap
+ * waits only for work it reports as a race).  Stream capture does not
+ * restrict them.
+ */
+#include <string.h>
+
+#include "driver.h"
+#include "engine_vmm.h"
+
+static bool valid_device(int id)
+{
+    return id >= 0 && id < sim.ndev;
+}
+
+/* cuMemCreate's and cuMemGetAllocationGranularity's checks of a prop. */
+static CUresult check_prop(const CUmemAllocationProp *prop)
+{
+    if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned types = (unsigned)prop->requestedHandleTypes;
+    if (types & ~0xfu)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (prop->location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        if (!valid_device(prop->location.id))
+            return CUDA_ERROR_INVALID_DEVICE;
+        break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+        return types ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (types & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (prop->allocFlags.usage & ~1u)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (prop->allocFlags.compressionType || prop->allocFlags.gpuDirectRDMACapable || prop->allocFlags.usage)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return CUDA_SUCCESS;
+}
+
+static size_t host_page(void)
+{
+    return 4096;
+}
+
+static bool aligned(uintptr_t v, size_t to)
+{
+    return v % to == 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Reservations
+ * ---------------------------------------------------------------------- */
+
+SIM_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                     unsigned long long flags)
+{
+    sim_vmm_cost(SIM_VMM_RESERVE);
+    DRV_ENTER_ANY();
+    if (!ptr || size == 0 || !aligned(size, host_page()) || !aligned(addr, host_page()) ||
+        (alignment & (alignment - 1)) || flags)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = sim_vmm_injected(SIM_VMM_RESERVE);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    size_t align = alignment > sim.cfg.vmm_granularity ? alignment : sim.cfg.vmm_granularity;
+    uintptr_t p = 0;
+    r = sim_vmm_reserve(size, align, (uintptr_t)addr, &p);
+    if (r == CUDA_SUCCESS)
+        *ptr = (CUdeviceptr)p;
+    return drv_leave(r);
+}
+
+SIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    sim_vmm_cost(SIM_VMM_ADDRESS_FREE);
+    DRV_ENTER_ANY();
+    sim_reservation_t *res = sim_vmm_reservation_of((uintptr_t)ptr);
+    if (!res || res->addr != ptr || res->size != size)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = sim_vmm_injected(SIM_VMM_ADDRESS_FREE);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    for (uintptr_t at = ptr; at < ptr + size;) {
+        sim_alloc_t *a = sim_vmm_mapping(at);
+        if (a) {
+            uintptr_t next = a->addr + a->size;
+            sim_vmm_unmap(a->addr, a->size, "cuMemAddressFree");
+            at = next;
+        } else {
+            at += sim.cfg.vmm_granularity;
+        }
+    }
+    res = sim_vmm_reservation_of((uintptr_t)ptr); /* the unmap may have waited */
+    if (res && res->addr == ptr && res->size == size)
+        sim_vmm_reservation_free(res);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------
+ * Physical allocations
+ * ---------------------------------------------------------------------- */
+
+SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                             unsigned long long flags)
+{
+    sim_vmm_cost(SIM_VMM_CREATE);
+    DRV_ENTER_ANY();
+    if (!handle || !prop || flags)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = check_prop(prop);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if (size == 0 || !aligned(size, sim.cfg.vmm_granularity))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    r = sim_vmm_injected(SIM_VMM_CREATE);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_phys_t *p;
+    r = sim_vmm_create(size, prop, &p);
+    if (r == CUDA_SUCCESS)
+        *handle = sim_vmm_handle(p);
+    return drv_leave(r);
+}
+
+SIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    sim_vmm_cost(SIM_VMM_RELEASE);
+    DRV_ENTER_ANY();
+    sim_phys_t *p = sim_vmm_phys(handle);
+    if (!p || p->refs == 0)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = sim_vmm_injected(SIM_VMM_RELEASE);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    return drv_leave(sim_vmm_release(p));
+}
+
+SIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    DRV_ENTER_ANY();
+    sim_alloc_t *a = sim_vmm_mapping((uintptr_t)addr);
+    if (!handle || !a)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    a->phys->refs++;
+    *handle = sim_vmm_handle(a->phys);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+    DRV_ENTER_ANY();
+    sim_phys_t *p = sim_vmm_phys(handle);
+    if (!prop || !p || p->refs == 0)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    *prop = p->prop;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                               CUmemAllocationGranularity_flags option)
+{
+    DRV_ENTER_ANY();
+    if (!granularity || !prop ||
+        (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = check_prop(prop);
+    if (r == CUDA_SUCCESS)
+        *granularity = sim.cfg.vmm_granularity;
+    return drv_leave(r);
+}
+
+/* ------------------------------------------------------------------------
+ * Sharing between processes: POSIX file descriptors
+ * ---------------------------------------------------------------------- */
+
+static CUresult check_handle_type(CUmemAllocationHandleType type)
+{
+    switch ((unsigned)type) {
+    case CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR:
+        return CUDA_SUCCESS;
+    case CU_MEM_HANDLE_TYPE_WIN32:
+    case CU_MEM_HANDLE_TYPE_WIN32_KMT:
+    case CU_MEM_HANDLE_TYPE_FABRIC:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+SIM_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+    DRV_ENTER_ANY();
+    sim_phys_t *p = sim_vmm_phys(handle);
+    if (!shareableHandle || !p || p->refs == 0 || flags)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = check_handle_type(handleType);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if (!(p->prop.requestedHandleTypes & handleType))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    int fd = -1;
+    r = sim_vmm_export_fd(p, &fd);
+    if (r == CUDA_SUCCESS)
+        *(int *)shareableHandle = fd;
+    return drv_leave(r);
+}
+
+SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+                                                CUmemAllocationHandleType shHandleType)
+{
+    DRV_ENTER_ANY();
+    if (!handle)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = check_handle_type(shHandleType);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    /* the descriptor is passed in the pointer's bits, as in CUDA */
+    sim_phys_t *p;
+    r = sim_vmm_import_fd((int)(intptr_t)osHandle, &p);
+    if (r == CUDA_SUCCESS)
+        *handle = sim_vmm_handle(p);
+    return drv_leave(r);
+}
+
+/* ------------------------------------------------------------------------
+ * Mappings and access
+ * ---------------------------------------------------------------------- */
+
+SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                          unsigned long long flags)
+{
+    sim_vmm_cost(SIM_VMM_MAP);
+    DRV_ENTER_ANY();
+    size_t g = sim.cfg.vmm_granularity;
+    sim_phys_t *p = sim_vmm_phys(handle);
+    if (flags || offset || !p || p->refs == 0 || size == 0 || !aligned(ptr, g) || !aligned(size, g) || size > p->size)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    sim_reservation_t *res = sim_vmm_reservation_of((uintptr_t)ptr);
+    if (!res || size > res->size - (ptr - res->addr) || sim_alloc_overlaps(ptr, ptr + size))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = sim_vmm_injected(SIM_VMM_MAP);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    return drv_leave(sim_vmm_map(ptr, size, p));
+}
+
+SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    sim_vmm_cost(SIM_VMM_UNMAP);
+    DRV_ENTER_ANY();
+    size_t g = sim.cfg.vmm_granularity;
+    if (!aligned(ptr, g) || !aligned(size, g) || !sim_vmm_whole_mappings(ptr, size))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    CUresult r = sim_vmm_injected(SIM_VMM_UNMAP);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_vmm_unmap(ptr, size, "cuMemUnmap");
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    sim_vmm_cost(SIM_VMM_SET_ACCESS);
+    DRV_ENTER_ANY();
+    if (!desc || count == 0 || !sim_vmm_whole_mappings(ptr, size))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    for (size_t i = 0; i < count; i++) {
+        unsigned f = (unsigned)desc[i].flags;
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+            (f != CU_MEM_ACCESS_FLAGS_PROT_NONE && f != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+             f != CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+            return drv_leave(CUDA_ERROR_INVALID_VALUE);
+        if (!valid_device(desc[i].location.id))
+            return drv_leave(CUDA_ERROR_INVALID_DEVICE);
+    }
+    CUresult r = sim_vmm_injected(SIM_VMM_SET_ACCESS);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    for (size_t i = 0; i < count; i++)
+        sim_vmm_set_access(ptr, size, desc[i].location.id, (unsigned)desc[i].flags);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
+{
+    DRV_ENTER_ANY();
+    sim_alloc_t *a = sim_vmm_mapping((uintptr_t)ptr);
+    if (!flags || !location || !a || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!valid_device(location->id))
+        return drv_leave(CUDA_ERROR_INVALID_DEVICE);
+    *flags = a->access[location->id];
+    return drv_leave(CUDA_SUCCESS);
+}
