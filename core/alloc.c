@@ -69,6 +69,16 @@ core_dev_t *core_dev_new(const core_backend_t *backend, int device, const conf_t
     ppool_init(&d->defaults, 0);
     d->allowed = allowed_bytes(d);
     d->stats.max_split_size = d->conf.max_split_size; /* the effective value */
+    /* Expandable segments need the backend's virtual memory: without it the
+     * setting is ignored (the caller reports it, core_expandable). */
+    size_t g =
+        conf->expandable_segments && backend->vmm_granularity ? backend->vmm_granularity(backend->ctx, device) : 0;
+    if (g && (g & (g - 1)) == 0 && backend->va_reserve && backend->va_release && backend->map && backend->unmap) {
+        d->exp_page_small = g > d->conf.small_segment_size ? g : d->conf.small_segment_size;
+        d->exp_page_large = (d->conf.expandable_page + g - 1) / g * g;
+    } else {
+        d->conf.expandable_segments = false;
+    }
     if (!map_grow(d)) {
         hostalloc_free(d);
         return NULL;
@@ -104,6 +114,10 @@ void core_dev_destroy(core_dev_t *d)
     pend_release_all(d, true);
     for (seg_t *s = d->segs, *next; s; s = next) {
         next = s->next;
+        if (s->expandable) {
+            exp_seg_destroy(d, s);
+            continue;
+        }
         for (block_t *b = s->first, *bn; b; b = bn) {
             bn = b->next;
             hostalloc_free(b->uses);
@@ -134,7 +148,7 @@ void core_dev_destroy(core_dev_t *d)
 
 bool seg_is_free(const seg_t *s)
 {
-    return s->first->state == BLOCK_FREE && !s->first->next;
+    return !s->expandable && s->first->state == BLOCK_FREE && !s->first->next;
 }
 
 /* Every block free or pending, none held by another process: the segment
@@ -157,12 +171,6 @@ static void seg_stats(core_dev_t *d, const seg_t *s, int sign)
     if (s->oversize)
         stat_add(&d->stats.oversize_segments, sign);
 }
-
-/* Why a new segment could not be had. */
-typedef struct seg_failure_s {
-    bool limit_hit;
-    int backend_error;
-} seg_failure_t;
 
 /* A new segment of `size` bytes for pool/stream, whole and free in the
  * pool's tree.  NULL when the limit or the device refuses. */
@@ -192,10 +200,7 @@ static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t 
                  .free_since = d->alloc_clock,
                  .oversize = size >= d->conf.max_split_size,
                  .direct = direct};
-    if (d->segs)
-        d->segs->prev = s;
-    d->segs = s;
-    pool->owner->segments++;
+    seg_link(d, s);
     b->addr = addr;
     b->size = size;
     b->seg = s;
@@ -209,30 +214,45 @@ static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t 
     return s;
 }
 
-/* Returns a whole free segment to the device. */
-void seg_release(core_dev_t *d, seg_t *s)
+void seg_link(core_dev_t *d, seg_t *s)
 {
-    block_t *b = s->first;
-    pool_tree_remove(s->pool, b);
-    block_delete(d, b);
+    s->prev = NULL;
+    s->next = d->segs;
+    if (d->segs)
+        d->segs->prev = s;
+    d->segs = s;
+    s->pool->owner->segments++;
+}
+
+void seg_unlink_free(core_dev_t *d, seg_t *s)
+{
     if (s->prev)
         s->prev->next = s->next;
     else
         d->segs = s->next;
     if (s->next)
         s->next->prev = s->prev;
-    seg_stats(d, s, -1);
-    d->stats.num_device_free++;
-    core_emit(d, CORE_EV_SEGMENT_FREE, s->addr, s->size, s->stream, s->pool->owner->id);
-    d->be.seg_free(d->be.ctx, d->device, s->addr, s->size);
     ppool_t *pp = s->pool->owner;
     hostalloc_free(s);
     if (--pp->segments == 0 && pp->destroyed)
         ppool_unlink_free(d, pp);
 }
 
+/* Returns a whole free segment to the device. */
+void seg_release(core_dev_t *d, seg_t *s)
+{
+    block_t *b = s->first;
+    pool_tree_remove(s->pool, b);
+    block_delete(d, b);
+    seg_stats(d, s, -1);
+    d->stats.num_device_free++;
+    core_emit(d, CORE_EV_SEGMENT_FREE, s->addr, s->size, s->stream, s->pool->owner->id);
+    d->be.seg_free(d->be.ctx, d->device, s->addr, s->size);
+    seg_unlink_free(d, s);
+}
+
 /* May the cache give this segment back?  Live private pools keep theirs. */
-static bool releasable(const core_dev_t *d, const seg_t *s, const ppool_t *only)
+bool seg_may_release(const core_dev_t *d, const seg_t *s, const ppool_t *only)
 {
     const ppool_t *owner = s->pool->owner;
     if (only)
@@ -248,7 +268,7 @@ size_t seg_release_free(core_dev_t *d, ppool_t *only, bool oversize_only, size_t
     while (released < want) {
         seg_t *best = NULL;
         for (seg_t *s = d->segs; s; s = s->next)
-            if (seg_is_free(s) && releasable(d, s, only) && (!oversize_only || s->oversize) &&
+            if (seg_is_free(s) && seg_may_release(d, s, only) && (!oversize_only || s->oversize) &&
                 (!best || s->size > best->size))
                 best = s;
         if (!best)
@@ -256,6 +276,8 @@ size_t seg_release_free(core_dev_t *d, ppool_t *only, bool oversize_only, size_t
         released += best->size;
         seg_release(d, best);
     }
+    if (!oversize_only && released < want && d->conf.expandable_segments)
+        released += exp_unmap_free(d, only, want - released);
     return released;
 }
 
@@ -294,6 +316,10 @@ static void gc_collect(core_dev_t *d)
             }
         }
     }
+    /* Expandable segments give back their free pages (ages are not kept
+     * per page: every free page counts as old). */
+    if (reclaimed < target && d->conf.expandable_segments)
+        exp_unmap_free(d, &d->defaults, target - reclaimed);
 }
 
 /* ------------------------------------------------------------------------
@@ -352,6 +378,9 @@ static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded
     oom->reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
     oom->largest_free = largest_free_block(d);
     oom->pending = d->pending_bytes;
+    for (const seg_t *s = d->segs; s; s = s->next)
+        if (s->expandable)
+            oom->expandable_va += s->size;
 }
 
 static uintptr_t take(core_dev_t *d, block_t *b, size_t rounded, size_t size)
@@ -371,6 +400,8 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     size_t alloc_size = d->conf.strategy == CONF_STRATEGY_PREALLOCATE && pp == &d->defaults
                             ? prealloc_size(d, rounded, &direct)
                             : pool_alloc_size(&d->conf, rounded);
+    if (d->conf.expandable_segments)
+        alloc_size = (rounded + exp_page(d, pool) - 1) / exp_page(d, pool) * exp_page(d, pool);
     block_t *b;
     seg_t *s;
     uintptr_t addr;
@@ -380,12 +411,21 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
             goto no_host_memory;                                                                                       \
         return addr;                                                                                                   \
     } while (0)
+    /* New room: a new segment, or pages mapped into an expandable one. */
+#define GROW()                                                                                                         \
+    do {                                                                                                               \
+        if (d->conf.expandable_segments) {                                                                             \
+            if ((b = exp_grow(d, pool, stream, rounded, &why)))                                                        \
+                TAKE(b, rounded, size);                                                                                \
+        } else if ((s = seg_new(d, pool, stream, alloc_size, direct, &why))) {                                         \
+            TAKE(s->first, rounded, size);                                                                             \
+        }                                                                                                              \
+    } while (0)
     if (d->map.count >= d->map.mask && !map_grow(d))
         goto no_host_memory;
     /* during a capture: a new segment or nothing (core_set_capturing) */
     if (d->capturing) {
-        if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
-            TAKE(s->first, rounded, size);
+        GROW();
         goto oom;
     }
     /* 1. frees whose fence or event completed; record the open batch's fence */
@@ -408,18 +448,20 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
            d->pending_bytes > (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current && pend_wait_oldest(d))
         if ((b = pool_find_free(d, pool, stream, rounded)))
             TAKE(b, rounded, size);
-    if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
-        TAKE(s->first, rounded, size);
+    GROW();
     if (why.backend_error == CORE_EFAIL)
         goto oom;
     /* 4. memory is short: wait for the oldest fences, as cudaFree would have */
     while (d->pending_bytes && pend_wait_oldest(d))
         if ((b = pool_find_free(d, pool, stream, rounded)))
             TAKE(b, rounded, size);
-    /* 5. release cached oversize blocks, then retry */
-    if (d->conf.max_split_size != SIZE_MAX && seg_release_free(d, NULL, true, alloc_size) &&
-        (s = seg_new(d, pool, stream, alloc_size, direct, &why)))
-        TAKE(s->first, rounded, size);
+    /* 5. release cached oversize blocks (expandable segments: free pages),
+     * then retry */
+    if ((d->conf.max_split_size != SIZE_MAX || d->conf.expandable_segments) &&
+        seg_release_free(d, NULL, !d->conf.expandable_segments, alloc_size)) {
+        why = (seg_failure_t){false, 0};
+        GROW();
+    }
     /* 6. wait for everything pending, release every free segment, retry */
     pend_release_all(d, true);
     if ((b = pool_find_free(d, pool, stream, rounded)))
@@ -427,14 +469,14 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     seg_release_free(d, NULL, false, SIZE_MAX);
     d->stats.num_alloc_retries++;
     why = (seg_failure_t){false, 0};
-    if ((s = seg_new(d, pool, stream, alloc_size, direct, &why)))
-        TAKE(s->first, rounded, size);
+    GROW();
 oom:
     fill_oom(d, oom, size, rounded, alloc_size, pp->id, &why);
     return 0;
 no_host_memory: /* a fitting block, but no block struct for the split */
     why = (seg_failure_t){false, CORE_EFAIL};
     goto oom;
+#undef GROW
 #undef TAKE
 }
 
@@ -660,8 +702,15 @@ void core_usage(core_dev_t *d, core_usage_t *u)
     u->allowed = d->allowed;
     u->releasable = u->reclaimable = 0;
     for (const seg_t *s = d->capturing ? NULL : d->segs; s; s = s->next) {
-        if (!releasable(d, s, NULL))
+        if (!seg_may_release(d, s, NULL))
             continue;
+        if (s->expandable) {
+            size_t now, later;
+            exp_releasable(s, &now, &later);
+            u->releasable += now;
+            u->reclaimable += later;
+            continue;
+        }
         if (seg_is_free(s))
             u->releasable += s->size;
         if (seg_reclaimable(s))
@@ -673,10 +722,17 @@ void core_usage(core_dev_t *d, core_usage_t *u)
     pthread_mutex_unlock(&d->lock);
 }
 
-/* The segment a request of `size` bytes needs. */
-static size_t seg_need(const conf_t *c, size_t size)
+/* The new memory a request of `size` bytes needs: a segment, or pages of
+ * an expandable one. */
+static size_t seg_need(const core_dev_t *d, size_t size)
 {
-    return pool_alloc_size(c, pool_round_size(c, size));
+    const conf_t *c = &d->conf;
+    size_t rounded = pool_round_size(c, size);
+    if (c->expandable_segments) {
+        size_t page = rounded <= c->small_size ? d->exp_page_small : d->exp_page_large;
+        return (rounded + page - 1) / page * page;
+    }
+    return pool_alloc_size(c, rounded);
 }
 
 /* Three ranges where the segment a request needs does not shrink as the
@@ -692,11 +748,11 @@ size_t core_fit(core_dev_t *d, size_t avail)
     size_t best = 0;
     for (int k = 0; k < 3; k++) {
         size_t l = lo[k], h = hi[k] < avail ? hi[k] : avail;
-        if (l > h || seg_need(c, l) > avail)
+        if (l > h || seg_need(d, l) > avail)
             continue;
         while (l < h) {
             size_t m = l + (h - l + 1) / 2;
-            if (seg_need(c, m) <= avail)
+            if (seg_need(d, m) <= avail)
                 l = m;
             else
                 h = m - 1;
@@ -710,6 +766,14 @@ size_t core_fit(core_dev_t *d, size_t avail)
 /* ------------------------------------------------------------------------
  * Private pools
  * ---------------------------------------------------------------------- */
+
+bool core_expandable(core_dev_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    bool on = d->conf.expandable_segments;
+    pthread_mutex_unlock(&d->lock);
+    return on;
+}
 
 int core_pool_create(core_dev_t *d)
 {

@@ -15,12 +15,14 @@ void mem_backend_init(mem_backend_t *m, size_t capacity)
     m->next_addr = (uintptr_t)1 << 40; /* looks like a device address; never 0 */
     m->auto_complete = true;
     m->fail_code = CORE_ENOMEM;
+    m->granularity = (size_t)2 << 20;
 }
 
 void mem_backend_fini(mem_backend_t *m)
 {
     hostalloc_free(m->seg_addr);
     hostalloc_free(m->seg_size);
+    hostalloc_free(m->pages);
     pthread_mutex_destroy(&m->lock);
 }
 
@@ -157,6 +159,133 @@ static int hold_query(void *ctx, int device, uint64_t token)
     return over;
 }
 
+/* ------------------------------------------------------------------------
+ * Virtual memory
+ * ---------------------------------------------------------------------- */
+
+static size_t vmm_granularity(void *ctx, int device)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    return m->granularity;
+}
+
+static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_t *addr)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    m->next_addr = (m->next_addr + align - 1) / align * align;
+    *addr = m->next_addr;
+    m->next_addr += size;
+    m->n_va++;
+    pthread_mutex_unlock(&m->lock);
+    return CORE_OK;
+}
+
+static void va_release(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    mem_backend_t *m = ctx;
+    (void)device, (void)addr, (void)size;
+    pthread_mutex_lock(&m->lock);
+    m->n_va_release++;
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* Index of the first mapped page >= addr. */
+static size_t page_lower(const mem_backend_t *m, uintptr_t addr)
+{
+    size_t lo = 0, hi = m->npages;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->pages[mid] < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Mapped memory is kept as granules (whatever the page of the call). */
+static void unmap_locked(mem_backend_t *m, uintptr_t addr, size_t size)
+{
+    size_t g = m->granularity;
+    size_t i = page_lower(m, addr), j = i;
+    while (j < m->npages && m->pages[j] < addr + size)
+        j++;
+    if (size % g || (j - i) * g != size) {
+        m->n_bad_unmap++;
+        return;
+    }
+    memmove(&m->pages[i], &m->pages[j], (m->npages - j) * sizeof *m->pages);
+    m->npages -= j - i;
+    m->used -= size;
+    m->n_unmap_pages += size / (m->page ? m->page : g);
+}
+
+static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    size_t g = m->granularity, n = g ? size / g : 0;
+    int r = CORE_OK;
+    if (!g || !page || size % page || page % g) {
+        r = CORE_EFAIL;
+    } else if (size > m->capacity - m->used) {
+        r = CORE_ENOMEM;
+    } else if (m->npages + n > m->cap_pages) {
+        size_t cap = m->cap_pages ? m->cap_pages * 2 : 256;
+        while (cap < m->npages + n)
+            cap *= 2;
+        uintptr_t *p = hostalloc_realloc(m->pages, cap * sizeof *p);
+        if (!p)
+            r = CORE_EFAIL;
+        else
+            m->pages = p, m->cap_pages = cap;
+    }
+    size_t i = page_lower(m, addr);
+    if (r == CORE_OK && i < m->npages && m->pages[i] < addr + size)
+        r = CORE_EFAIL; /* already mapped */
+    if (r == CORE_OK) {
+        m->page = page;
+        memmove(&m->pages[i + n], &m->pages[i], (m->npages - i) * sizeof *m->pages);
+        for (size_t k = 0; k < n; k++)
+            m->pages[i + k] = addr + k * g;
+        m->npages += n;
+        m->used += size;
+        if (m->fail_maps > 0) { /* fail half way, as a driver can, and undo */
+            m->fail_maps--;
+            unmap_locked(m, addr, size);
+            m->n_unmap_pages -= size / page;
+            r = CORE_ENOMEM;
+        } else {
+            m->n_map++;
+            m->n_map_pages += size / page;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return r;
+}
+
+static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    pthread_mutex_lock(&m->lock);
+    m->n_unmap++;
+    unmap_locked(m, addr, size);
+    pthread_mutex_unlock(&m->lock);
+}
+
+size_t mem_backend_mapped(mem_backend_t *m)
+{
+    pthread_mutex_lock(&m->lock);
+    size_t n = m->npages * m->granularity;
+    pthread_mutex_unlock(&m->lock);
+    return n;
+}
+
 void mem_backend_complete_all(mem_backend_t *m)
 {
     pthread_mutex_lock(&m->lock);
@@ -177,5 +306,10 @@ core_backend_t mem_backend_vtable(mem_backend_t *m)
         .event_release = event_release,
         .device_sync = device_sync,
         .hold_query = hold_query,
+        .vmm_granularity = vmm_granularity,
+        .va_reserve = va_reserve,
+        .va_release = va_release,
+        .map = map,
+        .unmap = unmap,
     };
 }

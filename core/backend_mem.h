@@ -9,6 +9,11 @@
  * by the time it is queried.  Tests turn that off to keep frees pending.
  * A hold (core_hold) with token t is over once holds_over >= t: tests raise
  * it as another process would close what it had open.
+ *
+ * Virtual memory: reservations take addresses only; map charges its pages
+ * against the capacity like segments, page by page (one physical
+ * allocation each), and unmap gives them back; unmapping a page that is
+ * not mapped is counted (n_bad_unmap), not done.
  */
 #ifndef CUCACHE_CORE_BACKEND_MEM_H
 #define CUCACHE_CORE_BACKEND_MEM_H
@@ -31,6 +36,14 @@ typedef struct mem_backend_s {
     int fail_allocs;     /* the next N seg_alloc calls fail ... */
     int fail_code;       /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
     uint64_t holds_over; /* core_hold tokens up to this one are released (tests raise it) */
+    /* virtual memory (expandable segments) */
+    size_t granularity; /* vmm_granularity's answer; 0: no virtual memory (2 MiB by default) */
+    int fail_maps;      /* the next N map calls fail with CORE_ENOMEM, after mapping half their pages */
+    uintptr_t *pages;   /* mapped granules' addresses, sorted */
+    size_t npages, cap_pages;
+    size_t page; /* the page of the last map call (for counting pages) */
+    uint64_t n_va, n_va_release, n_map, n_map_pages, n_unmap, n_unmap_pages;
+    uint64_t n_bad_unmap; /* unmap of a page that is not mapped */
     uint64_t n_hold_query;
     /* counters */
     uint64_t n_alloc, n_free, n_record, n_query, n_wait, n_sync, n_fence;
@@ -47,5 +60,7 @@ void mem_backend_fini(mem_backend_t *m);
 core_backend_t mem_backend_vtable(mem_backend_t *m);
 /* Marks every event recorded so far completed. */
 void mem_backend_complete_all(mem_backend_t *m);
+/* Bytes mapped through the virtual memory calls now. */
+size_t mem_backend_mapped(mem_backend_t *m);
 
 #endif

@@ -41,8 +41,13 @@ static void count(int64_t *arr, int cls, int64_t v)
 static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *why, size_t len)
 {
     int cls = pool_class(s->pool);
-    count(t->segment, cls, 1);
-    count(t->reserved_bytes, cls, (int64_t)s->size);
+    if (!s->expandable) {
+        count(t->segment, cls, 1);
+        count(t->reserved_bytes, cls, (int64_t)s->size);
+    } else if (!s->page || s->size % s->page) {
+        return fail(why, len, "expandable segment 0x%lx: page %zu does not tile it", (unsigned long)s->addr, s->page);
+    }
+    size_t mapped = 0;
     if (!s->first || s->first->prev || s->first->addr != s->addr)
         return fail(why, len, "segment 0x%lx: first block does not start it", (unsigned long)s->addr);
     size_t sum = 0;
@@ -58,6 +63,21 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
         if (b->state == BLOCK_FREE && b->next && b->next->state == BLOCK_FREE)
             return fail(why, len, "blocks 0x%lx and 0x%lx: adjacent and both free (not coalesced)",
                         (unsigned long)b->addr, (unsigned long)b->next->addr);
+        if (b->state == BLOCK_UNMAPPED) {
+            if (!s->expandable)
+                return fail(why, len, "block 0x%lx: unmapped in a segment that is not expandable",
+                            (unsigned long)b->addr);
+            if ((b->addr - s->addr) % s->page || b->size % s->page)
+                return fail(why, len, "unmapped block 0x%lx (%zu bytes): not whole pages of %zu",
+                            (unsigned long)b->addr, b->size, s->page);
+            if (b->next && b->next->state == BLOCK_UNMAPPED)
+                return fail(why, len, "blocks 0x%lx and 0x%lx: adjacent and both unmapped (not coalesced)",
+                            (unsigned long)b->addr, (unsigned long)b->next->addr);
+            if (map_find(d, b->addr) == b)
+                return fail(why, len, "unmapped block 0x%lx: in the address map", (unsigned long)b->addr);
+        } else {
+            mapped += b->size;
+        }
         sum += b->size;
         if (b->state == BLOCK_ALLOCATED) {
             if (map_find(d, b->addr) != b)
@@ -66,7 +86,7 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
             count(t->allocated_bytes, cls, (int64_t)b->size);
             count(t->requested_bytes, cls, (int64_t)b->requested);
         }
-        if (b->state != BLOCK_FREE) {
+        if (b->state == BLOCK_ALLOCATED || b->state == BLOCK_PENDING) {
             count(t->active, cls, 1);
             count(t->active_bytes, cls, (int64_t)b->size);
         }
@@ -76,7 +96,7 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
         }
         if (b->state == BLOCK_FREE) {
             t->free_blocks++;
-            if (b->prev || b->next) {
+            if ((b->prev || b->next) && !s->expandable) {
                 count(t->inactive_split, cls, 1);
                 count(t->inactive_split_bytes, cls, (int64_t)b->size);
             }
@@ -85,6 +105,12 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
     if (sum != s->size)
         return fail(why, len, "segment 0x%lx: blocks sum to %zu bytes, segment has %zu", (unsigned long)s->addr, sum,
                     s->size);
+    if (s->expandable) {
+        if (mapped != s->mapped)
+            return fail(why, len, "expandable segment 0x%lx: its blocks map %zu bytes, it counts %zu",
+                        (unsigned long)s->addr, mapped, s->mapped);
+        count(t->reserved_bytes, cls, (int64_t)mapped);
+    }
     return 0;
 }
 

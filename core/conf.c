@@ -634,17 +634,13 @@ static void conf_show_choice(const conf_opt_t *o, const conf_t *c, char *buf, si
     snprintf(buf, len, "%s", o->names[v]);
 }
 
-/* expandable_segments: only false for now; the field waits for the VMM backend. */
-static int conf_set_expandable(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
+static int conf_set_bool(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
 {
     char q[CONF_SHOW_MAX + 4];
     bool x;
     if (!conf_read_bool(v, n, &x))
         return conf_fail(e, "%s:%s: expected true or false (also True, False, 1, 0)", o->name, conf_quote(q, v, n));
-    if (x)
-        return conf_fail(e, "%s:%s is not supported yet by cucache; accepted: %s", o->name, conf_quote(q, v, n),
-                         o->range);
-    c->expandable_segments = x;
+    conf_put(o, c, &x, sizeof x);
     return 0;
 }
 
@@ -746,9 +742,12 @@ static const conf_opt_t conf_opts[] = {
     {"garbage_collection_threshold", "fraction", "0", "more than 0 and less than 1",
      "above this share of the allowed memory, release old unsplit cached blocks (0 = off)",
      conf_set_frac, conf_show_frac, .off = F(gc_threshold), .lo = 0, .hi = 1},
-    {"expandable_segments", "bool", "false", "false",
-     "growable segments on virtual memory (not supported yet)",
-     conf_set_expandable, conf_show_bool, .off = F(expandable_segments)},
+    {"expandable_segments", "bool", "false", "true or false",
+     "one growing segment per stream and pool on virtual memory: pages mapped on demand, free pages given back",
+     conf_set_bool, conf_show_bool, .off = F(expandable_segments)},
+    {"expandable_page_mb", "MiB", "2M", "at least 2M, a multiple of 2M",
+     "expandable segments: the unit in which the large pool maps and gives back memory (small pool: 2M)",
+     conf_set_size, conf_show_size, .off = F(expandable_page), .unit = MiB, .min = 2 * MiB},
     {"per_process_memory_fraction", "fraction", "1", "more than 0, at most 1",
      "share of the device's memory this process may hold",
      conf_set_frac, conf_show_frac, .off = F(memory_fraction), .lo = 0, .hi = 1, .flags = CONF_F_HI_CLOSED},
@@ -823,6 +822,12 @@ static int conf_check(const conf_t *c, conf_err_t *e)
     CONF_CHECK(c->round_large >= c->min_block_size, "round_large", c->round_large, "at least", "min_block_size",
                c->min_block_size);
 #undef CONF_CHECK
+    if (c->expandable_page % (2 * MiB))
+        return conf_fail(e, "expandable_page_mb (%s) must be a multiple of 2M (the devices' mapping granularity)",
+                         (conf_fmt_size(a, sizeof a, c->expandable_page, false), a));
+    if (c->expandable_segments && c->strategy == CONF_STRATEGY_PREALLOCATE)
+        return conf_fail(e, "expandable_segments:true and strategy:preallocate exclude each other (one grows "
+                            "segments on demand, the other reserves one chunk up front): choose one");
     return 0;
 }
 
@@ -905,6 +910,7 @@ void conf_defaults(conf_t *c)
     /* roundup_divs: all 0 (off) */
     c->gc_threshold = 0;
     c->expandable_segments = false;
+    c->expandable_page = 2 * MiB;
     c->memory_fraction = 1.0;
     c->limit = 0;
     c->strategy = CONF_STRATEGY_AUTO_GROWTH;

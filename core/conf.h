@@ -50,7 +50,8 @@ typedef struct conf_s {
     size_t max_non_split_rounding; /* max_non_split_rounding_mb; 20 MiB; >= 20 MiB */
     unsigned roundup_divs[CONF_ROUNDUP_INTERVALS]; /* 0 or 1: off; else power of two */
     double gc_threshold;                           /* garbage_collection_threshold; 0 = off, else in (0, 1) */
-    bool expandable_segments; /* accepted for PyTorch compatibility; true is refused until supported */
+    bool expandable_segments; /* one growing segment per stream and pool on virtual memory (core/expand.c) */
+    size_t expandable_page;   /* expandable_page_mb: the large pool's mapping unit; 2 MiB; a multiple of 2 MiB */
     double memory_fraction;   /* per_process_memory_fraction; (0, 1]; 1 = whole device */
     size_t limit;             /* limit_mb; 0 = none */
     conf_strategy_t strategy; /* strategy:auto_growth|preallocate */

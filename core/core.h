@@ -70,6 +70,22 @@ typedef struct core_backend_s {
      * `token` any more (core_hold), 0 while something may; NULL: holds
      * never end.  Called under the device lock, at the free and at polls. */
     int (*hold_query)(void *ctx, int device, uint64_t token);
+    /* Virtual memory, for expandable segments (core/expand.c); all NULL, or
+     * granularity returning 0, when the device has none (the setting is then
+     * ignored, see core_expandable).  The granularity: the unit of mapping
+     * (a power of two).  va_reserve: addresses only, `size` bytes aligned
+     * to `align`.  map: backs [addr, addr+size) (inside a reservation,
+     * unmapped) with new physical memory, one allocation per `page` bytes,
+     * readable and writable by the device; all or nothing: on failure
+     * nothing stays mapped (CORE_ENOMEM when the device is full).  unmap:
+     * gives back the physical memory of [addr, addr+size), whole pages that
+     * one or several map calls mapped; the caller made sure that no work
+     * still uses them. */
+    size_t (*vmm_granularity)(void *ctx, int device);
+    int (*va_reserve)(void *ctx, int device, size_t size, size_t align, uintptr_t *addr);
+    void (*va_release)(void *ctx, int device, uintptr_t addr, size_t size);
+    int (*map)(void *ctx, int device, uintptr_t addr, size_t size, size_t page);
+    void (*unmap)(void *ctx, int device, uintptr_t addr, size_t size);
 } core_backend_t;
 
 /* ------------------------------------------------------------------------
@@ -101,6 +117,7 @@ typedef struct core_oom_s {
     size_t largest_free;        /* largest free block in the cache */
     size_t pending;             /* bytes still waiting on fences or events */
     int backend_error;          /* CORE_ENOMEM or CORE_EFAIL */
+    size_t expandable_va;       /* addresses reserved by expandable segments (reserved counts their mapped bytes) */
 } core_oom_t;
 
 /* Allocates `size` bytes (0 is served as the minimum block) for `stream`.
@@ -249,6 +266,7 @@ typedef struct core_seg_info_s {
     int pool_id;   /* 0: the default pools; > 0: a private pool */
     bool small;    /* the small-request pool */
     bool oversize; /* size >= max_split_size */
+    bool expandable; /* one mapped run of an expandable segment (each run is listed as a segment, as PyTorch does) */
     size_t first_block, nblocks;
 } core_seg_info_t;
 
@@ -271,5 +289,9 @@ void core_layout_free(core_layout_t *l);
 
 /* The device's configuration (a copy). */
 void core_conf(core_dev_t *d, conf_t *out);
+
+/* Whether the device's segments are expandable: expandable_segments was
+ * asked for and the backend has virtual memory. */
+bool core_expandable(core_dev_t *d);
 
 #endif

@@ -32,11 +32,15 @@ int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx)
     memset(out, 0, sizeof *out);
     out->device = d->device;
     pthread_mutex_lock(&d->lock);
+    /* An expandable segment shows as one segment per run of mapped blocks,
+     * as PyTorch's snapshots show it; its unmapped blocks are left out. */
     size_t nsegs = 0, nblocks = 0;
     for (const seg_t *s = d->segs; s; s = s->next) {
-        nsegs++;
-        for (const block_t *b = s->first; b; b = b->next)
-            nblocks++;
+        nsegs += !s->expandable;
+        for (const block_t *b = s->first; b; b = b->next) {
+            nblocks += b->state != BLOCK_UNMAPPED;
+            nsegs += s->expandable && b->state != BLOCK_UNMAPPED && (!b->prev || b->prev->state == BLOCK_UNMAPPED);
+        }
     }
     core_seg_info_t *segs = hostalloc_calloc(nsegs ? nsegs : 1, sizeof *segs);
     core_block_info_t *blocks = hostalloc_calloc(nblocks ? nblocks : 1, sizeof *blocks);
@@ -47,25 +51,35 @@ int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx)
         return -1;
     }
     size_t i = 0, k = 0;
-    for (const seg_t *s = d->segs; s; s = s->next, i++) {
-        segs[i] = (core_seg_info_t){
-            .addr = s->addr,
-            .size = s->size,
-            .stream = s->stream,
-            .pool_id = s->pool->owner->id,
-            .small = s->pool->small,
-            .oversize = s->oversize,
-            .first_block = k,
-        };
-        for (const block_t *b = s->first; b; b = b->next, k++)
-            blocks[k] = (core_block_info_t){
+    for (const seg_t *s = d->segs; s; s = s->next) {
+        for (const block_t *b = s->first; b; b = b->next) {
+            if (b->state == BLOCK_UNMAPPED)
+                continue;
+            if (b == s->first || (s->expandable && b->prev->state == BLOCK_UNMAPPED)) { /* a new segment or run */
+                if (i > 0 || k > 0)
+                    segs[i - 1].nblocks = k - segs[i - 1].first_block;
+                segs[i++] = (core_seg_info_t){
+                    .addr = b->addr,
+                    .size = 0,
+                    .stream = s->stream,
+                    .pool_id = s->pool->owner->id,
+                    .small = s->pool->small,
+                    .oversize = s->oversize,
+                    .expandable = s->expandable,
+                    .first_block = k,
+                };
+            }
+            segs[i - 1].size += b->size;
+            blocks[k++] = (core_block_info_t){
                 .addr = b->addr,
                 .size = b->size,
                 .requested = b->state == BLOCK_FREE ? 0 : b->requested,
                 .state = block_state(b),
             };
-        segs[i].nblocks = k - segs[i].first_block;
+        }
     }
+    if (i > 0)
+        segs[i - 1].nblocks = k - segs[i - 1].first_block;
     if (under_lock)
         under_lock(ctx);
     pthread_mutex_unlock(&d->lock);

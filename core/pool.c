@@ -151,10 +151,11 @@ void block_delete(core_dev_t *d, block_t *b)
  * Split and merge
  * ---------------------------------------------------------------------- */
 
-/* Counted as inactive split: free, and not a whole segment. */
+/* Counted as inactive split: free, and not a whole segment (never in an
+ * expandable segment, as in PyTorch). */
 static inline bool inactive_split(const block_t *b)
 {
-    return b->state == BLOCK_FREE && (b->prev || b->next);
+    return b->state == BLOCK_FREE && (b->prev || b->next) && !b->seg->expandable;
 }
 
 static void inactive_stat(core_dev_t *d, const block_t *b, int sign)
@@ -173,6 +174,8 @@ static bool should_split(const core_dev_t *d, const block_t *b, size_t size)
     size_t remaining = b->size - size;
     if (b->seg->direct)
         return false; /* returned whole to the device on free */
+    if (b->seg->expandable)
+        return remaining >= d->conf.min_block_size; /* its free pages can go back to the device */
     if (b->pool->small || (d->conf.strategy == CONF_STRATEGY_PREALLOCATE && b->pool->owner->id == 0))
         return remaining >= d->conf.min_block_size;
     return size < d->conf.max_split_size && remaining > d->conf.small_size;
@@ -264,6 +267,18 @@ void pool_release_block(core_dev_t *d, block_t *b)
         s->free_since = d->alloc_clock;
     if (seg_is_free(s) && (s->pool->owner->destroyed || s->direct))
         seg_release(d, s);
+}
+
+block_t *pool_insert_free(core_dev_t *d, block_t *b)
+{
+    b->state = BLOCK_FREE;
+    if (b->prev && b->prev->state == BLOCK_FREE)
+        merge_into(d, b, b->prev);
+    if (b->next && b->next->state == BLOCK_FREE)
+        merge_into(d, b, b->next);
+    pool_tree_insert(b->pool, b);
+    inactive_stat(d, b, +1);
+    return b;
 }
 
 /* ------------------------------------------------------------------------

@@ -86,6 +86,8 @@ typedef enum core_event_kind_e {
     CORE_EV_SEGMENT_ALLOC,
     CORE_EV_SEGMENT_FREE,
     CORE_EV_OOM,
+    CORE_EV_SEGMENT_MAP,   /* expandable segment: pages mapped (addr, size) */
+    CORE_EV_SEGMENT_UNMAP, /* expandable segment: pages given back */
 } core_event_kind_t;
 
 typedef struct core_event_s {

@@ -9,6 +9,8 @@
  *
  * Each block is in exactly one state:
  *   FREE      in its pool's free tree, ordered by (stream, size, address);
+ *   UNMAPPED  addresses of an expandable segment with no memory behind them
+ *             (core/expand.c): whole pages, in no tree or list;
  *   ALLOCATED handed to the program; in the device's address map;
  *   PENDING   freed by the program but maybe still in use by queued work:
  *             on a pending list until its fence or event completes, then
@@ -24,7 +26,12 @@
  * Invariants (core_check re-derives every one):
  *   - a segment's blocks tile it exactly: first->addr == seg->addr, each
  *     next->addr == addr + size, the sizes sum to seg->size;
- *   - no two address-adjacent blocks of a segment are both FREE;
+ *   - no two address-adjacent blocks of a segment are both FREE, or both
+ *     UNMAPPED;
+ *   - UNMAPPED blocks exist only in expandable segments and start and end
+ *     on their segment's page boundaries; an expandable segment's mapped
+ *     bytes are the sum of its other blocks (and counted as reserved: its
+ *     addresses are not, nor is it counted as a segment, as in PyTorch);
  *   - a FREE block is in its pool's tree exactly once, and no other block is;
  *   - an ALLOCATED block is in the address map exactly once, no other is;
  *   - a PENDING block is on exactly one pending list (a fence batch, the
@@ -52,6 +59,7 @@ typedef enum block_state_e {
     BLOCK_FREE = 1,
     BLOCK_ALLOCATED,
     BLOCK_PENDING,
+    BLOCK_UNMAPPED,
 } block_state_t;
 
 struct block_s {
@@ -83,6 +91,9 @@ struct seg_s {
     uint64_t free_since; /* alloc_clock when the segment last became entirely free */
     bool oversize;       /* size >= max_split_size */
     bool direct;         /* preallocate: a request larger than the chunk, returned to the device on free */
+    bool expandable;     /* addresses reserved whole, pages mapped on demand (core/expand.c) */
+    size_t page;         /* expandable: the unit of mapping */
+    size_t mapped;       /* expandable: bytes mapped */
 };
 
 struct pool_s {
@@ -140,6 +151,8 @@ struct core_dev_s {
     uint64_t alloc_clock; /* allocations so far: the garbage collector's clock */
     /* limits */
     size_t allowed; /* bytes this allocator may hold (SIZE_MAX: no limit) */
+    /* expandable segments: the pages of the small and large pools (0: not expandable) */
+    size_t exp_page_small, exp_page_large;
     /* a CUDA graph capture is in progress on the device: no fence, wait,
      * sync or release call may be made (core_set_capturing) */
     bool capturing;
@@ -165,6 +178,9 @@ void pool_tree_insert(pool_t *pool, block_t *b);
 void pool_tree_remove(pool_t *pool, block_t *b);
 block_t *block_new(core_dev_t *d);
 void block_delete(core_dev_t *d, block_t *b);
+/* b (FREE, not in a tree) merged with its FREE neighbours and put in its
+ * pool's tree; returns the merged block. */
+block_t *pool_insert_free(core_dev_t *d, block_t *b);
 void map_insert(core_dev_t *d, block_t *b);
 block_t *map_remove(core_dev_t *d, uintptr_t addr);
 block_t *map_find(const core_dev_t *d, uintptr_t addr);
@@ -174,9 +190,39 @@ bool map_grow(core_dev_t *d);
 uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,
                           core_oom_t *oom);
 void seg_release(core_dev_t *d, seg_t *s);
+/* Links a new segment into the device's list and its pool's count. */
+void seg_link(core_dev_t *d, seg_t *s);
+/* Unlinks a segment and frees it (and its pool when destroyed and empty). */
+void seg_unlink_free(core_dev_t *d, seg_t *s);
+bool seg_may_release(const core_dev_t *d, const seg_t *s, const ppool_t *only);
 bool seg_is_free(const seg_t *s);
 size_t seg_release_free(core_dev_t *d, ppool_t *only, bool oversize_only, size_t want);
 ppool_t *ppool_find(core_dev_t *d, int id);
+
+/* Why a new segment (or new pages) could not be had. */
+typedef struct seg_failure_s {
+    bool limit_hit;
+    int backend_error;
+} seg_failure_t;
+
+/* expand.c: expandable segments */
+/* A FREE block with room for `rounded` at its start in (pool, stream)'s
+ * expandable segments, mapping pages as needed (a new segment when none
+ * has room); NULL with *why filled when neither the limit nor the device
+ * allows it. */
+block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, seg_failure_t *why);
+/* Unmaps whole free pages of the expandable segments of `only` (NULL:
+ * every pool that may give memory back), after one device synchronisation,
+ * until `want` bytes went back; segments left with nothing mapped are
+ * released.  Nothing while capturing.  Returns the bytes unmapped. */
+size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want);
+/* Bytes of whole pages that are free (now) or free or pending with no hold
+ * (later) in an expandable segment. */
+void exp_releasable(const seg_t *s, size_t *now, size_t *later);
+/* core_dev_destroy: unmaps everything and releases the addresses. */
+void exp_seg_destroy(core_dev_t *d, seg_t *s);
+/* The page of a pool's expandable segments. */
+size_t exp_page(const core_dev_t *d, const pool_t *pool);
 
 /* pending.c: fences, events and holds */
 void pend_fenced(core_dev_t *d, block_t *b);

@@ -335,8 +335,15 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
     rd->mb.auto_complete = !r->opts->busy;
     rd->mem = mem_backend_vtable(&rd->mb);
     if (r->cfg->mode == RP_MODE_CORE) {
-        core_backend_t be = {rd, dev_seg_alloc, dev_seg_free, dev_mem_info, dev_event_record, dev_event_query,
-                             dev_event_wait, dev_event_release, dev_sync, NULL};
+        core_backend_t be = {.ctx = rd,
+                             .seg_alloc = dev_seg_alloc,
+                             .seg_free = dev_seg_free,
+                             .mem_info = dev_mem_info,
+                             .event_record = dev_event_record,
+                             .event_query = dev_event_query,
+                             .event_wait = dev_event_wait,
+                             .event_release = dev_event_release,
+                             .device_sync = dev_sync};
         if (rp_space_init(&rd->space, device, r->opts->capacity) == 0)
             rd->core = core_dev_new(&be, device, &r->cfg->conf);
         if (!rd->core) {

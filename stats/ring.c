@@ -45,6 +45,10 @@ static st_action_t action_of(core_event_kind_t kind)
         return ST_SEGMENT_ALLOC;
     case CORE_EV_SEGMENT_FREE:
         return ST_SEGMENT_FREE;
+    case CORE_EV_SEGMENT_MAP:
+        return ST_SEGMENT_MAP;
+    case CORE_EV_SEGMENT_UNMAP:
+        return ST_SEGMENT_UNMAP;
     case CORE_EV_OOM:
         break;
     }

@@ -477,6 +477,8 @@ static const char *const action_names[] = {
     [ST_SEGMENT_FREE] = "segment_free",
     [ST_OOM] = "oom",
     [ST_SNAPSHOT] = "snapshot",
+    [ST_SEGMENT_MAP] = "segment_map",
+    [ST_SEGMENT_UNMAP] = "segment_unmap",
 };
 
 static void emit_block(em_t *em, const core_block_info_t *b)
@@ -514,7 +516,7 @@ static void emit_segment(em_t *em, int device, const core_layout_t *l, const cor
     kv_str(em, "segment_type", s->small ? "small" : "large");
     em_key(em, "segment_pool_id");
     em_pair(em, 0, s->pool_id);
-    kv_bool(em, "is_expandable", false);
+    kv_bool(em, "is_expandable", s->expandable);
     kv_empty_list(em, "frames");
     em_key(em, "blocks");
     em_list_open(em);

@@ -89,6 +89,8 @@ typedef enum st_action_e {
     ST_SEGMENT_FREE,   /* "segment_free" */
     ST_OOM,            /* "oom": addr holds the device's free bytes */
     ST_SNAPSHOT,       /* "snapshot" */
+    ST_SEGMENT_MAP,    /* "segment_map": pages of an expandable segment mapped */
+    ST_SEGMENT_UNMAP,  /* "segment_unmap": and given back */
 } st_action_t;
 
 typedef struct st_trace_ev_s {

@@ -59,6 +59,14 @@ SEEDS = {
                               alloc(3, base=1200), alloc(3, base=1300), op(USAGE)]),
     "oversize": (0x85, 31, [alloc_special(15, c=25), alloc_special(15, c=25), free(0), alloc_special(15, c=24),
                             alloc(11, base=3000), free(0), free(0), alloc(11, base=5000), op(USAGE)]),
+    # expandable segments (capacity byte's high bit): grow, free in the middle, unmap under pressure,
+    # a failing map half way, pools, empty cache; and with 4 MiB large pages (bit 6)
+    "expandable": (0x00, 0x80 | 4, [op(IDLE, a=0), alloc(11), alloc(9), alloc(11, stream=2), free(1, NOW),
+                                    alloc(11, base=5000), op(FAIL, a=4, b=0), alloc(11, base=9000), alloc(0),
+                                    free(0, FENCED), op(COMPLETE), alloc_special(14), op(USAGE), op(PCREATE),
+                                    op(PUSE, a=0, b=0), alloc(10), op(PUSE, a=1), op(EMPTY, a=0), op(USAGE)]),
+    "expandable_pages": (0x02, 0xc0 | 2, [alloc(8, base=3000), alloc(11, base=1000), free(0), alloc(10),
+                                          op(SYNC), op(EMPTY, a=1), alloc(11, base=20000), op(USAGE)]),
 }
 
 

@@ -52,6 +52,7 @@ static const char *const all_keys[] = {
     "roundup_power2_divisions",
     "garbage_collection_threshold",
     "expandable_segments",
+    "expandable_page_mb",
     "per_process_memory_fraction",
     "backend",
     "limit_mb",
@@ -395,7 +396,7 @@ static void test_unchanged_on_error(void **state)
         "roundup_power2_divisions:[256:1,>:8],bogus:1",
         "reuse:sync,small_size:4M",
         "reuse:sync,,limit_mb:1",
-        "reuse:sync,expandable_segments:true",
+        "reuse:sync,expandable_page_mb:3",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         conf_defaults(&c);
@@ -642,17 +643,29 @@ static void test_key_fraction(void **state)
 static void test_key_expandable_segments(void **state)
 {
     (void)state;
+    char err[ERRLEN];
+    conf_t c;
     assert_false(parse_ok("expandable_segments:false").expandable_segments);
     assert_false(parse_ok("expandable_segments:False").expandable_segments);
     assert_false(parse_ok("expandable_segments:0").expandable_segments);
-    ERR("expandable_segments:true",
-        "CUCACHE_CONF: expandable_segments:true is not supported yet by cucache; accepted: false");
-    ERR("expandable_segments:True", "expandable_segments:True is not supported yet by cucache; accepted: false");
-    ERR("expandable_segments:1", "expandable_segments:1 is not supported yet by cucache");
+    assert_true(parse_ok("expandable_segments:true").expandable_segments);
+    assert_true(parse_ok("expandable_segments:True").expandable_segments);
+    assert_true(parse_ok("expandable_segments:1").expandable_segments);
     const char *accepted = "expected true or false (also True, False, 1, 0)";
     ERR("expandable_segments:yes", "expandable_segments:yes: ", accepted);
     ERR("expandable_segments:TRUE", "expandable_segments:TRUE: ", accepted);
     ERR("expandable_segments:", "expandable_segments:: ", accepted);
+    ERR("expandable_segments:true,strategy:preallocate",
+        "expandable_segments:true and strategy:preallocate exclude each other");
+    /* the large pool's page */
+    assert_int_equal(parse_ok("").expandable_page, 2 * MiB);
+    assert_int_equal(parse_ok("expandable_page_mb:20").expandable_page, 20 * MiB);
+    assert_int_equal(parse_ok("expandable_page_mb:4M").expandable_page, 4 * MiB);
+    ERR("expandable_page_mb:3", "expandable_page_mb (3M) must be a multiple of 2M");
+    ERR("expandable_page_mb:1", "expandable_page_mb:1: ", "at least 2M");
+    conf_defaults(&c);
+    assert_int_equal(conf_parse(&c, "expandable_segments:true,expandable_page_mb:20", err, sizeof err), 0);
+    assert_true(c.expandable_segments);
 }
 
 static void test_key_backend(void **state)

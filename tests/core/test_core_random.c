@@ -5,7 +5,10 @@
  * and oversize; frees now, fenced and after another stream; record_stream;
  * synchronisations, event completions, empty_cache, private pools, limits
  * and injected device failures), checked after every step by core_check and
- * by a shadow model of live blocks, segments and pending frees; and that
+ * by a shadow model of live blocks, segments and pending frees; with
+ * expandable segments too, where the shadow follows the mapped pages and
+ * proves that no page is unmapped before a device synchronisation followed
+ * the last free of a block on it (unmapping does not wait); and that
  * core_check fails, naming the problem, when an invariant is broken on
  * purpose.  The seed is printed; CORE_SEED=<n> replays it, CORE_CONFIG=<name>
  * picks one configuration, CORE_STEPS=<n> changes the length.
@@ -35,12 +38,26 @@ typedef struct live_s {
     bool used_elsewhere; /* record_stream on another stream */
 } live_t;
 
+/* A segment, or a 2 MiB granule of an expandable segment's mapped pages. */
 typedef struct shadow_seg_s {
     uintptr_t addr;
     size_t size;
     core_stream_t stream;
     int pool_id;
 } shadow_seg_t;
+
+#define GRANULE ((size_t)2 << 20)
+
+/* A freed block whose pages must not be unmapped before the next device
+ * synchronisation (or the program's, core_synchronized). */
+typedef struct unmap_guard_s {
+    uintptr_t addr;
+    size_t size;
+    uint64_t n_sync;
+    uint64_t epoch;
+    int step;
+} unmap_guard_t;
+#define MAX_GUARDS 4096
 
 /* A block freed while work may still use it: unsafe to hand out until an
  * event recorded after the free completed, the device was synchronised
@@ -70,6 +87,11 @@ typedef struct run_s {
     size_t npools;
     int routed; /* the pool this thread routes to (0: defaults) */
     uintptr_t freed_recently[16];
+    size_t nplain; /* segments that are not expandable (the rest of segs are granules) */
+    unmap_guard_t guard[MAX_GUARDS];
+    size_t nguard;
+    bool bad_unmap; /* the observer saw an unsafe unmap: reported by shadow_agree */
+    char bad_unmap_why[256];
     /* totals, for the summary */
     uint64_t n_alloc, n_oom, n_free;
 } run_t;
@@ -102,18 +124,59 @@ static uint64_t below(run_t *r, uint64_t n)
     return n ? rnd(r) % n : 0;
 }
 
-/* Observer: the segments the device holds, by pool and stream. */
+static void guard_prune(run_t *r)
+{
+    for (size_t i = 0; i < r->nguard;)
+        if (r->f.m.n_sync > r->guard[i].n_sync || r->epoch > r->guard[i].epoch)
+            r->guard[i] = r->guard[--r->nguard];
+        else
+            i++;
+}
+
+/* Observer: the segments the device holds, by pool and stream, and the
+ * mapped granules of expandable segments. */
 static void shadow_observe(void *ctx, const core_event_t *e)
 {
     run_t *r = ctx;
-    if (e->kind == CORE_EV_SEGMENT_ALLOC) {
+    if (e->kind == CORE_EV_SEGMENT_MAP) {
+        for (uintptr_t a = e->addr; a < e->addr + e->size && r->nsegs < MAX_SEGS; a += GRANULE)
+            r->segs[r->nsegs++] = (shadow_seg_t){a, GRANULE, e->stream, e->pool_id};
+    } else if (e->kind == CORE_EV_SEGMENT_UNMAP) {
+        guard_prune(r);
+        for (size_t i = 0; i < r->nguard && !r->bad_unmap; i++)
+            if (r->guard[i].addr < e->addr + e->size && e->addr < r->guard[i].addr + r->guard[i].size) {
+                r->bad_unmap = true;
+                snprintf(r->bad_unmap_why, sizeof r->bad_unmap_why,
+                         "pages [0x%" PRIxPTR ", +%zu) unmapped with no device synchronisation since the free of "
+                         "0x%" PRIxPTR " (+%zu) at step %d: queued work may still use them",
+                         (uintptr_t)e->addr, e->size, r->guard[i].addr, r->guard[i].size, r->guard[i].step);
+            }
+        for (uintptr_t a = e->addr; a < e->addr + e->size; a += GRANULE) {
+            size_t i = r->nplain;
+            while (i < r->nsegs && r->segs[i].addr != a)
+                i++;
+            if (i == r->nsegs) {
+                r->bad_unmap = true;
+                snprintf(r->bad_unmap_why, sizeof r->bad_unmap_why, "granule 0x%" PRIxPTR " unmapped but not mapped",
+                         a);
+                return;
+            }
+            r->segs[i] = r->segs[--r->nsegs];
+        }
+    } else if (e->kind == CORE_EV_SEGMENT_ALLOC) {
         if (r->nsegs == MAX_SEGS)
             return; /* reported by shadow_segments_agree */
-        r->segs[r->nsegs++] = (shadow_seg_t){e->addr, e->size, e->stream, e->pool_id};
+        /* plain segments first, granules after */
+        if (r->nsegs > r->nplain)
+            r->segs[r->nsegs] = r->segs[r->nplain];
+        r->segs[r->nplain] = (shadow_seg_t){e->addr, e->size, e->stream, e->pool_id};
+        r->nplain++;
+        r->nsegs++;
     } else if (e->kind == CORE_EV_SEGMENT_FREE) {
-        for (size_t i = 0; i < r->nsegs; i++)
+        for (size_t i = 0; i < r->nplain; i++)
             if (r->segs[i].addr == e->addr && r->segs[i].size == e->size) {
-                r->segs[i] = r->segs[--r->nsegs];
+                r->segs[i] = r->segs[--r->nplain];
+                r->segs[r->nplain] = r->segs[--r->nsegs];
                 return;
             }
         r->segs[0].size = 0; /* a segment freed twice or never allocated: fails the next check */
@@ -126,6 +189,23 @@ static const shadow_seg_t *seg_of(const run_t *r, uintptr_t addr)
         if (addr >= r->segs[i].addr && addr - r->segs[i].addr < r->segs[i].size)
             return &r->segs[i];
     return NULL;
+}
+
+/* [p, p+n) lies in one plain segment, or in mapped granules all of one
+ * stream and pool: that segment or first granule, else NULL. */
+static const shadow_seg_t *covered(const run_t *r, uintptr_t p, size_t n)
+{
+    const shadow_seg_t *first = seg_of(r, p);
+    if (!first)
+        return NULL;
+    if (first < r->segs + r->nplain)
+        return p + n <= first->addr + first->size ? first : NULL;
+    for (uintptr_t a = p / GRANULE * GRANULE; a < p + n; a += GRANULE) {
+        const shadow_seg_t *g = seg_of(r, a);
+        if (!g || g < r->segs + r->nplain || g->stream != first->stream || g->pool_id != first->pool_id)
+            return NULL;
+    }
+    return first;
 }
 
 static bool quarantine_safe(const run_t *r, const quarantine_t *q)
@@ -153,8 +233,15 @@ static void shadow_agree(run_t *r)
         RFAIL(r, "stats say %lld allocations, %lld bytes, %lld requested; the program holds %zu, %lld, %lld",
               (long long)s.allocation[CORE_POOL_ALL].current, (long long)s.allocated_bytes[CORE_POOL_ALL].current,
               (long long)s.requested_bytes[CORE_POOL_ALL].current, r->nlive, (long long)bytes, (long long)requested);
+    if (r->bad_unmap)
+        RFAIL(r, "%s", r->bad_unmap_why);
+    if (r->f.m.n_bad_unmap)
+        RFAIL(r, "the core unmapped pages the device had not mapped");
+    if (mem_backend_mapped(&r->f.m) != (r->nsegs - r->nplain) * GRANULE)
+        RFAIL(r, "the device maps %zu bytes; map events say %zu", mem_backend_mapped(&r->f.m),
+              (r->nsegs - r->nplain) * GRANULE);
     if ((size_t)s.reserved_bytes[CORE_POOL_ALL].current != r->f.m.used ||
-        (size_t)s.segment[CORE_POOL_ALL].current != r->f.m.nsegs || r->f.m.nsegs != r->nsegs)
+        (size_t)s.segment[CORE_POOL_ALL].current != r->f.m.nsegs || r->f.m.nsegs != r->nplain)
         RFAIL(r, "reserved %lld bytes in %lld segments; the device holds %zu bytes in %zu; events say %zu segments",
               (long long)s.reserved_bytes[CORE_POOL_ALL].current, (long long)s.segment[CORE_POOL_ALL].current,
               r->f.m.used, r->f.m.nsegs, r->nsegs);
@@ -220,9 +307,9 @@ static void op_malloc(run_t *r)
     block_t *b = map_find(r->f.d, p);
     if (!b || b->state != BLOCK_ALLOCATED || b->size < size || b->requested != size)
         RFAIL(r, "malloc(%zu) gave 0x%" PRIxPTR ", not an allocated block of that size", size, p);
-    const shadow_seg_t *sg = seg_of(r, p);
-    if (!sg || p + b->size > sg->addr + sg->size)
-        RFAIL(r, "0x%" PRIxPTR " (+%zu) is not inside a segment the device gave", p, b->size);
+    const shadow_seg_t *sg = covered(r, p, b->size);
+    if (!sg)
+        RFAIL(r, "0x%" PRIxPTR " (+%zu) is not inside a segment or mapped pages the device gave", p, b->size);
     /* preallocate's default pool carves every stream's requests from one
      * chunk: its blocks carry stream key 0 */
     core_stream_t want = r->f.d->conf.strategy == CONF_STRATEGY_PREALLOCATE && expected_pool(r) == 0 ? 0 : stream;
@@ -273,6 +360,8 @@ static void op_free(run_t *r)
         !l.used_elsewhere && (how == CORE_FREE_NOW || (how == CORE_FREE_AFTER_STREAM && stream == l.stream));
     uint64_t last_event = r->f.m.next_event, n_sync = r->f.m.n_sync;
     r->live[i] = r->live[--r->nlive];
+    if (r->nguard < MAX_GUARDS)
+        r->guard[r->nguard++] = (unmap_guard_t){l.addr, l.block, r->f.m.n_sync, r->epoch, r->step};
     int rc = core_free(r->f.d, l.addr, how, stream);
     if (rc != CORE_FREED)
         RFAIL(r, "core_free(0x%" PRIxPTR ") of a live allocation returned %d", l.addr, rc);
@@ -376,6 +465,7 @@ static void op_misc(run_t *r)
     case 5:
         r->f.m.fail_allocs = 1 + (int)below(r, 2);
         r->f.m.fail_code = below(r, 3) ? CORE_ENOMEM : CORE_EFAIL;
+        r->f.m.fail_maps = (int)below(r, 3); /* half mapped, then refused */
         break;
     case 6:
         if (below(r, 2))
@@ -421,6 +511,11 @@ static const cfg_t configs[] = {
     {"preallocate_max_split", "strategy:preallocate,fraction:0.25,max_split_size_mb:40", GiB, 1},
     {"gc", "per_process_memory_fraction:0.6,garbage_collection_threshold:0.4", GiB, 4},
     {"limit", "limit_mb:400", 2 * GiB, 4},
+    {"expandable", "expandable_segments:true", GiB, 4},
+    {"expandable_page20", "expandable_segments:true,expandable_page_mb:20", GiB, 4},
+    {"expandable_limit_gc",
+     "expandable_segments:true,per_process_memory_fraction:0.6,garbage_collection_threshold:0.4,limit_mb:500", GiB, 4},
+    {"expandable_roundup", "expandable_segments:true,roundup_power2_divisions:4,max_split_size_mb:40", GiB, 2},
 };
 #define NCONFIGS (sizeof configs / sizeof configs[0])
 
@@ -459,6 +554,7 @@ static void run_one(const cfg_t *cfg, uint64_t seed, int steps)
     }
     /* wind down: everything freed and released, the device back to empty */
     r->f.m.fail_allocs = 0;
+    r->f.m.fail_maps = 0;
     while (r->nlive) {
         op_free(r);
         shadow_agree(r);
@@ -546,6 +642,30 @@ static void test_random_limit(void **state)
     run_config(&configs[7]);
 }
 
+static void test_random_expandable(void **state)
+{
+    (void)state;
+    run_config(&configs[8]);
+}
+
+static void test_random_expandable_page20(void **state)
+{
+    (void)state;
+    run_config(&configs[9]);
+}
+
+static void test_random_expandable_limit_gc(void **state)
+{
+    (void)state;
+    run_config(&configs[10]);
+}
+
+static void test_random_expandable_roundup(void **state)
+{
+    (void)state;
+    run_config(&configs[11]);
+}
+
 /* ------------------------------------------------------------------------
  * The checker can fail
  * ---------------------------------------------------------------------- */
@@ -629,6 +749,42 @@ static void test_check_catches_tree(void **state)
     pool_tree_remove(&f.d->defaults.small, w);
     pool_tree_insert(w->pool, w);
     CHECK(f.d);
+    fx_close(&f);
+}
+
+/* The expandable segments' invariants: unmapped blocks whole pages, never
+ * two adjacent, never in a plain segment; mapped bytes counted. */
+static void test_check_catches_expandable(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, GiB, "expandable_segments:true");
+    uintptr_t a = core_malloc(f.d, 3 * MiB, 1, NULL);
+    assert_true(a != 0);
+    CHECK(f.d);
+    block_t *ab = map_find(f.d, a);
+    seg_t *s = ab->seg;
+    assert_true(s->expandable);
+    block_t *u = ab->next;
+    while (u && u->state != BLOCK_UNMAPPED)
+        u = u->next;
+    assert_non_null(u);
+    /* an unmapped block that does not start on a page */
+    u->addr += 512, u->size -= 512, u->prev->size += 512;
+    expect_broken(f.d, "an unmapped block off its page", "not whole pages");
+    u->addr -= 512, u->size += 512, u->prev->size -= 512;
+    CHECK(f.d);
+    /* mapped bytes miscounted */
+    s->mapped += s->page;
+    expect_broken(f.d, "mapped bytes miscounted", "its blocks map");
+    s->mapped -= s->page;
+    CHECK(f.d);
+    /* an unmapped block in a segment that is not expandable */
+    s->expandable = false;
+    expect_broken(f.d, "an unmapped block in a plain segment", "not expandable");
+    s->expandable = true;
+    CHECK(f.d);
+    assert_int_equal(core_free(f.d, a, CORE_FREE_NOW, 1), CORE_FREED);
     fx_close(&f);
 }
 
@@ -718,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_check_catches_free_block_size),
         cmocka_unit_test(test_check_catches_tree),
         cmocka_unit_test(test_check_catches_states),
+        cmocka_unit_test(test_check_catches_expandable),
         cmocka_unit_test(test_check_catches_stats),
         cmocka_unit_test(test_random_default),
         cmocka_unit_test(test_random_max_split),
@@ -727,6 +884,10 @@ int main(void)
         cmocka_unit_test(test_random_preallocate_max_split),
         cmocka_unit_test(test_random_gc),
         cmocka_unit_test(test_random_limit),
+        cmocka_unit_test(test_random_expandable),
+        cmocka_unit_test(test_random_expandable_page20),
+        cmocka_unit_test(test_random_expandable_limit_gc),
+        cmocka_unit_test(test_random_expandable_roundup),
     };
     return cmocka_run_group_tests_name("core_random", tests, NULL, NULL);
 }

@@ -98,7 +98,9 @@ def load_json(text):
 # ---------------------------------------------------------------------------
 
 BLOCK_STATES = {"active_allocated", "active_pending_free", "inactive"}
-ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom", "snapshot"}
+ACTIONS = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+           "segment_unmap", "oom", "snapshot"}
+EXPANDABLE_ACTIONS = {"segment_map", "segment_unmap"}  # only with expandable_segments:true
 ROUNDUP_KEYS = {str(1 << i) for i in range(16)}
 EPOCH_2020_US = 1577836800 * 1000000
 
@@ -155,8 +157,6 @@ def check_segment(path, s):
     pid = s["segment_pool_id"]
     if len(pid) != 2 or not all(is_int(x) and x >= 0 for x in pid) or pid[0] != 0:
         fail(f"{path}.segment_pool_id", f"expected (0, pool id), found {pid!r}")
-    if s["is_expandable"]:
-        fail(f"{path}.is_expandable", "cucache has no expandable segments")
     if s["frames"]:
         fail(f"{path}.frames", "cucache records no frames")
     if not s["blocks"]:
@@ -223,6 +223,8 @@ def check_snapshot(snap):
     last = None
     for i, s in enumerate(snap["segments"]):
         check_segment(f"segments[{i}]", s)
+        if s["is_expandable"] and not snap["allocator_settings"].get("expandable_segments"):
+            fail(f"segments[{i}].is_expandable", "an expandable segment, but expandable_segments is off")
         here = (s["device"], s["address"])
         if last is not None:
             if here <= last[0]:
@@ -343,7 +345,7 @@ def check_facts(snap, facts):
 
     t0 = traces[0]
     expect("len(device_traces[0])", len(t0), facts["ntrace0"])
-    expect("device_traces[0] actions", {e["action"] for e in t0}, ACTIONS)
+    expect("device_traces[0] actions", {e["action"] for e in t0}, ACTIONS - EXPANDABLE_ACTIONS)
     expect("last action of device 0", t0[-1]["action"], "snapshot")
     for i, e in enumerate(t0):
         if not facts["t_before"] <= e["time_us"] <= facts["t_after"] + 1:
@@ -489,8 +491,8 @@ def corruptions(data, text):
         "'active_awaiting_free' is not one of"
     yield "an unknown segment type", *edit(lambda s: seg0(s).__setitem__("segment_type", "huge")), \
         "neither 'small' nor 'large'"
-    yield "an unknown action", *edit(lambda s: s["device_traces"][0][0].__setitem__("action", "segment_map")), \
-        "'segment_map' is not one of"
+    yield "an unknown action", *edit(lambda s: s["device_traces"][0][0].__setitem__("action", "segment_grow")), \
+        "'segment_grow' is not one of"
     yield "an oom entry with addr", *edit(lambda s: [e.__setitem__("addr", e.pop("device_free"))
                                                      for e in s["device_traces"][0] if e["action"] == "oom"]), \
         "missing key device_free"

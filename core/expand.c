@@ -1,0 +1,400 @@
+/*
+ * Expandable segments (expandable_segments:true, PyTorch's key and
+ * meaning), on the backend's virtual memory.
+ *
+ * A segment reserves addresses for 9/8 of the device's memory, as PyTorch
+ * does, and starts as one UNMAPPED block: addresses with nothing behind
+ * them.  Memory is mapped and given back in pages (the small pool's page is
+ * the device's granularity, at least small_segment_size; the large pool's
+ * is expandable_page_mb).  Allocated, pending and free blocks lie on mapped
+ * pages; UNMAPPED blocks cover whole pages and never touch another UNMAPPED
+ * block; a free and an unmapped block never merge (types.h).
+ *
+ * Growing.  A request that no free block fits takes the place in its
+ * (pool, stream)'s segments that needs the fewest new pages mapped (a free
+ * block followed by unmapped pages, unmapped pages, or free and unmapped
+ * pages in turn), the lowest address among equals, in any segment of that
+ * pool and stream; a new segment when none has room.  Mapping is all or
+ * nothing: when the device or the limit refuses a page, the pages this
+ * call mapped are unmapped again and the pool is as it was.
+ *
+ * Giving back.  exp_unmap_free unmaps every whole page inside a free block,
+ * wherever the block lies (PyTorch unmaps the same pages), after one device
+ * synchronisation: a free block's pages may still be used by queued work
+ * (a stream-ordered free, or reuse:stream), and unmapping, unlike cudaFree,
+ * does not wait for it.  A segment left with nothing mapped gives its
+ * addresses back.  It runs when memory is short (the retry ladder), on
+ * empty_cache, and above garbage_collection_threshold; never during a
+ * capture.
+ *
+ * Statistics follow PyTorch's: mapped bytes are reserved bytes, each map or
+ * unmap call counts as a device allocation or free, an expandable segment
+ * is not counted as a segment, and its free blocks are not inactive splits.
+ */
+#include <string.h>
+
+#include "hostalloc.h"
+#include "types.h"
+
+size_t exp_page(const core_dev_t *d, const pool_t *pool)
+{
+    return pool->small ? d->exp_page_small : d->exp_page_large;
+}
+
+static uintptr_t up(uintptr_t a, size_t to)
+{
+    return (a + to - 1) / to * to;
+}
+
+static uintptr_t down(uintptr_t a, size_t to)
+{
+    return a / to * to;
+}
+
+/* Page boundaries count from the segment's start (a page need not be a
+ * power of two, and addresses are aligned to the granularity only). */
+static uintptr_t pg_up(const seg_t *s, uintptr_t a)
+{
+    return s->addr + up(a - s->addr, s->page);
+}
+
+static uintptr_t pg_down(const seg_t *s, uintptr_t a)
+{
+    return s->addr + down(a - s->addr, s->page);
+}
+
+static void mapped_stat(core_dev_t *d, seg_t *s, uintptr_t addr, size_t len, int sign)
+{
+    int cls = pool_class(s->pool);
+    stat_add(&d->stats.reserved_bytes[CORE_POOL_ALL], sign * (int64_t)len);
+    stat_add(&d->stats.reserved_bytes[cls], sign * (int64_t)len);
+    s->mapped = sign > 0 ? s->mapped + len : s->mapped - len;
+    if (sign > 0)
+        d->stats.num_device_alloc++;
+    else
+        d->stats.num_device_free++;
+    core_emit(d, sign > 0 ? CORE_EV_SEGMENT_MAP : CORE_EV_SEGMENT_UNMAP, addr, len, s->stream, s->pool->owner->id);
+}
+
+/* A new segment for (pool, stream): addresses only, one UNMAPPED block. */
+static seg_t *seg_new_expandable(core_dev_t *d, pool_t *pool, core_stream_t stream, seg_failure_t *why)
+{
+    size_t page = exp_page(d, pool), free_bytes = 0, total = 0;
+    if (d->be.mem_info(d->be.ctx, d->device, &free_bytes, &total) != CORE_OK || total == 0)
+        total = page;
+    size_t size = up(total + total / 8, page);
+    seg_t *s = hostalloc_calloc(1, sizeof *s);
+    block_t *b = block_new(d);
+    uintptr_t addr = 0;
+    size_t align = page & (page - 1) ? d->be.vmm_granularity(d->be.ctx, d->device) : page;
+    int r = s && b ? d->be.va_reserve(d->be.ctx, d->device, size, align, &addr) : CORE_EFAIL;
+    if (r != CORE_OK) {
+        why->backend_error = r;
+        hostalloc_free(s);
+        if (b)
+            block_delete(d, b);
+        return NULL;
+    }
+    *s = (seg_t){.addr = addr,
+                 .size = size,
+                 .pool = pool,
+                 .stream = stream,
+                 .first = b,
+                 .free_since = d->alloc_clock,
+                 .expandable = true,
+                 .page = page};
+    seg_link(d, s);
+    *b = (block_t){.addr = addr, .size = size, .seg = s, .pool = pool, .stream = stream, .state = BLOCK_UNMAPPED};
+    return s;
+}
+
+/* The bytes of pages to map for `rounded` bytes starting at block `start`,
+ * through free and unmapped blocks only; SIZE_MAX when they run out. */
+static size_t map_need(const block_t *start, size_t rounded)
+{
+    uintptr_t end = start->addr + rounded, end_page = pg_up(start->seg, end);
+    size_t need = 0;
+    for (const block_t *b = start; b; b = b->next) {
+        if (b->state != BLOCK_FREE && b->state != BLOCK_UNMAPPED)
+            return SIZE_MAX;
+        if (b->state == BLOCK_UNMAPPED)
+            need += (b->addr + b->size < end_page ? b->addr + b->size : end_page) - b->addr;
+        if (b->addr + b->size >= end)
+            return need;
+    }
+    return SIZE_MAX;
+}
+
+/* Maps what [start->addr, +rounded) lacks; false (nothing changed) when the
+ * backend refuses, with why->backend_error set. */
+static bool map_range(core_dev_t *d, seg_t *s, block_t *start, size_t rounded, seg_failure_t *why)
+{
+    uintptr_t end_page = pg_up(s, start->addr + rounded);
+    for (block_t *b = start; b && b->addr < end_page; b = b->next) {
+        if (b->state != BLOCK_UNMAPPED)
+            continue;
+        size_t len = (b->addr + b->size < end_page ? b->addr + b->size : end_page) - b->addr;
+        int r = d->be.map(d->be.ctx, d->device, b->addr, len, s->page);
+        if (r != CORE_OK) {
+            for (block_t *u = start; u != b; u = u->next) /* undo this call's maps */
+                if (u->state == BLOCK_UNMAPPED)
+                    d->be.unmap(d->be.ctx, d->device, u->addr,
+                                (u->addr + u->size < end_page ? u->addr + u->size : end_page) - u->addr);
+            why->backend_error = r;
+            return false;
+        }
+    }
+    return true;
+}
+
+block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, seg_failure_t *why)
+{
+    block_t *best = NULL;
+    size_t best_need = SIZE_MAX;
+    for (int attempt = 0; attempt < 2 && !best; attempt++) {
+        if (attempt == 1 && !seg_new_expandable(d, pool, stream, why))
+            return NULL;
+        for (seg_t *s = d->segs; s; s = s->next) {
+            if (!s->expandable || s->pool != pool || s->stream != stream)
+                continue;
+            for (block_t *b = s->first; b; b = b->next) {
+                if (b->state != BLOCK_FREE && b->state != BLOCK_UNMAPPED)
+                    continue;
+                size_t need = map_need(b, rounded);
+                if (need < best_need || (need == best_need && need != SIZE_MAX && b->addr < best->addr)) {
+                    best = b;
+                    best_need = need;
+                }
+            }
+        }
+    }
+    if (!best)
+        return NULL; /* a request larger than a whole segment */
+    if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + best_need > d->allowed) {
+        why->limit_hit = true;
+        return NULL;
+    }
+    /* the one block struct a partly mapped unmapped block needs */
+    block_t *rest = block_new(d);
+    seg_t *s = best->seg;
+    if (!rest || !map_range(d, s, best, rounded, why)) {
+        if (!rest)
+            why->backend_error = CORE_EFAIL;
+        else
+            block_delete(d, rest);
+        return NULL;
+    }
+    uintptr_t start = best->addr, end_page = pg_up(s, start + rounded);
+    block_t *b = best, *m = best;
+    while (b && b->addr < end_page) {
+        if (b->state != BLOCK_UNMAPPED) {
+            m = b;
+            b = b->next;
+            continue;
+        }
+        size_t len = (b->addr + b->size < end_page ? b->addr + b->size : end_page) - b->addr;
+        if (len < b->size) { /* the unmapped rest stays: this is the last one */
+            *rest = (block_t){.addr = b->addr + len,
+                              .size = b->size - len,
+                              .prev = b,
+                              .next = b->next,
+                              .seg = s,
+                              .pool = pool,
+                              .stream = stream,
+                              .state = BLOCK_UNMAPPED};
+            if (b->next)
+                b->next->prev = rest;
+            b->next = rest;
+            b->size = len;
+            rest = NULL;
+        }
+        mapped_stat(d, s, b->addr, len, +1);
+        m = pool_insert_free(d, b);
+        b = m->next;
+    }
+    if (rest)
+        block_delete(d, rest);
+    while (m->addr > start)
+        m = m->prev;
+    return m;
+}
+
+/* Merges the UNMAPPED block b with its UNMAPPED neighbours. */
+static block_t *unmapped_merge(core_dev_t *d, block_t *b)
+{
+    block_t *n = b->next;
+    if (n && n->state == BLOCK_UNMAPPED) {
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next)
+            n->next->prev = b;
+        block_delete(d, n);
+    }
+    block_t *p = b->prev;
+    if (p && p->state == BLOCK_UNMAPPED) {
+        p->size += b->size;
+        p->next = b->next;
+        if (b->next)
+            b->next->prev = p;
+        block_delete(d, b);
+        b = p;
+    }
+    return b;
+}
+
+/* A block's whole pages: [*lo, *hi), empty when *hi <= *lo. */
+static void whole_pages(const block_t *b, uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = pg_up(b->seg, b->addr);
+    *hi = pg_down(b->seg, b->addr + b->size);
+}
+
+/* A free copy of b (its neighbours' links to fix), out of every tree. */
+static block_t *free_copy(core_dev_t *d, const block_t *b)
+{
+    block_t *c = block_new(d);
+    if (c) {
+        *c = *b;
+        memset(&c->node, 0, sizeof c->node);
+    }
+    return c;
+}
+
+/* Unmaps the whole pages of free block b: b keeps [lo, hi), unmapped, with
+ * the free rests before and after it split off.  Returns the bytes, and in
+ * *next the block to look at next (0 bytes: b untouched). */
+static size_t unmap_block(core_dev_t *d, block_t *b, block_t **next)
+{
+    seg_t *s = b->seg;
+    uintptr_t lo, hi, end = b->addr + b->size;
+    whole_pages(b, &lo, &hi);
+    *next = b->next;
+    if (hi <= lo)
+        return 0;
+    block_t *h = lo > b->addr ? free_copy(d, b) : NULL;
+    block_t *t = hi < end ? free_copy(d, b) : NULL;
+    if ((lo > b->addr && !h) || (hi < end && !t)) { /* no host memory: keep it mapped */
+        if (h)
+            block_delete(d, h);
+        if (t)
+            block_delete(d, t);
+        return 0;
+    }
+    pool_tree_remove(b->pool, b);
+    if (h) {
+        h->size = lo - b->addr;
+        h->next = b;
+        if (b->prev)
+            b->prev->next = h;
+        else
+            s->first = h;
+        b->prev = h;
+        pool_tree_insert(h->pool, h);
+    }
+    if (t) {
+        t->addr = hi;
+        t->size = end - hi;
+        t->prev = b;
+        if (b->next)
+            b->next->prev = t;
+        b->next = t;
+        pool_tree_insert(t->pool, t);
+    }
+    b->addr = lo;
+    b->size = hi - lo;
+    b->state = BLOCK_UNMAPPED;
+    d->be.unmap(d->be.ctx, d->device, lo, hi - lo);
+    mapped_stat(d, s, lo, hi - lo, -1);
+    *next = unmapped_merge(d, b)->next;
+    return hi - lo;
+}
+
+size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want)
+{
+    if (d->capturing || !d->conf.expandable_segments)
+        return 0;
+    bool any = false;
+    for (const seg_t *s = d->segs; s && !any; s = s->next) {
+        if (!s->expandable || !seg_may_release(d, s, only))
+            continue;
+        for (const block_t *b = s->first; b && !any; b = b->next) {
+            uintptr_t lo, hi;
+            whole_pages(b, &lo, &hi);
+            any = b->state == BLOCK_FREE && hi > lo;
+        }
+        any = any || s->mapped == 0;
+    }
+    if (!any)
+        return 0;
+    /* The pages' last users may still be queued (a stream-ordered free,
+     * reuse:stream): unmapping does not wait for them as cudaFree would. */
+    d->be.device_sync(d->be.ctx, d->device);
+    d->stats.num_sync_all_streams++;
+    size_t released = 0;
+    for (seg_t *s = d->segs, *next; s; s = next) {
+        next = s->next;
+        if (!s->expandable || !seg_may_release(d, s, only))
+            continue;
+        for (block_t *b = s->first, *bn; b && released < want; b = bn) {
+            bn = b->next;
+            if (b->state == BLOCK_FREE)
+                released += unmap_block(d, b, &bn);
+        }
+        if (s->mapped == 0) { /* nothing left behind its addresses */
+            d->be.va_release(d->be.ctx, d->device, s->addr, s->size);
+            block_delete(d, s->first);
+            seg_unlink_free(d, s);
+        }
+    }
+    return released;
+}
+
+void exp_releasable(const seg_t *s, size_t *now, size_t *later)
+{
+    *now = *later = 0;
+    uintptr_t run = 0; /* start of the current run of free or pending blocks (0: none) */
+    for (const block_t *b = s->first; b; b = b->next) {
+        uintptr_t lo, hi;
+        if (b->state == BLOCK_FREE) {
+            whole_pages(b, &lo, &hi);
+            if (hi > lo)
+                *now += hi - lo;
+        }
+        bool in = b->state == BLOCK_FREE || (b->state == BLOCK_PENDING && !b->hold);
+        if (in && !run)
+            run = b->addr ? b->addr : 1;
+        if (run && (!in || !b->next || b->next->state == BLOCK_ALLOCATED || b->next->state == BLOCK_UNMAPPED ||
+                    (b->next->state == BLOCK_PENDING && b->next->hold))) {
+            uintptr_t end = in ? b->addr + b->size : b->addr;
+            lo = pg_up(s, run);
+            hi = pg_down(s, end);
+            if (hi > lo)
+                *later += hi - lo;
+            run = 0;
+        }
+    }
+}
+
+void exp_seg_destroy(core_dev_t *d, seg_t *s)
+{
+    if (s->mapped)
+        d->be.device_sync(d->be.ctx, d->device);
+    for (block_t *b = s->first; b;) { /* each mapped run, whole */
+        if (b->state == BLOCK_UNMAPPED) {
+            b = b->next;
+            continue;
+        }
+        block_t *e = b;
+        while (e->next && e->next->state != BLOCK_UNMAPPED)
+            e = e->next;
+        d->be.unmap(d->be.ctx, d->device, b->addr, e->addr + e->size - b->addr);
+        b = e->next;
+    }
+    for (block_t *b = s->first, *bn; b; b = bn) {
+        bn = b->next;
+        hostalloc_free(b->uses);
+        hostalloc_free(b);
+    }
+    d->be.va_release(d->be.ctx, d->device, s->addr, s->size);
+    hostalloc_free(s);
+}
