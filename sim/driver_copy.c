@@ -65,7 +65,7 @@ static size_t span_of(size_t width, size_t height, size_t pitch)
 
 static void op_range(sim_op_t *op, uintptr_t lo, size_t n, bool write)
 {
-    op->ranges[op->nranges++] = (sim_range_t){lo, lo + n, write};
+    op->ranges[op->nranges++] = (sim_range_t){lo, lo + n, write, lo};
 }
 
 /* ------------------------------------------------------------------------

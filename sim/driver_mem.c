@@ -315,7 +315,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
         return drv_leave(CUDA_SUCCESS);
     sim_op_t *op = sim_op_new(SIM_OP_FREE, "cuMemFreeAsync");
     op->free_addr = pooled ? 0 : dptr;
-    op->ranges[op->nranges++] = (sim_range_t){dptr, dptr + a->size, true};
+    op->ranges[op->nranges++] = (sim_range_t){dptr, dptr + a->size, true, dptr};
     r = sim_enqueue(s, op);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);

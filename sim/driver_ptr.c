@@ -24,15 +24,18 @@
  *   exportable through cuMemExportToShareableHandle), P2P_TOKENS (cuMemAlloc
  *   memory only), IS_HW_DECOMPRESS_CAPABLE (0).
  *
- * A mapping of the virtual memory API (cuMemMap) answers as device memory
- * whose range (RANGE_*, MAPPING_*, cuMemGetAddressRange) is the mapping, as
- * the 2025-26 reports in shared/notes/vmm.md 1.5 say a GPU answers (not the
- * reservation); CONTEXT NULL; BUFFER_ID its own, MEMORY_BLOCK_ID its
+ * A mapping of the virtual memory API (cuMemMap) answers as device memory:
+ * RANGE_START_ADDR and RANGE_SIZE are its reservation's, as cuda.h says
+ * ("not necessarily the address of the mapped region, but the address of
+ * the mappable address range"); MAPPING_* and cuMemGetAddressRange the
+ * mapping's, as the 2025-26 reports in shared/notes/vmm.md 1.5 say a GPU
+ * answers; CONTEXT NULL; BUFFER_ID its own, MEMORY_BLOCK_ID its
  * physical allocation's (aliases share it); ALLOWED_HANDLE_TYPES and
  * IS_GPU_DIRECT_RDMA_CAPABLE from cuMemCreate's properties; ACCESS_FLAGS
  * the current context's device's (cuMemSetAccess); IS_LEGACY_CUDA_IPC_-
  * CAPABLE 0; P2P_TOKENS an error.  Reserved addresses that are not mapped
- * are unknown memory (MAPPED 0 through cuPointerGetAttributes).
+ * are unknown memory, except that cuPointerGetAttributes answers their
+ * reservation for RANGE_* (with MAPPED 0), as DALI's tests expect.
  *
  * cuPointerGetAttribute returns CUDA_ERROR_INVALID_VALUE for unknown
  * memory; cuPointerGetAttributes answers the defaults in the last column.
@@ -107,11 +110,18 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, sim_alloc_t *
         *(unsigned char *)data = a && a->kind == SIM_ALLOC_DEVICE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr *)data = a ? a->addr : 0;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
+        /* virtual memory: the reservation, mapped or not ("not necessarily
+         * the address of the mapped region", cuda.h) */
+        const sim_reservation_t *res = (!a || a->kind == SIM_ALLOC_VMM) ? sim_vmm_reservation_of(ptr) : NULL;
+        uintptr_t start = res ? res->addr : a ? a->addr : 0;
+        size_t size = res ? res->size : a ? a->size : 0;
+        if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+            *(CUdeviceptr *)data = start;
+        else
+            *(size_t *)data = size;
         return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = a ? a->size : 0;
-        return CUDA_SUCCESS;
+    }
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
         *(CUdeviceptr *)data = a ? a->addr : 0;
         return CUDA_SUCCESS;

@@ -179,7 +179,10 @@ static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct c
     if (r == CUDA_SUCCESS && nacc && !acc)
         r = CUDA_ERROR_INVALID_VALUE;
     for (unsigned i = 0; r == CUDA_SUCCESS && i < nacc; i++)
-        if (acc[i].bytes && !sim_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, NULL))
+        if (acc[i].bytes &&
+            !(sim_vmm_region((uintptr_t)acc[i].ptr)
+                  ? sim_vmm_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, acc[i].write != 0, s->ctx->dev->ordinal)
+                  : sim_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, NULL)))
             r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
@@ -190,7 +193,8 @@ static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct c
     if (nacc > 2)
         rg = op->xranges = sim_xcalloc(nacc, sizeof *rg);
     for (unsigned i = 0; i < nacc; i++)
-        rg[i] = (sim_range_t){(uintptr_t)acc[i].ptr, (uintptr_t)acc[i].ptr + acc[i].bytes, acc[i].write != 0};
+        rg[i] = (sim_range_t){(uintptr_t)acc[i].ptr, (uintptr_t)acc[i].ptr + acc[i].bytes, acc[i].write != 0,
+                              (uintptr_t)acc[i].ptr};
     op->nranges = nacc;
     return drv_leave(sim_enqueue(s, op));
 }
@@ -502,7 +506,10 @@ static CUresult graph_launch(CUgraphExec x, CUstream h, bool ptds)
             continue;
         if (x->ops[i]->kind == SIM_OP_RECORD && !handle_is(x->ops[i]->event, SIM_MAGIC_EVENT))
             continue;
-        r = sim_enqueue(s, sim_op_clone(x->ops[i]));
+        /* a node on memory unmapped since (the virtual memory API) faults, as a kernel would */
+        r = sim_enqueue(s, sim_vmm_op_ok(x->ops[i], s->ctx->dev->ordinal)
+                               ? sim_op_clone(x->ops[i])
+                               : sim_op_new(SIM_OP_FAULT, "graph node on unmapped memory"));
     }
     return drv_leave(r);
 }

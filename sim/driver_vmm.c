@@ -11,21 +11,27 @@
  *     may cover several adjacent ones); a range that starts or ends inside
  *     a mapping, or covers unmapped addresses, is CUDA_ERROR_INVALID_VALUE;
  *   - cuMemAddressFree of a reservation that still has mappings unmaps them
- *     (with cuMemUnmap's race check), as a report says CUDA does;
+ *     (with cuMemUnmap's race check), as a report says CUDA does; cuMemMap
+ *     into it meanwhile is refused;
  *   - location HOST and HOST_NUMA (host memory through this API) are
  *     CUDA_ERROR_NOT_SUPPORTED, as the device attributes say; so are
- *     WIN32 and FABRIC handles, compression, RDMA-capable and tile-pool
- *     allocations;
+ *     WIN32 and FABRIC handles, compression, RDMA-capable, tile-pool and
+ *     hardware-decompression allocations;
+ *   - cuMemSetAccess that takes access away waits for the devices' queued
+ *     work first (the call is documented as synchronous), so that queued
+ *     copies never fault the simulator;
  *   - exporting a type the allocation was not created with is
  *     CUDA_ERROR_INVALID_VALUE; a descriptor that is not an exported
  *     allocation of the simulated device is CUDA_ERROR_INVALID_VALUE.
  *
  * Each call spends its configured cost (CUCACHE_SIM_VMM_US) before taking
- * the engine lock; none waits for queued work, as on a GPU (cuMemUnmap
- * waits only for work it reports as a race).  Stream capture does not
- * restrict them.
+ * the engine lock; none waits for queued work, as on a GPU, except: cuMemUnmap
+ * waits for work it reports as a race (with the race detector off, for the
+ * devices to be idle), and cuMemSetAccess as above.  Stream capture does
+ * not restrict them.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "driver.h"
 #include "engine_vmm.h"
@@ -56,7 +62,7 @@ static CUresult check_prop(const CUmemAllocationProp *prop)
     }
     if (types & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_NOT_SUPPORTED;
-    if (prop->allocFlags.usage & ~1u)
+    if (prop->allocFlags.usage & ~3u) /* tile pool (1), hardware decompression (2) */
         return CUDA_ERROR_INVALID_VALUE;
     if (prop->allocFlags.compressionType || prop->allocFlags.gpuDirectRDMACapable || prop->allocFlags.usage)
         return CUDA_ERROR_NOT_SUPPORTED;
@@ -65,7 +71,8 @@ static CUresult check_prop(const CUmemAllocationProp *prop)
 
 static size_t host_page(void)
 {
-    return 4096;
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
 }
 
 static bool aligned(uintptr_t v, size_t to)
@@ -101,25 +108,12 @@ SIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
     sim_vmm_cost(SIM_VMM_ADDRESS_FREE);
     DRV_ENTER_ANY();
     sim_reservation_t *res = sim_vmm_reservation_of((uintptr_t)ptr);
-    if (!res || res->addr != ptr || res->size != size)
+    if (!res || res->addr != ptr || res->size != size || res->freeing)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     CUresult r = sim_vmm_injected(SIM_VMM_ADDRESS_FREE);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
-    for (uintptr_t at = ptr; at < ptr + size;) {
-        sim_alloc_t *a = sim_vmm_mapping(at);
-        if (a) {
-            uintptr_t next = a->addr + a->size;
-            sim_vmm_unmap(a->addr, a->size, "cuMemAddressFree");
-            at = next;
-        } else {
-            at += sim.cfg.vmm_granularity;
-        }
-    }
-    res = sim_vmm_reservation_of((uintptr_t)ptr); /* the unmap may have waited */
-    if (res && res->addr == ptr && res->size == size)
-        sim_vmm_reservation_free(res);
-    return drv_leave(CUDA_SUCCESS);
+    return drv_leave(sim_vmm_address_free((uintptr_t)ptr, size));
 }
 
 /* ------------------------------------------------------------------------
@@ -263,7 +257,7 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
     if (flags || offset || !p || p->refs == 0 || size == 0 || !aligned(ptr, g) || !aligned(size, g) || size > p->size)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     sim_reservation_t *res = sim_vmm_reservation_of((uintptr_t)ptr);
-    if (!res || size > res->size - (ptr - res->addr) || sim_alloc_overlaps(ptr, ptr + size))
+    if (!res || res->freeing || size > res->size - (ptr - res->addr) || sim_alloc_overlaps(ptr, ptr + size))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     CUresult r = sim_vmm_injected(SIM_VMM_MAP);
     if (r != CUDA_SUCCESS)
@@ -281,8 +275,7 @@ SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     CUresult r = sim_vmm_injected(SIM_VMM_UNMAP);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
-    sim_vmm_unmap(ptr, size, "cuMemUnmap");
-    return drv_leave(CUDA_SUCCESS);
+    return drv_leave(sim_vmm_unmap(ptr, size, "cuMemUnmap"));
 }
 
 SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)

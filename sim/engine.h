@@ -292,6 +292,7 @@ typedef enum sim_op_kind_e {
 typedef struct sim_range_s {
     uintptr_t lo, hi; /* device range [lo, hi) */
     bool write;
+    uintptr_t va; /* race detector: the address of lo (lo may be a physical key, engine_vmm.c) */
 } sim_range_t;
 
 typedef struct sim_dep_s {
@@ -552,6 +553,12 @@ size_t sim_vmm_translate(const sim_range_t *in, sim_range_t *out, size_t max);
 bool sim_vmm_describe_key(uintptr_t lo, uintptr_t hi, char *buf, size_t len);
 /* Spends the configured time of one call (without sim.lock). */
 void sim_vmm_cost(sim_vmm_call_t call);
+/* Every range of op in mapped memory is still mapped and accessible by
+ * the device (a graph launched again after an unmap is not). */
+bool sim_vmm_op_ok(const sim_op_t *op, int device);
+/* Gives back exported allocations whose last descriptor in this process
+ * is closed (cuMemGetInfo). */
+void sim_vmm_sweep(void);
 /* The injected failure of this call, or CUDA_SUCCESS (counts the call). */
 CUresult sim_vmm_injected(sim_vmm_call_t call);
 
@@ -563,10 +570,15 @@ void race_gc(void);
  * free ran: whoever is handed it next is ordered after that free, so its
  * records go (sim.lock held). */
 void race_forget(uintptr_t lo, uintptr_t hi);
-/* The host takes [lo, hi) of physical memory away (cuMemUnmap): reports a
- * race with each operation on it that the host has not seen complete, then
- * waits for those operations (the simulator itself must not fault). */
-void race_check_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi, const char *what);
+/* The host takes [lo, hi) of physical memory, mapped at va, away
+ * (cuMemUnmap): reports a race with the first operation on it, through
+ * those addresses, that the host has not seen complete (true when it did).
+ * Does not wait (race_wait_unmap does; the simulator must not fault). */
+bool race_check_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi, const char *what);
+/* Waits for the recorded work on physical [lo, hi) through addresses
+ * [va, va + hi - lo) that has not completed; false when there was none (the
+ * lock was not dropped). */
+bool race_wait_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi);
 
 /* Misc */
 uint64_t sim_now_ns(void);

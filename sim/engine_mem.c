@@ -263,6 +263,7 @@ CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span
 size_t sim_dev_free_bytes(const sim_device_t *dev)
 {
     sim_ipc_sweep();
+    sim_vmm_sweep();
     return (dev->pages - dev->pages_used) * SIM_PAGE - dev->vmm_bytes;
 }
 

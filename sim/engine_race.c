@@ -13,7 +13,8 @@
 #include "engine.h"
 
 typedef struct race_rec_s {
-    uintptr_t lo, hi; /* device range [lo, hi) */
+    uintptr_t lo, hi; /* device range [lo, hi) (a physical key range for virtual memory) */
+    uintptr_t va;     /* the address of lo as the operation used it */
     bool write;
     int slot; /* the operation: (slot, seq) */
     uint64_t seq;
@@ -110,6 +111,7 @@ static void add_record(const sim_op_t *op, const sim_range_t *rg)
     race_rec_t *n = &r->recs[r->n++];
     n->lo = rg->lo;
     n->hi = rg->hi;
+    n->va = rg->va;
     n->write = rg->write;
     n->slot = op->slot;
     n->seq = op->seq;
@@ -163,19 +165,24 @@ void race_check_and_add(const sim_op_t *op)
         race_gc();
 }
 
-void race_check_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi, const char *what)
+/* Record o touches physical [lo, hi) through addresses [va, va + hi - lo). */
+static bool unmap_hits(const race_rec_t *o, uintptr_t va, uintptr_t lo, uintptr_t hi)
+{
+    if (o->hi <= lo || hi <= o->lo)
+        return false;
+    uintptr_t a = o->lo > lo ? o->lo : lo, b = o->hi < hi ? o->hi : hi;
+    uintptr_t ova = o->va + (a - o->lo); /* where the operation saw byte a */
+    return ova == va + (a - lo) && b > a;
+}
+
+bool race_check_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi, const char *what)
 {
     sim_race_t *r = sim.race;
-    if (!sim.cfg.race || !r) {
-        /* Nothing recorded: wait for every device, so the simulator never
-         * touches memory it has unmapped. */
-        for (int i = 0; i < sim.ndev; i++)
-            sim_device_wait_idle(&sim.dev[i]);
-        return;
-    }
+    if (!sim.cfg.race || !r)
+        return false;
     for (size_t i = 0; i < r->n; i++) {
         race_rec_t o = r->recs[i];
-        if (o.hi <= lo || hi <= o.lo || vc_get(sim.host_vc, o.slot) >= o.seq)
+        if (!unmap_hits(&o, va, lo, hi) || vc_get(sim.host_vc, o.slot) >= o.seq)
             continue;
         uintptr_t a = o.lo > lo ? o.lo : lo, b = o.hi < hi ? o.hi : hi;
         snprintf(r->last, sizeof r->last,
@@ -189,21 +196,34 @@ void race_check_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi, const char *what
             sim_log("CUCACHE_SIM_RACE_FATAL=1: aborting on the first race");
             abort();
         }
-        break;
+        return true;
     }
-    /* Then wait for all of them (the records may change while waiting). */
-    for (;;) {
-        bool waited = false;
-        for (size_t i = 0; i < r->n && !waited; i++) {
-            race_rec_t o = r->recs[i];
-            if (o.hi <= lo || hi <= o.lo || sim.completed[o.slot] >= o.seq)
-                continue;
-            sim_wait_seq(o.slot, o.seq);
-            waited = true;
-        }
-        if (!waited)
-            return;
+    return false;
+}
+
+bool race_wait_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi)
+{
+    sim_race_t *r = sim.race;
+    if (!sim.cfg.race || !r) {
+        /* Nothing is recorded: wait for every device, so that the simulator
+         * never touches memory it has unmapped (docs/simulator.md). */
+        bool busy = false;
+        for (int i = 0; i < sim.ndev; i++)
+            for (struct CUstream_st *s = sim.dev[i].primary ? sim.dev[i].primary->streams : NULL; s && !busy;
+                 s = s->ctx_next)
+                busy = !sim_stream_done(s);
+        for (int i = 0; busy && i < sim.ndev; i++)
+            sim_device_wait_idle(&sim.dev[i]);
+        return busy;
     }
+    for (size_t i = 0; i < r->n; i++) {
+        race_rec_t o = r->recs[i];
+        if (!unmap_hits(&o, va, lo, hi) || sim.completed[o.slot] >= o.seq)
+            continue;
+        sim_wait_seq(o.slot, o.seq);
+        return true;
+    }
+    return false;
 }
 
 /* ------------------------------------------------------------------------

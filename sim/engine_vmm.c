@@ -33,6 +33,7 @@
  *
  * All functions are called with sim.lock held except sim_vmm_cost.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -180,7 +181,7 @@ sim_phys_t *sim_vmm_phys(CUmemGenericAllocationHandle h)
     if ((h & ~SIM_VMM_ID_MASK) != SIM_VMM_HANDLE_TAG)
         return NULL;
     size_t i = phys_lower(h & SIM_VMM_ID_MASK);
-    return i < vmm.nphys && vmm.phys[i]->id == (h & SIM_VMM_ID_MASK) ? vmm.phys[i] : NULL;
+    return i < vmm.nphys && vmm.phys[i]->id == (h & SIM_VMM_ID_MASK) && !vmm.phys[i]->lingering ? vmm.phys[i] : NULL;
 }
 
 CUmemGenericAllocationHandle sim_vmm_handle(const sim_phys_t *p)
@@ -205,10 +206,39 @@ static void phys_add(sim_phys_t *p)
 }
 
 /* Gives p back once nothing refers to it: its device's charge, its bytes. */
+/* Whether a descriptor other than p's own refers to p's memfd in this
+ * process (an exported one the program has not closed). */
+static bool descriptor_open(const sim_phys_t *p)
+{
+    DIR *dir = opendir("/proc/self/fd");
+    if (!dir)
+        return false;
+    bool open = false;
+    int self = dirfd(dir);
+    for (struct dirent *e; !open && (e = readdir(dir));) {
+        int fd = atoi(e->d_name);
+        struct stat st;
+        if (e->d_name[0] == '.' || fd == p->fd || fd == self || fstat(fd, &st) != 0)
+            continue;
+        open = st.st_dev == p->st_dev && st.st_ino == p->st_ino;
+    }
+    closedir(dir);
+    return open;
+}
+
+/* Gives p back once nothing refers to it: its device's charge, its bytes.
+ * Memory released while a descriptor exported from it is still open in
+ * this process lingers, charged, until the descriptor closes (CUDA frees it
+ * once "all shareable handles are closed and the allocation is released");
+ * a descriptor held by another process is not seen. */
 static void phys_maybe_free(sim_phys_t *p)
 {
     if (p->refs || p->maps)
         return;
+    if (p->exported && descriptor_open(p)) {
+        p->lingering = true;
+        return;
+    }
     if (p->charged)
         sim.dev[p->device].vmm_bytes -= p->size;
     close(p->fd);
@@ -216,6 +246,18 @@ static void phys_maybe_free(sim_phys_t *p)
     memmove(&vmm.phys[i], &vmm.phys[i + 1], (vmm.nphys - i - 1) * sizeof *vmm.phys);
     vmm.nphys--;
     free(p);
+}
+
+void sim_vmm_sweep(void)
+{
+    for (size_t i = 0; i < vmm.nphys;) {
+        sim_phys_t *p = vmm.phys[i];
+        size_t before = vmm.nphys;
+        if (p->lingering)
+            phys_maybe_free(p);
+        if (vmm.nphys == before)
+            i++;
+    }
 }
 
 /* The memfd's name: "cucache-sim-vmm:DEVICE:HANDLE_TYPES". */
@@ -266,6 +308,7 @@ CUresult sim_vmm_export_fd(sim_phys_t *p, int *out)
     int fd = fcntl(p->fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    p->exported = true;
     *out = fd;
     return CUDA_SUCCESS;
 }
@@ -291,6 +334,7 @@ CUresult sim_vmm_import_fd(int fd, sim_phys_t **out)
     /* The process's own memory comes back as the same allocation. */
     for (size_t i = 0; i < vmm.nphys; i++)
         if (vmm.phys[i]->st_dev == st.st_dev && vmm.phys[i]->st_ino == st.st_ino) {
+            vmm.phys[i]->lingering = false; /* released, and back through its descriptor */
             vmm.phys[i]->refs++;
             *out = vmm.phys[i];
             return CUDA_SUCCESS;
@@ -361,6 +405,8 @@ sim_alloc_t *sim_vmm_mapping(uintptr_t addr)
 bool sim_vmm_whole_mappings(uintptr_t addr, size_t size)
 {
     uintptr_t end = addr + size;
+    if (size == 0 || end < addr)
+        return false;
     for (uintptr_t at = addr; at < end;) {
         sim_alloc_t *a = sim_alloc_exact(at);
         if (!a || a->kind != SIM_ALLOC_VMM || a->size > end - at)
@@ -370,23 +416,69 @@ bool sim_vmm_whole_mappings(uintptr_t addr, size_t size)
     return size > 0;
 }
 
-void sim_vmm_unmap(uintptr_t addr, size_t size, const char *what)
+CUresult sim_vmm_unmap(uintptr_t addr, size_t size, const char *what)
 {
+    /* 1. work still queued on these pages, through these addresses, races
+     * with the unmap: reported once */
+    for (uintptr_t at = addr; at < addr + size;) {
+        sim_alloc_t *a = sim_alloc_exact(at);
+        race_check_unmap(at, a->phys->key, a->phys->key + a->size, what);
+        at += a->size;
+    }
+    /* 2. the simulator waits for it all the same; the lock drops while it
+     * waits, so the mappings are looked up again each time */
+    for (bool waited = true; waited;) {
+        if (!sim_vmm_whole_mappings(addr, size))
+            return CUDA_ERROR_INVALID_VALUE; /* another thread unmapped them meanwhile */
+        waited = false;
+        for (uintptr_t at = addr; at < addr + size && !waited;) {
+            sim_alloc_t *a = sim_alloc_exact(at);
+            size_t len = a->size;
+            waited = race_wait_unmap(at, a->phys->key, a->phys->key + len);
+            at += len;
+        }
+    }
+    /* 3. unmapped, the lock held throughout */
     for (uintptr_t at = addr; at < addr + size;) {
         sim_alloc_t *a = sim_alloc_exact(at);
         size_t len = a->size;
         sim_phys_t *p = a->phys;
-        race_check_unmap(at, p->key, p->key + len, what);
-        /* the wait inside may have let another thread unmap it */
-        a = sim_alloc_exact(at);
-        if (a && a->kind == SIM_ALLOC_VMM && a->phys == p) {
-            addresses_restore(at, len);
-            sim_alloc_remove(a);
-            p->maps--;
-            phys_maybe_free(p);
-        }
+        addresses_restore(at, len);
+        sim_alloc_remove(a);
+        p->maps--;
+        phys_maybe_free(p);
         at += len;
     }
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_vmm_address_free(uintptr_t ptr, size_t size)
+{
+    sim_reservation_t *res = sim_vmm_reservation_of(ptr);
+    if (!res || res->addr != ptr || res->size != size || res->freeing)
+        return CUDA_ERROR_INVALID_VALUE;
+    res->freeing = true; /* cuMemMap refuses it from now on */
+    for (;;) {
+        const sim_alloc_t *left = NULL;
+        for (size_t i = 0; i < sim.nallocs && !left; i++)
+            if (sim.allocs[i].kind == SIM_ALLOC_VMM && sim.allocs[i].addr - ptr < size)
+                left = &sim.allocs[i];
+        if (!left)
+            break;
+        sim_vmm_unmap(left->addr, left->size, "cuMemAddressFree");
+    }
+    sim_vmm_reservation_free(sim_vmm_reservation_of(ptr)); /* the array may have moved while waiting */
+    return CUDA_SUCCESS;
+}
+
+bool sim_vmm_op_ok(const sim_op_t *op, int device)
+{
+    const sim_range_t *rg = op->nranges > 2 ? op->xranges : op->ranges;
+    for (uint32_t k = 0; k < op->nranges; k++)
+        if (rg[k].hi > rg[k].lo && sim_vmm_region(rg[k].lo) &&
+            !sim_vmm_range_ok(rg[k].lo, rg[k].hi - rg[k].lo, rg[k].write, device))
+            return false;
+    return true;
 }
 
 /* The host's protection for a mapping: what the most permissive device has. */
@@ -402,6 +494,19 @@ static int host_prot(const sim_alloc_t *a)
 
 void sim_vmm_set_access(uintptr_t addr, size_t size, int device, unsigned flags)
 {
+    /* Taking access away waits for the devices' queued work, as the call's
+     * "synchronous behavior" allows: queued copies must not fault the
+     * simulator (on a GPU they would fault, or not, by timing). */
+    bool shrinks = false;
+    for (uintptr_t at = addr; at < addr + size && !shrinks;) {
+        sim_alloc_t *a = sim_alloc_exact(at);
+        shrinks = (a->access[device] & ~flags) != 0;
+        at += a->size;
+    }
+    for (int i = 0; shrinks && i < sim.ndev; i++)
+        sim_device_wait_idle(&sim.dev[i]);
+    if (shrinks && !sim_vmm_whole_mappings(addr, size))
+        return; /* unmapped by another thread meanwhile */
     for (uintptr_t at = addr; at < addr + size;) {
         sim_alloc_t *a = sim_alloc_exact(at);
         a->access[device] = (uint8_t)flags;
@@ -443,19 +548,19 @@ size_t sim_vmm_translate(const sim_range_t *in, sim_range_t *out, size_t max)
     size_t n = 0;
     if (!sim_vmm_region(in->lo)) {
         if (max)
-            out[0] = *in;
+            out[0] = (sim_range_t){in->lo, in->hi, in->write, in->lo};
         return 1;
     }
     for (uintptr_t at = in->lo; at < in->hi;) {
         sim_alloc_t *a = sim_vmm_mapping(at);
         if (!a) { /* not mapped (not reached for checked ranges): the addresses themselves */
             if (n < max)
-                out[n] = (sim_range_t){at, in->hi, in->write};
+                out[n] = (sim_range_t){at, in->hi, in->write, at};
             return n + 1;
         }
         uintptr_t stop = a->addr + a->size < in->hi ? a->addr + a->size : in->hi;
         if (n < max)
-            out[n] = (sim_range_t){a->phys->key + (at - a->addr), a->phys->key + (stop - a->addr), in->write};
+            out[n] = (sim_range_t){a->phys->key + (at - a->addr), a->phys->key + (stop - a->addr), in->write, at};
         n++;
         at = stop;
     }

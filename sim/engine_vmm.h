@@ -24,6 +24,8 @@ typedef struct sim_phys_s {
     unsigned refs;     /* references: creation or import, and each retain */
     unsigned maps;     /* mappings of it */
     bool charged;      /* created here: counted in its device's vmm_bytes */
+    bool exported;     /* a descriptor was handed out (cuMemExportToShareableHandle) */
+    bool lingering;    /* released, but a descriptor of it is still open here: charged until it closes */
     uint64_t key;      /* its first key for the race detector */
     uint64_t block_id; /* CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID */
     dev_t st_dev;      /* the memfd's identity: an import of the process's own */
@@ -33,6 +35,7 @@ typedef struct sim_phys_s {
 typedef struct sim_reservation_s {
     uintptr_t addr;
     size_t size;
+    bool freeing; /* cuMemAddressFree is unmapping what is left: no new mappings */
 } sim_reservation_t;
 
 typedef struct sim_vmm_s {
@@ -69,8 +72,12 @@ CUresult sim_vmm_map(uintptr_t addr, size_t size, sim_phys_t *p);
 sim_alloc_t *sim_vmm_mapping(uintptr_t addr);
 /* [addr, addr+size) is exactly a run of adjacent whole mappings. */
 bool sim_vmm_whole_mappings(uintptr_t addr, size_t size);
-/* Unmaps a run of whole mappings (checked), after the race check. */
-void sim_vmm_unmap(uintptr_t addr, size_t size, const char *what);
+/* Unmaps a run of whole mappings (checked), after the race check and the
+ * wait for queued work on them; CUDA_ERROR_INVALID_VALUE when another
+ * thread unmapped some of them meanwhile. */
+CUresult sim_vmm_unmap(uintptr_t addr, size_t size, const char *what);
+/* cuMemAddressFree: unmaps what is left mapped, then frees (checked here). */
+CUresult sim_vmm_address_free(uintptr_t ptr, size_t size);
 /* Sets one device's access to a run of whole mappings (checked). */
 void sim_vmm_set_access(uintptr_t addr, size_t size, int device, unsigned flags);
 

@@ -121,6 +121,16 @@ static void fill(CUdeviceptr p, size_t n, unsigned seed)
     free(buf);
 }
 
+static void check_byte(CUdeviceptr p, size_t n, unsigned char value)
+{
+    unsigned char *buf = malloc(n);
+    SIM_OK(cudaMemcpy(buf, (const void *)(uintptr_t)p, n, cudaMemcpyDeviceToHost));
+    long bad = simtest_check_byte(buf, n, value);
+    free(buf);
+    if (bad >= 0)
+        fail_msg("byte %ld is not %u", bad, value);
+}
+
 static void check(CUdeviceptr p, size_t n, unsigned seed, size_t off)
 {
     unsigned char *buf = malloc(n);
@@ -174,6 +184,12 @@ static void test_granularity_and_props(void **state)
     p = device_prop(0);
     p.allocFlags.compressionType = 1;
     CU_EXPECT(cuMemCreate(&h, gran, &p, 0), CUDA_ERROR_NOT_SUPPORTED);
+    p = device_prop(0);
+    p.allocFlags.usage = 2; /* hardware decompression: documented, not simulated */
+    CU_EXPECT(cuMemCreate(&h, gran, &p, 0), CUDA_ERROR_NOT_SUPPORTED);
+    p = device_prop(0);
+    p.allocFlags.usage = 4;
+    CU_EXPECT(cuMemCreate(&h, gran, &p, 0), CUDA_ERROR_INVALID_VALUE);
     p = device_prop(0);
     CU_EXPECT(cuMemCreate(&h, gran, &p, 1), CUDA_ERROR_INVALID_VALUE);
     CU_EXPECT(cuMemCreate(&h, gran / 2, &p, 0), CUDA_ERROR_INVALID_VALUE);
@@ -245,6 +261,11 @@ static void test_reservations(void **state)
     void *data = &mapped;
     CU_OK(cuPointerGetAttributes(1, &attr, &data, p));
     assert_int_equal(mapped, 0);
+    CUdeviceptr rs = 0; /* an unmapped address still names its reservation, as DALI's tests expect */
+    attr = CU_POINTER_ATTRIBUTE_RANGE_START_ADDR;
+    data = &rs;
+    CU_OK(cuPointerGetAttributes(1, &attr, &data, p + gran));
+    assert_true(rs == p);
     /* freed exactly as reserved, once */
     CU_EXPECT(cuMemAddressFree(p, 2 * gran), CUDA_ERROR_INVALID_VALUE);
     CU_EXPECT(cuMemAddressFree(p + gran, 3 * gran), CUDA_ERROR_INVALID_VALUE);
@@ -280,7 +301,10 @@ static void test_mapping_rules(void **state)
     CU_EXPECT(cuMemUnmap(p, 2 * gran), CUDA_ERROR_INVALID_VALUE);            /* ends inside h2's */
     CU_EXPECT(cuMemUnmap(p + 3 * gran, 3 * gran), CUDA_ERROR_INVALID_VALUE); /* starts unmapped */
     CU_EXPECT(cuMemUnmap(p + 4 * gran, 4 * gran), CUDA_ERROR_INVALID_VALUE); /* ends unmapped */
-    CU_OK(cuMemUnmap(p, 3 * gran));                                          /* h's and h2's together */
+    CU_EXPECT(cuMemUnmap(p, (size_t)0 - p), CUDA_ERROR_INVALID_VALUE);       /* wraps around */
+    CUmemAccessDesc ro = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READ};
+    CU_EXPECT(cuMemSetAccess(p, (size_t)0 - p, &ro, 1), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuMemUnmap(p, 3 * gran)); /* h's and h2's together */
     CU_EXPECT(cuMemUnmap(p, gran), CUDA_ERROR_INVALID_VALUE);
     CU_OK(cuMemRelease(h2));
     CU_OK(cuMemRelease(h));
@@ -473,6 +497,100 @@ static void test_unmap_under_queued_work(void **state)
     SIM_OK(cudaStreamDestroy(s));
 }
 
+/* Unmapping one alias while work through the other is queued is not a race
+ * (the other mapping keeps the memory), and nothing waits for it. */
+static void test_unmap_alias_of_busy_memory(void **state)
+{
+    (void)state;
+    size_t n = gran;
+    unsigned long (*count)(void) = (unsigned long (*)(void))simtest_sim_sym("cucacheSimRaceCount");
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr a = map_new(n, &h);
+    CUdeviceptr b = reserve(n);
+    CU_OK(cuMemMap(b, n, 0, h, 0));
+    CU_OK(cuMemRelease(h));
+    cudaStream_t s;
+    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned long before = count();
+    simtest_gate_t *g = simtest_gate_new();
+    simtest_gate_block(g, s);
+    SIM_OK(cudaMemsetAsync((void *)(uintptr_t)a, 1, n, s));
+    unmap_free(b, n); /* returns with the gate still closed */
+    assert_false(simtest_gate_passed(g));
+    assert_int_equal(count(), before);
+    simtest_gate_open(g);
+    SIM_OK(cudaStreamSynchronize(s));
+    check_byte(a, n, 1);
+    /* taking access away waits for the queued work on it (no fault) */
+    simtest_gate_t *g2 = simtest_gate_new();
+    simtest_gate_block(g2, s);
+    SIM_OK(cudaMemsetAsync((void *)(uintptr_t)a, 2, n, s));
+    simtest_gate_open_after(g2, 50);
+    set_access(a, n, CU_MEM_ACCESS_FLAGS_PROT_READ);
+    assert_true(simtest_gate_passed(g2));
+    check_byte(a, n, 2);
+    /* a simulated kernel may read read-only memory, not write it */
+    CUresult (*launch)(CUstream, void (*)(void *), void *, const struct cucache_sim_access *, unsigned) =
+        (CUresult(*)(CUstream, void (*)(void *), void *, const struct cucache_sim_access *, unsigned))simtest_sim_sym(
+            "cucacheSimLaunch");
+    assert_non_null(launch);
+    struct cucache_sim_access w = {(void *)(uintptr_t)a, 64, 1}, r = {(void *)(uintptr_t)a, 64, 0};
+    CU_EXPECT(launch((CUstream)s, simtest_mark_fn, simtest_mark_new(), &w, 1), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(launch((CUstream)s, simtest_mark_fn, simtest_mark_new(), &r, 1));
+    SIM_OK(cudaStreamSynchronize(s));
+    SIM_OK(cudaStreamDestroy(s));
+    unmap_free(a, n);
+}
+
+/* A captured graph launched after its memory was unmapped faults (in a
+ * context of its own: the fault is sticky). */
+static void test_graph_after_unmap_faults(void **state)
+{
+    (void)state;
+    CUcontext own;
+    CU_OK(cuCtxCreate_v2(&own, 0, dev));
+    size_t n = gran;
+    CUdeviceptr p = map_new(n, NULL);
+    CUstream s;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUgraph graph;
+    CUgraphExec exec;
+    CU_OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CU_OK(cuMemsetD8Async(p, 7, n, s));
+    CU_OK(cuStreamEndCapture(s, &graph));
+    CU_OK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    CU_OK(cuGraphLaunch(exec, s));
+    CU_OK(cuStreamSynchronize(s));
+    check_byte(p, n, 7);
+    unmap_free(p, n);
+    CU_OK(cuGraphLaunch(exec, s));
+    CU_EXPECT(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+    (void)cuGraphExecDestroy(exec);
+    (void)cuGraphDestroy(graph);
+    CU_OK(cuCtxDestroy_v2(own));
+    CU_OK(cuCtxSetCurrent(ctx));
+}
+
+/* Memory released while a descriptor exported from it is still open stays
+ * charged until the descriptor closes; imported again meanwhile, it is the
+ * same memory. */
+static void test_exported_memory_outlives_release(void **state)
+{
+    (void)state;
+    size_t before = free_bytes();
+    CUmemGenericAllocationHandle h = create(2 * gran, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    int fd = -1;
+    CU_OK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    CU_OK(cuMemRelease(h));
+    assert_int_equal(free_bytes(), before - 2 * gran); /* the descriptor keeps it */
+    CUmemGenericAllocationHandle i = 0;
+    CU_OK(cuMemImportFromShareableHandle(&i, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    assert_int_equal(free_bytes(), before - 2 * gran); /* the same memory, charged once */
+    CU_OK(cuMemRelease(i));
+    close(fd);
+    assert_int_equal(free_bytes(), before); /* the last descriptor closed */
+}
+
 static void test_pointer_attributes(void **state)
 {
     (void)state;
@@ -489,7 +607,10 @@ static void test_pointer_attributes(void **state)
     size_t size = 0;
     CU_OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p));
     CU_OK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p));
-    assert_true(start == r + n && size == n); /* the mapping, not the reservation */
+    assert_true(start == r && size == 2 * n); /* the reservation (cuda.h), not the mapping */
+    CUdeviceptr mbase = 0;
+    CU_OK(cuPointerGetAttribute(&mbase, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p));
+    assert_true(mbase == r + n);
     CU_OK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p));
     assert_int_equal(size, n);
     CUdeviceptr base = 0;
@@ -720,6 +841,9 @@ int main(void)
         SIMTEST(test_aliases_and_spans),
         SIMTEST(test_race_through_alias),
         SIMTEST(test_unmap_under_queued_work),
+        SIMTEST(test_unmap_alias_of_busy_memory),
+        SIMTEST(test_graph_after_unmap_faults),
+        SIMTEST(test_exported_memory_outlives_release),
         SIMTEST(test_pointer_attributes),
         SIMTEST(test_retain_and_properties),
         SIMTEST(test_address_free_unmaps),
