@@ -426,6 +426,11 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     /* during a capture: a new segment or nothing (core_set_capturing) */
     if (d->capturing) {
         GROW();
+        /* expandable: pages known idle can go back without a synchronisation */
+        if (d->conf.expandable_segments && exp_unmap_free(d, NULL, alloc_size)) {
+            why = (seg_failure_t){false, 0};
+            GROW();
+        }
         goto oom;
     }
     /* 1. frees whose fence or event completed; record the open batch's fence */
@@ -547,7 +552,7 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
     if (how == CORE_FREE_AFTER_STREAM && pend_after_stream(d, b, stream) != 0)
         how = CORE_FREE_FENCED;
     if (how == CORE_FREE_NOW)
-        pool_release_block(d, b);
+        pool_release_block(d, b, false); /* its own stream's queued work may still use it */
     else if (how == CORE_FREE_FENCED)
         pend_fenced(d, b);
     pthread_mutex_unlock(&d->lock);
@@ -669,6 +674,8 @@ void core_synchronized(core_dev_t *d)
     pthread_mutex_lock(&d->lock);
     if (d->pending_bytes)
         pend_release_all(d, false);
+    if (d->conf.expandable_segments)
+        exp_all_idle(d);
     pthread_mutex_unlock(&d->lock);
 }
 

@@ -19,13 +19,16 @@
  * call mapped are unmapped again and the pool is as it was.
  *
  * Giving back.  exp_unmap_free unmaps every whole page inside a free block,
- * wherever the block lies (PyTorch unmaps the same pages), after one device
- * synchronisation: a free block's pages may still be used by queued work
- * (a stream-ordered free, or reuse:stream), and unmapping, unlike cudaFree,
- * does not wait for it.  A segment left with nothing mapped gives its
- * addresses back.  It runs when memory is short (the retry ladder), on
- * empty_cache, and above garbage_collection_threshold; never during a
- * capture.
+ * wherever the block lies (PyTorch unmaps the same pages).  Unmapping,
+ * unlike cudaFree, does not wait for queued work: a free block is "idle"
+ * when it became free behind a completed fence or event, or the device was
+ * synchronised since; one freed in stream order (or under reuse:stream) is
+ * not, and its pages go only after one device synchronisation (PyTorch
+ * synchronises every time).  During a capture, where no synchronisation is
+ * allowed, idle pages still go (PyTorch releases nothing then).  A segment
+ * left with nothing mapped gives its addresses back.  It runs when memory
+ * is short (the retry ladder), on empty_cache, and above
+ * garbage_collection_threshold.
  *
  * Statistics follow PyTorch's: mapped bytes are reserved bytes, each map or
  * unmap call counts as a device allocation or free, an expandable segment
@@ -309,27 +312,48 @@ static size_t unmap_block(core_dev_t *d, block_t *b, block_t **next)
     return hi - lo;
 }
 
+/* Whether free block b has whole pages to give back (idle ones only when
+ * `idle_only`). */
+static bool unmappable(const block_t *b, bool idle_only)
+{
+    uintptr_t lo, hi;
+    whole_pages(b, &lo, &hi);
+    return b->state == BLOCK_FREE && hi > lo && (b->idle || !idle_only);
+}
+
+void exp_all_idle(core_dev_t *d)
+{
+    for (seg_t *s = d->segs; s; s = s->next)
+        for (block_t *b = s->expandable ? s->first : NULL; b; b = b->next)
+            if (b->state == BLOCK_FREE)
+                b->idle = true;
+}
+
 size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want)
 {
-    if (d->capturing || !d->conf.expandable_segments)
+    if (!d->conf.expandable_segments)
         return 0;
-    bool any = false;
-    for (const seg_t *s = d->segs; s && !any; s = s->next) {
+    /* Pages of blocks freed in stream order may still be used by queued
+     * work, and unmapping, unlike cudaFree, does not wait for it: they go
+     * after one synchronisation, and not at all while capturing. */
+    bool any = false, busy = false;
+    for (const seg_t *s = d->segs; s; s = s->next) {
         if (!s->expandable || !seg_may_release(d, s, only))
             continue;
-        for (const block_t *b = s->first; b && !any; b = b->next) {
-            uintptr_t lo, hi;
-            whole_pages(b, &lo, &hi);
-            any = b->state == BLOCK_FREE && hi > lo;
-        }
         any = any || s->mapped == 0;
+        for (const block_t *b = s->first; b; b = b->next)
+            if (unmappable(b, false)) {
+                any = true;
+                busy = busy || !b->idle;
+            }
     }
     if (!any)
         return 0;
-    /* The pages' last users may still be queued (a stream-ordered free,
-     * reuse:stream): unmapping does not wait for them as cudaFree would. */
-    d->be.device_sync(d->be.ctx, d->device);
-    d->stats.num_sync_all_streams++;
+    if (busy && !d->capturing) {
+        d->be.device_sync(d->be.ctx, d->device);
+        d->stats.num_sync_all_streams++;
+        exp_all_idle(d);
+    }
     size_t released = 0;
     for (seg_t *s = d->segs, *next; s; s = next) {
         next = s->next;
@@ -337,7 +361,7 @@ size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want)
             continue;
         for (block_t *b = s->first, *bn; b && released < want; b = bn) {
             bn = b->next;
-            if (b->state == BLOCK_FREE)
+            if (unmappable(b, true))
                 released += unmap_block(d, b, &bn);
         }
         if (s->mapped == 0) { /* nothing left behind its addresses */

@@ -142,7 +142,7 @@ static size_t release_list(core_dev_t *d, block_t *b)
         b->pend_next = NULL;
         bytes += b->size;
         d->pending_bytes -= b->size;
-        pool_release_block(d, b);
+        pool_release_block(d, b, true); /* its fence or event completed */
         b = next;
     }
     return bytes;
@@ -179,7 +179,7 @@ static size_t poll_events(core_dev_t *d, bool wait)
         b->event = 0;
         bytes += b->size;
         d->pending_bytes -= b->size;
-        pool_release_block(d, b);
+        pool_release_block(d, b, true); /* its fence or event completed */
     }
     return bytes;
 }

@@ -234,6 +234,7 @@ static void merge_into(core_dev_t *d, block_t *b, block_t *n)
             b->seg->first = b;
     }
     b->size += n->size;
+    b->idle = b->idle && n->idle;
     block_delete(d, n);
 }
 
@@ -241,8 +242,9 @@ static void merge_into(core_dev_t *d, block_t *b, block_t *n)
  * neighbours and put in its pool's tree.  Its segment is released at once
  * when it is direct (preallocate's oversize requests) or belongs to a
  * destroyed private pool. */
-void pool_release_block(core_dev_t *d, block_t *b)
+void pool_release_block(core_dev_t *d, block_t *b, bool idle)
 {
+    b->idle = idle;
     int cls = pool_class(b->pool);
     stat_add(&d->stats.active[CORE_POOL_ALL], -1);
     stat_add(&d->stats.active[cls], -1);
@@ -272,6 +274,7 @@ void pool_release_block(core_dev_t *d, block_t *b)
 block_t *pool_insert_free(core_dev_t *d, block_t *b)
 {
     b->state = BLOCK_FREE;
+    b->idle = true; /* new pages: nothing ever used them */
     if (b->prev && b->prev->state == BLOCK_FREE)
         merge_into(d, b, b->prev);
     if (b->next && b->next->state == BLOCK_FREE)

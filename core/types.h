@@ -79,6 +79,9 @@ struct block_s {
     uint32_t nuses;
     uint64_t id;   /* ALLOCATED/PENDING: unique per allocation, never reused (core_describe) */
     uint64_t hold; /* ALLOCATED/PENDING: a core_hold token (0: none); PENDING on d->held while held */
+    bool idle;     /* FREE: no queued work can use it (freed behind a completed fence or event, or the
+                    * device was synchronised since); a stream-ordered free is not idle: unmapping its
+                    * pages needs a synchronisation first */
 };
 
 struct seg_s {
@@ -173,7 +176,7 @@ size_t pool_alloc_size(const conf_t *c, size_t rounded);
 pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded);
 block_t *pool_find_free(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded);
 block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested);
-void pool_release_block(core_dev_t *d, block_t *b);
+void pool_release_block(core_dev_t *d, block_t *b, bool idle);
 void pool_tree_insert(pool_t *pool, block_t *b);
 void pool_tree_remove(pool_t *pool, block_t *b);
 block_t *block_new(core_dev_t *d);
@@ -212,13 +215,17 @@ typedef struct seg_failure_s {
  * allows it. */
 block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, seg_failure_t *why);
 /* Unmaps whole free pages of the expandable segments of `only` (NULL:
- * every pool that may give memory back), after one device synchronisation,
- * until `want` bytes went back; segments left with nothing mapped are
- * released.  Nothing while capturing.  Returns the bytes unmapped. */
+ * every pool that may give memory back) until `want` bytes went back;
+ * segments left with nothing mapped are released.  Pages of blocks that
+ * are not idle need one device synchronisation first; while capturing
+ * (no synchronisation allowed) only idle pages go.  Returns the bytes. */
 size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want);
 /* Bytes of whole pages that are free (now) or free or pending with no hold
  * (later) in an expandable segment. */
 void exp_releasable(const seg_t *s, size_t *now, size_t *later);
+/* The device is idle (the program synchronised it): every free block of
+ * an expandable segment is idle. */
+void exp_all_idle(core_dev_t *d);
 /* core_dev_destroy: unmaps everything and releases the addresses. */
 void exp_seg_destroy(core_dev_t *d, seg_t *s);
 /* The page of a pool's expandable segments. */

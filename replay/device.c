@@ -51,6 +51,20 @@ int rp_space_init(rp_space_t *s, int device, uint64_t capacity)
     return 0;
 }
 
+int rp_space_map(rp_space_t *s, uint64_t size)
+{
+    uint64_t n = size / PAGE;
+    if (size % PAGE || n > s->pages - s->pages_used)
+        return size % PAGE ? CORE_EFAIL : CORE_ENOMEM;
+    s->pages_used += n;
+    return CORE_OK;
+}
+
+void rp_space_unmap(rp_space_t *s, uint64_t size)
+{
+    s->pages_used -= size / PAGE;
+}
+
 void rp_space_fini(rp_space_t *s)
 {
     free(s->ext);

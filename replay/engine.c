@@ -186,6 +186,8 @@ typedef struct rdev_s {
     int ncaptures;
     uint64_t allocated, reserved; /* followed through the observer */
     int device;
+    uint64_t va_next; /* expandable segments' addresses: a range of their own */
+    rp_result_t *res; /* for the virtual memory call counts */
 } rdev_t;
 
 typedef struct replay_s {
@@ -246,9 +248,11 @@ static void observe(void *ctx, const core_event_t *e)
         rd->allocated -= e->size, r->allocated -= e->size;
         break;
     case CORE_EV_SEGMENT_ALLOC:
+    case CORE_EV_SEGMENT_MAP: /* expandable: reserved = mapped, as in PyTorch */
         rd->reserved += e->size, r->reserved += e->size;
         break;
     case CORE_EV_SEGMENT_FREE:
+    case CORE_EV_SEGMENT_UNMAP:
         rd->reserved -= e->size, r->reserved -= e->size;
         break;
     default:
@@ -318,6 +322,55 @@ static void dev_sync(void *ctx, int device)
     rd->mem.device_sync(rd->mem.ctx, device);
 }
 
+/* Virtual memory, as the simulated device has it: 2 MiB granularity,
+ * mappings charged page by page wherever they lie, addresses of their own
+ * (above every device's range, never charged). */
+#define VMM_GRANULARITY ((size_t)2 << 20)
+
+static size_t dev_vmm_granularity(void *ctx, int device)
+{
+    (void)ctx, (void)device;
+    return VMM_GRANULARITY;
+}
+
+static int dev_va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_t *addr)
+{
+    rdev_t *rd = ctx;
+    if (!rd->va_next)
+        rd->va_next = ((uint64_t)RP_MAX_DEVICES + 2 + (uint64_t)device) << 44;
+    rd->va_next = (rd->va_next + align - 1) / align * align;
+    *addr = (uintptr_t)rd->va_next;
+    rd->va_next += size;
+    rd->res->vmm_reserves++;
+    return CORE_OK;
+}
+
+static void dev_va_release(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    (void)ctx, (void)device, (void)addr, (void)size;
+}
+
+static int dev_map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
+{
+    rdev_t *rd = ctx;
+    (void)addr;
+    int rc = rp_space_map(&rd->space, size);
+    if (rc == CORE_OK) {
+        rd->res->vmm_map_calls++;
+        rd->res->vmm_map_pages += size / page;
+    }
+    return rc;
+}
+
+static void dev_unmap(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    rdev_t *rd = ctx;
+    (void)addr;
+    rp_space_unmap(&rd->space, size);
+    rd->res->vmm_unmap_calls++;
+    rd->res->vmm_unmap_bytes += size;
+}
+
 /* The device's state, created at its first use.  NULL: out of memory. */
 static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
 {
@@ -331,6 +384,7 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
         return NULL;
     }
     rd->device = device;
+    rd->res = r->res;
     mem_backend_init(&rd->mb, r->opts->capacity);
     rd->mb.auto_complete = !r->opts->busy;
     rd->mem = mem_backend_vtable(&rd->mb);
@@ -343,7 +397,12 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
                              .event_query = dev_event_query,
                              .event_wait = dev_event_wait,
                              .event_release = dev_event_release,
-                             .device_sync = dev_sync};
+                             .device_sync = dev_sync,
+                             .vmm_granularity = dev_vmm_granularity,
+                             .va_reserve = dev_va_reserve,
+                             .va_release = dev_va_release,
+                             .map = dev_map,
+                             .unmap = dev_unmap};
         if (rp_space_init(&rd->space, device, r->opts->capacity) == 0)
             rd->core = core_dev_new(&be, device, &r->cfg->conf);
         if (!rd->core) {

@@ -275,6 +275,10 @@ void rp_print_json(FILE *out, const rp_input_t *in, const rp_config_t *cfg, cons
                 r->first_oom_event, r->first_oom_size, r->first_oom_time_ns);
     else
         fputs(", \"first_oom_event\": null", out);
+    fprintf(out,
+            ", \"vmm_reserves\": %" PRIu64 ", \"vmm_map_calls\": %" PRIu64 ", \"vmm_map_pages\": %" PRIu64
+            ", \"vmm_unmap_calls\": %" PRIu64 ", \"vmm_unmap_bytes\": %" PRIu64,
+            r->vmm_reserves, r->vmm_map_calls, r->vmm_map_pages, r->vmm_unmap_calls, r->vmm_unmap_bytes);
     fprintf(out, ", \"skipped\": %" PRIu64 ", \"reserved_covers_allocated\": %s, \"stats_agree\": %s, \"seconds\": %.6f",
             r->skipped, r->reserved_covers ? "true" : "false", r->stats_agree ? "true" : "false", r->seconds);
     if (in->format == RP_FORMAT_TORCH)

@@ -119,6 +119,10 @@ typedef struct rp_result_s {
     uint64_t free_at_peak;    /* reserved - allocated at that event */
     size_t peak_event;        /* index of the event of peak reserved */
     uint64_t device_allocs, device_frees;
+    /* expandable segments: calls of the virtual memory API the replay made
+     * (one map call: a create, map and release per page, one set access;
+     * one unmap call: one unmap) */
+    uint64_t vmm_map_calls, vmm_map_pages, vmm_unmap_calls, vmm_unmap_bytes, vmm_reserves;
     uint64_t allocs, hits;    /* allocations replayed, and those served from the cache */
     uint64_t ooms;            /* allocations that failed at the capacity */
     long long first_oom_event; /* its event index, -1 when none */
@@ -158,6 +162,10 @@ int rp_space_alloc(rp_space_t *s, uint64_t size, uint64_t *addr);
 void rp_space_free(rp_space_t *s, uint64_t addr, uint64_t size);
 /* The free pages' bytes (cuMemGetInfo's free). */
 uint64_t rp_space_free_bytes(const rp_space_t *s);
+/* Virtual memory: pages charged for a mapping of `size` bytes (a multiple
+ * of 2 MiB), anywhere; CORE_OK or CORE_ENOMEM.  And given back. */
+int rp_space_map(rp_space_t *s, uint64_t size);
+void rp_space_unmap(rp_space_t *s, uint64_t size);
 
 typedef struct rp_opts_s {
     uint64_t capacity;  /* bytes per device (default 80 GiB) */

@@ -49,12 +49,15 @@ typedef struct shadow_seg_s {
 #define GRANULE ((size_t)2 << 20)
 
 /* A freed block whose pages must not be unmapped before the next device
- * synchronisation (or the program's, core_synchronized). */
+ * synchronisation (or the program's, core_synchronized), or, when it was
+ * freed behind a fence or event, before an event recorded after the free
+ * completed. */
 typedef struct unmap_guard_s {
     uintptr_t addr;
     size_t size;
     uint64_t n_sync;
     uint64_t epoch;
+    uint64_t last_event; /* fenced or after-stream frees: the last event at the free; 0: stream-ordered */
     int step;
 } unmap_guard_t;
 #define MAX_GUARDS 4096
@@ -127,7 +130,8 @@ static uint64_t below(run_t *r, uint64_t n)
 static void guard_prune(run_t *r)
 {
     for (size_t i = 0; i < r->nguard;)
-        if (r->f.m.n_sync > r->guard[i].n_sync || r->epoch > r->guard[i].epoch)
+        if (r->f.m.n_sync > r->guard[i].n_sync || r->epoch > r->guard[i].epoch ||
+            (r->guard[i].last_event && r->f.m.completed >= r->guard[i].last_event))
             r->guard[i] = r->guard[--r->nguard];
         else
             i++;
@@ -361,7 +365,8 @@ static void op_free(run_t *r)
     uint64_t last_event = r->f.m.next_event, n_sync = r->f.m.n_sync;
     r->live[i] = r->live[--r->nlive];
     if (r->nguard < MAX_GUARDS)
-        r->guard[r->nguard++] = (unmap_guard_t){l.addr, l.block, r->f.m.n_sync, r->epoch, r->step};
+        r->guard[r->nguard++] =
+            (unmap_guard_t){l.addr, l.block, r->f.m.n_sync, r->epoch, safe_now ? 0 : last_event + 1, r->step};
     int rc = core_free(r->f.d, l.addr, how, stream);
     if (rc != CORE_FREED)
         RFAIL(r, "core_free(0x%" PRIxPTR ") of a live allocation returned %d", l.addr, rc);
@@ -564,6 +569,7 @@ static void run_one(const cfg_t *cfg, uint64_t seed, int steps)
         shadow_agree(r);
     }
     core_synchronized(r->f.d);
+    r->epoch++;
     shadow_agree(r);
     core_empty_cache(r->f.d, -1);
     shadow_agree(r);
