@@ -15,8 +15,17 @@
  * release call (core_set_capturing); a new segment is still allowed, with
  * the thread's capture mode relaxed for our own cuMemAlloc only, as
  * aws-ofi-nccl and Paddle do.
+ *
+ * Expandable segments (expandable_segments:true) use the driver's virtual
+ * memory: cuMemAddressReserve for a segment's addresses, and per page a
+ * cuMemCreate, cuMemMap and cuMemRelease (the mapping keeps the memory, so
+ * cuMemUnmap gives it back), then one cuMemSetAccess over the run for the
+ * segment's own device, as PyTorch does.  Peers get no access: a program
+ * that reads this memory from another device must keep expandable segments
+ * off.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "hook.h"
 #include "hostalloc.h"
@@ -105,6 +114,143 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
     if (r != CUDA_SUCCESS)
         hook_warn(HOOK_WARN_BACKEND, "device %d: returning a segment of %zu bytes at 0x%lx to CUDA failed (error %d)",
                   device, size, (unsigned long)addr, (int)r);
+}
+
+/* ------------------------------------------------------------------------
+ * Virtual memory (expandable segments)
+ * ---------------------------------------------------------------------- */
+
+/* Per device: its memory may be RDMA-capable (GPUDirect with virtual
+ * memory); then cucache asks for it, so that NICs can still reach what a
+ * plain cudaMalloc would have let them reach. */
+static _Atomic bool vmm_rdma[HOOK_MAX_DEVICES];
+
+static CUmemAllocationProp device_prop(const hook_dev_t *hd)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = (int)hd->handle;
+    p.allocFlags.gpuDirectRDMACapable = atomic_load(&vmm_rdma[hd->ordinal]);
+    return p;
+}
+
+static size_t vmm_granularity(void *ctx, int device)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    if (!real_cu.cuMemAddressReserve || !real_cu.cuMemAddressFree || !real_cu.cuMemCreate || !real_cu.cuMemRelease ||
+        !real_cu.cuMemMap || !real_cu.cuMemUnmap || !real_cu.cuMemSetAccess || !real_cu.cuMemGetAllocationGranularity ||
+        !real_cu.cuDeviceGetAttribute)
+        return 0;
+    int supported = 0;
+    if (real_cu.cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, hd->handle) !=
+            CUDA_SUCCESS ||
+        !supported)
+        return 0;
+    int rdma = 0;
+    if (real_cu.cuDeviceGetAttribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, hd->handle) ==
+        CUDA_SUCCESS)
+        atomic_store(&vmm_rdma[device], rdma != 0);
+    CUmemAllocationProp prop = device_prop(hd);
+    size_t g = 0;
+    if (real_cu.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS)
+        return 0;
+    return g;
+}
+
+static int core_code(CUresult r)
+{
+    if (r == CUDA_SUCCESS)
+        return CORE_OK;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return CORE_ENOMEM;
+    hook_backend_error = r;
+    return CORE_EFAIL;
+}
+
+static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_t *addr)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
+        return CORE_EFAIL;
+    CUdeviceptr p = 0;
+    CUresult r = real_cu.cuMemAddressReserve(&p, size, align, 0, 0);
+    hook_ctx_leave(pushed);
+    *addr = (uintptr_t)p;
+    return core_code(r);
+}
+
+static void va_release(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
+        return;
+    CUresult r = real_cu.cuMemAddressFree((CUdeviceptr)addr, size);
+    hook_ctx_leave(pushed);
+    if (r != CUDA_SUCCESS)
+        hook_warn(HOOK_WARN_BACKEND, "device %d: freeing %zu bytes of addresses at 0x%lx failed (error %d)", device,
+                  size, (unsigned long)addr, (int)r);
+}
+
+static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
+        return CORE_EFAIL;
+    CUstreamCaptureMode mode;
+    bool relaxed = relax(hd, &mode);
+    CUmemAllocationProp prop = device_prop(hd);
+    CUresult r = CUDA_SUCCESS;
+    size_t done = 0;
+    for (; done < size && r == CUDA_SUCCESS; done += page) {
+        CUmemGenericAllocationHandle h = 0;
+        r = real_cu.cuMemCreate(&h, page, &prop, 0);
+        if (r != CUDA_SUCCESS)
+            break;
+        r = real_cu.cuMemMap((CUdeviceptr)(addr + done), page, 0, h, 0);
+        CUresult rel = real_cu.cuMemRelease(h); /* the mapping, if any, keeps the memory */
+        if (r == CUDA_SUCCESS && rel != CUDA_SUCCESS)
+            r = rel;
+        if (r != CUDA_SUCCESS) {
+            if (r == rel)
+                done += page; /* mapped, and its handle could not be let go: unmap it below */
+            break;
+        }
+    }
+    if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, (int)hd->handle}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        r = real_cu.cuMemSetAccess((CUdeviceptr)addr, size, &acc, 1);
+    }
+    if (r != CUDA_SUCCESS && done) /* all or nothing */
+        real_cu.cuMemUnmap((CUdeviceptr)addr, done > size ? size : done);
+    unrelax(relaxed, &mode);
+    hook_ctx_leave(pushed);
+    return core_code(r);
+}
+
+static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
+        return;
+    CUstreamCaptureMode mode;
+    bool relaxed = relax(hd, &mode);
+    CUresult r = real_cu.cuMemUnmap((CUdeviceptr)addr, size);
+    unrelax(relaxed, &mode);
+    hook_ctx_leave(pushed);
+    if (r != CUDA_SUCCESS)
+        hook_warn(HOOK_WARN_BACKEND, "device %d: unmapping %zu bytes at 0x%lx failed (error %d)", device, size,
+                  (unsigned long)addr, (int)r);
 }
 
 static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
@@ -323,4 +469,9 @@ const core_backend_t hook_backend = {
     .event_release = event_release,
     .device_sync = device_sync,
     .hold_query = hold_query,
+    .vmm_granularity = vmm_granularity,
+    .va_reserve = va_reserve,
+    .va_release = va_release,
+    .map = map,
+    .unmap = unmap,
 };

@@ -113,6 +113,15 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cuIpcGetMemHandle)                                                                                               \
     X(cuIpcOpenMemHandle_v2)                                                                                           \
     X(cuIpcCloseMemHandle)                                                                                             \
+    X(cuDeviceGetAttribute)                                                                                            \
+    X(cuMemAddressReserve)                                                                                             \
+    X(cuMemAddressFree)                                                                                                \
+    X(cuMemCreate)                                                                                                     \
+    X(cuMemRelease)                                                                                                    \
+    X(cuMemMap)                                                                                                        \
+    X(cuMemUnmap)                                                                                                      \
+    X(cuMemSetAccess)                                                                                                  \
+    X(cuMemGetAllocationGranularity)                                                                                   \
     X(cuGetProcAddress_v2)
 
 /* X(name): the runtime's export of that name, found with RTLD_NEXT. */

@@ -225,6 +225,14 @@ CUresult hook_ipc_export(hook_dev_t *hd, const core_ptr_info_t *info, char handl
     if (info->stream != 0)
         return CUDA_ERROR_INVALID_VALUE; /* stream-ordered: CUDA's pools are not exportable this way either */
     core_dev_t *d = hook_dev_core(hd);
+    if (d && core_expandable(d)) {
+        hook_warn(HOOK_WARN_IPC,
+                  "cudaIpcGetMemHandle(0x%lx): with CUCACHE_CONF=expandable_segments:true this block lies on CUDA's "
+                  "virtual memory, which CUDA IPC handles cannot share (cudaErrorInvalidValue, as for PyTorch's "
+                  "expandable segments); run with expandable_segments:false to share memory this way",
+                  (unsigned long)info->base);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     CUipcMemHandle real;
     bool pushed;
     if (!d || !hook_ctx_enter(hd, &pushed))

@@ -117,6 +117,12 @@ hook_dev_t *hook_dev_open(int ordinal)
             hd->handle = h;
             hd->primary = pc;
             d = core_dev_new(&hook_backend, ordinal, &hook_conf);
+            if (d && hook_conf.expandable_segments && !core_expandable(d))
+                hook_warn(HOOK_WARN_BACKEND,
+                          "device %d: CUCACHE_CONF=expandable_segments:true, but the device or driver has no virtual "
+                          "memory management (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED): its segments "
+                          "are plain cudaMalloc allocations",
+                          ordinal);
             if (d)
                 hook_diag_dev_opened(ordinal, d);
             else

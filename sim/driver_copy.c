@@ -22,14 +22,14 @@
  * pointer inside a device's region that is not a live allocation, or a
  * range that leaves its allocation, is an error; so is a range of the
  * virtual memory API that is not mapped, or not accessible (for writing
- * when `write`) by the current context's device. */
+ * when `write`) by any device (stream_access then checks the device of the
+ * stream that does the work). */
 static CUresult classify(uintptr_t p, size_t n, bool write, bool *device, bool *tracked)
 {
     *device = false;
     *tracked = false;
     if (sim_vmm_region(p)) {
-        struct CUctx_st *cur = sim_ctx_current();
-        if (!sim_vmm_range_ok(p, n, write, sim_ctx_valid(cur) ? cur->dev->ordinal : -1))
+        if (!sim_vmm_range_ok(p, n, write, -1))
             return CUDA_ERROR_INVALID_VALUE;
         *device = true;
         *tracked = true;
@@ -49,6 +49,14 @@ static CUresult classify(uintptr_t p, size_t n, bool write, bool *device, bool *
         *tracked = true;
     }
     return CUDA_SUCCESS;
+}
+
+/* Memory of the virtual memory API must be accessible by the device whose
+ * stream does the work (cuMemSetAccess is per device). */
+static CUresult stream_access(uintptr_t p, size_t n, bool write, const struct CUstream_st *s)
+{
+    return !sim_vmm_region(p) || sim_vmm_range_ok(p, n, write, s->ctx->dev->ordinal) ? CUDA_SUCCESS
+                                                                                     : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* The bytes from a pitched region's first row to the end of its last:
@@ -99,6 +107,10 @@ static CUresult copy(const copy_t *c)
     struct CUstream_st *s = NULL;
     if (r == CUDA_SUCCESS)
         r = sim_stream_resolve(ctx, c->stream, c->ptds, &s);
+    if (r == CUDA_SUCCESS)
+        r = stream_access(c->dst, dspan, true, s);
+    if (r == CUDA_SUCCESS)
+        r = stream_access(c->src, sspan, false, s);
     if (r == CUDA_SUCCESS && c->sync && s->capture)
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (r != CUDA_SUCCESS)
@@ -286,6 +298,8 @@ static CUresult fill(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned ele
     struct CUstream_st *s = NULL;
     if (r == CUDA_SUCCESS)
         r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS)
+        r = stream_access(dst, span, true, s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     sim_op_t *op = sim_op_new(SIM_OP_SET, height > 1 ? "memset 2D" : "memset");

@@ -239,8 +239,10 @@ static void phys_maybe_free(sim_phys_t *p)
         p->lingering = true;
         return;
     }
-    if (p->charged)
+    if (p->charged) {
         sim.dev[p->device].vmm_bytes -= p->size;
+        atomic_fetch_add(&sim.device_frees, 1);
+    }
     close(p->fd);
     size_t i = phys_lower(p->id);
     memmove(&vmm.phys[i], &vmm.phys[i + 1], (vmm.nphys - i - 1) * sizeof *vmm.phys);
@@ -290,6 +292,7 @@ CUresult sim_vmm_create(size_t size, const CUmemAllocationProp *prop, sim_phys_t
     p->st_ino = st.st_ino;
     d->vmm_bytes += size;
     phys_add(p);
+    atomic_fetch_add(&sim.device_allocs, 1);
     *out = p;
     return CUDA_SUCCESS;
 }

@@ -41,8 +41,9 @@ size_t cucacheSimLastRace(char *buf, size_t len);
 void cucacheSimRaceReset(void);
 
 /* Number of device allocations and frees the driver has served (cuMemAlloc,
- * cuMemFree and the stream-ordered pools' device-level growth), for tests
- * that prove a cache avoided them. */
+ * cuMemFree, the stream-ordered pools' device-level growth, and physical
+ * allocations of the virtual memory API: cuMemCreate, and their memory given
+ * back), for tests that prove a cache avoided them. */
 unsigned long cucacheSimDeviceAllocs(void);
 unsigned long cucacheSimDeviceFrees(void);
 

@@ -31,6 +31,12 @@ bool itest_have_cucache(void)
     return cucache_sym("cucache_stat") != NULL && cucache_sym("cucache_empty_cache") != NULL;
 }
 
+bool itest_expandable(void)
+{
+    const char *c = getenv("CUCACHE_CONF");
+    return itest_have_cucache() && c && strstr(c, "expandable_segments:true");
+}
+
 void itest_require_cucache_at(const char *file, int line)
 {
     if (itest_have_cucache())

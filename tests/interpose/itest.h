@@ -36,6 +36,9 @@
 /* Whether cucache's API (cucache_stat, cucache_empty_cache, ...) is in the
  * process, i.e. whether libcucache.so is preloaded. */
 bool itest_have_cucache(void);
+/* Whether cucache runs with expandable segments (CUCACHE_CONF has
+ * expandable_segments:true): its segments are then CUDA virtual memory. */
+bool itest_expandable(void);
 /* Fails the current test, saying that cucache is not preloaded, unless it is. */
 void itest_require_cucache_at(const char *file, int line);
 #define itest_require_cucache() itest_require_cucache_at(__FILE__, __LINE__)

@@ -426,9 +426,18 @@ static void test_runtime_and_driver_free_each_others_pointers(void **state)
     assert_int_equal(itest_stat(0, "allocation.all.current"), live0);
     /* the blocks went back to the cache: allocating them again is a hit */
     unsigned long allocs0 = itest_dev_allocs();
+    int64_t hits0 = itest_stat(0, "num_cache_hits"), reserved0 = itest_stat(0, "reserved_bytes.all.current");
     SIM_OK(cudaMalloc(&p, n));
     CU_OK(cuMemAlloc_v2(&x, n));
-    assert_int_equal(itest_dev_allocs(), allocs0);
+    if (!itest_expandable()) {
+        assert_int_equal(itest_dev_allocs(), allocs0);
+    } else {
+        /* expandable segments may have given free pages back (an earlier
+         * allocation that found the device short, timing-dependent): the
+         * cached pages serve, and at most the two blocks' pages are new */
+        assert_true(itest_stat(0, "num_cache_hits") > hits0);
+        assert_true(itest_stat(0, "reserved_bytes.all.current") <= reserved0 + (int64_t)(2 * n));
+    }
     SIM_OK(cudaFree(p));
     CU_OK(cuMemFree_v2(x));
 }

@@ -99,6 +99,11 @@ static void test_destroyed_context_memory_is_forgotten(void **state)
     (void)state;
     enum { MAX = 48 };
     const size_t n = 24 * MIB;
+    if (itest_expandable()) {
+        /* its premise is a cudaMalloc segment at a recycled address */
+        print_message("expandable segments: cucache's memory is virtual memory, never at x: nothing to prove\n");
+        skip();
+    }
     CUdevice dev = 0;
     CUcontext c = NULL, cur = NULL;
     CU_OK(cuDeviceGet(&dev, 0));

@@ -314,6 +314,27 @@ static void test_strict_refuses_inner_blocks(void **state)
     SIM_OK(cudaFree(b));
 }
 
+/* Expandable segments live on CUDA's virtual memory, which CUDA IPC handles
+ * cannot share: the export fails as CUDA's would, with a line saying why. */
+static void test_expandable_refuses_with_a_message(void **state)
+{
+    (void)state;
+    void *d = NULL;
+    SIM_OK(cudaMalloc(&d, 4 * MIB));
+    cudaIpcMemHandle_t h;
+    char err[4096];
+    itest_stderr_begin();
+    cudaError_t rc = cudaIpcGetMemHandle(&h, d);
+    itest_stderr_end(err, sizeof err);
+    assert_int_equal(rc, cudaErrorInvalidValue);
+    assert_int_equal(cudaGetLastError(), cudaErrorInvalidValue);
+    assert_non_null(strstr(err, "expandable_segments:true"));
+    assert_non_null(strstr(err, "expandable_segments:false"));
+    itest_put(d, 4 * MIB, 9); /* the block is intact */
+    itest_expect(d, 4 * MIB, 9);
+    SIM_OK(cudaFree(d));
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "strict") == 0) {
@@ -322,6 +343,13 @@ int main(int argc, char **argv)
             ITEST(test_strict_refuses_inner_blocks),
         };
         int rc = ITEST_RUN("interpose.ipc_strict", strict, group_setup);
+        return group_teardown(NULL) != 0 ? 1 : rc;
+    }
+    if (itest_expandable()) {
+        const struct CMUnitTest expandable[] = {
+            ITEST(test_expandable_refuses_with_a_message),
+        };
+        int rc = ITEST_RUN("interpose.ipc_expandable", expandable, group_setup);
         return group_teardown(NULL) != 0 ? 1 : rc;
     }
     const struct CMUnitTest tests[] = {
