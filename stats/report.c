@@ -198,10 +198,10 @@ static void rep_detail(const rep_t *r, st_sink_fn sink, void *ctx)
     else
         snprintf(pool, sizeof pool, "%s pool", pool_word(r));
     st_linef(sink, ctx,
-             "needed: %s requested, rounded to %s, in the %s: a new segment of %s; the device could give "
+             "needed: %s requested, rounded to %s, in the %s: %s %s; the device could give "
              "at most %s (its free memory)%s",
-             sz(o->requested).s, sz(o->rounded).s, pool, sz(o->alloc_size).s, sz(o->device_free).s,
-             o->limit_hit ? "; a limit refused it" : "");
+             sz(o->requested).s, sz(o->rounded).s, pool, o->expandable_va ? "pages of" : "a new segment of",
+             sz(o->alloc_size).s, sz(o->device_free).s, o->limit_hit ? "; a limit refused it" : "");
     if (o->backend_error == CORE_EFAIL)
         st_linef(sink, ctx, "needed: the last attempt failed with an error other than out of memory");
     const rep_blocks_t *a = &r->all;
@@ -215,6 +215,11 @@ static void rep_detail(const rep_t *r, st_sink_fn sink, void *ctx)
     /* RMM's and BFC's measure: how much of the free memory is out of reach of one request. */
     st_linef(sink, ctx, "cache: fragmentation %s (1 - largest free block / free bytes)",
              pct(a->free_bytes - largest, a->free_bytes).s);
+    if (o->expandable_va) /* reserved counts mapped pages only, as PyTorch counts them */
+        st_linef(sink, ctx,
+                 "cache: expandable segments: %s mapped of %s of reserved addresses; free whole pages were given "
+                 "back first (only those known idle during a capture)",
+                 sz(o->reserved).s, sz(o->expandable_va).s);
     size_t inactive = r->st ? stat_cur(&r->st->inactive_split_bytes[CORE_POOL_ALL]) : 0;
     st_linef(sink, ctx,
              "cache: %s inactive split (free blocks in partly used segments), %s pending (freed, waiting on fences or "

@@ -18,6 +18,7 @@
 #include "itest.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -442,9 +443,68 @@ static void test_runtime_and_driver_free_each_others_pointers(void **state)
     CU_OK(cuMemFree_v2(x));
 }
 
+/* The program's own virtual memory calls (NCCL's, a framework's) pass
+ * through untouched: its memory works, its pointers answer as the driver
+ * says, cucache's counters do not move, and cudaMemGetInfo and the OOM
+ * report see it as memory outside cucache. */
+static void test_programs_own_virtual_memory_passes_through(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    const size_t n = 64 * MIB;
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0);
+    int64_t reserved0 = itest_stat(0, "reserved_bytes.all.current");
+    size_t f0 = 0, t = 0;
+    SIM_OK(cudaMemGetInfo(&f0, &t));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle h = 0;
+    CUdeviceptr va = 0;
+    CU_OK(cuMemCreate(&h, n, &prop, 0));
+    CU_OK(cuMemAddressReserve(&va, 2 * n, 0, 0, 0));
+    CU_OK(cuMemMap(va, n, 0, h, 0));
+    CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CU_OK(cuMemSetAccess(va, n, &acc, 1));
+    check_bytes(va, n, 0x5E);
+    /* the driver's answers, not a block's */
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    CU_OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, va + 100));
+    CU_OK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, va + 100));
+    assert_true(start == va && size == 2 * n); /* the reservation */
+    CU_OK(cuMemGetAddressRange_v2(&start, &size, va + 100));
+    assert_true(start == va && size == n); /* the mapping */
+    assert_int_equal(itest_stat(0, "reserved_bytes.all.current"), reserved0);
+    size_t f1 = 0;
+    SIM_OK(cudaMemGetInfo(&f1, &t));
+    assert_int_equal(f0 - f1, n);
+    /* an OOM report counts it outside cucache */
+    void *big = NULL;
+    char err[8192];
+    itest_stderr_begin();
+    cudaError_t rc = cudaMalloc(&big, f1 + 64 * MIB);
+    itest_stderr_end(err, sizeof err);
+    (void)cudaGetLastError();
+    assert_int_equal(rc, cudaErrorMemoryAllocation);
+    char want[96];
+    snprintf(want, sizeof want, "outside cucache: %zu.00 MiB", (t - f1 - (size_t)reserved0) >> 20);
+    if (!strstr(err, want))
+        fail_msg("the OOM report does not say \"%s\":\n%s", want, err);
+    CU_OK(cuMemUnmap(va, n));
+    CU_OK(cuMemRelease(h));
+    CU_OK(cuMemAddressFree(va, 2 * n));
+    SIM_OK(cudaMemGetInfo(&f1, &t));
+    assert_int_equal(f1, f0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        ITEST(test_programs_own_virtual_memory_passes_through),
         ITEST(test_exported_entry_points_are_cucache),
         ITEST(test_exported_async_entry_points_are_cached),
         ITEST(test_meminfo_through_the_driver),
