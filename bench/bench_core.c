@@ -89,10 +89,13 @@ typedef struct je_target_s {
 
 enum { BENCH_RING_EVENTS = 100000 }; /* CUCACHE_SNAPSHOT_EVENTS' default */
 
-static void core_target_init(core_target_t *t, int device, core_free_t how, bool ring)
+static void core_target_init(core_target_t *t, int device, core_free_t how, bool ring, const char *conf)
 {
     conf_t c;
     conf_defaults(&c);
+    char err[256];
+    if (conf && conf_parse(&c, conf, err, sizeof err) != 0)
+        bench_die("%s", err);
     mem_backend_init(&t->mem, (size_t)1 << 40); /* 1 TiB of numbers: the traces peak at 13 GiB */
     core_backend_t be = mem_backend_vtable(&t->mem);
     t->d = core_dev_new(&be, device, &c);
@@ -305,6 +308,7 @@ typedef struct scenario_s {
     bool log_uniform;     /* CHURN: log-uniform instead of uniform */
     bench_trace_t *trace; /* TRACE */
     bool observe;         /* the snapshot event ring observes the core */
+    const char *conf;     /* CUCACHE_CONF of the core (NULL: the defaults) */
 } scenario_t;
 
 typedef struct result_s {
@@ -452,7 +456,7 @@ static void run_scenario(const opts_t *o, const scenario_t *sc, result_t *res)
     bench_load_t l0 = bench_load_now();
 
     core_target_t ct;
-    core_target_init(&ct, 0, sc->how, sc->observe);
+    core_target_init(&ct, 0, sc->how, sc->observe, sc->conf);
     je_target_t jt = {0}, jn = {JE_TCACHE_NONE};
     state_t core_st, je_st, jn_st;
     state_setup(&core_st, &ct, &core_ops, sc, sizes);
@@ -560,7 +564,7 @@ static void run_threads(const opts_t *o, bool use_je, bool one_device, scaling_t
         if (use_je) {
             ctx[i] = &jt[i];
         } else {
-            core_target_init(&ct[i], i, CORE_FREE_NOW, false);
+            core_target_init(&ct[i], i, CORE_FREE_NOW, false, NULL);
             ctx[i] = &ct[one_device ? 0 : i];
         }
     }
@@ -669,11 +673,23 @@ int main(int argc, char **argv)
          .hi = 64 * MiB, .log_uniform = true},
         {"hit_4k_ring", "hit_4k, recording the snapshot event ring", KIND_HIT, .size = 4 * KiB, .observe = true},
         {"hit_8m_ring", "hit_8m, recording the snapshot event ring", KIND_HIT, .size = 8 * MiB, .observe = true},
+        /* expandable segments: the hit pair in mapped memory, and churn that maps pages */
+        {"hit_4k_exp", "hit_4k with expandable_segments:true", KIND_HIT, .size = 4 * KiB,
+         .conf = "expandable_segments:true"},
+        {"hit_8m_exp", "hit_8m with expandable_segments:true", KIND_HIT, .size = 8 * MiB,
+         .conf = "expandable_segments:true"},
+        {"churn_mixed_exp", "churn_mixed with expandable_segments:true", KIND_CHURN, .ring = 256, .lo = 512,
+         .hi = 64 * MiB, .log_uniform = true, .conf = "expandable_segments:true"},
     };
-    size_t nsc = 9;
-    for (size_t i = 0; i < ntraces && nsc < 32; i++)
+    size_t nsc = 12;
+    static char trace_exp_names[16][1600];
+    for (size_t i = 0; i < ntraces && nsc < 31; i++) {
         sc[nsc++] = (scenario_t){traces[i].name, "a real trace's allocations and frees, in order", KIND_TRACE,
                                  .trace = &traces[i]};
+        snprintf(trace_exp_names[i], sizeof trace_exp_names[i], "%s_exp", traces[i].name);
+        sc[nsc++] = (scenario_t){trace_exp_names[i], "the same with expandable_segments:true", KIND_TRACE,
+                                 .trace = &traces[i], .conf = "expandable_segments:true"};
+    }
 
     print_header(&o);
     double hit4 = 0, hit4_ratio = 0, hit8 = 0;
