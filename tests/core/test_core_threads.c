@@ -42,7 +42,9 @@ typedef struct tdev_s {
 static void dev_observe(void *ctx, const core_event_t *e)
 {
     tdev_t *v = ctx;
-    if (e->kind == CORE_EV_SEGMENT_ALLOC) {
+    if (e->kind == CORE_EV_SEGMENT_ALLOC || e->kind == CORE_EV_SEGMENT_MAP) {
+        /* a mapped run of an expandable segment serves its stream and pool
+         * like a segment; runs are only added (membership is what is checked) */
         if (v->nsegs == MAX_SEGS) {
             v->overflow = true;
             return;
@@ -321,12 +323,15 @@ static int env_int(const char *name, int dflt)
 }
 
 /* devs[i] on backend ms[i] as device i. */
-static tdev_t *devs_open(int n, mem_backend_t **ms, const bool *auto_complete)
+static tdev_t *devs_open_conf(int n, mem_backend_t **ms, const bool *auto_complete, const char *conf)
 {
     tdev_t *devs = test_calloc((size_t)n, sizeof *devs);
     for (int i = 0; i < n; i++) {
         conf_t c;
         conf_defaults(&c);
+        char err[256];
+        if (conf && conf_parse(&c, conf, err, sizeof err) != 0)
+            fail_msg("%s", err);
         core_backend_t be = mem_backend_vtable(ms[i]);
         devs[i].m = ms[i];
         devs[i].d = core_dev_new(&be, i, &c);
@@ -335,6 +340,11 @@ static tdev_t *devs_open(int n, mem_backend_t **ms, const bool *auto_complete)
         ms[i]->auto_complete = auto_complete[i];
     }
     return devs;
+}
+
+static tdev_t *devs_open(int n, mem_backend_t **ms, const bool *auto_complete)
+{
+    return devs_open_conf(n, ms, auto_complete, NULL);
 }
 
 static void devs_close(tdev_t *devs, int n)
@@ -374,6 +384,22 @@ static void test_threads_one_device_pressure(void **state)
     mem_backend_fini(&m);
 }
 
+/* The same with expandable segments: pages mapped and unmapped while other
+ * threads hit. */
+static void test_threads_one_device_pressure_expandable(void **state)
+{
+    (void)state;
+    mem_backend_t m;
+    mem_backend_init(&m, 256 * MiB);
+    mem_backend_t *ms[] = {&m};
+    tdev_t *devs = devs_open_conf(1, ms, (const bool[]){false}, "expandable_segments:true");
+    run_workers(devs, 1, 4, env_int("CORE_THREAD_OPS", 20000), 5);
+    devs_close(devs, 1);
+    assert_int_equal(m.used, 0);
+    assert_int_equal(m.n_bad_free + m.n_bad_unmap, 0);
+    mem_backend_fini(&m);
+}
+
 static void test_threads_two_devices(void **state)
 {
     (void)state;
@@ -409,6 +435,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_one_device),
         cmocka_unit_test(test_threads_one_device_pressure),
+        cmocka_unit_test(test_threads_one_device_pressure_expandable),
         cmocka_unit_test(test_threads_two_devices),
         cmocka_unit_test(test_threads_two_devices_shared_backend),
     };
