@@ -184,13 +184,8 @@ static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t 
     block_t *b = block_new(d);
     uintptr_t addr = 0;
     int r = s && b ? d->be.seg_alloc(d->be.ctx, d->device, size, &addr) : CORE_EFAIL;
-    if (r != CORE_OK) {
-        why->backend_error = r;
-        hostalloc_free(s);
-        if (b)
-            block_delete(d, b);
-        return NULL;
-    }
+    if (r != CORE_OK)
+        return seg_refused(d, s, b, r, why);
     *s = (seg_t){.addr = addr,
                  .size = size,
                  .pool = pool,
@@ -212,6 +207,15 @@ static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t 
     d->stats.num_device_alloc++;
     core_emit(d, CORE_EV_SEGMENT_ALLOC, addr, size, stream, pool->owner->id);
     return s;
+}
+
+seg_t *seg_refused(core_dev_t *d, seg_t *s, block_t *b, int r, seg_failure_t *why)
+{
+    why->backend_error = r;
+    hostalloc_free(s);
+    if (b)
+        block_delete(d, b);
+    return NULL;
 }
 
 void seg_link(core_dev_t *d, seg_t *s)

@@ -91,13 +91,8 @@ static seg_t *seg_new_expandable(core_dev_t *d, pool_t *pool, core_stream_t stre
     uintptr_t addr = 0;
     size_t align = page & (page - 1) ? d->be.vmm_granularity(d->be.ctx, d->device) : page;
     int r = s && b ? d->be.va_reserve(d->be.ctx, d->device, size, align, &addr) : CORE_EFAIL;
-    if (r != CORE_OK) {
-        why->backend_error = r;
-        hostalloc_free(s);
-        if (b)
-            block_delete(d, b);
-        return NULL;
-    }
+    if (r != CORE_OK)
+        return seg_refused(d, s, b, r, why);
     *s = (seg_t){.addr = addr,
                  .size = size,
                  .pool = pool,

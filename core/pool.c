@@ -238,6 +238,20 @@ static void merge_into(core_dev_t *d, block_t *b, block_t *n)
     block_delete(d, n);
 }
 
+/* b becomes FREE: merged with its free neighbours (b absorbs them) and put
+ * in its pool's tree. */
+static block_t *merge_insert(core_dev_t *d, block_t *b)
+{
+    b->state = BLOCK_FREE;
+    if (b->prev && b->prev->state == BLOCK_FREE)
+        merge_into(d, b, b->prev);
+    if (b->next && b->next->state == BLOCK_FREE)
+        merge_into(d, b, b->next);
+    pool_tree_insert(b->pool, b);
+    inactive_stat(d, b, +1);
+    return b;
+}
+
 /* A block whose last use is over becomes free: merged with its free
  * neighbours and put in its pool's tree.  Its segment is released at once
  * when it is direct (preallocate's oversize requests) or belongs to a
@@ -257,13 +271,7 @@ void pool_release_block(core_dev_t *d, block_t *b, bool idle)
     }
     b->nuses = 0;
     b->requested = 0;
-    b->state = BLOCK_FREE;
-    if (b->prev && b->prev->state == BLOCK_FREE)
-        merge_into(d, b, b->prev);
-    if (b->next && b->next->state == BLOCK_FREE)
-        merge_into(d, b, b->next);
-    pool_tree_insert(b->pool, b);
-    inactive_stat(d, b, +1);
+    b = merge_insert(d, b);
     seg_t *s = b->seg;
     if (!b->prev && !b->next)
         s->free_since = d->alloc_clock;
@@ -273,15 +281,8 @@ void pool_release_block(core_dev_t *d, block_t *b, bool idle)
 
 block_t *pool_insert_free(core_dev_t *d, block_t *b)
 {
-    b->state = BLOCK_FREE;
     b->idle = true; /* new pages: nothing ever used them */
-    if (b->prev && b->prev->state == BLOCK_FREE)
-        merge_into(d, b, b->prev);
-    if (b->next && b->next->state == BLOCK_FREE)
-        merge_into(d, b, b->next);
-    pool_tree_insert(b->pool, b);
-    inactive_stat(d, b, +1);
-    return b;
+    return merge_insert(d, b);
 }
 
 /* ------------------------------------------------------------------------

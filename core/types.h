@@ -189,10 +189,19 @@ block_t *map_remove(core_dev_t *d, uintptr_t addr);
 block_t *map_find(const core_dev_t *d, uintptr_t addr);
 bool map_grow(core_dev_t *d);
 
+/* Why a new segment (or new pages) could not be had. */
+typedef struct seg_failure_s {
+    bool limit_hit;
+    int backend_error;
+} seg_failure_t;
+
 /* alloc.c: segments and the retry ladder */
 uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,
                           core_oom_t *oom);
 void seg_release(core_dev_t *d, seg_t *s);
+/* The structs of a segment the backend refused (either may be NULL) given
+ * back, the error noted: NULL. */
+seg_t *seg_refused(core_dev_t *d, seg_t *s, block_t *b, int r, seg_failure_t *why);
 /* Links a new segment into the device's list and its pool's count. */
 void seg_link(core_dev_t *d, seg_t *s);
 /* Unlinks a segment and frees it (and its pool when destroyed and empty). */
@@ -201,12 +210,6 @@ bool seg_may_release(const core_dev_t *d, const seg_t *s, const ppool_t *only);
 bool seg_is_free(const seg_t *s);
 size_t seg_release_free(core_dev_t *d, ppool_t *only, bool oversize_only, size_t want);
 ppool_t *ppool_find(core_dev_t *d, int id);
-
-/* Why a new segment (or new pages) could not be had. */
-typedef struct seg_failure_s {
-    bool limit_hit;
-    int backend_error;
-} seg_failure_t;
 
 /* expand.c: expandable segments */
 /* A FREE block with room for `rounded` at its start in (pool, stream)'s
