@@ -1,0 +1,138 @@
+/*
+ * Proves, under CUCACHE_CONF=expandable_segments:true on the simulated
+ * device, what expandable segments add to the interposer's promises:
+ *
+ *   - pages freed in stream order are unmapped only after the work queued
+ *     on them is done: a block freed with cudaFreeAsync behind a closed
+ *     gate, then memory short, makes cucache synchronise before it unmaps
+ *     (the allocation returns only once the gate opened); the simulator's
+ *     race detector, which reports an unmap under queued work, stays
+ *     silent (itest_teardown fails the test on any race).  Seen to fail
+ *     with the synchronisation removed from exp_unmap_free: the busy pages
+ *     never go back (cudaErrorMemoryAllocation); with them unmapped anyway,
+ *     the simulator says "RACE ... cuMemUnmap takes it away while memset
+ *     ... may still be running";
+ *   - a map that fails half way (the simulator's failure injection) leaves
+ *     nothing mapped behind: the allocation is retried and served, the
+ *     bytes are right, and the simulator's mappings are exactly cucache's
+ *     mapped bytes;
+ *   - an allocation no device can serve gets the OOM report with the
+ *     mapped and reserved lines.
+ *
+ * Meson runs it with CUCACHE_SIM_CAPACITY=1G and expandable_segments:true.
+ */
+#include "itest.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static size_t sim_mappings(void)
+{
+    void (*counts)(size_t *, size_t *, size_t *) =
+        (void (*)(size_t *, size_t *, size_t *))simtest_sim_sym("cucacheSimVmmCounts");
+    assert_non_null(counts);
+    size_t res = 0, alloc = 0, maps = 0;
+    counts(&res, &alloc, &maps);
+    return maps;
+}
+
+typedef struct {
+    simtest_gate_t *g;
+} opener_t;
+
+static void *open_later(void *arg)
+{
+    simtest_sleep_ms(100);
+    simtest_gate_open(((opener_t *)arg)->g);
+    return NULL;
+}
+
+static void test_unmap_waits_for_stream_ordered_work(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    assert_true(itest_expandable());
+    assert_int_equal(itest_empty_cache(0), 0);
+    cudaStream_t s;
+    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    itest_defer_stream(s);
+    void *p = NULL;
+    SIM_OK(cudaMallocAsync(&p, 512 * MIB, s));
+    simtest_gate_t *g = simtest_gate_new();
+    simtest_gate_block(g, s);
+    SIM_OK(cudaMemsetAsync(p, 7, 512 * MIB, s)); /* queued behind the gate */
+    SIM_OK(cudaFreeAsync(p, s));                 /* free in stream order: cached at once */
+    /* memory is short: the cache must give p's pages back, after the
+     * memset (an opener thread lets it run) */
+    opener_t o = {g};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, open_later, &o), 0);
+    void *q = NULL;
+    SIM_OK(cudaMalloc(&q, 900 * MIB));
+    assert_true(simtest_gate_passed(g)); /* the unmap waited for it */
+    assert_int_equal(pthread_join(t, NULL), 0);
+    itest_put((char *)q + 899 * MIB, MIB, 5);
+    itest_expect((char *)q + 899 * MIB, MIB, 5);
+    SIM_OK(cudaFree(q));
+    SIM_OK(cudaStreamSynchronize(s));
+    SIM_OK(cudaStreamDestroy(s));
+}
+
+static void test_map_failure_midway_rolls_back(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    void (*inject)(enum cucache_sim_vmm_call, unsigned, CUresult) =
+        (void (*)(enum cucache_sim_vmm_call, unsigned, CUresult))simtest_sim_sym("cucacheSimVmmFail");
+    assert_non_null(inject);
+    assert_int_equal(itest_empty_cache(0), 0);
+    void *a = NULL;
+    SIM_OK(cudaMalloc(&a, 4 * MIB));
+    /* the fourth page of the next growth fails to map */
+    inject(CUCACHE_SIM_VMM_MAP, 3, CUDA_ERROR_OUT_OF_MEMORY);
+    void *b = NULL;
+    SIM_OK(cudaMalloc(&b, 16 * MIB)); /* retried and served */
+    inject(CUCACHE_SIM_VMM_MAP, 0, CUDA_SUCCESS);
+    itest_put(b, 16 * MIB, 3);
+    itest_put(a, 4 * MIB, 4);
+    itest_expect(b, 16 * MIB, 3);
+    itest_expect(a, 4 * MIB, 4);
+    /* nothing of the failed call stayed mapped: every mapping is cucache's */
+    int64_t mapped = itest_stat(0, "reserved_bytes.all.current");
+    assert_int_equal((int64_t)sim_mappings() * (int64_t)(2 * MIB), mapped);
+    SIM_OK(cudaFree(a));
+    SIM_OK(cudaFree(b));
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0);
+    assert_int_equal(sim_mappings(), 0);
+}
+
+static void test_oom_report_says_mapped_and_reserved(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    void *keep = NULL;
+    SIM_OK(cudaMalloc(&keep, 100 * MIB));
+    char err[16384];
+    void *p = NULL;
+    itest_stderr_begin();
+    cudaError_t rc = cudaMalloc(&p, 2 * GIB);
+    itest_stderr_end(err, sizeof err);
+    (void)cudaGetLastError();
+    assert_int_equal(rc, cudaErrorMemoryAllocation);
+    assert_non_null(strstr(err, "cucache: CUDA out of memory. Tried to allocate 2.00 GiB"));
+    assert_non_null(strstr(err, "in the large pool: pages of 2.00 GiB"));
+    assert_non_null(strstr(err, "cache: expandable segments: 100.00 MiB mapped of"));
+    SIM_OK(cudaFree(keep));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        ITEST(test_unmap_waits_for_stream_ordered_work),
+        ITEST(test_map_failure_midway_rolls_back),
+        ITEST(test_oom_report_says_mapped_and_reserved),
+    };
+    return ITEST_RUN("interpose.expandable", tests, itest_group_setup);
+}
