@@ -405,7 +405,7 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
                             ? prealloc_size(d, rounded, &direct)
                             : pool_alloc_size(&d->conf, rounded);
     if (d->conf.expandable_segments)
-        alloc_size = (rounded + exp_page(d, pool) - 1) / exp_page(d, pool) * exp_page(d, pool);
+        alloc_size = exp_need(d, rounded);
     block_t *b;
     seg_t *s;
     uintptr_t addr;
@@ -737,13 +737,8 @@ void core_usage(core_dev_t *d, core_usage_t *u)
  * an expandable one. */
 static size_t seg_need(const core_dev_t *d, size_t size)
 {
-    const conf_t *c = &d->conf;
-    size_t rounded = pool_round_size(c, size);
-    if (c->expandable_segments) {
-        size_t page = rounded <= c->small_size ? d->exp_page_small : d->exp_page_large;
-        return (rounded + page - 1) / page * page;
-    }
-    return pool_alloc_size(c, rounded);
+    size_t rounded = pool_round_size(&d->conf, size);
+    return d->conf.expandable_segments ? exp_need(d, rounded) : pool_alloc_size(&d->conf, rounded);
 }
 
 /* Three ranges where the segment a request needs does not shrink as the

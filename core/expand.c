@@ -39,9 +39,16 @@
 #include "hostalloc.h"
 #include "types.h"
 
-size_t exp_page(const core_dev_t *d, const pool_t *pool)
+/* The page of a pool's expandable segments. */
+static size_t exp_page(const core_dev_t *d, const pool_t *pool)
 {
     return pool->small ? d->exp_page_small : d->exp_page_large;
+}
+
+size_t exp_need(const core_dev_t *d, size_t rounded)
+{
+    size_t page = rounded <= d->conf.small_size ? d->exp_page_small : d->exp_page_large;
+    return (rounded + page - 1) / page * page;
 }
 
 static uintptr_t up(uintptr_t a, size_t to)
@@ -106,6 +113,12 @@ static seg_t *seg_new_expandable(core_dev_t *d, pool_t *pool, core_stream_t stre
     return s;
 }
 
+/* The part of unmapped block b before end_page (a page boundary). */
+static size_t to_map(const block_t *b, uintptr_t end_page)
+{
+    return (b->addr + b->size < end_page ? b->addr + b->size : end_page) - b->addr;
+}
+
 /* The bytes of pages to map for `rounded` bytes starting at block `start`,
  * through free and unmapped blocks only; SIZE_MAX when they run out. */
 static size_t map_need(const block_t *start, size_t rounded)
@@ -116,7 +129,7 @@ static size_t map_need(const block_t *start, size_t rounded)
         if (b->state != BLOCK_FREE && b->state != BLOCK_UNMAPPED)
             return SIZE_MAX;
         if (b->state == BLOCK_UNMAPPED)
-            need += (b->addr + b->size < end_page ? b->addr + b->size : end_page) - b->addr;
+            need += to_map(b, end_page);
         if (b->addr + b->size >= end)
             return need;
     }
@@ -131,13 +144,11 @@ static bool map_range(core_dev_t *d, seg_t *s, block_t *start, size_t rounded, s
     for (block_t *b = start; b && b->addr < end_page; b = b->next) {
         if (b->state != BLOCK_UNMAPPED)
             continue;
-        size_t len = (b->addr + b->size < end_page ? b->addr + b->size : end_page) - b->addr;
-        int r = d->be.map(d->be.ctx, d->device, b->addr, len, s->page);
+        int r = d->be.map(d->be.ctx, d->device, b->addr, to_map(b, end_page), s->page);
         if (r != CORE_OK) {
             for (block_t *u = start; u != b; u = u->next) /* undo this call's maps */
                 if (u->state == BLOCK_UNMAPPED)
-                    d->be.unmap(d->be.ctx, d->device, u->addr,
-                                (u->addr + u->size < end_page ? u->addr + u->size : end_page) - u->addr);
+                    d->be.unmap(d->be.ctx, d->device, u->addr, to_map(u, end_page));
             why->backend_error = r;
             return false;
         }
@@ -190,7 +201,7 @@ block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t roun
             b = b->next;
             continue;
         }
-        size_t len = (b->addr + b->size < end_page ? b->addr + b->size : end_page) - b->addr;
+        size_t len = to_map(b, end_page);
         if (len < b->size) { /* the unmapped rest stays: this is the last one */
             *rest = (block_t){.addr = b->addr + len,
                               .size = b->size - len,
@@ -217,25 +228,25 @@ block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t roun
     return m;
 }
 
+/* b takes in its next block (in no tree). */
+static void absorb_next(core_dev_t *d, block_t *b)
+{
+    block_t *n = b->next;
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next)
+        n->next->prev = b;
+    block_delete(d, n);
+}
+
 /* Merges the UNMAPPED block b with its UNMAPPED neighbours. */
 static block_t *unmapped_merge(core_dev_t *d, block_t *b)
 {
-    block_t *n = b->next;
-    if (n && n->state == BLOCK_UNMAPPED) {
-        b->size += n->size;
-        b->next = n->next;
-        if (n->next)
-            n->next->prev = b;
-        block_delete(d, n);
-    }
-    block_t *p = b->prev;
-    if (p && p->state == BLOCK_UNMAPPED) {
-        p->size += b->size;
-        p->next = b->next;
-        if (b->next)
-            b->next->prev = p;
-        block_delete(d, b);
-        b = p;
+    if (b->next && b->next->state == BLOCK_UNMAPPED)
+        absorb_next(d, b);
+    if (b->prev && b->prev->state == BLOCK_UNMAPPED) {
+        b = b->prev;
+        absorb_next(d, b);
     }
     return b;
 }
@@ -368,10 +379,16 @@ size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want)
     return released;
 }
 
+/* Free, or pending with no hold: free once its fence or event completes. */
+static bool free_later(const block_t *b)
+{
+    return b->state == BLOCK_FREE || (b->state == BLOCK_PENDING && !b->hold);
+}
+
 void exp_releasable(const seg_t *s, size_t *now, size_t *later)
 {
     *now = *later = 0;
-    uintptr_t run = 0; /* start of the current run of free or pending blocks (0: none) */
+    const block_t *run = NULL; /* first block of the current run of free_later blocks */
     for (const block_t *b = s->first; b; b = b->next) {
         uintptr_t lo, hi;
         if (b->state == BLOCK_FREE) {
@@ -379,17 +396,16 @@ void exp_releasable(const seg_t *s, size_t *now, size_t *later)
             if (hi > lo)
                 *now += hi - lo;
         }
-        bool in = b->state == BLOCK_FREE || (b->state == BLOCK_PENDING && !b->hold);
-        if (in && !run)
-            run = b->addr ? b->addr : 1;
-        if (run && (!in || !b->next || b->next->state == BLOCK_ALLOCATED || b->next->state == BLOCK_UNMAPPED ||
-                    (b->next->state == BLOCK_PENDING && b->next->hold))) {
-            uintptr_t end = in ? b->addr + b->size : b->addr;
-            lo = pg_up(s, run);
-            hi = pg_down(s, end);
+        if (!free_later(b))
+            continue;
+        if (!run)
+            run = b;
+        if (!b->next || !free_later(b->next)) { /* the run ends here */
+            lo = pg_up(s, run->addr);
+            hi = pg_down(s, b->addr + b->size);
             if (hi > lo)
                 *later += hi - lo;
-            run = 0;
+            run = NULL;
         }
     }
 }

@@ -231,8 +231,9 @@ void exp_releasable(const seg_t *s, size_t *now, size_t *later);
 void exp_all_idle(core_dev_t *d);
 /* core_dev_destroy: unmaps everything and releases the addresses. */
 void exp_seg_destroy(core_dev_t *d, seg_t *s);
-/* The page of a pool's expandable segments. */
-size_t exp_page(const core_dev_t *d, const pool_t *pool);
+/* The new memory a request of `rounded` bytes needs at most: whole pages
+ * of its pool (the small one up to small_size, as pool_for chooses). */
+size_t exp_need(const core_dev_t *d, size_t rounded);
 
 /* pending.c: fences, events and holds */
 void pend_fenced(core_dev_t *d, block_t *b);

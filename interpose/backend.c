@@ -75,6 +75,18 @@ static void unrelax(bool relaxed, CUstreamCaptureMode *mode)
  * Segments and memory information
  * ---------------------------------------------------------------------- */
 
+/* The core's code for a driver result (the error kept for the report). */
+static int core_code(CUresult r)
+{
+    if (r == CUDA_SUCCESS)
+        return CORE_OK;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return CORE_ENOMEM;
+    hook_backend_error = r;
+    return CORE_EFAIL;
+}
+
+
 static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
 {
     (void)ctx;
@@ -88,14 +100,8 @@ static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
     CUresult r = real_cu.cuMemAlloc_v2(&p, size);
     unrelax(relaxed, &mode);
     hook_ctx_leave(pushed);
-    if (r == CUDA_SUCCESS) {
-        *addr = (uintptr_t)p;
-        return CORE_OK;
-    }
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return CORE_ENOMEM;
-    hook_backend_error = r;
-    return CORE_EFAIL;
+    *addr = (uintptr_t)p;
+    return core_code(r);
 }
 
 static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
@@ -160,16 +166,6 @@ static size_t vmm_granularity(void *ctx, int device)
     return g;
 }
 
-static int core_code(CUresult r)
-{
-    if (r == CUDA_SUCCESS)
-        return CORE_OK;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return CORE_ENOMEM;
-    hook_backend_error = r;
-    return CORE_EFAIL;
-}
-
 static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_t *addr)
 {
     (void)ctx;
@@ -210,18 +206,18 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
     CUmemAllocationProp prop = device_prop(hd);
     CUresult r = CUDA_SUCCESS;
     size_t done = 0;
-    for (; done < size && r == CUDA_SUCCESS; done += page) {
+    for (; done < size; done += page) {
         CUmemGenericAllocationHandle h = 0;
         r = real_cu.cuMemCreate(&h, page, &prop, 0);
         if (r != CUDA_SUCCESS)
             break;
         r = real_cu.cuMemMap((CUdeviceptr)(addr + done), page, 0, h, 0);
         CUresult rel = real_cu.cuMemRelease(h); /* the mapping, if any, keeps the memory */
-        if (r == CUDA_SUCCESS && rel != CUDA_SUCCESS)
+        if (r != CUDA_SUCCESS)
+            break;
+        if (rel != CUDA_SUCCESS) { /* mapped, but its handle could not be let go: unmapped below */
             r = rel;
-        if (r != CUDA_SUCCESS) {
-            if (r == rel)
-                done += page; /* mapped, and its handle could not be let go: unmap it below */
+            done += page;
             break;
         }
     }
@@ -230,7 +226,7 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
         r = real_cu.cuMemSetAccess((CUdeviceptr)addr, size, &acc, 1);
     }
     if (r != CUDA_SUCCESS && done) /* all or nothing */
-        real_cu.cuMemUnmap((CUdeviceptr)addr, done > size ? size : done);
+        real_cu.cuMemUnmap((CUdeviceptr)addr, done);
     unrelax(relaxed, &mode);
     hook_ctx_leave(pushed);
     return core_code(r);

@@ -442,6 +442,8 @@ CUresult sim_stream_wait_idle(struct CUstream_st *s);
 void sim_wait_seq(int slot, uint64_t seq);
 CUresult sim_ctx_wait_idle(struct CUctx_st *ctx);
 void sim_device_wait_idle(sim_device_t *dev);
+/* Whether any stream of any context has work not yet done. */
+bool sim_devices_busy(void);
 bool sim_stream_done(const struct CUstream_st *s);
 /* The host observed that (slot, seq) completed, whose clock is vc. */
 void sim_host_observe(const sim_vc_t *vc);

@@ -106,15 +106,6 @@ bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out)
     sim_alloc_t *a = sim_alloc_find(addr);
     if (!a || a->freeing || (a->kind == SIM_ALLOC_POOL && a->pool_free))
         return false;
-    if (a->kind == SIM_ALLOC_VMM) {
-        /* mappings may be adjacent: a range may span several */
-        struct CUctx_st *cur = sim_ctx_current();
-        if (!sim_vmm_range_ok(addr, bytes, false, sim_ctx_valid(cur) ? cur->dev->ordinal : -1))
-            return false;
-        if (out)
-            *out = a;
-        return true;
-    }
     if (bytes > a->size || addr - a->addr > a->size - bytes)
         return false;
     if (out)

@@ -207,14 +207,11 @@ bool race_wait_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi)
     if (!sim.cfg.race || !r) {
         /* Nothing is recorded: wait for every device, so that the simulator
          * never touches memory it has unmapped (docs/simulator.md). */
-        bool busy = false;
+        if (!sim_devices_busy())
+            return false;
         for (int i = 0; i < sim.ndev; i++)
-            for (struct CUstream_st *s = sim.dev[i].primary ? sim.dev[i].primary->streams : NULL; s && !busy;
-                 s = s->ctx_next)
-                busy = !sim_stream_done(s);
-        for (int i = 0; busy && i < sim.ndev; i++)
             sim_device_wait_idle(&sim.dev[i]);
-        return busy;
+        return true;
     }
     for (size_t i = 0; i < r->n; i++) {
         race_rec_t o = r->recs[i];

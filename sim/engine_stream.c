@@ -480,6 +480,18 @@ CUresult sim_ctx_wait_idle(struct CUctx_st *ctx)
     return ctx->sticky;
 }
 
+bool sim_devices_busy(void)
+{
+    struct CUctx_st **ctxs = NULL;
+    size_t n = handle_list(SIM_MAGIC_CTX, (void ***)&ctxs);
+    bool busy = false;
+    for (size_t i = 0; i < n && !busy; i++)
+        for (struct CUstream_st *s = ctxs[i]->streams; s && !busy; s = s->ctx_next)
+            busy = !sim_stream_done(s);
+    free(ctxs);
+    return busy;
+}
+
 void sim_device_wait_idle(sim_device_t *dev)
 {
     struct CUctx_st **ctxs = NULL;

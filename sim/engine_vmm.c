@@ -151,7 +151,7 @@ CUresult sim_vmm_reserve(size_t size, size_t align, uintptr_t hint, uintptr_t *o
     return CUDA_SUCCESS;
 }
 
-void sim_vmm_reservation_free(sim_reservation_t *r)
+static void reservation_free(sim_reservation_t *r)
 {
     sim_ext_give(&vmm.addrs, r->addr - (uintptr_t)vmm.base, r->size);
     size_t i = (size_t)(r - vmm.res);
@@ -470,7 +470,7 @@ CUresult sim_vmm_address_free(uintptr_t ptr, size_t size)
             break;
         sim_vmm_unmap(left->addr, left->size, "cuMemAddressFree");
     }
-    sim_vmm_reservation_free(sim_vmm_reservation_of(ptr)); /* the array may have moved while waiting */
+    reservation_free(sim_vmm_reservation_of(ptr)); /* the array may have moved while waiting */
     return CUDA_SUCCESS;
 }
 

@@ -55,7 +55,6 @@ extern sim_vmm_t vmm;
 sim_reservation_t *sim_vmm_reservation_of(uintptr_t addr);
 /* align: a power of two; hint: where to place it if free there, or 0. */
 CUresult sim_vmm_reserve(size_t size, size_t align, uintptr_t hint, uintptr_t *out);
-void sim_vmm_reservation_free(sim_reservation_t *r);
 
 sim_phys_t *sim_vmm_phys(CUmemGenericAllocationHandle h);
 CUmemGenericAllocationHandle sim_vmm_handle(const sim_phys_t *p);
