@@ -24,7 +24,9 @@
  * when it became free behind a completed fence or event, or the device was
  * synchronised since; one freed in stream order (or under reuse:stream) is
  * not, and its pages go only after one device synchronisation (PyTorch
- * synchronises every time).  During a capture, where no synchronisation is
+ * synchronises every time).  A block taken from free memory that was not
+ * idle stays not idle when it is freed behind an event: the event orders
+ * its own work, not the work queued before it was taken.  During a capture, where no synchronisation is
  * allowed, idle pages still go (PyTorch releases nothing then).  A segment
  * left with nothing mapped gives its addresses back.  It runs when memory
  * is short (the retry ladder), on empty_cache, and above
@@ -113,42 +115,88 @@ static seg_t *seg_new_expandable(core_dev_t *d, pool_t *pool, core_stream_t stre
     return s;
 }
 
-/* The part of unmapped block b before end_page (a page boundary). */
-static size_t to_map(const block_t *b, uintptr_t end_page)
+static bool room(const block_t *b)
 {
-    return (b->addr + b->size < end_page ? b->addr + b->size : end_page) - b->addr;
+    return b->state == BLOCK_FREE || b->state == BLOCK_UNMAPPED;
 }
 
-/* The bytes of pages to map for `rounded` bytes starting at block `start`,
- * through free and unmapped blocks only; SIZE_MAX when they run out. */
-static size_t map_need(const block_t *start, size_t rounded)
+/* Where a request goes: `rounded` bytes at addr, which lies in block first. */
+typedef struct place_s {
+    block_t *first;
+    uintptr_t addr;
+    size_t need; /* bytes of pages to map */
+} place_t;
+
+/* The bytes of pages to map for `rounded` bytes at addr (in block first),
+ * through free and unmapped blocks only; SIZE_MAX when they run out.  A
+ * free block's pages are mapped and an unmapped block starts and ends on
+ * page boundaries, so only unmapped blocks from first on count. */
+static size_t place_need(const block_t *first, uintptr_t addr, size_t rounded)
 {
-    uintptr_t end = start->addr + rounded, end_page = pg_up(start->seg, end);
+    const seg_t *s = first->seg;
+    uintptr_t lo = pg_down(s, addr), end = addr + rounded, hi = pg_up(s, end);
     size_t need = 0;
-    for (const block_t *b = start; b; b = b->next) {
-        if (b->state != BLOCK_FREE && b->state != BLOCK_UNMAPPED)
+    for (const block_t *b = first; b; b = b->next) {
+        if (!room(b))
             return SIZE_MAX;
-        if (b->state == BLOCK_UNMAPPED)
-            need += to_map(b, end_page);
+        if (b->state == BLOCK_UNMAPPED) {
+            uintptr_t a = b->addr > lo ? b->addr : lo, z = b->addr + b->size < hi ? b->addr + b->size : hi;
+            need += z - a;
+        }
         if (b->addr + b->size >= end)
             return need;
     }
     return SIZE_MAX;
 }
 
-/* Maps what [start->addr, +rounded) lacks; false (nothing changed) when the
- * backend refuses, with why->backend_error set. */
-static bool map_range(core_dev_t *d, seg_t *s, block_t *start, size_t rounded, seg_failure_t *why)
+/* A better place: fewer pages to map, then the lower address. */
+static void consider(place_t *best, block_t *first, uintptr_t addr, size_t rounded)
 {
-    uintptr_t end_page = pg_up(s, start->addr + rounded);
-    for (block_t *b = start; b && b->addr < end_page; b = b->next) {
+    size_t need = place_need(first, addr, rounded);
+    if (need == SIZE_MAX)
+        return;
+    if (need < best->need || (need == best->need && addr < best->addr))
+        *best = (place_t){first, addr, need};
+}
+
+/* Splits unmapped block b at page boundary at (b->addr < at < its end) with
+ * the spare struct *spare (taken). */
+static void split_unmapped(block_t *b, uintptr_t at, block_t **spare)
+{
+    block_t *r = *spare;
+    *spare = NULL;
+    *r = (block_t){.addr = at,
+                   .size = b->addr + b->size - at,
+                   .prev = b,
+                   .next = b->next,
+                   .seg = b->seg,
+                   .pool = b->pool,
+                   .stream = b->stream,
+                   .state = BLOCK_UNMAPPED};
+    if (b->next)
+        b->next->prev = r;
+    b->next = r;
+    b->size = at - b->addr;
+}
+
+/* Maps the pages of place p's range that are unmapped; false (nothing
+ * changed) when the backend refuses, with why->backend_error set. */
+static bool map_place(core_dev_t *d, const place_t *p, size_t rounded, seg_failure_t *why)
+{
+    seg_t *s = p->first->seg;
+    uintptr_t lo = pg_down(s, p->addr), hi = pg_up(s, p->addr + rounded);
+    for (block_t *b = p->first; b && b->addr < hi; b = b->next) {
         if (b->state != BLOCK_UNMAPPED)
             continue;
-        int r = d->be.map(d->be.ctx, d->device, b->addr, to_map(b, end_page), s->page);
+        uintptr_t a = b->addr > lo ? b->addr : lo, z = b->addr + b->size < hi ? b->addr + b->size : hi;
+        int r = d->be.map(d->be.ctx, d->device, a, z - a, s->page);
         if (r != CORE_OK) {
-            for (block_t *u = start; u != b; u = u->next) /* undo this call's maps */
-                if (u->state == BLOCK_UNMAPPED)
-                    d->be.unmap(d->be.ctx, d->device, u->addr, to_map(u, end_page));
+            for (block_t *u = p->first; u != b; u = u->next) /* undo this call's maps */
+                if (u->state == BLOCK_UNMAPPED) {
+                    uintptr_t ua = u->addr > lo ? u->addr : lo;
+                    uintptr_t uz = u->addr + u->size < hi ? u->addr + u->size : hi;
+                    d->be.unmap(d->be.ctx, d->device, ua, uz - ua);
+                }
             why->backend_error = r;
             return false;
         }
@@ -156,75 +204,101 @@ static bool map_range(core_dev_t *d, seg_t *s, block_t *start, size_t rounded, s
     return true;
 }
 
+/* Splits free block m at `at` with the block struct r: both halves free,
+ * in the tree, for pool_take to take the upper one at once. */
+static void carve(block_t *m, uintptr_t at, block_t *r)
+{
+    pool_tree_remove(m->pool, m);
+    *r = *m;
+    memset(&r->node, 0, sizeof r->node);
+    r->addr = at;
+    r->size = m->addr + m->size - at;
+    r->prev = m;
+    if (r->next)
+        r->next->prev = r;
+    m->next = r;
+    m->size = at - m->addr;
+    pool_tree_insert(m->pool, m);
+    pool_tree_insert(r->pool, r);
+}
+
 block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, seg_failure_t *why)
 {
-    block_t *best = NULL;
-    size_t best_need = SIZE_MAX;
-    for (int attempt = 0; attempt < 2 && !best; attempt++) {
+    place_t best = {NULL, 0, SIZE_MAX};
+    for (int attempt = 0; attempt < 2 && !best.first; attempt++) {
         if (attempt == 1 && !seg_new_expandable(d, pool, stream, why))
             return NULL;
         for (seg_t *s = d->segs; s; s = s->next) {
             if (!s->expandable || s->pool != pool || s->stream != stream)
                 continue;
             for (block_t *b = s->first; b; b = b->next) {
-                if (b->state != BLOCK_FREE && b->state != BLOCK_UNMAPPED)
+                if (!room(b))
                     continue;
-                size_t need = map_need(b, rounded);
-                if (need < best_need || (need == best_need && need != SIZE_MAX && b->addr < best->addr)) {
-                    best = b;
-                    best_need = need;
+                /* at the start of a room, and flush against the live block
+                 * that ends it: its partly used page serves the request */
+                if (!b->prev || !room(b->prev))
+                    consider(&best, b, b->addr, rounded);
+                if (b->next && !room(b->next) && b->addr + b->size - s->addr >= rounded) {
+                    uintptr_t at = b->addr + b->size - rounded;
+                    block_t *f = b;
+                    while (f && f->addr > at && f->prev && room(f->prev))
+                        f = f->prev;
+                    if (f->addr <= at)
+                        consider(&best, f, at, rounded);
                 }
             }
         }
     }
-    if (!best)
+    if (!best.first)
         return NULL; /* a request larger than a whole segment */
-    if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + best_need > d->allowed) {
+    if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + best.need > d->allowed) {
         why->limit_hit = true;
         return NULL;
     }
-    /* the one block struct a partly mapped unmapped block needs */
-    block_t *rest = block_new(d);
-    seg_t *s = best->seg;
-    if (!rest || !map_range(d, s, best, rounded, why)) {
-        if (!rest)
+    /* every block struct this may need, first: an unmapped block split on
+     * both sides, the free block carved in front, and pool_take's split */
+    block_t *spare[4] = {0};
+    for (int i = 0; i < 4; i++)
+        if (!(spare[i] = block_new(d))) {
+            while (i--)
+                block_delete(d, spare[i]);
             why->backend_error = CORE_EFAIL;
-        else
-            block_delete(d, rest);
+            return NULL;
+        }
+    seg_t *s = best.first->seg;
+    if (!map_place(d, &best, rounded, why)) {
+        for (int i = 0; i < 4; i++)
+            block_delete(d, spare[i]);
         return NULL;
     }
-    uintptr_t start = best->addr, end_page = pg_up(s, start + rounded);
-    block_t *b = best, *m = best;
-    while (b && b->addr < end_page) {
+    uintptr_t lo = pg_down(s, best.addr), hi = pg_up(s, best.addr + rounded);
+    block_t *b = best.first, *m = NULL;
+    while (b && b->addr < hi) {
         if (b->state != BLOCK_UNMAPPED) {
             m = b;
             b = b->next;
             continue;
         }
-        size_t len = to_map(b, end_page);
-        if (len < b->size) { /* the unmapped rest stays: this is the last one */
-            *rest = (block_t){.addr = b->addr + len,
-                              .size = b->size - len,
-                              .prev = b,
-                              .next = b->next,
-                              .seg = s,
-                              .pool = pool,
-                              .stream = stream,
-                              .state = BLOCK_UNMAPPED};
-            if (b->next)
-                b->next->prev = rest;
-            b->next = rest;
-            b->size = len;
-            rest = NULL;
+        if (b->addr < lo) { /* the pages before lo stay unmapped */
+            split_unmapped(b, lo, &spare[0]);
+            b = b->next;
         }
-        mapped_stat(d, s, b->addr, len, +1);
+        if (b->addr + b->size > hi)
+            split_unmapped(b, hi, &spare[1]);
+        mapped_stat(d, s, b->addr, b->size, +1);
         m = pool_insert_free(d, b);
         b = m->next;
     }
-    if (rest)
-        block_delete(d, rest);
-    while (m->addr > start)
+    while (m->addr > best.addr)
         m = m->prev;
+    if (m->addr < best.addr) { /* the free front stays */
+        carve(m, best.addr, spare[2]);
+        spare[2] = NULL;
+        m = m->next;
+    }
+    for (int i = 0; i < 4; i++) /* the rest go back to the spare list: pool_take finds one */
+        if (spare[i])
+            block_delete(d, spare[i]);
     return m;
 }
 
@@ -331,8 +405,7 @@ void exp_all_idle(core_dev_t *d)
 {
     for (seg_t *s = d->segs; s; s = s->next)
         for (block_t *b = s->expandable ? s->first : NULL; b; b = b->next)
-            if (b->state == BLOCK_FREE)
-                b->idle = true;
+            b->idle = true;
 }
 
 size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want)

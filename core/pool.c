@@ -258,7 +258,7 @@ static block_t *merge_insert(core_dev_t *d, block_t *b)
  * destroyed private pool. */
 void pool_release_block(core_dev_t *d, block_t *b, bool idle)
 {
-    b->idle = idle;
+    b->idle = idle && b->idle; /* work queued before it was taken may still be under way */
     int cls = pool_class(b->pool);
     stat_add(&d->stats.active[CORE_POOL_ALL], -1);
     stat_add(&d->stats.active[cls], -1);

@@ -81,7 +81,10 @@ struct block_s {
     uint64_t hold; /* ALLOCATED/PENDING: a core_hold token (0: none); PENDING on d->held while held */
     bool idle;     /* FREE: no queued work can use it (freed behind a completed fence or event, or the
                     * device was synchronised since); a stream-ordered free is not idle: unmapping its
-                    * pages needs a synchronisation first */
+                    * pages needs a synchronisation first.  ALLOCATED/PENDING: taken from idle memory (no
+                    * work queued before its allocation can still use it), so a completed fence or event
+                    * makes it idle when it is freed; taken from memory that was not, it stays not idle
+                    * until a synchronisation */
 };
 
 struct seg_s {
@@ -226,8 +229,8 @@ size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want);
 /* Bytes of whole pages that are free (now) or free or pending with no hold
  * (later) in an expandable segment. */
 void exp_releasable(const seg_t *s, size_t *now, size_t *later);
-/* The device is idle (the program synchronised it): every free block of
- * an expandable segment is idle. */
+/* The device is idle (the program synchronised it): every block of an
+ * expandable segment is idle (the live ones once their own work is done). */
 void exp_all_idle(core_dev_t *d);
 /* core_dev_destroy: unmaps everything and releases the addresses. */
 void exp_seg_destroy(core_dev_t *d, seg_t *s);

@@ -1,0 +1,167 @@
+/*
+ * Expandable segments (core/expand.c) on the in-process backend, with exact
+ * addresses: where a growing request goes, and when pages may go back.
+ * The random-operation checker (test_core_random.c) covers the rest.
+ */
+#include "coretest.h"
+
+#define EXP "expandable_segments:true"
+
+/* Allocation, page-aligned layout: sizes above the small pool's 1 MiB. */
+static uintptr_t alloc_on(fx_t *f, size_t size, core_stream_t stream)
+{
+    return fx_alloc(f, size, stream);
+}
+
+/* The state of the block at [addr, +size) in the layout (0: no such block). */
+static int block_state(fx_t *f, uintptr_t addr, size_t size)
+{
+    core_layout_t l;
+    assert_int_equal(core_layout(f->d, &l, NULL, NULL), 0);
+    int state = 0;
+    for (size_t i = 0; i < l.nblocks; i++)
+        if (l.blocks[i].addr == addr && l.blocks[i].size == size)
+            state = (int)l.blocks[i].state;
+    core_layout_free(&l);
+    return state;
+}
+
+/* Everything freed and made idle behind a completed fence. */
+static void free_idle(fx_t *f, uintptr_t p)
+{
+    fx_free(f, p, CORE_FREE_FENCED, 0);
+    core_fence(f->d);
+    core_poll(f->d);
+    CHECK(f->d);
+}
+
+/* A request whose pages would start a new run goes flush against the live
+ * block that ends a free range instead, where the partly used page of that
+ * block serves part of it: one page mapped instead of two. */
+static void test_grow_flush_against_live_block(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 64 * MiB, EXP);
+    uintptr_t x = alloc_on(&f, 5 * MiB, 1); /* [0, 5) */
+    uintptr_t y = alloc_on(&f, 3 * MiB, 1); /* [5, 8): pages [0, 8) */
+    assert_int_equal(y, x + 5 * MiB);
+    assert_int_equal(mem_backend_mapped(&f.m), 8 * MiB);
+    free_idle(&f, x);
+    core_empty_cache(f.d, -1); /* pages [0, 4) go; [4, 5) shares y's page */
+    CHECK(f.d);
+    assert_int_equal(mem_backend_mapped(&f.m), 4 * MiB);
+    /* at 0 it needs pages [0, 4); flush against y at 2 it needs [2, 4) */
+    uintptr_t z = alloc_on(&f, 3 * MiB, 1);
+    assert_int_equal(z, x + 2 * MiB);
+    assert_int_equal(mem_backend_mapped(&f.m), 6 * MiB);
+    fx_free(&f, z, CORE_FREE_FENCED, 0);
+    fx_free(&f, y, CORE_FREE_FENCED, 0);
+    fx_close(&f);
+}
+
+/* Flush against a live block, off a page boundary: the unmapped range is
+ * split, the new page joins the free block after it, and the free part in
+ * front of the request stays free.  A refused map leaves all of it as it
+ * was, and the same request succeeds once the device maps again. */
+static void test_grow_flush_carves_and_survives_refused_map(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 64 * MiB, EXP);
+    uintptr_t a = alloc_on(&f, 10 * MiB, 1);    /* [0, 10) */
+    uintptr_t b = alloc_on(&f, 3 * MiB / 2, 1); /* [10, 11.5) */
+    uintptr_t y = alloc_on(&f, 3 * MiB, 1);     /* [11.5, 14.5): pages [0, 16) */
+    assert_int_equal(b, a + 10 * MiB);
+    assert_int_equal(y, a + 23 * MiB / 2);
+    free_idle(&f, a);
+    free_idle(&f, b);
+    core_empty_cache(f.d, -1); /* [0, 10) unmapped, [10, 11.5) free on y's page */
+    CHECK(f.d);
+    assert_int_equal(mem_backend_mapped(&f.m), 6 * MiB);
+
+    f.m.fail_maps = 1000;
+    core_oom_t oom;
+    assert_int_equal(core_malloc(f.d, 3 * MiB, 1, &oom), 0);
+    CHECK(f.d);
+    assert_int_equal(mem_backend_mapped(&f.m), 6 * MiB);
+    assert_int_equal(f.m.n_bad_unmap, 0);
+
+    f.m.fail_maps = 0;
+    /* at 0: pages [0, 4); flush against y at 8.5: page [8, 10) only */
+    uintptr_t z = alloc_on(&f, 3 * MiB, 1);
+    assert_int_equal(z, a + 17 * MiB / 2);
+    assert_int_equal(mem_backend_mapped(&f.m), 8 * MiB);
+    /* the front [8, 8.5) of the new page stays free, next to z */
+    assert_int_equal(block_state(&f, a + 8 * MiB, MiB / 2), CORE_BLOCK_FREE);
+    assert_int_equal(block_state(&f, z, 3 * MiB), CORE_BLOCK_ALLOCATED);
+    fx_free(&f, z, CORE_FREE_FENCED, 0);
+    fx_free(&f, y, CORE_FREE_FENCED, 0);
+    fx_close(&f);
+}
+
+/* A block freed in stream order and taken again on its stream, then freed
+ * behind an event on another stream that completed: the event orders the
+ * second owner's work only, not the first owner's, which may still be
+ * queued on the block's stream.  Its pages must not go back without a
+ * synchronisation (none is allowed while capturing). */
+static void test_reused_busy_block_stays_busy(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 16 * MiB, EXP);
+    uintptr_t p = alloc_on(&f, 8 * MiB, 1);
+    fx_free(&f, p, CORE_FREE_NOW, 1); /* stream order: its work may be queued */
+    uintptr_t q = alloc_on(&f, 8 * MiB, 1);
+    assert_int_equal(q, p);
+    fx_free(&f, q, CORE_FREE_AFTER_STREAM, 2);
+    core_poll(f.d); /* the event completed */
+    CHECK(f.d);
+    uint64_t syncs = f.m.n_sync;
+
+    core_set_capturing(f.d, true);
+    core_oom_t oom;
+    assert_int_equal(core_malloc(f.d, 12 * MiB, 3, &oom), 0); /* only idle pages may go */
+    assert_int_equal(mem_backend_mapped(&f.m), 8 * MiB);
+    assert_int_equal(f.m.n_sync, syncs);
+    core_set_capturing(f.d, false);
+
+    core_synchronized(f.d);
+    core_set_capturing(f.d, true);
+    uintptr_t r = alloc_on(&f, 12 * MiB, 3); /* idle now: the pages go without a sync */
+    assert_int_equal(f.m.n_sync, syncs);
+    core_set_capturing(f.d, false);
+    fx_free(&f, r, CORE_FREE_FENCED, 0);
+    fx_close(&f);
+}
+
+/* The counterpart: freed behind a completed event with no earlier stream-
+ * ordered free, the block is idle and its pages go during a capture. */
+static void test_idle_block_goes_while_capturing(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 16 * MiB, EXP);
+    uintptr_t p = alloc_on(&f, 8 * MiB, 1);
+    fx_free(&f, p, CORE_FREE_AFTER_STREAM, 2);
+    core_poll(f.d);
+    uint64_t syncs = f.m.n_sync;
+    core_set_capturing(f.d, true);
+    uintptr_t r = alloc_on(&f, 12 * MiB, 3);
+    assert_int_equal(f.m.n_sync, syncs);
+    assert_int_equal(mem_backend_mapped(&f.m), 12 * MiB);
+    core_set_capturing(f.d, false);
+    fx_free(&f, r, CORE_FREE_FENCED, 0);
+    fx_close(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grow_flush_against_live_block),
+        cmocka_unit_test(test_grow_flush_carves_and_survives_refused_map),
+        cmocka_unit_test(test_reused_busy_block_stays_busy),
+        cmocka_unit_test(test_idle_block_goes_while_capturing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
