@@ -11,10 +11,12 @@
  * block; a free and an unmapped block never merge (types.h).
  *
  * Growing.  A request that no free block fits takes the place in its
- * (pool, stream)'s segments that needs the fewest new pages mapped (a free
- * block followed by unmapped pages, unmapped pages, or free and unmapped
- * pages in turn), the lowest address among equals, in any segment of that
- * pool and stream; a new segment when none has room.  Mapping is all or
+ * (pool, stream)'s segments that needs the fewest new pages mapped, the
+ * lowest address among equals, in any segment of that pool and stream; a
+ * new segment when none has room.  The places tried are the start of each
+ * range of free and unmapped blocks, and its end flush against the live
+ * block that follows it: that block's partly used page serves part of the
+ * request (docs/fragmentation.md measures both).  Mapping is all or
  * nothing: when the device or the limit refuses a page, the pages this
  * call mapped are unmapped again and the pool is as it was.
  *
