@@ -137,6 +137,7 @@ void core_dev_destroy(core_dev_t *d)
         hostalloc_free(p);
     }
     hostalloc_free(d->map.buckets);
+    jr_fini(&d->jr);
     pthread_mutex_unlock(&d->lock);
     pthread_mutex_destroy(&d->lock);
     hostalloc_free(d);
@@ -507,6 +508,7 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
         return 0;
     }
     size_t rounded = pool_round_size(&d->conf, size);
+    core_stream_t asked = stream;
     const tls_route_t *route = (unsigned)d->device < CORE_MAX_DEVICES ? &tls_pool[d->device] : NULL;
     int pid = route && route->gen == d->gen ? route->pool : 0;
     pthread_mutex_lock(&d->lock);
@@ -524,11 +526,21 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
         block_t *b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
         if (__builtin_expect(b != NULL, 1) && (addr = take(d, b, rounded, size))) {
             d->stats.num_cache_hits++;
+            jr_note(d, JR_ALLOC, 0, pp->id, asked, 0, size, d->next_id);
             pthread_mutex_unlock(&d->lock);
             return addr;
         }
     }
     addr = seg_malloc_slow(d, pp, size, rounded, stream, oom);
+    if (addr) {
+        jr_note(d, JR_ALLOC, 0, pp->id, asked, 0, size, d->next_id);
+    } else {
+        jr_note(d, JR_ALLOC_FAIL, 0, pp->id, asked, 0, size, 0);
+        if (oom && d->jr.cap && !d->jr.broken) {
+            oom->history = true;
+            oom->history_pos = d->jr.head - 1;
+        }
+    }
     pthread_mutex_unlock(&d->lock);
     return addr;
 }
@@ -542,6 +554,7 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
         return CORE_NOT_MINE;
     }
     stats_block_free(d, b);
+    jr_note(d, JR_FREE, how, b->pool->owner->id, b->stream, stream, b->requested, (b->id & ~CORE_ID_TAG) >> 6);
     if (__builtin_expect(b->hold != 0, 0)) {
         pend_held(d, b); /* another process may still use it: no reuse until it is done */
         pthread_mutex_unlock(&d->lock);
@@ -627,6 +640,8 @@ int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream)
         bool known = stream == b->stream;
         for (uint32_t i = 0; i < b->nuses && !known; i++)
             known = b->uses[i] == stream;
+        if (!known)
+            jr_note(d, JR_RECORD_STREAM, 0, 0, 0, stream, 0, (b->id & ~CORE_ID_TAG) >> 6);
         if (!known) {
             core_stream_t *u = hostalloc_realloc(b->uses, (b->nuses + 1) * sizeof *u);
             if (u) {
@@ -654,6 +669,7 @@ bool core_owns(core_dev_t *d, uintptr_t addr)
 void core_poll(core_dev_t *d)
 {
     pthread_mutex_lock(&d->lock);
+    jr_note(d, JR_POLL, 0, 0, 0, 0, 0, 0);
     if (d->pending_bytes && !d->capturing)
         pend_poll(d);
     pthread_mutex_unlock(&d->lock);
@@ -662,6 +678,7 @@ void core_poll(core_dev_t *d)
 void core_fence(core_dev_t *d)
 {
     pthread_mutex_lock(&d->lock);
+    jr_note(d, JR_FENCE, 0, 0, 0, 0, 0, 0);
     pend_close(d); /* nothing while capturing */
     pthread_mutex_unlock(&d->lock);
 }
@@ -669,6 +686,7 @@ void core_fence(core_dev_t *d)
 void core_set_capturing(core_dev_t *d, bool on)
 {
     pthread_mutex_lock(&d->lock);
+    jr_note(d, JR_CAPTURE, on, 0, 0, 0, 0, 0);
     d->capturing = on;
     pthread_mutex_unlock(&d->lock);
 }
@@ -676,6 +694,7 @@ void core_set_capturing(core_dev_t *d, bool on)
 void core_synchronized(core_dev_t *d)
 {
     pthread_mutex_lock(&d->lock);
+    jr_note(d, JR_SYNC, 0, 0, 0, 0, 0, 0);
     if (d->pending_bytes)
         pend_release_all(d, false);
     if (d->conf.expandable_segments)
@@ -686,6 +705,7 @@ void core_synchronized(core_dev_t *d)
 void core_empty_cache(core_dev_t *d, int pool_id)
 {
     pthread_mutex_lock(&d->lock);
+    jr_note(d, JR_EMPTY, 0, pool_id, 0, 0, 0, 0);
     if (d->capturing) { /* waits and releases are illegal now */
         pthread_mutex_unlock(&d->lock);
         return;
@@ -788,6 +808,7 @@ int core_pool_create(core_dev_t *d)
         return -1;
     pthread_mutex_lock(&d->lock);
     ppool_init(pp, ++d->next_pool_id);
+    jr_note(d, JR_POOL_CREATE, 0, pp->id, 0, 0, 0, 0);
     pp->next = d->privates;
     d->privates = pp;
     int id = pp->id;
@@ -818,6 +839,7 @@ int core_pool_destroy(core_dev_t *d, int pool_id)
     }
     /* Its blocks still pending go back when their fences complete, and their
      * segments with them. */
+    jr_note(d, JR_POOL_DESTROY, 0, pool_id, 0, 0, 0, 0);
     pp->destroyed = true;
     if (pp->segments == 0)
         ppool_unlink_free(d, pp);

@@ -89,7 +89,7 @@ static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
     (void)device;
     pthread_mutex_lock(&m->lock);
     *free_bytes = m->capacity - m->used;
-    *total = m->capacity;
+    *total = m->total ? m->total : m->capacity;
     pthread_mutex_unlock(&m->lock);
     return CORE_OK;
 }

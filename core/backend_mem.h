@@ -28,6 +28,7 @@
 typedef struct mem_backend_s {
     pthread_mutex_t lock;
     size_t capacity;     /* bytes the device has */
+    size_t total;        /* mem_info's total (0: capacity): a device of which others hold the rest */
     size_t used;         /* bytes in live segments */
     uintptr_t next_addr; /* bump pointer (addresses are never reused) */
     uint64_t next_event; /* last event handle given */

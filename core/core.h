@@ -118,6 +118,8 @@ typedef struct core_oom_s {
     size_t pending;             /* bytes still waiting on fences or events */
     int backend_error;          /* CORE_ENOMEM or CORE_EFAIL */
     size_t expandable_va;       /* addresses reserved by expandable segments (reserved counts their mapped bytes) */
+    bool history;               /* the history holds this failure (core_set_history): ... */
+    uint64_t history_pos;       /* ... as record number history_pos (core_whatif) */
 } core_oom_t;
 
 /* Allocates `size` bytes (0 is served as the minimum block) for `stream`.
@@ -286,6 +288,60 @@ typedef struct core_layout_s {
  * (*out is then empty). */
 int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx), void *ctx);
 void core_layout_free(core_layout_t *l);
+
+/* ------------------------------------------------------------------------
+ * History and what-if (journal.c, whatif.c)
+ * ---------------------------------------------------------------------- */
+
+/* Keeps the device's last `capacity` allocator calls (rounded up to a power
+ * of two, at least 1024; 24 bytes each, allocated at the first call) for
+ * core_whatif; 0 keeps none (the default).  Forgets what was kept. */
+void core_set_history(core_dev_t *d, size_t capacity);
+
+enum {
+    CORE_WHATIF_MAX = 24, /* rows: the current settings and the candidates */
+    CORE_WHATIF_RAN = 0,
+    CORE_WHATIF_NO_HISTORY = 1, /* no history, or the failure's record is gone */
+    CORE_WHATIF_NO_MEMORY = 2,  /* host memory or a thread could not be had */
+};
+
+typedef struct core_whatif_row_s {
+    char change[64];      /* the setting tried on top of the current ones ("max_split_size_mb:64"); "": current */
+    bool tried;           /* replayed to the end (false: the time budget ran out first) */
+    bool fits;            /* every allocation the program got was served, and so was the failed request */
+    uint64_t ooms;        /* allocations not served (of those the program got, and the request) */
+    uint64_t first_oom;   /* the first: 0 in the prelude, else the window's record number + 1 */
+    size_t peak_reserved; /* the replay's peak reserved bytes */
+} core_whatif_row_t;
+
+typedef struct core_whatif_s {
+    int status;           /* CORE_WHATIF_* */
+    uint64_t events;      /* calls replayed: the window, the failed request its last */
+    size_t prelude;       /* allocations live when the window began ... */
+    size_t prelude_bytes; /* ... and their requested bytes */
+    bool whole;           /* the window is the device's whole history */
+    size_t capacity;      /* the memory the replays had (the limit when lower: limited) */
+    bool limited;
+    size_t live_bytes; /* requested bytes live just before the request */
+    size_t request;    /* the request's bytes */
+    bool reproduced;   /* the current settings failed in the replay too (else no setting is judged) */
+    bool cut_short;    /* the time budget ran out: rows not tried */
+    double seconds;
+    core_whatif_row_t rows[CORE_WHATIF_MAX]; /* rows[0]: the current settings */
+    size_t nrows;
+} core_whatif_t;
+
+typedef struct core_whatif_opts_s {
+    size_t capacity; /* the bytes the allocator could have held (device free + its reserved, at the failure) */
+    size_t total;    /* the device's total memory (per_process_memory_fraction counts against it) */
+    double budget_s; /* wall time for all the replays */
+    int threads;     /* replays at once (1..16) */
+} core_whatif_opts_t;
+
+/* Replays the history up to the failure `oom` describes (oom->history)
+ * under the current settings and each candidate setting; fills *out and
+ * returns out->status.  Never holds the device lock while replaying. */
+int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *o, core_whatif_t *out);
 
 /* The device's configuration (a copy). */
 void core_conf(core_dev_t *d, conf_t *out);

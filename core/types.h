@@ -131,6 +131,61 @@ typedef struct addr_map_s {
     size_t count;
 } addr_map_t;
 
+/* journal.c: the history of the allocator's calls (core_set_history) */
+typedef enum jr_op_e {
+    JR_ALLOC = 1,      /* size: requested; id: the allocation's number; s1: its stream key */
+    JR_ALLOC_FAIL = 2, /* size: requested; s1: its stream key */
+    JR_FREE = 3,       /* size, id, pool, s1: the allocation's; how: core_free_t; s2: the free's stream */
+    JR_POLL = 4,
+    JR_FENCE = 5,
+    JR_SYNC = 6,
+    JR_CAPTURE = 7,     /* how: on (1) or off (0) */
+    JR_EMPTY = 8,       /* pool: core_empty_cache's argument (0xFFFF: all) */
+    JR_POOL_CREATE = 9, /* pool: its id */
+    JR_POOL_DESTROY = 10,
+    JR_RECORD_STREAM = 11, /* id: the allocation; s2: the stream */
+} jr_op_t;
+
+/* w: op (8 bits) | how (8) | pool (16) | s1 (16) | s2 (16); streams as
+ * indices into the journal's table of keys (0: key 0). */
+typedef struct jr_rec_s {
+    uint64_t w, size, id;
+} jr_rec_t;
+
+typedef struct journal_s {
+    jr_rec_t *ring; /* cap records, allocated at the first push */
+    size_t cap;     /* a power of two; 0: no history */
+    uint64_t head;  /* records pushed so far */
+    bool broken;    /* out of host memory: nothing is kept */
+    /* stream keys, interned: keys[i - 1] has index i */
+    core_stream_t *keys;
+    uint32_t nkeys;
+    uint32_t *slots; /* open-addressing hash of keys: index, 0 empty */
+    size_t nslots;
+    core_stream_t last_key;
+    uint32_t last_index;
+} journal_t;
+
+/* An allocation live when a copied window begins. */
+typedef struct jr_live_s {
+    uint64_t id, size;
+    int pool;
+    uint64_t key; /* interned index once jr_take returns */
+    bool interned;
+} jr_live_t;
+
+/* A copy of the window for the what-if: rec[0 .. nrec) are records
+ * first .. first + nrec - 1; keys[i] is the stream key of index i. */
+typedef struct jr_copy_s {
+    jr_rec_t *rec;
+    size_t nrec;
+    uint64_t first;
+    core_stream_t *keys;
+    size_t nkeys;
+    jr_live_t *live; /* by allocation number */
+    size_t nlive;
+} jr_copy_t;
+
 struct core_dev_s {
     pthread_mutex_t lock;
     int device;
@@ -166,6 +221,7 @@ struct core_dev_s {
     core_stats_t stats;
     core_observer_fn observer;
     void *observer_ctx;
+    journal_t jr; /* the history (journal.c) */
 };
 
 /* ------------------------------------------------------------------------
@@ -197,6 +253,21 @@ typedef struct seg_failure_s {
     bool limit_hit;
     int backend_error;
 } seg_failure_t;
+
+/* journal.c (under the device lock); jr_take takes it itself.  jr_take
+ * copies the records up to number `upto` and the allocations live when the
+ * copy begins: 0, or -1 (no history, that record is gone, no host memory). */
+void jr_push(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1, core_stream_t s2, uint64_t size,
+             uint64_t id);
+static inline void jr_note(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1, core_stream_t s2,
+                           uint64_t size, uint64_t id)
+{
+    if (d->jr.cap)
+        jr_push(d, op, how, pool, s1, s2, size, id);
+}
+int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out);
+void jr_copy_free(jr_copy_t *c);
+void jr_fini(journal_t *j);
 
 /* alloc.c: segments and the retry ladder */
 uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,

@@ -13,6 +13,11 @@
  *   CUCACHE_SNAPSHOT_ON=LIST   when, besides the API call: oom (the first
  *                              out-of-memory failure; the default), exit,
  *                              signal (SIGUSR1), none; comma-separated
+ *   CUCACHE_HISTORY=N          allocator calls kept per device for the
+ *                              what-if at the first out-of-memory failure
+ *                              (core_whatif; default 262144, 24 bytes each,
+ *                              allocated at the device's first call; 0: none)
+ *   CUCACHE_WHATIF_MS=N        its time budget (default 1000; 0: no what-if)
  *   CUCACHE_SNAPSHOT_EVENTS=N  events kept per device for device_traces
  *                              (default 100000; 0: none).  The event ring
  *                              is only recorded when CUCACHE_SNAPSHOT or
@@ -42,6 +47,10 @@ enum {
     SNAP_ON_SIGNAL = 4,
 };
 
+#define DEFAULT_HISTORY ((size_t)1 << 18)
+#define MAX_HISTORY ((size_t)1 << 30)
+#define DEFAULT_WHATIF_MS 1000
+#define MAX_WHATIF_MS 600000
 #define DEFAULT_RING_EVENTS 100000
 #define MAX_RING_EVENTS ((size_t)1 << 26)
 
@@ -50,9 +59,11 @@ static struct {
     const char *snapshot; /* template; NULL: none */
     unsigned snapshot_on; /* SNAP_ON_* */
     size_t ring_events;   /* 0: no ring */
+    size_t history;       /* CUCACHE_HISTORY */
+    unsigned whatif_ms;   /* CUCACHE_WHATIF_MS */
     char conf_text[1024]; /* CUCACHE_CONF as written */
     int signal_pipe[2];
-} diag = {.signal_pipe = {-1, -1}};
+} diag = {.signal_pipe = {-1, -1}, .history = DEFAULT_HISTORY, .whatif_ms = DEFAULT_WHATIF_MS};
 
 static st_ring_t rings[HOOK_MAX_DEVICES];
 static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER; /* one snapshot at a time */
@@ -62,6 +73,37 @@ static atomic_ulong oom_count;
 /* ------------------------------------------------------------------------
  * Start-up
  * ---------------------------------------------------------------------- */
+
+/* text for an error line: control bytes as \xNN, cut at `len` with "...". */
+static void shown_value(char *out, size_t len, const char *text)
+{
+    size_t k = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    for (; *p && k + 8 < len; p++)
+        k += (size_t)(*p < 0x20 || *p == 0x7f ? snprintf(out + k, len - k, "\\x%02x", *p)
+                                              : snprintf(out + k, len - k, "%c", *p));
+    if (*p)
+        k += (size_t)snprintf(out + k, len - k, "...");
+    out[k < len ? k : len - 1] = '\0';
+}
+
+/* A whole decimal number from 0 to max in variable `name`; -1 with err
+ * naming the variable otherwise. */
+static int parse_count(const char *name, const char *text, unsigned long long max, const char *what,
+                       unsigned long long *out, char *err, size_t errlen)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(text, &end, 10);
+    if (errno || *end || end == text || text[0] == '-' || n > max) {
+        char shown[64];
+        shown_value(shown, sizeof shown, text);
+        snprintf(err, errlen, "%s: '%s' is not a number of %s from 0 to %llu", name, shown, what, max);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
 
 static int parse_snapshot_on(const char *text, unsigned *out, char *err, size_t errlen)
 {
@@ -178,6 +220,20 @@ int hook_diag_start(char *err, size_t errlen)
         diag.ring_events = (size_t)n;
     }
 
+    unsigned long long n;
+    const char *history = secure_getenv("CUCACHE_HISTORY");
+    if (history && *history) {
+        if (parse_count("CUCACHE_HISTORY", history, MAX_HISTORY, "allocator calls", &n, err, errlen) != 0)
+            return -1;
+        diag.history = (size_t)n;
+    }
+    const char *whatif = secure_getenv("CUCACHE_WHATIF_MS");
+    if (whatif && *whatif) {
+        if (parse_count("CUCACHE_WHATIF_MS", whatif, MAX_WHATIF_MS, "milliseconds", &n, err, errlen) != 0)
+            return -1;
+        diag.whatif_ms = (unsigned)n;
+    }
+
     if ((diag.snapshot_on & SNAP_ON_SIGNAL) && start_signal(err, errlen) != 0)
         return -1;
     if (diag.report_exit || (diag.snapshot_on & SNAP_ON_EXIT))
@@ -187,6 +243,7 @@ int hook_diag_start(char *err, size_t errlen)
 
 void hook_diag_dev_opened(int ordinal, core_dev_t *d)
 {
+    core_set_history(d, diag.history);
     if (!diag.ring_events || (unsigned)ordinal >= HOOK_MAX_DEVICES)
         return;
     st_ring_t *r = &rings[ordinal];
@@ -418,15 +475,42 @@ void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
         memset(&stats, 0, sizeof stats);
         conf = hook_conf;
     }
+    /* the first failure: the history replayed under other settings */
+    core_whatif_t *w = NULL;
+    if (count == 1 && d && oom->history && diag.whatif_ms && (w = hostalloc_malloc(sizeof *w))) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        core_whatif_opts_t wo = {.capacity = oom->device_free + oom->reserved,
+                                 .total = oom->device_total,
+                                 .budget_s = diag.whatif_ms / 1000.0,
+                                 .threads = cpus < 1   ? 1
+                                            : cpus > 8 ? 8
+                                                       : (int)cpus};
+        core_whatif(d, oom, &wo, w);
+    }
     oom_ctx_t o = {
-        .in = {hd->ordinal, oom, &stats, have_layout ? &layout : NULL, &conf, diag.conf_text},
+        .in = {hd->ordinal, oom, &stats, have_layout ? &layout : NULL, &conf, diag.conf_text, w},
         .count = count,
     };
     emit_block(emit_oom, &o);
+    hostalloc_free(w);
     if (have_layout)
         core_layout_free(&layout);
     if (count == 1 && (diag.snapshot_on & SNAP_ON_OOM))
         hook_snapshot(diag.snapshot, hd->ordinal, "out of memory");
+}
+
+static atomic_ulong fallback_count;
+
+void hook_fallback_served(const hook_dev_t *hd, const core_oom_t *oom)
+{
+    if (atomic_fetch_add(&fallback_count, 1) != 0)
+        return;
+    char a[32], b[32];
+    st_fmt_size(a, sizeof a, oom->requested);
+    st_fmt_size(b, sizeof b, oom->reserved);
+    hook_log("GPU %d: cucache could not serve %s (it holds %s) and the CUDA runtime's own allocator served it: "
+             "not an out-of-memory failure, the program got its memory (uncached; this is said once)",
+             hd->ordinal, a, b);
 }
 
 /* ------------------------------------------------------------------------

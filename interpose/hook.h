@@ -468,6 +468,9 @@ void hook_diag_dev_opened(int ordinal, core_dev_t *d);
  * process's first failure, one line with the count afterwards; the first
  * also writes a snapshot when CUCACHE_SNAPSHOT_ON has oom. */
 void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom);
+/* cucache could not serve an allocation and the runtime's own allocator
+ * did: counted, and said once per process (the program saw no failure). */
+void hook_fallback_served(const hook_dev_t *hd, const core_oom_t *oom);
 /* Writes a snapshot of every device to the expanded template (device: %d,
  * -1 for all); why names the trigger in the line it prints.  0 or -1. */
 int hook_snapshot(const char *tmpl, int device, const char *why);

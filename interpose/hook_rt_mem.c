@@ -17,26 +17,38 @@ typedef enum rt_api_e {
 } rt_api_t;
 
 /* What an allocation cucache could not serve returns.  A device error is
- * returned as the device gave it; out of memory is reported, then (unless a
- * limit refused it, or a capture is on) the runtime gets one try of its own,
- * which sets the runtime's last error the way the program expects (and, in
- * the unlikely case it succeeds, gives it foreign memory). */
+ * returned as the device gave it.  Out of memory: unless a limit refused it
+ * or a capture is on, the runtime gets one try of its own first, which sets
+ * the runtime's last error the way the program expects; when that serves
+ * the call (foreign memory) the program saw no failure, so there is no OOM
+ * report, only the count of calls the fallback served.  Otherwise the
+ * report, then the error. */
 __attribute__((noinline)) static cudaError_t rt_oom(hook_dev_t *hd, const core_oom_t *oom, void **devPtr, size_t size,
                                                     cudaStream_t stream, rt_api_t api)
 {
     if (oom->backend_error == CORE_EFAIL)
         return hook_backend_error != CUDA_SUCCESS ? (cudaError_t)hook_backend_error : cudaErrorMemoryAllocation;
-    hook_report_oom(hd, oom);
-    if (oom->limit_hit || atomic_load(&hd->capturing))
+    if (oom->limit_hit || atomic_load(&hd->capturing)) {
+        hook_report_oom(hd, oom);
         return cudaErrorMemoryAllocation;
+    }
+    cudaError_t e;
     switch (api) {
     case RT_PLAIN:
-        return RT_REAL(cudaMalloc, devPtr, size);
+        e = RT_REAL(cudaMalloc, devPtr, size);
+        break;
     case RT_ASYNC:
-        return RT_REAL(cudaMallocAsync, devPtr, size, stream);
+        e = RT_REAL(cudaMallocAsync, devPtr, size, stream);
+        break;
     default:
-        return RT_REAL(cudaMallocAsync_ptsz, devPtr, size, stream);
+        e = RT_REAL(cudaMallocAsync_ptsz, devPtr, size, stream);
+        break;
     }
+    if (e == cudaSuccess)
+        hook_fallback_served(hd, oom);
+    else
+        hook_report_oom(hd, oom);
+    return e;
 }
 
 static inline cudaError_t rt_malloc(void **devPtr, size_t size)

@@ -95,10 +95,24 @@ static void conf_cat(char *buf, size_t len, size_t *k, const char *s, size_t n)
  * Items split at top-level commas, as conf_tokenize does.  Single-quoted
  * when the shell would read something in it (brackets, '>', spaces).
  */
+/* Whether the items of `add` (key:value,key:value; no brackets) set the key key[0 .. kl). */
+static bool sets_key(const char *add, const char *key, size_t kl)
+{
+    for (const char *p = add; *p;) {
+        size_t il = strcspn(p, ","), al = strcspn(p, ":");
+        if (al > il)
+            al = il;
+        if (al == kl && memcmp(p, key, kl) == 0)
+            return true;
+        p += il + (p[il] == ',');
+    }
+    return false;
+}
+
 static void conf_with(const rep_t *r, const char *add, char *out, size_t len)
 {
     const char *t = r->in->conf_text ? r->in->conf_text : "";
-    size_t n = strlen(t), klen = strcspn(add, ":"), k = 0;
+    size_t n = strlen(t), k = 0;
     char value[1280] = "";
     for (size_t i = 0; i <= n; i++) {
         size_t start = i;
@@ -117,7 +131,7 @@ static void conf_with(const rep_t *r, const char *add, char *out, size_t len)
         while (kl < ilen && item[kl] != ':')
             kl++;
         conf_trim(&key, &kl);
-        if (!ilen || (kl == klen && memcmp(key, add, klen) == 0))
+        if (!ilen || sets_key(add, key, kl))
             continue;
         conf_cat(value, sizeof value, &k, item, ilen);
         conf_cat(value, sizeof value, &k, ",", 1);
@@ -206,58 +220,16 @@ static void hint_fragmented(const rep_t *r, st_sink_fn sink, void *ctx)
 {
     const core_oom_t *o = r->oom;
     const rep_blocks_t *u = &r->usable;
-    char conf[1400], conf2[1400], add[64];
     bool chunk = r->conf.strategy == CONF_STRATEGY_PREALLOCATE && o->pool_id == 0;
-    char what[256];
-    snprintf(what, sizeof what,
+    st_linef(sink, ctx,
              "hint: fragmentation%s: %s is free in the blocks this request could use, but the largest is %s, less "
              "than the %s needed",
              chunk ? " inside the preallocated chunk" : "", sz(u->free_bytes).s, sz(u->free_largest).s,
              sz(o->rounded).s);
-    if (chunk) {
-        conf_with(r, "strategy:auto_growth", conf, sizeof conf);
-        double c = o->alloc_size ? (double)o->alloc_size : 1.0;
-        double f2 = r->conf.fraction * (1.0 + (double)o->device_free / c) / 2.0;
-        unsigned h = (unsigned)(f2 * 100.0); /* hundredths, rounded down */
-        unsigned hf = (unsigned)(r->conf.fraction * 100.0 + 0.5);
-        if (h < 1)
-            h = 1;
-        if (h < hf) {
-            snprintf(add, sizeof add, "fraction:0.%02u", h);
-            conf_with(r, add, conf2, sizeof conf2);
-            rep_line(sink, ctx, "%s: grow on demand, %s, or reserve a smaller chunk so that a second one fits, %s",
-                     what, conf, conf2);
-        } else {
-            rep_line(sink, ctx, "%s: grow on demand, %s", what, conf);
-        }
-    } else {
-        size_t n = o->rounded / MiB;
-        if (n < REP_MIN_SPLIT_MB)
-            n = REP_MIN_SPLIT_MB;
-        if (r->conf.max_split_size != SIZE_MAX && r->conf.max_split_size <= n * MiB) {
-            st_linef(sink, ctx,
-                     "%s; max_split_size_mb is already %zu: allocating the largest buffers first, or fewer distinct "
-                     "sizes, leaves fewer holes",
-                     what, r->conf.max_split_size / MiB);
-        } else {
-            snprintf(add, sizeof add, "max_split_size_mb:%zu", n);
-            conf_with(r, add, conf, sizeof conf);
-            rep_line(sink, ctx, "%s: keep blocks of %zu MiB and more whole for requests that large, %s", what, n, conf);
-        }
-    }
     size_t waste = sub0(r->all.live_bytes, r->all.live_requested);
-    unsigned divs = divs_in_use(r);
-    if (waste && waste >= r->all.live_bytes / 8 && divs > 1) {
-        unsigned finer = divs * 2 > REP_MAX_DIVS ? REP_MAX_DIVS : divs * 2;
-        if (finer > divs) {
-            snprintf(add, sizeof add, "roundup_power2_divisions:%u", finer);
-            conf_with(r, add, conf, sizeof conf);
-            rep_line(sink, ctx,
-                     "hint: rounding wastes %s of the %s live (roundup_power2_divisions rounds to 1/%u steps between "
-                     "powers of two); finer steps waste less, %s",
-                     sz(waste).s, sz(r->all.live_bytes).s, divs, conf);
-        }
-    }
+    if (waste && waste >= r->all.live_bytes / 8 && divs_in_use(r) > 1)
+        st_linef(sink, ctx, "hint: rounding wastes %s of the %s live (roundup_power2_divisions rounds to 1/%u steps)",
+                 sz(waste).s, sz(r->all.live_bytes).s, divs_in_use(r));
 }
 
 static void hint_live(const rep_t *r, st_sink_fn sink, void *ctx)
@@ -266,8 +238,7 @@ static void hint_live(const rep_t *r, st_sink_fn sink, void *ctx)
     if (r->shortfall)
         st_linef(sink, ctx,
                  "hint: the memory is in use: live allocations hold %s of the %s cucache holds, and the device lacks "
-                 "%s for this request; the job needs less memory at once (a smaller batch, fewer tensors kept "
-                 "alive): no CUCACHE_CONF setting changes that",
+                 "%s for this request",
                  sz(o->allocated).s, sz(o->reserved).s, sz(r->shortfall).s);
     else
         st_linef(sink, ctx,
@@ -284,6 +255,125 @@ static void hint_live(const rep_t *r, st_sink_fn sink, void *ctx)
                  "hint: private pools (CUDA graphs, MemPool) keep %s free that other pools cannot use: releasing "
                  "those graphs or pools returns it",
                  sz(r->private_free).s);
+}
+
+/* ------------------------------------------------------------------------
+ * 5. Settings, only as a replay of the job's history proves them
+ * ---------------------------------------------------------------------- */
+
+/* 12345 -> "12,345". */
+static void fmt_count(char *out, size_t len, uint64_t v)
+{
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
+    size_t k = 0;
+    for (int i = 0; i < n && k + 2 < len; i++) {
+        if (i && (n - i) % 3 == 0)
+            out[k++] = ',';
+        out[k++] = digits[i];
+    }
+    out[k] = '\0';
+}
+
+static int by_peak(const void *a, const void *b)
+{
+    const core_whatif_row_t *x = *(const core_whatif_row_t *const *)a, *y = *(const core_whatif_row_t *const *)b;
+    if (x->peak_reserved != y->peak_reserved)
+        return x->peak_reserved < y->peak_reserved ? -1 : 1;
+    return x < y ? -1 : x > y; /* the order tried: single settings first */
+}
+
+/* What the replay covered: "the last 12,345 allocator calls of GPU 0 (from
+ * the 80 allocations live before them)" or "all 1,234 ...". */
+static void window_text(const rep_t *r, const core_whatif_t *w, char *out, size_t len)
+{
+    char n[32];
+    fmt_count(n, sizeof n, w->events);
+    if (w->whole)
+        snprintf(out, len, "all %s allocator calls of GPU %d", n, r->in->device);
+    else
+        snprintf(out, len, "the last %s allocator calls of GPU %d (from the %zu allocations, %s, live before them)", n,
+                 r->in->device, w->prelude, sz(w->prelude_bytes).s);
+}
+
+static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
+{
+    const core_whatif_t *w = r->in->whatif;
+    if (!w)
+        return;
+    if (w->status == CORE_WHATIF_NO_HISTORY) {
+        st_linef(sink, ctx,
+                 "hint: settings are suggested only when replaying the job's history proves them, and this failure "
+                 "is not in the history (CUCACHE_HISTORY=0, or it wrapped past it)");
+        return;
+    }
+    if (w->status != CORE_WHATIF_RAN) {
+        st_linef(sink, ctx,
+                 "hint: no setting is suggested: the replay of the history could not run (no host memory "
+                 "or thread)");
+        return;
+    }
+    char win[256], secs[32];
+    window_text(r, w, win, sizeof win);
+    snprintf(secs, sizeof secs, "%.2f s", w->seconds);
+    if (!w->reproduced) {
+        if (!w->rows[0].tried)
+            st_linef(sink, ctx,
+                     "hint: no setting is suggested: replaying %s did not finish in the time budget (%s; "
+                     "CUCACHE_WHATIF_MS raises it)",
+                     win, secs);
+        else
+            st_linef(sink, ctx,
+                     "hint: no setting is suggested: replaying %s on an idle device with the %s cucache could have "
+                     "does not fail here under the current settings, so the failure comes from what the replay "
+                     "cannot see (work still queued on the device, memory taken outside cucache since)",
+                     win, sz(w->capacity).s);
+        return;
+    }
+    const core_whatif_row_t *fit[CORE_WHATIF_MAX];
+    size_t nfit = 0, untried = 0;
+    for (size_t i = 1; i < w->nrows; i++) {
+        if (w->rows[i].fits)
+            fit[nfit++] = &w->rows[i];
+        untried += !w->rows[i].tried;
+    }
+    char cut[160] = "";
+    if (w->cut_short)
+        snprintf(cut, sizeof cut,
+                 " (the time budget ran out after %s: %zu of %zu settings not tried; "
+                 "CUCACHE_WHATIF_MS raises it)",
+                 secs, untried, w->nrows - 1);
+    if (nfit) {
+        qsort(fit, nfit, sizeof *fit, by_peak);
+        rep_line(sink, ctx,
+                 "hint: replaying %s on the %s cucache could have: the current settings fail at this request, and "
+                 "%zu of %zu settings tried serve every allocation and this request%s:",
+                 win, sz(w->capacity).s, nfit, w->nrows - 1, cut);
+        for (size_t i = 0; i < nfit && i < 3; i++) {
+            char conf[1400];
+            conf_with(r, fit[i]->change, conf, sizeof conf);
+            rep_line(sink, ctx, "hint:   %s (peak reserved %s in the replay)", conf, sz(fit[i]->peak_reserved).s);
+        }
+        return;
+    }
+    size_t need = w->live_bytes + w->request;
+    if (need > w->capacity && w->limited)
+        rep_line(sink, ctx,
+                 "hint: no other setting serves it within the limit: live allocations (%s) and this request (%s) "
+                 "need %s, more than the %s the limit allows",
+                 sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s);
+    else if (need > w->capacity)
+        rep_line(sink, ctx,
+                 "hint: no setting can serve it: live allocations (%s) and this request (%s) need %s, more than the "
+                 "%s cucache could have on GPU %d; the job needs less memory at once (a smaller batch, fewer tensors "
+                 "kept alive)",
+                 sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s, r->in->device);
+    else
+        rep_line(sink, ctx,
+                 "hint: none of the %zu settings tried serves every allocation and this request in a replay of %s%s; "
+                 "live allocations (%s) and this request (%s) need %s of the %s cucache could have: the rest is lost "
+                 "to how the blocks lie (allocating the largest buffers first, or fewer distinct sizes, helps)",
+                 w->nrows - 1, win, cut, sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s);
 }
 
 void rep_hint(const rep_t *r, st_sink_fn sink, void *ctx)
@@ -307,5 +397,7 @@ void rep_hint(const rep_t *r, st_sink_fn sink, void *ctx)
         hint_live(r, sink, ctx);
         break;
     }
+    if (rep_cause(r) != CAUSE_ERROR)
+        rep_whatif(r, sink, ctx);
 }
 

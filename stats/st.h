@@ -54,6 +54,7 @@ typedef struct st_oom_input_s {
     const core_layout_t *layout; /* segments and blocks after the failure; NULL if none could be taken */
     const conf_t *conf;          /* the device's configuration */
     const char *conf_text;       /* CUCACHE_CONF as the user wrote it ("" when unset) */
+    const core_whatif_t *whatif; /* the history replayed under other settings (core_whatif); NULL: not run */
 } st_oom_input_t;
 
 /* The full report: PyTorch's sentence with real numbers, then the detail

@@ -51,7 +51,8 @@ static inline void fx_observe(void *ctx, const core_event_t *e)
     f->nev++;
 }
 
-/* A device of `capacity` bytes configured by conf_parse(conf_text). */
+/* A device of `capacity` bytes configured by conf_parse(conf_text), its
+ * history kept (core_set_history). */
 static inline void fx_open(fx_t *f, size_t capacity, const char *conf_text)
 {
     char err[256];
@@ -63,6 +64,7 @@ static inline void fx_open(fx_t *f, size_t capacity, const char *conf_text)
     core_backend_t be = mem_backend_vtable(&f->m);
     f->d = core_dev_new(&be, 0, &f->conf);
     assert_non_null(f->d);
+    core_set_history(f->d, 1 << 16); /* on, as under the interposer */
     core_set_observer(f->d, fx_observe, f);
     assert_int_equal(core_pool_use(f->d, 0), 0); /* this thread routes to the default pools */
     CHECK(f->d);

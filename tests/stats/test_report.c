@@ -183,12 +183,13 @@ typedef struct oomcase_s {
     core_stats_t stats;
     core_layout_t layout;
     conf_t conf;
+    core_whatif_t whatif;
     text_t text;
 } oomcase_t;
 
 static void report_input(oomcase_t *c, const char *conf_text, st_oom_input_t *in, bool with_layout)
 {
-    *in = (st_oom_input_t){0, &c->oom, &c->stats, with_layout ? &c->layout : NULL, &c->conf, conf_text};
+    *in = (st_oom_input_t){0, &c->oom, &c->stats, with_layout ? &c->layout : NULL, &c->conf, conf_text, &c->whatif};
 }
 
 /* Makes core_malloc(size) fail and takes the report's inputs and text. */
@@ -200,6 +201,9 @@ static void fail_and_report(fx_t *f, oomcase_t *c, size_t size, const char *conf
     core_stats_get(f->d, &c->stats);
     assert_int_equal(core_layout(f->d, &c->layout, NULL, NULL), 0);
     core_conf(f->d, &c->conf);
+    core_whatif_opts_t wo = {
+        .capacity = c->oom.device_free + c->oom.reserved, .total = c->oom.device_total, .budget_s = 60, .threads = 2};
+    core_whatif(f->d, &c->oom, &wo, &c->whatif);
     st_oom_input_t in;
     report_input(c, conf_text, &in, true);
     st_report_oom(&in, text_sink, &c->text);
@@ -267,6 +271,36 @@ static void make_fragmented(fx_t *f, const char *conf_text, size_t block_req, si
     }
 }
 
+/* make_fragmented's calls under conf_text, its frees made as the
+ * interposer makes a cudaFree's (the setting's reuse rule), then
+ * `request`: served?  How a named setting is checked when applied. */
+static bool fragmented_fits(const char *conf_text, size_t block_req, size_t count, size_t request)
+{
+    fx_t g;
+    fx_open(&g, 128 * MiB, conf_text);
+    core_free_t plain = g.conf.reuse == CONF_REUSE_FENCED ? CORE_FREE_FENCED : CORE_FREE_NOW;
+    uintptr_t p[32] = {0}, r = 0;
+    bool ok = true;
+    for (int i = 0; i < 4 && ok; i++)
+        ok = (p[i] = core_malloc(g.d, 32 * MiB, 0, NULL)) != 0;
+    for (int i = 0; i < 4; i++)
+        if (p[i])
+            fx_free(&g, p[i], plain, 0);
+    memset(p, 0, sizeof p);
+    for (size_t i = 0; i < count && ok; i++)
+        ok = (p[i] = core_malloc(g.d, block_req, 0, NULL)) != 0;
+    for (size_t i = 0; i < count; i += 2)
+        if (p[i])
+            fx_free(&g, p[i], plain, 0);
+    if (ok && (r = core_malloc(g.d, request, 0, NULL)))
+        fx_free(&g, r, plain, 0);
+    for (size_t i = 1; i < count; i += 2)
+        if (p[i])
+            fx_free(&g, p[i], plain, 0);
+    fx_close(&g);
+    return r != 0;
+}
+
 static void test_fragmented(void **state)
 {
     (void)state;
@@ -287,7 +321,14 @@ static void test_fragmented(void **state)
     char hints[4096];
     text_hints(&c.text, hints, sizeof hints);
     assert_non_null(strstr(hints, "hint: fragmentation: 64.00 MiB is free"));
-    assert_non_null(strstr(hints, "CUCACHE_CONF=reuse:fenced,max_split_size_mb:24"));
+    /* proven by the replay, and true when applied; max_split_size_mb:24
+     * (the rule's old guess) is not among them: applied, it fails */
+    assert_non_null(strstr(hints, "2 of 15 settings tried serve every allocation and this request"));
+    assert_non_null(strstr(hints, "hint:   CUCACHE_CONF=reuse:fenced,expandable_segments:true (peak reserved"));
+    assert_null(strstr(hints, "max_split_size_mb"));
+    assert_true(fragmented_fits("reuse:fenced,expandable_segments:true", 4 * MiB - 100, 32, 24 * MiB));
+    assert_true(fragmented_fits("expandable_segments:true,reuse:sync", 4 * MiB - 100, 32, 24 * MiB));
+    assert_false(fragmented_fits("reuse:fenced,max_split_size_mb:24", 4 * MiB - 100, 32, 24 * MiB));
     assert_null(strstr(hints, "roundup_power2_divisions")); /* no rounding to speak of */
     assert_true(text_has(&c.text, "      16 x   4.00 MiB = 64.00 MiB"));
 
@@ -301,15 +342,17 @@ static void test_fragmented(void **state)
     assert_false(text_starts(&t, "segment map:"));
     assert_false(text_starts(&t, "pools:"));
     text_hints(&t, hints, sizeof hints);
-    assert_non_null(strstr(hints, "max_split_size_mb:24")); /* the counters still show the fragmentation */
+    assert_non_null(strstr(hints, "hint: fragmentation: 64.00 MiB is free")); /* the counters still show it */
+    assert_non_null(strstr(hints, "CUCACHE_CONF=reuse:fenced,expandable_segments:true"));
     golden("no_layout", &t);
     text_free(&t);
 
-    /* the user's text is kept, less the key suggested, and quoted for the shell */
-    report_input(&c, "roundup_power2_divisions:[256:1,>:2], max_split_size_mb:100", &in, true);
+    /* the user's text is kept, less the keys suggested, and quoted for the shell */
+    report_input(&c, "roundup_power2_divisions:[256:1,>:2], reuse:stream", &in, true);
     st_report_oom(&in, text_sink, &t);
     text_hints(&t, hints, sizeof hints);
-    assert_non_null(strstr(hints, ", CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],max_split_size_mb:24'\n"));
+    assert_non_null(
+        strstr(hints, "CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],expandable_segments:true,reuse:sync' (peak"));
     text_free(&t);
 
     /* the repeat: one line */
@@ -343,10 +386,12 @@ static void test_fragmented_roundup(void **state)
     expect_sentence(&c.text, &c.oom, "", "");
     char hints[4096];
     text_hints(&c.text, hints, sizeof hints);
-    assert_non_null(strstr(hints, "CUCACHE_CONF=roundup_power2_divisions:2,max_split_size_mb:24"));
-    /* the suggestion replaces the user's roundup_power2_divisions */
+    assert_non_null(strstr(hints, "hint:   CUCACHE_CONF=roundup_power2_divisions:2,expandable_segments:true"));
     assert_non_null(strstr(hints, "hint: rounding wastes 10.00 MiB of the 60.00 MiB live"));
-    assert_non_null(strstr(hints, "CUCACHE_CONF=roundup_power2_divisions:4"));
+    /* finer rounding was tried and does not serve it: not named */
+    assert_null(strstr(hints, "CUCACHE_CONF=roundup_power2_divisions:4"));
+    assert_true(fragmented_fits("roundup_power2_divisions:2,expandable_segments:true", 5 * MiB, 20, 24 * MiB));
+    assert_false(fragmented_fits("roundup_power2_divisions:4", 5 * MiB, 20, 24 * MiB));
     oomcase_free(&c);
     for (size_t i = 0; i < nlive; i++)
         fx_free(&f, live[i], CORE_FREE_NOW, 0);
@@ -373,9 +418,7 @@ static void test_fragmented_preallocate(void **state)
     char hints[4096];
     text_hints(&c.text, hints, sizeof hints);
     assert_non_null(strstr(hints, "hint: fragmentation inside the preallocated chunk: 60.00 MiB is free"));
-    assert_non_null(strstr(hints, "CUCACHE_CONF=strategy:auto_growth"));
-    /* 0.92 x (1 + 12/116) / 2 = 0.507...: two chunks of 0.50 fit */
-    assert_non_null(strstr(hints, "CUCACHE_CONF=strategy:preallocate,fraction:0.50"));
+    assert_non_null(strstr(hints, "hint:   CUCACHE_CONF=strategy:auto_growth (peak reserved"));
     assert_null(strstr(hints, "max_split_size_mb"));
     oomcase_free(&c);
     for (int i = 1; i < 29; i += 2)
@@ -404,7 +447,8 @@ static void test_full(void **state)
     text_hints(&c.text, hints, sizeof hints);
     assert_non_null(strstr(hints, "hint: the memory is in use: live allocations hold 64.00 MiB"));
     assert_non_null(strstr(hints, "the device lacks 20.00 MiB"));
-    assert_non_null(strstr(hints, "no CUCACHE_CONF setting changes that"));
+    assert_non_null(strstr(hints, "hint: no setting can serve it: live allocations (63.98 MiB) and this request "
+                                  "(8.00 MiB) need 71.98 MiB, more than the 64.00 MiB cucache could have"));
     assert_null(strstr(hints, "CUCACHE_CONF="));
     oomcase_free(&c);
     for (int i = 0; i < 4; i++)

@@ -1,0 +1,233 @@
+/*
+ * The history of a device's allocator (core_set_history): every call that
+ * changes what it holds, in the order the device lock took them, kept in a
+ * bounded ring for the what-if at an out-of-memory failure (whatif.c).
+ *
+ * A record is 24 bytes: the operation, how a free was ordered, the pool,
+ * the stream keys (interned: an index into the journal's table of keys),
+ * the requested bytes and the allocation's number (the core's next_id at
+ * its allocation, which only grows).  A free carries the size, pool and
+ * stream of what it frees, so a window that starts after an allocation
+ * still knows the allocation it frees.  Pushing is a few stores under the
+ * device lock the call already holds: no atomic, no allocation after the
+ * ring's first use.
+ *
+ * When the ring wraps, the oldest records are lost: jr_take rebuilds the
+ * allocations that were live when the kept window begins (the prelude)
+ * from the live blocks now and the frees in the window.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hostalloc.h"
+#include "types.h"
+
+enum { JR_STREAMS_MAX = 0xFFFF }; /* index JR_STREAMS_MAX: every stream past the table's end */
+
+void core_set_history(core_dev_t *d, size_t capacity)
+{
+    size_t cap = 0;
+    if (capacity) {
+        cap = 1024;
+        while (cap < capacity && cap < ((size_t)1 << 30))
+            cap <<= 1;
+    }
+    pthread_mutex_lock(&d->lock);
+    hostalloc_free(d->jr.ring);
+    d->jr.ring = NULL;
+    d->jr.cap = cap;
+    d->jr.head = 0;
+    d->jr.broken = false;
+    pthread_mutex_unlock(&d->lock);
+}
+
+void jr_fini(journal_t *j)
+{
+    hostalloc_free(j->ring);
+    hostalloc_free(j->keys);
+    hostalloc_free(j->slots);
+    memset(j, 0, sizeof *j);
+}
+
+static size_t key_hash(core_stream_t k, size_t mask)
+{
+    uint64_t x = (uint64_t)k * 0x9e3779b97f4a7c15ull;
+    return (size_t)(x >> 32) & mask;
+}
+
+/* Doubles the key table's hash (slots hold index + 1; 0 is empty). */
+static bool keys_grow(journal_t *j)
+{
+    size_t n = j->nslots ? j->nslots * 2 : 64;
+    uint32_t *slots = hostalloc_calloc(n, sizeof *slots);
+    core_stream_t *keys = hostalloc_realloc(j->keys, (n / 2) * sizeof *keys);
+    if (!slots || !keys) {
+        hostalloc_free(slots);
+        if (keys)
+            j->keys = keys;
+        return false;
+    }
+    j->keys = keys;
+    for (uint32_t i = 0; i < j->nkeys; i++) {
+        size_t h = key_hash(keys[i], n - 1);
+        while (slots[h])
+            h = (h + 1) & (n - 1);
+        slots[h] = i + 1;
+    }
+    hostalloc_free(j->slots);
+    j->slots = slots;
+    j->nslots = n;
+    return true;
+}
+
+/* The index of stream key k (0 is key 0); JR_STREAMS_MAX when the table is
+ * full or host memory is short. */
+static uint32_t key_index(journal_t *j, core_stream_t k)
+{
+    if (k == 0)
+        return 0;
+    if (k == j->last_key)
+        return j->last_index;
+    if (!j->nslots && !keys_grow(j))
+        return JR_STREAMS_MAX;
+    size_t mask = j->nslots - 1, h = key_hash(k, mask);
+    for (; j->slots[h]; h = (h + 1) & mask)
+        if (j->keys[j->slots[h] - 1] == k)
+            goto found;
+    if (j->nkeys + 1 >= JR_STREAMS_MAX)
+        return JR_STREAMS_MAX;
+    if ((j->nkeys + 1) * 2 > j->nslots) {
+        if (!keys_grow(j))
+            return JR_STREAMS_MAX;
+        mask = j->nslots - 1;
+        for (h = key_hash(k, mask); j->slots[h]; h = (h + 1) & mask)
+            ;
+    }
+    j->keys[j->nkeys] = k;
+    j->slots[h] = ++j->nkeys;
+found:
+    j->last_key = k;
+    j->last_index = j->slots[h]; /* index + 1: index 0 is key 0 */
+    return j->last_index;
+}
+
+static inline uint64_t pack(jr_op_t op, unsigned how, int pool, uint32_t s1, uint32_t s2)
+{
+    uint64_t p = pool < 0 ? 0xFFFF : pool > 0xFFFE ? 0xFFFE : (uint64_t)pool;
+    return (uint64_t)op | (uint64_t)(how & 0xFF) << 8 | p << 16 | (uint64_t)(s1 & 0xFFFF) << 32 |
+           (uint64_t)(s2 & 0xFFFF) << 48;
+}
+
+void jr_push(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1, core_stream_t s2, uint64_t size,
+             uint64_t id)
+{
+    journal_t *j = &d->jr;
+    if (!j->ring) {
+        if (j->broken || !(j->ring = hostalloc_malloc(j->cap * sizeof *j->ring))) {
+            j->broken = true; /* no host memory: no history, and the what-if says so */
+            return;
+        }
+    }
+    jr_rec_t *r = &j->ring[j->head & (j->cap - 1)];
+    r->w = pack(op, how, pool, key_index(j, s1), key_index(j, s2));
+    r->size = size;
+    r->id = id;
+    j->head++;
+}
+
+/* ------------------------------------------------------------------------
+ * The copy for the what-if
+ * ---------------------------------------------------------------------- */
+
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = ((const jr_live_t *)a)->id, y = ((const jr_live_t *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
+{
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&d->lock);
+    journal_t *j = &d->jr;
+    if (!j->ring || j->broken || upto >= j->head || j->head - upto > j->cap) {
+        pthread_mutex_unlock(&d->lock);
+        return -1; /* no history, or the record asked for is gone */
+    }
+    uint64_t first = j->head > j->cap ? j->head - j->cap : 0, n = upto + 1 - first;
+    out->rec = hostalloc_malloc(n * sizeof *out->rec);
+    out->keys = hostalloc_malloc((j->nkeys + 1) * sizeof *out->keys);
+    out->live = hostalloc_malloc((d->map.count + 1) * sizeof *out->live);
+    if (!out->rec || !out->keys || !out->live) {
+        pthread_mutex_unlock(&d->lock);
+        jr_copy_free(out);
+        return -1;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        out->rec[i] = j->ring[(first + i) & (j->cap - 1)];
+    out->nrec = n;
+    out->first = first;
+    out->keys[0] = 0;
+    memcpy(out->keys + 1, j->keys, j->nkeys * sizeof *j->keys);
+    out->nkeys = j->nkeys + 1;
+    /* the live allocations now (the address map holds exactly those) */
+    size_t nlive = 0;
+    for (size_t i = 0; d->map.buckets && i <= d->map.mask; i++)
+        for (const block_t *b = d->map.buckets[i]; b; b = b->map_next)
+            out->live[nlive++] = (jr_live_t){
+                .id = (b->id & ~CORE_ID_TAG) >> 6, .size = b->requested, .pool = b->pool->owner->id, .key = b->stream};
+    pthread_mutex_unlock(&d->lock);
+    /* live when the window began: live now and allocated before it, or
+     * freed in it and allocated before it */
+    uint64_t min_id = UINT64_MAX;
+    for (size_t i = 0; i < n && min_id == UINT64_MAX; i++)
+        if ((out->rec[i].w & 0xFF) == JR_ALLOC)
+            min_id = out->rec[i].id;
+    size_t np = 0;
+    for (size_t i = 0; i < nlive; i++)
+        if (out->live[i].id < min_id)
+            out->live[np++] = out->live[i];
+    for (size_t i = 0; i < n; i++) {
+        const jr_rec_t *r = &out->rec[i];
+        if ((r->w & 0xFF) != JR_FREE || r->id >= min_id)
+            continue;
+        if (np == nlive) { /* room for the frees' allocations */
+            size_t cap = nlive * 2 + 16;
+            jr_live_t *l = hostalloc_realloc(out->live, cap * sizeof *l);
+            if (!l) {
+                jr_copy_free(out);
+                return -1;
+            }
+            out->live = l;
+            nlive = cap;
+        }
+        int pool = (int)(r->w >> 16 & 0xFFFF);
+        out->live[np++] = (jr_live_t){.id = r->id, .size = r->size, .pool = pool, .key = (r->w >> 32) & 0xFFFF};
+        out->live[np - 1].interned = true;
+    }
+    qsort(out->live, np, sizeof *out->live, by_id);
+    out->nlive = np;
+    /* keys of the live blocks as interned indices: look them up in the copy */
+    for (size_t i = 0; i < np; i++) {
+        jr_live_t *l = &out->live[i];
+        if (l->interned)
+            continue;
+        uint64_t idx = JR_STREAMS_MAX;
+        if (l->key == 0)
+            idx = 0;
+        for (size_t k = 1; k < out->nkeys && idx == JR_STREAMS_MAX; k++)
+            if (out->keys[k] == l->key)
+                idx = k;
+        l->key = idx;
+        l->interned = true;
+    }
+    return 0;
+}
+
+void jr_copy_free(jr_copy_t *c)
+{
+    hostalloc_free(c->rec);
+    hostalloc_free(c->keys);
+    hostalloc_free(c->live);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,389 @@
+/*
+ * What if (core_whatif): at an out-of-memory failure, the device's history
+ * (journal.c) replayed through fresh allocators under other settings, on
+ * an in-process device of the memory this allocator could have had, to
+ * find the settings under which the failed request would have been served.
+ *
+ * The replay starts from the allocations live when the kept window begins
+ * (allocated in their order), then makes the window's calls in the order
+ * the device lock took them: allocations (in the pool they went to, on
+ * their stream), frees (a plain free follows the setting's reuse rule, a
+ * stream-ordered one its stream), polls, fences, synchronisations,
+ * captures, empty_cache and private pools.  The device is idle: a fence or
+ * event has completed when it is queried, as on a GPU whose kernels have
+ * finished.  A setting "fits" when every allocation the program got is
+ * served and so is the failed request; an allocation that failed in the
+ * run is tried and, when served, freed at once (what the program would
+ * have done with it is unknown).
+ *
+ * The current settings are replayed first: when they do not fail where the
+ * run failed, the model does not explain the failure (work still queued on
+ * the device, memory outside the allocator that changed) and no setting is
+ * claimed.  Settings are replayed on worker threads against one deadline;
+ * those not finished by then are reported as not tried.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend_mem.h"
+#include "hostalloc.h"
+#include "types.h"
+
+/* The settings tried, each on top of the current ones (skipped when it
+ * changes nothing or the combination is refused). */
+static const char *const candidates[] = {
+    "expandable_segments:true",
+    "reuse:sync",
+    "max_split_size_mb:20",
+    "max_split_size_mb:64",
+    "max_split_size_mb:128",
+    "max_split_size_mb:256",
+    "max_split_size_mb:512",
+    "roundup_power2_divisions:2",
+    "roundup_power2_divisions:4",
+    "roundup_power2_divisions:8",
+    "roundup_power2_divisions:16",
+    "garbage_collection_threshold:0.8",
+    "strategy:auto_growth",
+    "strategy:preallocate",
+    "expandable_segments:true,reuse:sync",
+    "max_split_size_mb:64,reuse:sync",
+};
+_Static_assert(sizeof candidates / sizeof candidates[0] < CORE_WHATIF_MAX, "room for the current settings");
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Allocation number -> address in the replay: open addressing. */
+typedef struct addr_tab_s {
+    uint64_t *ids; /* id + 1; 0: empty */
+    uintptr_t *addrs;
+    size_t mask;
+} addr_tab_t;
+
+static bool tab_init(addr_tab_t *t, size_t n)
+{
+    size_t cap = 64;
+    while (cap < 2 * n + 2)
+        cap <<= 1;
+    t->ids = hostalloc_calloc(cap, sizeof *t->ids);
+    t->addrs = hostalloc_calloc(cap, sizeof *t->addrs);
+    t->mask = cap - 1;
+    return t->ids && t->addrs;
+}
+
+static void tab_fini(addr_tab_t *t)
+{
+    hostalloc_free(t->ids);
+    hostalloc_free(t->addrs);
+}
+
+static size_t tab_slot(const addr_tab_t *t, uint64_t id)
+{
+    size_t h = (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & t->mask;
+    while (t->ids[h] && t->ids[h] != id + 1)
+        h = (h + 1) & t->mask;
+    return h;
+}
+
+static void tab_put(addr_tab_t *t, uint64_t id, uintptr_t addr)
+{
+    size_t h = tab_slot(t, id);
+    t->ids[h] = id + 1;
+    t->addrs[h] = addr;
+}
+
+/* The address of id, removed (backward-shift deletion); 0 when unknown. */
+static uintptr_t tab_take(addr_tab_t *t, uint64_t id)
+{
+    size_t h = tab_slot(t, id);
+    if (!t->ids[h])
+        return 0;
+    uintptr_t a = t->addrs[h];
+    t->ids[h] = 0;
+    for (size_t i = (h + 1) & t->mask; t->ids[i]; i = (i + 1) & t->mask) {
+        uint64_t k = t->ids[i] - 1;
+        size_t home = (size_t)((k * 0x9e3779b97f4a7c15ull) >> 32) & t->mask;
+        /* move i back to h when its home is not in (h, i] */
+        if ((i > h && (home <= h || home > i)) || (i < h && home <= h && home > i)) {
+            t->ids[h] = t->ids[i];
+            t->addrs[h] = t->addrs[i];
+            t->ids[i] = 0;
+            h = i;
+        }
+    }
+    return a;
+}
+
+/* What one worker shares with the others. */
+typedef struct job_s {
+    const jr_copy_t *c;
+    const core_oom_t *oom;
+    const core_whatif_opts_t *o;
+    int device;
+    conf_t confs[CORE_WHATIF_MAX];
+    core_whatif_row_t *rows;
+    size_t nrows;
+    _Atomic size_t next;
+    double deadline;
+    _Atomic bool late;
+} job_t;
+
+/* The pool ids of the run -> the replay's (created on first use). */
+typedef struct pools_s {
+    int from[64], to[64];
+    size_t n;
+} pools_t;
+
+static int pool_map(core_dev_t *d, pools_t *p, int id)
+{
+    if (id == 0)
+        return 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->from[i] == id)
+            return p->to[i];
+    int to = p->n < 64 ? core_pool_create(d) : -1;
+    if (to < 0)
+        return 0; /* more private pools than followed: the default pools */
+    p->from[p->n] = id;
+    p->to[p->n++] = to;
+    return to;
+}
+
+static uintptr_t replay_alloc(core_dev_t *d, pools_t *p, int pool, core_stream_t key, uint64_t size)
+{
+    int to = pool_map(d, p, pool);
+    if (to)
+        core_pool_use(d, to);
+    uintptr_t a = core_malloc(d, (size_t)size, key, NULL);
+    if (to)
+        core_pool_use(d, 0);
+    return a;
+}
+
+/* One setting over the window.  Returns false when the deadline passed. */
+static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row)
+{
+    const jr_copy_t *c = j->c;
+    mem_backend_t m;
+    mem_backend_init(&m, j->o->capacity);
+    m.total = j->o->total;
+    core_backend_t be = mem_backend_vtable(&m);
+    core_dev_t *d = core_dev_new(&be, j->device, conf);
+    addr_tab_t tab = {0};
+    pools_t pools = {.n = 0};
+    bool ok = d && tab_init(&tab, c->nlive + c->nrec);
+    bool capturing = false;
+    row->ooms = 0;
+    row->first_oom = UINT64_MAX;
+    for (size_t i = 0; ok && i < c->nlive; i++) {
+        const jr_live_t *l = &c->live[i];
+        uintptr_t a = replay_alloc(d, &pools, l->pool, (core_stream_t)l->key, l->size);
+        if (a)
+            tab_put(&tab, l->id, a);
+        else if (row->ooms++ == 0)
+            row->first_oom = 0;
+    }
+    size_t done = 0;
+    for (size_t i = 0; ok && i < c->nrec; i++) {
+        if ((++done & 1023) == 0 && now_s() > j->deadline) {
+            atomic_store(&j->late, true);
+            ok = false;
+            break;
+        }
+        const jr_rec_t *r = &c->rec[i];
+        unsigned op = r->w & 0xFF, how = (r->w >> 8) & 0xFF;
+        int pool = (int)((r->w >> 16) & 0xFFFF);
+        core_stream_t s1 = (r->w >> 32) & 0xFFFF, s2 = (r->w >> 48) & 0xFFFF;
+        bool last = i + 1 == c->nrec;
+        switch (op) {
+        case JR_ALLOC: {
+            uintptr_t a = replay_alloc(d, &pools, pool, s1, r->size);
+            if (a)
+                tab_put(&tab, r->id, a);
+            else if (row->ooms++ == 0)
+                row->first_oom = i + 1;
+            break;
+        }
+        case JR_ALLOC_FAIL: {
+            uintptr_t a = replay_alloc(d, &pools, pool, s1, r->size);
+            if (last) {
+                row->fits = a != 0 && row->ooms == 0;
+                if (!a && row->ooms++ == 0)
+                    row->first_oom = i + 1;
+            }
+            if (a)
+                core_free(d, a, CORE_FREE_FENCED, 0);
+            break;
+        }
+        case JR_FREE: {
+            uintptr_t a = tab_take(&tab, r->id);
+            if (!a)
+                break; /* its allocation failed here */
+            core_free_t h = (core_free_t)how;
+            if (s2 == 0 && h != CORE_FREE_AFTER_STREAM) /* a plain free: the setting's reuse rule */
+                h = conf->reuse == CONF_REUSE_FENCED || (conf->reuse == CONF_REUSE_SYNC && capturing) ? CORE_FREE_FENCED
+                                                                                                      : CORE_FREE_NOW;
+            core_free(d, a, h, s2);
+            break;
+        }
+        case JR_POLL:
+            core_poll(d);
+            break;
+        case JR_FENCE:
+            core_fence(d);
+            break;
+        case JR_SYNC:
+            core_synchronized(d);
+            break;
+        case JR_CAPTURE:
+            capturing = how != 0;
+            core_set_capturing(d, capturing);
+            break;
+        case JR_EMPTY:
+            core_empty_cache(d, pool == 0xFFFF ? -1 : pool_map(d, &pools, pool));
+            break;
+        case JR_POOL_CREATE:
+            pool_map(d, &pools, pool);
+            break;
+        case JR_POOL_DESTROY:
+            core_pool_destroy(d, pool_map(d, &pools, pool));
+            break;
+        case JR_RECORD_STREAM: {
+            size_t h = tab_slot(&tab, r->id);
+            if (tab.ids[h])
+                core_record_stream(d, tab.addrs[h], s2);
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    if (d) {
+        core_stats_t st;
+        core_stats_get(d, &st);
+        row->peak_reserved = (size_t)st.reserved_bytes[CORE_POOL_ALL].peak;
+    }
+    row->tried = ok;
+    if (!ok)
+        row->fits = false;
+    tab_fini(&tab);
+    core_dev_destroy(d);
+    mem_backend_fini(&m);
+    return ok;
+}
+
+/* The current settings (row 0), on a thread of its own like the others:
+ * a replay routes its thread to its own pools (core_pool_use), which must
+ * not touch the routing of the thread that failed. */
+static void *baseline(void *arg)
+{
+    job_t *j = arg;
+    replay_one(j, &j->confs[0], &j->rows[0]);
+    return NULL;
+}
+
+static void *worker(void *arg)
+{
+    job_t *j = arg;
+    for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nrows;)
+        if (!atomic_load(&j->late))
+            replay_one(j, &j->confs[i], &j->rows[i]);
+    return NULL;
+}
+
+int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *o, core_whatif_t *out)
+{
+    memset(out, 0, sizeof *out);
+    double t0 = now_s();
+    if (!oom->history)
+        return out->status = CORE_WHATIF_NO_HISTORY;
+    jr_copy_t c;
+    if (jr_take(d, oom->history_pos, &c) != 0)
+        return out->status = CORE_WHATIF_NO_HISTORY;
+    out->events = c.nrec;
+    out->whole = c.first == 0 && c.nlive == 0;
+    out->prelude = c.nlive;
+    for (size_t i = 0; i < c.nlive; i++)
+        out->prelude_bytes += c.live[i].size;
+    out->limited = oom->limit < o->capacity; /* a limit is in every setting tried */
+    out->capacity = out->limited ? oom->limit : o->capacity;
+    out->request = oom->requested;
+    /* live just before the request: the prelude and the window's net */
+    int64_t live = (int64_t)out->prelude_bytes;
+    for (size_t i = 0; i + 1 < c.nrec; i++) {
+        unsigned op = c.rec[i].w & 0xFF;
+        if (op == JR_ALLOC)
+            live += (int64_t)c.rec[i].size;
+        else if (op == JR_FREE)
+            live -= (int64_t)c.rec[i].size;
+    }
+    out->live_bytes = live > 0 ? (size_t)live : 0;
+
+    job_t *j = hostalloc_calloc(1, sizeof *j);
+    if (!j) {
+        jr_copy_free(&c);
+        return out->status = CORE_WHATIF_NO_MEMORY;
+    }
+    j->c = &c;
+    j->oom = oom;
+    j->o = o;
+    j->device = d->device;
+    j->rows = out->rows;
+    conf_t cur;
+    core_conf(d, &cur);
+    j->confs[0] = cur;
+    out->rows[0].change[0] = '\0';
+    size_t n = 1;
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        conf_t t = cur;
+        char err[256];
+        if (conf_parse(&t, candidates[i], err, sizeof err) != 0 || memcmp(&t, &cur, sizeof t) == 0)
+            continue;
+        bool dup = false;
+        for (size_t k = 1; k < n && !dup; k++)
+            dup = memcmp(&t, &j->confs[k], sizeof t) == 0;
+        if (dup)
+            continue;
+        j->confs[n] = t;
+        snprintf(out->rows[n].change, sizeof out->rows[n].change, "%s", candidates[i]);
+        n++;
+    }
+    j->nrows = n;
+    j->deadline = t0 + o->budget_s;
+    /* the current settings first, on this thread: the rest only if they
+     * fail where the run failed */
+    atomic_store(&j->next, 1);
+    pthread_t bt;
+    if (pthread_create(&bt, NULL, baseline, j) != 0) {
+        hostalloc_free(j);
+        jr_copy_free(&c);
+        return out->status = CORE_WHATIF_NO_MEMORY;
+    }
+    pthread_join(bt, NULL);
+    /* the current settings must fail where the run failed, and only there */
+    out->reproduced = out->rows[0].tried && out->rows[0].ooms == 1 && out->rows[0].first_oom == c.nrec;
+    if (out->reproduced) {
+        int nt = o->threads < 1 ? 1 : o->threads > 16 ? 16 : o->threads;
+        pthread_t th[16];
+        int started = 0;
+        for (int t = 0; t < nt; t++)
+            if (pthread_create(&th[t], NULL, worker, j) == 0)
+                started++;
+        for (int t = 0; t < started; t++)
+            pthread_join(th[t], NULL);
+    }
+    out->nrows = n;
+    out->cut_short = atomic_load(&j->late);
+    out->seconds = now_s() - t0;
+    hostalloc_free(j);
+    jr_copy_free(&c);
+    return out->status = CORE_WHATIF_RAN;
+}

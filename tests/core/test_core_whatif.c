@@ -1,0 +1,193 @@
+/*
+ * The history and the what-if (core/journal.c, core/whatif.c): a failure
+ * replayed under other settings, checked against running the same calls
+ * under the setting it names.
+ */
+#include "coretest.h"
+
+/* The leak loop of issue 17: each step a 3 MiB temporary freed with a plain
+ * (fenced) free and a 3 MiB buffer kept; then one large request. */
+static uintptr_t leak_loop(fx_t *f, int steps, size_t last, core_oom_t *oom)
+{
+    core_free_t plain = f->conf.reuse == CONF_REUSE_FENCED ? CORE_FREE_FENCED : CORE_FREE_NOW;
+    for (int i = 0; i < steps; i++) {
+        uintptr_t t = core_malloc(f->d, 3 * MiB, 0, NULL);
+        uintptr_t k = core_malloc(f->d, 3 * MiB, 0, NULL);
+        assert_true(t && k);
+        assert_int_equal(core_free(f->d, t, plain, 0), CORE_FREED);
+    }
+    return core_malloc(f->d, last, 0, oom);
+}
+
+static core_whatif_t whatif(fx_t *f, const core_oom_t *oom, double budget)
+{
+    core_whatif_opts_t o = {
+        .capacity = oom->device_free + oom->reserved, .total = oom->device_total, .budget_s = budget, .threads = 2};
+    core_whatif_t w;
+    assert_int_equal(core_whatif(f->d, oom, &o, &w), CORE_WHATIF_RAN);
+    return w;
+}
+
+static const core_whatif_row_t *row(const core_whatif_t *w, const char *change)
+{
+    for (size_t i = 0; i < w->nrows; i++)
+        if (strcmp(w->rows[i].change, change) == 0)
+            return &w->rows[i];
+    fail_msg("no row %s", change);
+    return NULL;
+}
+
+/* The what-if reproduces the failure under the current settings, finds
+ * settings under which it does not happen, and each one it names works
+ * when the same calls run under it; the ones it rejects fail. */
+static void test_leak_loop_hint_holds_when_applied(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 2 * GiB, NULL);
+    core_set_history(f.d, 1 << 16);
+    core_oom_t oom;
+    assert_int_equal(leak_loop(&f, 440, 600 * MiB, &oom), 0);
+    assert_true(oom.history);
+    core_whatif_t w = whatif(&f, &oom, 30.0);
+    assert_true(w.reproduced);
+    assert_false(w.cut_short);
+    assert_true(w.whole);
+    assert_int_equal(w.events, 440 * 3 + 1);
+    assert_int_equal(w.live_bytes, 440 * 3 * MiB);
+    size_t fits = 0;
+    for (size_t i = 1; i < w.nrows; i++) {
+        const core_whatif_row_t *r = &w.rows[i];
+        assert_true(r->tried);
+        fx_t g;
+        char text[128];
+        snprintf(text, sizeof text, "%s", r->change);
+        fx_open(&g, 2 * GiB, text);
+        core_oom_t o2;
+        uintptr_t p = leak_loop(&g, 440, 600 * MiB, &o2);
+        if (r->fits != (p != 0))
+            fail_msg("%s: the what-if says %s, running it %s", r->change, r->fits ? "fits" : "fails",
+                     p ? "fits" : "fails");
+        fits += r->fits;
+        fx_close(&g);
+    }
+    assert_true(fits > 0);
+    assert_false(row(&w, "")->fits);
+    fx_close(&f);
+}
+
+/* Nothing fits when the live bytes and the request exceed the device; the
+ * numbers that say so are there. */
+static void test_nothing_fits(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 1 * GiB, NULL);
+    core_set_history(f.d, 1 << 12);
+    uintptr_t a = fx_alloc(&f, 700 * MiB, 0);
+    core_oom_t oom;
+    assert_int_equal(core_malloc(f.d, 400 * MiB, 0, &oom), 0);
+    core_whatif_t w = whatif(&f, &oom, 30.0);
+    assert_true(w.reproduced);
+    for (size_t i = 0; i < w.nrows; i++)
+        assert_false(w.rows[i].fits);
+    assert_int_equal(w.live_bytes, 700 * MiB);
+    assert_int_equal(w.request, 400 * MiB);
+    assert_true(w.live_bytes + w.request > w.capacity);
+    fx_free(&f, a, CORE_FREE_FENCED, 0);
+    fx_close(&f);
+}
+
+/* A wrapped ring: the window starts from the allocations live at its
+ * start, rebuilt from the live blocks and the window's frees. */
+static void test_wrapped_history_starts_from_live_set(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 4 * GiB, NULL);
+    core_set_history(f.d, 1024);
+    uintptr_t live[64] = {0};
+    size_t sizes[64] = {0};
+    uint64_t rng = 7;
+    size_t records = 0;
+    /* shadow of what is live after each record: bytes and count */
+    static size_t live_after_bytes[5000], live_after_n[5000];
+    size_t nbytes = 0, n = 0;
+    for (int i = 0; i < 4000; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        size_t k = (rng >> 33) % 64;
+        if (live[k]) {
+            fx_free(&f, live[k], CORE_FREE_FENCED, 0);
+            nbytes -= sizes[k], n--;
+            live[k] = 0;
+        } else {
+            sizes[k] = ((rng >> 20) % 8 + 1) * MiB + 512 * ((rng >> 10) % 7);
+            live[k] = fx_alloc(&f, sizes[k], 0);
+            nbytes += sizes[k], n++;
+        }
+        live_after_bytes[records] = nbytes;
+        live_after_n[records] = n;
+        records++;
+    }
+    core_oom_t oom;
+    assert_int_equal(core_malloc(f.d, 8 * GiB, 0, &oom), 0);
+    records++;
+    core_whatif_t w = whatif(&f, &oom, 30.0);
+    assert_false(w.whole);
+    assert_int_equal(w.events, 1024);
+    /* the window is records [records - 1024, records): live after the one before it */
+    size_t before = records - 1024 - 1;
+    assert_int_equal(w.prelude, live_after_n[before]);
+    assert_int_equal(w.prelude_bytes, live_after_bytes[before]);
+    assert_int_equal(w.live_bytes, nbytes);
+    assert_true(w.reproduced);
+    assert_int_equal(row(&w, "")->ooms, 1); /* the request alone: the rest was served as in the run */
+    for (size_t k = 0; k < 64; k++)
+        if (live[k])
+            fx_free(&f, live[k], CORE_FREE_FENCED, 0);
+    fx_close(&f);
+}
+
+/* No time: nothing is tried, and the result says it was cut short. */
+static void test_budget_cut_short(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 2 * GiB, NULL);
+    core_set_history(f.d, 1 << 16);
+    core_oom_t oom;
+    assert_int_equal(leak_loop(&f, 440, 600 * MiB, &oom), 0);
+    core_whatif_t w = whatif(&f, &oom, 0.0);
+    assert_true(w.cut_short);
+    for (size_t i = 0; i < w.nrows; i++)
+        assert_false(w.rows[i].fits);
+    fx_close(&f);
+}
+
+/* Without history there is nothing to replay, and the caller is told. */
+static void test_no_history(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 64 * MiB, NULL);
+    core_set_history(f.d, 0);
+    core_oom_t oom;
+    assert_int_equal(core_malloc(f.d, 128 * MiB, 0, &oom), 0);
+    assert_false(oom.history);
+    core_whatif_opts_t o = {.capacity = 64 * MiB, .total = 64 * MiB, .budget_s = 1, .threads = 1};
+    core_whatif_t w;
+    assert_int_equal(core_whatif(f.d, &oom, &o, &w), CORE_WHATIF_NO_HISTORY);
+    fx_close(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_leak_loop_hint_holds_when_applied),
+        cmocka_unit_test(test_nothing_fits),
+        cmocka_unit_test(test_wrapped_history_starts_from_live_set),
+        cmocka_unit_test(test_budget_cut_short),
+        cmocka_unit_test(test_no_history),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
