@@ -88,8 +88,9 @@ typedef struct je_target_s {
 } je_target_t;
 
 enum { BENCH_RING_EVENTS = 100000 }; /* CUCACHE_SNAPSHOT_EVENTS' default */
+#define BENCH_HISTORY ((size_t)1 << 18) /* CUCACHE_HISTORY's default */
 
-static void core_target_init(core_target_t *t, int device, core_free_t how, bool ring, const char *conf)
+static void core_target_init(core_target_t *t, int device, core_free_t how, bool ring, const char *conf, size_t history)
 {
     conf_t c;
     conf_defaults(&c);
@@ -102,6 +103,7 @@ static void core_target_init(core_target_t *t, int device, core_free_t how, bool
     if (!t->d)
         bench_die("core_dev_new failed");
     t->how = how;
+    core_set_history(t->d, history);
     memset(&t->ring, 0, sizeof t->ring);
     if (ring) {
         if (st_ring_init(&t->ring, BENCH_RING_EVENTS) != 0)
@@ -309,6 +311,7 @@ typedef struct scenario_s {
     bench_trace_t *trace; /* TRACE */
     bool observe;         /* the snapshot event ring observes the core */
     const char *conf;     /* CUCACHE_CONF of the core (NULL: the defaults) */
+    size_t history;       /* core_set_history (0: none, as in the other scenarios) */
 } scenario_t;
 
 typedef struct result_s {
@@ -456,7 +459,7 @@ static void run_scenario(const opts_t *o, const scenario_t *sc, result_t *res)
     bench_load_t l0 = bench_load_now();
 
     core_target_t ct;
-    core_target_init(&ct, 0, sc->how, sc->observe, sc->conf);
+    core_target_init(&ct, 0, sc->how, sc->observe, sc->conf, sc->history);
     je_target_t jt = {0}, jn = {JE_TCACHE_NONE};
     state_t core_st, je_st, jn_st;
     state_setup(&core_st, &ct, &core_ops, sc, sizes);
@@ -564,7 +567,7 @@ static void run_threads(const opts_t *o, bool use_je, bool one_device, scaling_t
         if (use_je) {
             ctx[i] = &jt[i];
         } else {
-            core_target_init(&ct[i], i, CORE_FREE_NOW, false, NULL);
+            core_target_init(&ct[i], i, CORE_FREE_NOW, false, NULL, 0);
             ctx[i] = &ct[one_device ? 0 : i];
         }
     }
@@ -617,6 +620,62 @@ static void print_row(const scenario_t *sc, const result_t *r)
         printf(" (%.1f pairs per fence)", (double)r->pairs / (double)r->fences);
     printf(" | %.2f |\n", r->others);
     fflush(stdout);
+}
+
+/* The what-if at an OOM over a full history: `events` allocator calls of
+ * churn (256 live slots, log-uniform 512 B - 64 MiB, fenced frees) on a
+ * device sized so that the last request fails, then core_whatif with 2
+ * threads and a 60 s budget.  Prints its time and the settings tried. */
+static void run_whatif(size_t events, int threads)
+{
+    core_target_t ct;
+    core_target_init(&ct, 0, CORE_FREE_FENCED, false, NULL, events);
+    ct.mem.capacity = (size_t)2 << 30;
+    uint64_t rng = 42;
+    uintptr_t slot[256] = {0};
+    size_t calls = 0;
+    while (calls + 1 < events) {
+        size_t k = rng_next(&rng) % 256;
+        if (slot[k]) {
+            core_free(ct.d, slot[k], CORE_FREE_FENCED, 0);
+            slot[k] = 0;
+        } else {
+            double l = log(512.0) + (double)(rng_next(&rng) % 1000000) / 1e6 * (log(64.0 * MiB) - log(512.0));
+            slot[k] = core_malloc(ct.d, (size_t)exp(l), 0, NULL);
+        }
+        calls++;
+    }
+    /* the last request: within what the live bytes leave (so that the
+     * settings are replayed), and more than the cache can place */
+    core_stats_t st;
+    core_stats_get(ct.d, &st);
+    size_t live = (size_t)st.requested_bytes[CORE_POOL_ALL].current, req = 0;
+    core_oom_t oom;
+    for (int pct = 90; pct < 100; pct++) {
+        req = (ct.mem.capacity - live) / 100 * (size_t)pct;
+        uintptr_t p = core_malloc(ct.d, req, 0, &oom);
+        if (!p)
+            break;
+        core_free(ct.d, p, CORE_FREE_FENCED, 0);
+        req = 0;
+    }
+    if (!req)
+        bench_die("the what-if's last request did not fail");
+    core_whatif_opts_t wo = {oom.device_free + oom.reserved, oom.device_total, 60.0, threads};
+    core_whatif_t w;
+    uint64_t t0 = bench_now_ns();
+    int rc = core_whatif(ct.d, &oom, &wo, &w);
+    double t = (double)(bench_now_ns() - t0) * 1e-9;
+    size_t tried = 0;
+    for (size_t i = 0; i < w.nrows; i++)
+        tried += w.rows[i].tried;
+    printf("| %zu | %d | %.3f s | %zu of %zu | %s | %s |\n", (size_t)w.events, threads, t, tried, w.nrows,
+           rc == CORE_WHATIF_RAN ? (w.reproduced ? "yes" : "no") : "not run", w.cut_short ? "yes" : "no");
+    fflush(stdout);
+    for (size_t k = 0; k < 256; k++)
+        if (slot[k])
+            core_free(ct.d, slot[k], CORE_FREE_FENCED, 0);
+    core_target_fini(&ct);
 }
 
 static void usage(FILE *f)
@@ -680,8 +739,13 @@ int main(int argc, char **argv)
          .conf = "expandable_segments:true"},
         {"churn_mixed_exp", "churn_mixed with expandable_segments:true", KIND_CHURN, .ring = 256, .lo = 512,
          .hi = 64 * MiB, .log_uniform = true, .conf = "expandable_segments:true"},
+        /* the history the interposer keeps for the what-if (CUCACHE_HISTORY's default) */
+        {"hit_4k_hist", "hit_4k, keeping the history", KIND_HIT, .size = 4 * KiB, .history = BENCH_HISTORY},
+        {"hit_8m_hist", "hit_8m, keeping the history", KIND_HIT, .size = 8 * MiB, .history = BENCH_HISTORY},
+        {"churn_mixed_hist", "churn_mixed, keeping the history", KIND_CHURN, .ring = 256, .lo = 512, .hi = 64 * MiB,
+         .log_uniform = true, .history = BENCH_HISTORY},
     };
-    size_t nsc = 12;
+    size_t nsc = 15;
     static char trace_exp_names[16][1600];
     for (size_t i = 0; i < ntraces && nsc < 31; i++) {
         sc[nsc++] = (scenario_t){traces[i].name, "a real trace's allocations and frees, in order", KIND_TRACE,
@@ -729,6 +793,15 @@ int main(int argc, char **argv)
         }
         scale = bench_series_median(&s[0].ratio);
         scale_others = s[0].others;
+    }
+
+    if (bench_selected(o.only, o.nonly, "whatif")) {
+        printf("\nthe what-if at an OOM (core_whatif): the current settings and the candidates replayed over the "
+               "history\n\n| calls replayed | threads | time | settings replayed | failure reproduced | cut short |\n"
+               "|---:|---:|---:|---:|---|---|\n");
+        run_whatif((size_t)1 << 18, 2);
+        run_whatif(1000000, 1);
+        run_whatif(1000000, 2);
     }
 
     printf("\ntargets (issue 3):\n");

@@ -325,6 +325,7 @@ typedef struct core_whatif_s {
     size_t live_bytes; /* requested bytes live just before the request */
     size_t request;    /* the request's bytes */
     bool reproduced;   /* the current settings failed in the replay too (else no setting is judged) */
+    bool beyond;       /* live_bytes + request > capacity: no setting can serve it, nothing was replayed */
     bool cut_short;    /* the time budget ran out: rows not tried */
     double seconds;
     core_whatif_row_t rows[CORE_WHATIF_MAX]; /* rows[0]: the current settings */
@@ -337,6 +338,10 @@ typedef struct core_whatif_opts_s {
     double budget_s; /* wall time for all the replays */
     int threads;     /* replays at once (1..16) */
 } core_whatif_opts_t;
+
+/* The candidate settings tried, each on top of the current ones
+ * ("expandable_segments:true", ...); NULL past the last. */
+const char *core_whatif_candidate(size_t i);
 
 /* Replays the history up to the failure `oom` describes (oom->history)
  * under the current settings and each candidate setting; fills *out and

@@ -168,7 +168,8 @@ int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
     out->nrec = n;
     out->first = first;
     out->keys[0] = 0;
-    memcpy(out->keys + 1, j->keys, j->nkeys * sizeof *j->keys);
+    if (j->nkeys)
+        memcpy(out->keys + 1, j->keys, j->nkeys * sizeof *j->keys);
     out->nkeys = j->nkeys + 1;
     /* the live allocations now (the address map holds exactly those) */
     size_t nlive = 0;

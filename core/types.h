@@ -262,8 +262,19 @@ void jr_push(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1
 static inline void jr_note(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1, core_stream_t s2,
                            uint64_t size, uint64_t id)
 {
-    if (d->jr.cap)
-        jr_push(d, op, how, pool, s1, s2, size, id);
+    journal_t *j = &d->jr;
+    if (!j->cap)
+        return;
+    /* the common case inline: the ring exists, no stream or the last one */
+    if (__builtin_expect(j->ring && s2 == 0 && (s1 == 0 || s1 == j->last_key) && pool >= 0 && pool < 0xFFFE, 1)) {
+        jr_rec_t *r = &j->ring[j->head++ & (j->cap - 1)];
+        r->w = (uint64_t)op | (uint64_t)(how & 0xFF) << 8 | (uint64_t)pool << 16 |
+               (uint64_t)(s1 ? j->last_index : 0) << 32;
+        r->size = size;
+        r->id = id;
+        return;
+    }
+    jr_push(d, op, how, pool, s1, s2, size, id);
 }
 int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out);
 void jr_copy_free(jr_copy_t *c);

@@ -54,6 +54,11 @@ static const char *const candidates[] = {
 };
 _Static_assert(sizeof candidates / sizeof candidates[0] < CORE_WHATIF_MAX, "room for the current settings");
 
+const char *core_whatif_candidate(size_t i)
+{
+    return i < sizeof candidates / sizeof candidates[0] ? candidates[i] : NULL;
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -61,22 +66,29 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Allocation number -> address in the replay: open addressing. */
+/* Allocation number -> address in the replay: open addressing, sized by
+ * what is live (it grows), so that it stays in the caches. */
 typedef struct addr_tab_s {
     uint64_t *ids; /* id + 1; 0: empty */
     uintptr_t *addrs;
-    size_t mask;
+    size_t mask, count;
 } addr_tab_t;
 
-static bool tab_init(addr_tab_t *t, size_t n)
+static bool tab_alloc(addr_tab_t *t, size_t cap)
 {
-    size_t cap = 64;
-    while (cap < 2 * n + 2)
-        cap <<= 1;
     t->ids = hostalloc_calloc(cap, sizeof *t->ids);
     t->addrs = hostalloc_calloc(cap, sizeof *t->addrs);
     t->mask = cap - 1;
+    t->count = 0;
     return t->ids && t->addrs;
+}
+
+static bool tab_init(addr_tab_t *t, size_t n)
+{
+    size_t cap = 1024;
+    while (cap < 2 * n + 2)
+        cap <<= 1;
+    return tab_alloc(t, cap);
 }
 
 static void tab_fini(addr_tab_t *t)
@@ -85,17 +97,43 @@ static void tab_fini(addr_tab_t *t)
     hostalloc_free(t->addrs);
 }
 
+static size_t tab_home(const addr_tab_t *t, uint64_t id)
+{
+    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & t->mask;
+}
+
 static size_t tab_slot(const addr_tab_t *t, uint64_t id)
 {
-    size_t h = (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & t->mask;
+    size_t h = tab_home(t, id);
     while (t->ids[h] && t->ids[h] != id + 1)
         h = (h + 1) & t->mask;
     return h;
 }
 
+static void tab_put(addr_tab_t *t, uint64_t id, uintptr_t addr);
+
+/* Doubles the table; false (unchanged) when host memory is short. */
+static bool tab_grow(addr_tab_t *t)
+{
+    addr_tab_t n;
+    if (!tab_alloc(&n, (t->mask + 1) * 2)) {
+        tab_fini(&n);
+        return false;
+    }
+    for (size_t i = 0; i <= t->mask; i++)
+        if (t->ids[i])
+            tab_put(&n, t->ids[i] - 1, t->addrs[i]);
+    tab_fini(t);
+    *t = n;
+    return true;
+}
+
 static void tab_put(addr_tab_t *t, uint64_t id, uintptr_t addr)
 {
+    if ((t->count + 1) * 2 > t->mask + 1 && !tab_grow(t) && t->count + 1 > t->mask)
+        return; /* full and no memory: forgotten (its free is then skipped) */
     size_t h = tab_slot(t, id);
+    t->count += !t->ids[h];
     t->ids[h] = id + 1;
     t->addrs[h] = addr;
 }
@@ -108,9 +146,9 @@ static uintptr_t tab_take(addr_tab_t *t, uint64_t id)
         return 0;
     uintptr_t a = t->addrs[h];
     t->ids[h] = 0;
+    t->count--;
     for (size_t i = (h + 1) & t->mask; t->ids[i]; i = (i + 1) & t->mask) {
-        uint64_t k = t->ids[i] - 1;
-        size_t home = (size_t)((k * 0x9e3779b97f4a7c15ull) >> 32) & t->mask;
+        size_t home = tab_home(t, t->ids[i] - 1);
         /* move i back to h when its home is not in (h, i] */
         if ((i > h && (home <= h || home > i)) || (i < h && home <= h && home > i)) {
             t->ids[h] = t->ids[i];
@@ -168,8 +206,10 @@ static uintptr_t replay_alloc(core_dev_t *d, pools_t *p, int pool, core_stream_t
     return a;
 }
 
-/* One setting over the window.  Returns false when the deadline passed. */
-static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row)
+/* One setting over the window.  A candidate stops at its first allocation
+ * not served (it cannot fit: its peak is then the peak so far); the current
+ * settings go to the end.  Returns false when the deadline passed. */
+static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, bool to_the_end)
 {
     const jr_copy_t *c = j->c;
     mem_backend_t m;
@@ -179,7 +219,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row)
     core_dev_t *d = core_dev_new(&be, j->device, conf);
     addr_tab_t tab = {0};
     pools_t pools = {.n = 0};
-    bool ok = d && tab_init(&tab, c->nlive + c->nrec);
+    bool ok = d && tab_init(&tab, c->nlive);
     bool capturing = false;
     row->ooms = 0;
     row->first_oom = UINT64_MAX;
@@ -210,6 +250,8 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row)
                 tab_put(&tab, r->id, a);
             else if (row->ooms++ == 0)
                 row->first_oom = i + 1;
+            if (!a && !to_the_end)
+                i = c->nrec; /* leaves the loop */
             break;
         }
         case JR_ALLOC_FAIL: {
@@ -286,7 +328,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row)
 static void *baseline(void *arg)
 {
     job_t *j = arg;
-    replay_one(j, &j->confs[0], &j->rows[0]);
+    replay_one(j, &j->confs[0], &j->rows[0], true);
     return NULL;
 }
 
@@ -295,7 +337,7 @@ static void *worker(void *arg)
     job_t *j = arg;
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nrows;)
         if (!atomic_load(&j->late))
-            replay_one(j, &j->confs[i], &j->rows[i]);
+            replay_one(j, &j->confs[i], &j->rows[i], false);
     return NULL;
 }
 
@@ -361,6 +403,16 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
     /* the current settings first, on this thread: the rest only if they
      * fail where the run failed */
     atomic_store(&j->next, 1);
+    if (out->live_bytes + out->request > out->capacity) {
+        /* no setting can serve it: nothing to replay */
+        out->beyond = true;
+        out->reproduced = true;
+        out->nrows = n;
+        out->seconds = now_s() - t0;
+        hostalloc_free(j);
+        jr_copy_free(&c);
+        return out->status = CORE_WHATIF_RAN;
+    }
     pthread_t bt;
     if (pthread_create(&bt, NULL, baseline, j) != 0) {
         hostalloc_free(j);

@@ -477,7 +477,9 @@ void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
     }
     /* the first failure: the history replayed under other settings */
     core_whatif_t *w = NULL;
-    if (count == 1 && d && oom->history && diag.whatif_ms && (w = hostalloc_malloc(sizeof *w))) {
+    if (count == 1 && d && diag.whatif_ms && (w = hostalloc_calloc(1, sizeof *w)) && !oom->history) {
+        w->status = CORE_WHATIF_NO_HISTORY; /* the report says so */
+    } else if (w) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         core_whatif_opts_t wo = {.capacity = oom->device_free + oom->reserved,
                                  .total = oom->device_total,

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core.h"
 #include "replay.h"
 
 #ifndef CUCACHE_VERSION
@@ -21,6 +22,58 @@
 #endif
 
 enum { MAX_CONFS = 32, PLOT_BUCKETS = 1200 };
+
+static int by_peak(const void *a, const void *b, void *res)
+{
+    const rp_result_t *r = res;
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    bool fx = r[x].ooms == 0, fy = r[y].ooms == 0;
+    if (fx != fy)
+        return fx ? -1 : 1;
+    if (fx && r[x].peak_reserved != r[y].peak_reserved)
+        return r[x].peak_reserved < r[y].peak_reserved ? -1 : 1;
+    if (!fx && r[x].ooms != r[y].ooms)
+        return r[x].ooms < r[y].ooms ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static void fmt_bytes(char *out, size_t len, uint64_t v)
+{
+    if (v >= ((uint64_t)1 << 30))
+        snprintf(out, len, "%.2f GiB", (double)v / (double)((uint64_t)1 << 30));
+    else
+        snprintf(out, len, "%.2f MiB", (double)v / (double)((uint64_t)1 << 20));
+}
+
+/* --fit: the table of settings, those that fit first. */
+static void print_fit(const rp_input_t *in, const rp_config_t *cfgs, const rp_result_t *res, size_t n,
+                      uint64_t capacity)
+{
+    size_t order[MAX_CONFS + 2];
+    for (size_t i = 0; i < n; i++)
+        order[i] = i;
+    qsort_r(order, n, sizeof *order, by_peak, (void *)res);
+    char cap[32];
+    fmt_bytes(cap, sizeof cap, capacity);
+    size_t nfit = 0;
+    for (size_t i = 0; i < n; i++)
+        nfit += res[i].ooms == 0;
+    printf("%s (%s): %zu events; %zu of %zu settings fit in %s per device%s\n", in->name, rp_format_name(in->format),
+           in->nev, nfit, n, cap, nfit ? ", best first:" : "");
+    for (size_t i = 0; i < n; i++) {
+        const rp_result_t *r = &res[order[i]];
+        const rp_config_t *c = &cfgs[order[i]];
+        char peak[32], text[1200];
+        fmt_bytes(peak, sizeof peak, r->peak_reserved);
+        snprintf(text, sizeof text, "CUCACHE_CONF=%s", c->conf_text[0] ? c->conf_text : "(the defaults)");
+        if (r->ooms == 0)
+            printf("  fits      %-60s peak reserved %s\n", text, peak);
+        else
+            printf("  no        %-60s %llu OOM%s, the first at event %lld (%.2f MiB)\n", text,
+                   (unsigned long long)r->ooms, r->ooms == 1 ? "" : "s", r->first_oom_event,
+                   (double)r->first_oom_size / (1 << 20));
+    }
+}
 
 static void usage(FILE *f)
 {
@@ -44,6 +97,11 @@ static void usage(FILE *f)
           "                   replay nothing\n"
           "  --busy           queued work completes only at the job's synchronisations\n"
           "                   (default: at once, as on an idle GPU); cucache traces only\n"
+          "  --fit SIZE       the settings under which each trace fits in SIZE per device:\n"
+          "                   the first --conf (or the defaults) and each candidate the OOM\n"
+          "                   report's what-if tries on top of it, replayed at that\n"
+          "                   capacity, those with no OOM first by peak reserved; exit 3\n"
+          "                   when none fits\n"
           "  --version, --help\n",
           f);
 }
@@ -132,7 +190,8 @@ int main(int argc, char **argv)
     size_t ncfg = 0;
     rp_opts_t opts = {.capacity = (uint64_t)80 << 30};
     const char *plot = NULL;
-    bool json = false, reference = true, dump = false;
+    bool json = false, reference = true, dump = false, fit = false;
+    static char fit_text[MAX_CONFS][1200];
     char err[1024];
     /* the traces are gathered at the front of argv: slot 1 + ntraces is
      * never beyond the argument being read */
@@ -160,7 +219,8 @@ int main(int argc, char **argv)
             opts.busy = true;
         } else if (strcmp(a, "--dump") == 0) {
             dump = true;
-        } else if (strcmp(a, "--conf") == 0 || strcmp(a, "--capacity") == 0 || strcmp(a, "--plot") == 0) {
+        } else if (strcmp(a, "--conf") == 0 || strcmp(a, "--capacity") == 0 || strcmp(a, "--plot") == 0 ||
+                   strcmp(a, "--fit") == 0) {
             if (!val) {
                 fprintf(stderr, "cucache-replay: %s needs a value\n", a);
                 return 2;
@@ -168,11 +228,12 @@ int main(int argc, char **argv)
             i++;
             if (strcmp(a, "--plot") == 0) {
                 plot = val;
-            } else if (strcmp(a, "--capacity") == 0) {
+            } else if (strcmp(a, "--capacity") == 0 || strcmp(a, "--fit") == 0) {
                 if (parse_size(val, &opts.capacity) != 0) {
-                    fprintf(stderr, "cucache-replay: --capacity %s: expected a size (4096, 512M, 40G)\n", val);
+                    fprintf(stderr, "cucache-replay: %s %s: expected a size (4096, 512M, 40G)\n", a, val);
                     return 2;
                 }
+                fit = fit || strcmp(a, "--fit") == 0;
             } else {
                 if (ncfg == MAX_CONFS) {
                     fprintf(stderr, "cucache-replay: at most %d --conf\n", MAX_CONFS);
@@ -208,6 +269,24 @@ int main(int argc, char **argv)
         conf_defaults(&cfgs[0].conf);
         cfgs[0] = (rp_config_t){.label = "default", .mode = RP_MODE_CORE, .conf = cfgs[0].conf, .conf_text = ""};
         ncfg = 1;
+    }
+    if (fit) {
+        /* the first configuration, and each candidate on top of it */
+        ncfg = 1;
+        const char *base = cfgs[0].conf_text;
+        for (size_t i = 0; core_whatif_candidate(i) && ncfg < MAX_CONFS; i++) {
+            rp_config_t *c = &cfgs[ncfg];
+            c->conf = cfgs[0].conf;
+            if (conf_parse(&c->conf, core_whatif_candidate(i), err, sizeof err) != 0 ||
+                memcmp(&c->conf, &cfgs[0].conf, sizeof c->conf) == 0)
+                continue;
+            snprintf(fit_text[ncfg], sizeof fit_text[ncfg], "%s%s%s", base, base[0] ? "," : "",
+                     core_whatif_candidate(i));
+            c->mode = RP_MODE_CORE;
+            c->label = c->conf_text = fit_text[ncfg];
+            ncfg++;
+        }
+        reference = false;
     }
     if (reference) {
         cfgs[ncfg++] = (rp_config_t){.label = "no cache", .mode = RP_MODE_NOCACHE};
@@ -254,9 +333,16 @@ int main(int argc, char **argv)
         }
         if (!d->ok)
             continue;
+        bool any = false;
+        for (size_t k = 0; k < ncfg; k++)
+            any = any || d->res[k].ooms == 0;
+        if (fit && !any && status == 0)
+            status = 3;
         if (json)
             for (size_t k = 0; k < ncfg; k++)
                 rp_print_json(stdout, &d->in, &cfgs[k], &d->res[k], &opts);
+        else if (fit)
+            print_fit(&d->in, cfgs, d->res, ncfg, opts.capacity);
         else
             rp_print_table(stdout, &d->in, cfgs, d->res, ncfg, &opts);
         fflush(stdout);

@@ -316,6 +316,21 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
     char win[256], secs[32];
     window_text(r, w, win, sizeof win);
     snprintf(secs, sizeof secs, "%.2f s", w->seconds);
+    size_t need = w->live_bytes + w->request;
+    if (w->beyond) {
+        if (w->limited)
+            rep_line(sink, ctx,
+                     "hint: no setting serves it within the limit: live allocations (%s) and this request (%s) "
+                     "need %s, more than the %s the limit allows",
+                     sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s);
+        else
+            rep_line(sink, ctx,
+                     "hint: no setting can serve it: live allocations (%s) and this request (%s) need %s, more than "
+                     "the %s cucache could have on GPU %d; the job needs less memory at once (a smaller batch, fewer "
+                     "tensors kept alive)",
+                     sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s, r->in->device);
+        return;
+    }
     if (!w->reproduced) {
         if (!w->rows[0].tried)
             st_linef(sink, ctx,
@@ -356,24 +371,11 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
         }
         return;
     }
-    size_t need = w->live_bytes + w->request;
-    if (need > w->capacity && w->limited)
-        rep_line(sink, ctx,
-                 "hint: no other setting serves it within the limit: live allocations (%s) and this request (%s) "
-                 "need %s, more than the %s the limit allows",
-                 sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s);
-    else if (need > w->capacity)
-        rep_line(sink, ctx,
-                 "hint: no setting can serve it: live allocations (%s) and this request (%s) need %s, more than the "
-                 "%s cucache could have on GPU %d; the job needs less memory at once (a smaller batch, fewer tensors "
-                 "kept alive)",
-                 sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s, r->in->device);
-    else
-        rep_line(sink, ctx,
-                 "hint: none of the %zu settings tried serves every allocation and this request in a replay of %s%s; "
-                 "live allocations (%s) and this request (%s) need %s of the %s cucache could have: the rest is lost "
-                 "to how the blocks lie (allocating the largest buffers first, or fewer distinct sizes, helps)",
-                 w->nrows - 1, win, cut, sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s);
+    rep_line(sink, ctx,
+             "hint: none of the %zu settings tried serves every allocation and this request in a replay of %s%s; "
+             "live allocations (%s) and this request (%s) need %s of the %s cucache could have: the rest is lost "
+             "to how the blocks lie (allocating the largest buffers first, or fewer distinct sizes, helps)",
+             w->nrows - 1, win, cut, sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s);
 }
 
 void rep_hint(const rep_t *r, st_sink_fn sink, void *ctx)

@@ -93,6 +93,7 @@ typedef struct fuzz_s {
     int pools[FUZZ_MAX_POOLS];
     size_t npools;
     size_t step; /* operation number, for messages */
+    bool whatif_done; /* the what-if ran at this input's first OOM */
 } fuzz_t;
 
 static void fuzz_fail(const fuzz_t *f, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
@@ -151,6 +152,19 @@ static void op_alloc(fuzz_t *f, uint8_t a, uint8_t b, uint8_t c)
             fuzz_fail(f, "alloc %zu failed and the OOM report says %zu bytes were requested", size, oom.requested);
         if (oom.backend_error != CORE_ENOMEM && oom.backend_error != CORE_EFAIL)
             fuzz_fail(f, "alloc %zu failed with backend error %d", size, oom.backend_error);
+        if (!f->whatif_done && oom.history) { /* the history, wrapped or not, rebuilds what is live */
+            f->whatif_done = true;
+            core_whatif_opts_t wo = {oom.device_free + oom.reserved, oom.device_total, 0.05, 1};
+            core_whatif_t w;
+            if (core_whatif(f->d, &oom, &wo, &w) != CORE_WHATIF_RAN)
+                fuzz_fail(f, "the what-if did not run (status %d)", w.status);
+            size_t live = 0;
+            for (size_t i = 0; i < f->nlive; i++)
+                live += f->live[i].size;
+            if (w.live_bytes != live || w.request != size || w.events < 1 || w.events > 1024)
+                fuzz_fail(f, "what-if: %zu bytes live and a request of %zu in %llu calls; the fuzzer has %zu and %zu",
+                          w.live_bytes, w.request, (unsigned long long)w.events, live, size);
+        }
         return;
     }
     if (size > f->capacity)
@@ -425,6 +439,8 @@ static void setup(fuzz_t *f, uint8_t confbits, uint8_t cap)
     f->d = core_dev_new(&be, 0, &conf);
     if (!f->d)
         fuzz_fail(f, "core_dev_new failed");
+    core_set_history(f->d, 1024); /* small: it wraps */
+    f->whatif_done = false;
 }
 
 static void teardown(fuzz_t *f)

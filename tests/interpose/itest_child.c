@@ -11,6 +11,10 @@
  *   itest_child live-exit    the same, then exit(0) from main
  *   itest_child live-thread  the same, then exit(0) from a second thread while
  *                            the main thread keeps allocating and freeing
+ *   itest_child leak N MB    N steps of a 3 MiB temporary (freed) and a 3 MiB
+ *                            buffer kept, then cudaMalloc of MB MiB: exit 0
+ *                            when it is served, 3 when it fails (issue 17's
+ *                            leak loop, for the OOM hint)
  *
  * The live modes need cucache (they check that it holds the memory) and exit
  * 2 when its API is absent.  Exit 0: every check passed; 1: a check failed.
@@ -134,9 +138,28 @@ static void leave_memory_behind(void)
     /* the streams stay alive: exit with them */
 }
 
+static int mode_leak(int steps, size_t last_mb)
+{
+    for (int i = 0; i < steps; i++) {
+        void *t = NULL, *k = NULL;
+        CHECK(cudaMalloc(&t, 3 << 20));
+        CHECK(cudaMalloc(&k, 3 << 20));
+        CHECK(cudaFree(t));
+    }
+    if (failures)
+        return 1;
+    void *p = NULL;
+    cudaError_t rc = cudaMalloc(&p, last_mb << 20);
+    printf("itest_child: leak: cudaMalloc(%zu MiB) after %d steps: %s\n", last_mb, steps,
+           rc == cudaSuccess ? "served" : "failed");
+    return rc == cudaSuccess ? 0 : 3;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "alloc";
+    if (strcmp(mode, "leak") == 0 && argc == 4)
+        return mode_leak(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 10));
     if (strcmp(mode, "alloc") == 0)
         return mode_alloc();
     if (strcmp(mode, "live") == 0) {

@@ -311,6 +311,10 @@ static void test_bad_settings_stop_the_program(void **state)
         {"CUCACHE_SNAPSHOT_ON=crash", "CUCACHE_SNAPSHOT_ON: 'crash'"},
         {"CUCACHE_SNAPSHOT=/tmp/x-%q.pickle", "%q"},
         {"CUCACHE_SNAPSHOT_EVENTS=lots", "CUCACHE_SNAPSHOT_EVENTS: 'lots'"},
+        {"CUCACHE_HISTORY=-5", "CUCACHE_HISTORY: '-5' is not a number of allocator calls"},
+        {"CUCACHE_HISTORY=1\x01", "CUCACHE_HISTORY: '1\\x01'"},
+        {"CUCACHE_WHATIF_MS=1e3", "CUCACHE_WHATIF_MS: '1e3' is not a number of milliseconds"},
+        {"CUCACHE_WHATIF_MS=9999999", "from 0 to 600000"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *const set[] = {cases[i].set, NULL};
@@ -329,6 +333,69 @@ static void test_bad_settings_stop_the_program(void **state)
     free(r);
 }
 
+/* ---- the hint, proven and applied --------------------------------------- */
+
+/* Issue 17's leak loop: the OOM report names settings only where replaying
+ * the job's history serves the failed request; each one named, applied to
+ * the same program, serves it. */
+static void test_oom_hint_holds_when_applied(void **state)
+{
+    (void)state;
+    const char *child = itest_helper("ITEST_CHILD");
+    itest_run_t *r = malloc(sizeof *r), *again = malloc(sizeof *again);
+    const char *const argv[] = {child, "leak", "220", "300", NULL};
+    itest_spawn(child, argv, NULL, NULL, 60000, r);
+    if (itest_expandable()) { /* already the setting that serves it */
+        itest_expect_exit(r, 0);
+        free(r);
+        free(again);
+        return;
+    }
+    itest_expect_exit(r, 3);
+    expect_in(r->err, "the replay", "hint: replaying all 661 allocator calls of GPU 0");
+    expect_in(r->err, "the setting", "hint:   CUCACHE_CONF=expandable_segments:true (peak reserved");
+    size_t named = 0;
+    for (const char *p = r->err; (p = strstr(p, "hint:   CUCACHE_CONF="));) {
+        p += strlen("hint:   ");
+        size_t n = strcspn(p, " \n");
+        char var[256];
+        snprintf(var, sizeof var, "%.*s", (int)n, p);
+        const char *const set[] = {var, NULL};
+        itest_spawn(child, argv, set, NULL, 60000, again);
+        if (again->status != 0)
+            fail_msg("the hint %s, applied, does not serve the request:\n%s%s", var, again->out, again->err);
+        named++;
+    }
+    assert_true(named >= 1);
+    /* the rejected rule of thumb stays unnamed */
+    if (strstr(r->err, "max_split_size_mb"))
+        fail_msg("max_split_size_mb named, though it does not help here:\n%s", r->err);
+    free(r);
+    free(again);
+}
+
+/* More live than the device: no setting, and the numbers that say so. */
+static void test_oom_hint_nothing_fits(void **state)
+{
+    (void)state;
+    const char *child = itest_helper("ITEST_CHILD");
+    itest_run_t *r = malloc(sizeof *r);
+    const char *const argv[] = {child, "leak", "250", "400", NULL};
+    itest_spawn(child, argv, NULL, NULL, 60000, r);
+    itest_expect_exit(r, 3);
+    expect_in(r->err, "the verdict",
+              "hint: no setting can serve it: live allocations (750.00 MiB) and this request "
+              "(400.00 MiB) need 1.12 GiB, more than the 1024.00 MiB cucache could have");
+    if (strstr(r->err, "hint:   CUCACHE_CONF="))
+        fail_msg("a setting named where none can help:\n%s", r->err);
+    /* without history nothing is claimed, and the report says why */
+    const char *const off[] = {"CUCACHE_HISTORY=0", NULL};
+    itest_spawn(child, argv, off, NULL, 60000, r);
+    itest_expect_exit(r, 3);
+    expect_in(r->err, "no history", "is not in the history (CUCACHE_HISTORY=0");
+    free(r);
+}
+
 int main(void)
 {
     const char *dir = getenv("ITEST_SNAPDIR");
@@ -337,9 +404,14 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        ITEST(test_oom_report_numbers),        ITEST(test_api_summary), ITEST(test_api_snapshot_and_symlink),
-        ITEST(test_sigusr1_snapshot),          ITEST(test_exit_summary),
+        ITEST(test_oom_report_numbers),
+        ITEST(test_api_summary),
+        ITEST(test_api_snapshot_and_symlink),
+        ITEST(test_sigusr1_snapshot),
+        ITEST(test_exit_summary),
         ITEST(test_bad_settings_stop_the_program),
+        ITEST(test_oom_hint_holds_when_applied),
+        ITEST(test_oom_hint_nothing_fits),
     };
     return ITEST_RUN("interpose_diag", tests, itest_group_setup);
 }
