@@ -265,11 +265,14 @@ static inline void jr_note(core_dev_t *d, jr_op_t op, unsigned how, int pool, co
     journal_t *j = &d->jr;
     if (!j->cap)
         return;
-    /* the common case inline: the ring exists, no stream or the last one */
-    if (__builtin_expect(j->ring && s2 == 0 && (s1 == 0 || s1 == j->last_key) && pool >= 0 && pool < 0xFFFE, 1)) {
+    /* the common case inline: the ring exists, no stream or the last one
+     * (last_key is never 0: key 0 has index 0) */
+    if (__builtin_expect(j->ring && (s1 == 0 || s1 == j->last_key) && (s2 == 0 || s2 == j->last_key) && pool >= 0 &&
+                             pool < 0xFFFE,
+                         1)) {
         jr_rec_t *r = &j->ring[j->head++ & (j->cap - 1)];
         r->w = (uint64_t)op | (uint64_t)(how & 0xFF) << 8 | (uint64_t)pool << 16 |
-               (uint64_t)(s1 ? j->last_index : 0) << 32;
+               (uint64_t)(s1 ? j->last_index : 0) << 32 | (uint64_t)(s2 ? j->last_index : 0) << 48;
         r->size = size;
         r->id = id;
         return;

@@ -322,22 +322,12 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
     return ok;
 }
 
-/* The current settings (row 0), on a thread of its own like the others:
- * a replay routes its thread to its own pools (core_pool_use), which must
- * not touch the routing of the thread that failed. */
-static void *baseline(void *arg)
-{
-    job_t *j = arg;
-    replay_one(j, &j->confs[0], &j->rows[0], true);
-    return NULL;
-}
-
 static void *worker(void *arg)
 {
     job_t *j = arg;
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nrows;)
         if (!atomic_load(&j->late))
-            replay_one(j, &j->confs[i], &j->rows[i], false);
+            replay_one(j, &j->confs[i], &j->rows[i], i == 0);
     return NULL;
 }
 
@@ -400,9 +390,6 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
     }
     j->nrows = n;
     j->deadline = t0 + o->budget_s;
-    /* the current settings first, on this thread: the rest only if they
-     * fail where the run failed */
-    atomic_store(&j->next, 1);
     if (out->live_bytes + out->request > out->capacity) {
         /* no setting can serve it: nothing to replay */
         out->beyond = true;
@@ -413,25 +400,27 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
         jr_copy_free(&c);
         return out->status = CORE_WHATIF_RAN;
     }
-    pthread_t bt;
-    if (pthread_create(&bt, NULL, baseline, j) != 0) {
+    /* every setting on worker threads, the current ones first: a replay
+     * routes its thread to its own pools (core_pool_use), which must not
+     * touch the routing of the thread that failed */
+    int nt = o->threads < 1 ? 1 : o->threads > 16 ? 16 : o->threads;
+    pthread_t th[16];
+    int started = 0;
+    for (int t = 0; t < nt; t++)
+        if (pthread_create(&th[t], NULL, worker, j) == 0)
+            started++;
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    if (started == 0) {
         hostalloc_free(j);
         jr_copy_free(&c);
         return out->status = CORE_WHATIF_NO_MEMORY;
     }
-    pthread_join(bt, NULL);
-    /* the current settings must fail where the run failed, and only there */
+    /* the current settings must fail where the run failed, and only there;
+     * otherwise no candidate is judged */
     out->reproduced = out->rows[0].tried && out->rows[0].ooms == 1 && out->rows[0].first_oom == c.nrec;
-    if (out->reproduced) {
-        int nt = o->threads < 1 ? 1 : o->threads > 16 ? 16 : o->threads;
-        pthread_t th[16];
-        int started = 0;
-        for (int t = 0; t < nt; t++)
-            if (pthread_create(&th[t], NULL, worker, j) == 0)
-                started++;
-        for (int t = 0; t < started; t++)
-            pthread_join(th[t], NULL);
-    }
+    for (size_t i = 1; i < n && !out->reproduced; i++)
+        out->rows[i].fits = false;
     out->nrows = n;
     out->cut_short = atomic_load(&j->late);
     out->seconds = now_s() - t0;
