@@ -613,6 +613,10 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         return 0;
     }
     case TRACE_ALLOC_FAIL: {
+        /* the reference models describe what the job held: a request that
+         * failed held nothing (a job probing 1 TiB is not a 1 TiB job) */
+        if (r->cfg->mode != RP_MODE_CORE)
+            return 0;
         uint64_t addr;
         trace_event_t once = *e;
         if (do_alloc(r, rd, e, &addr) != 0)

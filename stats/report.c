@@ -327,7 +327,7 @@ static void rep_sizes(const rep_t *r, st_sink_fn sink, void *ctx)
         st_linef(sink, ctx, "live allocations: none");
         return;
     }
-    st_linef(sink, ctx, "live allocations: %zu %s, %s (%s requested, %s rounding waste), by block size:", a->live,
+    st_linef(sink, ctx, "live allocations: %zu %s, %s (%s requested, %s rounding waste), by requested size:", a->live,
              plural(a->live, "block", "blocks"), sz(a->live_bytes).s, sz(a->live_requested).s,
              sz(a->live_bytes - a->live_requested).s);
     size_t *sizes = hostalloc_malloc(a->live * sizeof *sizes);
@@ -338,10 +338,12 @@ static void rep_sizes(const rep_t *r, st_sink_fn sink, void *ctx)
         hostalloc_free(groups);
         return;
     }
+    /* by the bytes asked for: one call site asking for 3 MiB gets blocks of
+     * several sizes (a split's rest too small to keep stays with the block) */
     size_t n = 0, ng = 0;
     for (size_t i = 0; i < lay->nblocks && n < a->live; i++)
         if (lay->blocks[i].state == CORE_BLOCK_ALLOCATED)
-            sizes[n++] = lay->blocks[i].size;
+            sizes[n++] = lay->blocks[i].requested;
     qsort(sizes, n, sizeof *sizes, size_desc);
     for (size_t i = 0; i < n; i++) {
         if (ng && groups[ng - 1].size == sizes[i])
@@ -353,7 +355,14 @@ static void rep_sizes(const rep_t *r, st_sink_fn sink, void *ctx)
     size_t rest_blocks = 0, rest_bytes = 0;
     for (size_t i = 0; i < ng; i++) {
         if (i < REP_SIZE_ROWS) {
-            st_linef(sink, ctx, "  %8zu x %10s = %s", groups[i].count, sz(groups[i].size).s,
+            /* two sizes that print alike get their bytes */
+            bool alike = false;
+            for (size_t k = 0; k < ng && k < REP_SIZE_ROWS && !alike; k++)
+                alike = k != i && strcmp(sz(groups[k].size).s, sz(groups[i].size).s) == 0;
+            char exact[48] = "";
+            if (alike)
+                snprintf(exact, sizeof exact, " (%zu bytes)", groups[i].size);
+            st_linef(sink, ctx, "  %8zu x %10s%s = %s", groups[i].count, sz(groups[i].size).s, exact,
                      sz(groups[i].size * groups[i].count).s);
         } else {
             rest_blocks += groups[i].count;

@@ -391,7 +391,11 @@ static void test_rmm_good(void **state)
     assert_int_equal(in.ev[2].time_ns, 265433000);
     assert_int_equal(in.ev[3].kind, TRACE_ALLOC_FAIL);
     rp_result_t f = run(&in, (rp_config_t){.label = "floor", .mode = RP_MODE_FLOOR}, 1ull << 30);
-    assert_int_equal(f.peak_allocated, 2048 + 4096); /* the failure, tried here, fits */
+    assert_int_equal(f.peak_allocated, 1024 + 2048); /* the failure held nothing: not in the floor */
+    rp_result_free(&f);
+    f = run(&in, (rp_config_t){.label = "no cache", .mode = RP_MODE_NOCACHE}, 1ull << 30);
+    assert_int_equal(f.peak_allocated, 1024 + 2048);
+    assert_int_equal(f.ooms, 0);
     rp_result_free(&f);
     rp_input_free(&in);
 

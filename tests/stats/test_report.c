@@ -733,6 +733,29 @@ static void test_summary(void **state)
 }
 
 /* PyTorch's unit steps on constructed counters. */
+/* One call site asking for 3 MiB gets blocks of several sizes; the report
+ * groups by the bytes asked for, and sizes that print alike show their
+ * bytes (issue 17: eleven rows for one site, two printed identically). */
+static void test_live_by_requested_size(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 256 * MiB, "");
+    uintptr_t p[8];
+    for (int i = 0; i < 6; i++)
+        p[i] = fx_alloc(&f, 3 * MiB, 0);
+    p[6] = fx_alloc(&f, 3 * MiB + 1000, 0);
+    p[7] = fx_alloc(&f, 3 * MiB + 1000, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 1 * GiB, "");
+    assert_true(text_has(&c.text, "         6 x   3.00 MiB (3145728 bytes) = 18.00 MiB"));
+    assert_true(text_has(&c.text, "         2 x   3.00 MiB (3146728 bytes) = 6.00 MiB"));
+    oomcase_free(&c);
+    for (int i = 0; i < 8; i++)
+        fx_free(&f, p[i], CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
 static void test_summary_units(void **state)
 {
     (void)state;
@@ -789,6 +812,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_caps),
         cmocka_unit_test(test_summary),
         cmocka_unit_test(test_summary_units),
+        cmocka_unit_test(test_live_by_requested_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
