@@ -661,15 +661,15 @@ static void run_whatif(size_t events, int threads)
     }
     if (!req)
         bench_die("the what-if's last request did not fail");
-    core_whatif_opts_t wo = {oom.device_free + oom.reserved, oom.device_total, 60.0, threads};
+    core_whatif_opts_t wo = {oom.device_free + oom.reserved, oom.device_total, 60.0, threads, NULL};
     core_whatif_t w;
     uint64_t t0 = bench_now_ns();
     int rc = core_whatif(ct.d, &oom, &wo, &w);
     double t = (double)(bench_now_ns() - t0) * 1e-9;
-    size_t tried = 0;
+    size_t tried = 0, fit = 0;
     for (size_t i = 0; i < w.nrows; i++)
-        tried += w.rows[i].tried;
-    printf("| %zu | %d | %.3f s | %zu of %zu | %s | %s |\n", (size_t)w.events, threads, t, tried, w.nrows,
+        tried += w.rows[i].tried, fit += w.rows[i].fits;
+    printf("| %zu | %d | %.3f s | %zu of %zu | %zu | %s | %s |\n", (size_t)w.events, threads, t, tried, w.nrows, fit,
            rc == CORE_WHATIF_RAN ? (w.reproduced ? "yes" : "no") : "not run", w.cut_short ? "yes" : "no");
     fflush(stdout);
     for (size_t k = 0; k < 256; k++)
@@ -797,8 +797,9 @@ int main(int argc, char **argv)
 
     if (bench_selected(o.only, o.nonly, "whatif")) {
         printf("\nthe what-if at an OOM (core_whatif): the current settings and the candidates replayed over the "
-               "history\n\n| calls replayed | threads | time | settings replayed | failure reproduced | cut short |\n"
-               "|---:|---:|---:|---:|---|---|\n");
+               "history\n\n| calls replayed | threads | time | settings replayed | settings that fit | failure "
+               "reproduced | "
+               "cut short |\n|---:|---:|---:|---:|---:|---|---|\n");
         run_whatif((size_t)1 << 18, 2);
         run_whatif(1000000, 1);
         run_whatif(1000000, 2);

@@ -365,7 +365,10 @@ static size_t largest_free_block(const core_dev_t *d)
 static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded, size_t alloc_size, int pool_id,
                      const seg_failure_t *why)
 {
-    core_emit(d, CORE_EV_OOM, 0, size, 0, pool_id);
+    size_t dev_free = 0, dev_total = 0;
+    if (d->be.mem_info(d->be.ctx, d->device, &dev_free, &dev_total) != CORE_OK)
+        dev_free = dev_total = 0;
+    core_emit(d, CORE_EV_OOM, dev_free, size, 0, pool_id); /* the snapshot's oom event: the device's free bytes */
     d->stats.num_ooms++;
     if (!oom)
         return;
@@ -377,8 +380,8 @@ static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded
     oom->limit_hit = why->limit_hit;
     oom->limit = d->allowed;
     oom->backend_error = why->backend_error ? why->backend_error : CORE_ENOMEM;
-    if (d->be.mem_info(d->be.ctx, d->device, &oom->device_free, &oom->device_total) != CORE_OK)
-        oom->device_free = oom->device_total = 0;
+    oom->device_free = dev_free;
+    oom->device_total = dev_total;
     oom->allocated = (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current;
     oom->reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
     oom->largest_free = largest_free_block(d);
@@ -504,6 +507,11 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
         pthread_mutex_lock(&d->lock);
         seg_failure_t why = {false, CORE_ENOMEM};
         fill_oom(d, oom, size, size, size, 0, &why);
+        jr_note(d, JR_ALLOC_FAIL, 0, 0, stream, 0, size, d->next_id + 1);
+        if (oom && d->jr.cap && !d->jr.broken) {
+            oom->history = true;
+            oom->history_pos = d->jr.head - 1;
+        }
         pthread_mutex_unlock(&d->lock);
         return 0;
     }
@@ -535,7 +543,7 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
     if (addr) {
         jr_note(d, JR_ALLOC, 0, pp->id, asked, 0, size, d->next_id);
     } else {
-        jr_note(d, JR_ALLOC_FAIL, 0, pp->id, asked, 0, size, 0);
+        jr_note(d, JR_ALLOC_FAIL, 0, pp->id, asked, 0, size, d->next_id + 1);
         if (oom && d->jr.cap && !d->jr.broken) {
             oom->history = true;
             oom->history_pos = d->jr.head - 1;
@@ -554,7 +562,8 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
         return CORE_NOT_MINE;
     }
     stats_block_free(d, b);
-    jr_note(d, JR_FREE, how, b->pool->owner->id, b->stream, stream, b->requested, (b->id & ~CORE_ID_TAG) >> 6);
+    jr_note(d, JR_FREE, how | (b->nuses ? JR_HOW_MULTI : 0), b->pool->owner->id, b->stream, stream, b->requested,
+            (b->id & ~CORE_ID_TAG) >> 6);
     if (__builtin_expect(b->hold != 0, 0)) {
         pend_held(d, b); /* another process may still use it: no reuse until it is done */
         pthread_mutex_unlock(&d->lock);

@@ -299,7 +299,8 @@ void core_layout_free(core_layout_t *l);
 void core_set_history(core_dev_t *d, size_t capacity);
 
 enum {
-    CORE_WHATIF_MAX = 24, /* rows: the current settings and the candidates */
+    CORE_WHATIF_MAX = 24,  /* rows: the current settings and the candidates */
+    CORE_WHATIF_NAMED = 3, /* settings proven on the busy device too, lowest peak first, before the rest stop */
     CORE_WHATIF_RAN = 0,
     CORE_WHATIF_NO_HISTORY = 1, /* no history, or the failure's record is gone */
     CORE_WHATIF_NO_MEMORY = 2,  /* host memory or a thread could not be had */
@@ -312,6 +313,8 @@ typedef struct core_whatif_row_s {
     uint64_t ooms;        /* allocations not served (of those the program got, and the request) */
     uint64_t first_oom;   /* the first: 0 in the prelude, else the window's record number + 1 */
     size_t peak_reserved; /* the replay's peak reserved bytes */
+    bool unchecked;       /* fit on the idle device, but CORE_WHATIF_NAMED better ones were proven first (not
+                           * checked on the busy one, not claimed: fits is false) */
 } core_whatif_row_t;
 
 typedef struct core_whatif_s {
@@ -337,6 +340,8 @@ typedef struct core_whatif_opts_s {
     size_t total;    /* the device's total memory (per_process_memory_fraction counts against it) */
     double budget_s; /* wall time for all the replays */
     int threads;     /* replays at once (1..16) */
+    const char *conf_text; /* CUCACHE_CONF as the user wrote it (NULL: none): each candidate is this text with
+                            * the candidate's items after it, as the hint prints it (stats/hint.c conf_with) */
 } core_whatif_opts_t;
 
 /* The candidate settings tried, each on top of the current ones

@@ -145,20 +145,90 @@ static int by_id(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int pool_of(uint64_t w)
+{
+    return (int)((w >> 16) & 0xFFFF);
+}
+
+/* A pool id as a record keeps it (pack's clamping). */
+static int pool_clamped(int pool)
+{
+    return pool < 0 ? 0xFFFF : pool > 0xFFFE ? 0xFFFE : pool;
+}
+
+/* Appends an allocation live when the window begins (*cap grows). */
+static bool live_add(jr_copy_t *out, size_t *cap, jr_live_t l)
+{
+    if (out->nlive == *cap) {
+        size_t n = *cap * 2 + 16;
+        jr_live_t *p = hostalloc_realloc(out->live, n * sizeof *p);
+        if (!p)
+            return false;
+        out->live = p;
+        *cap = n;
+    }
+    out->live[out->nlive++] = l;
+    return true;
+}
+
+/*
+ * The allocations live when the window [first, upto] begins: those made
+ * before it (numbers up to `before`: below the window's first allocation,
+ * and not after the failure, whose record carries the number the next
+ * allocation would get) that were still live then.  Each was either freed
+ * since (in the window, or after the failure by another thread: the
+ * records after upto) or is live now.  Called with the device lock held.
+ */
+static bool gather_live(core_dev_t *d, uint64_t first, uint64_t upto, jr_copy_t *out)
+{
+    journal_t *j = &d->jr;
+    uint64_t min_id = UINT64_MAX, fail_next = j->ring[upto & (j->cap - 1)].id;
+    for (uint64_t i = first; i <= upto && min_id == UINT64_MAX; i++)
+        if ((j->ring[i & (j->cap - 1)].w & 0xFF) == JR_ALLOC)
+            min_id = j->ring[i & (j->cap - 1)].id;
+    uint64_t before = (min_id != UINT64_MAX ? min_id : fail_next) - 1; /* numbers start at 1 */
+    size_t cap = 0;
+    for (size_t i = 0; d->map.buckets && i <= d->map.mask; i++)
+        for (const block_t *b = d->map.buckets[i]; b; b = b->map_next) {
+            uint64_t id = (b->id & ~CORE_ID_TAG) >> 6;
+            if (id <= before && !live_add(out, &cap,
+                                          (jr_live_t){.id = id,
+                                                      .size = b->requested,
+                                                      .pool = pool_clamped(b->pool->owner->id),
+                                                      .key = b->stream,
+                                                      .multi = b->nuses > 0}))
+                return false;
+        }
+    for (uint64_t i = first; i < j->head; i++) {
+        const jr_rec_t *r = &j->ring[i & (j->cap - 1)];
+        if ((r->w & 0xFF) != JR_FREE || r->id > before)
+            continue;
+        jr_live_t l = {.id = r->id,
+                       .size = r->size,
+                       .pool = pool_of(r->w),
+                       .key = (r->w >> 32) & 0xFFFF,
+                       .interned = true,
+                       .multi = ((r->w >> 8) & JR_HOW_MULTI) != 0};
+        if (!live_add(out, &cap, l))
+            return false;
+    }
+    return true;
+}
+
 int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
 {
     memset(out, 0, sizeof *out);
     pthread_mutex_lock(&d->lock);
     journal_t *j = &d->jr;
-    if (!j->ring || j->broken || upto >= j->head || j->head - upto > j->cap) {
+    if (!j->ring || j->broken || upto >= j->head || j->head - upto > j->cap ||
+        (j->ring[upto & (j->cap - 1)].w & 0xFF) != JR_ALLOC_FAIL) {
         pthread_mutex_unlock(&d->lock);
         return -1; /* no history, or the record asked for is gone */
     }
     uint64_t first = j->head > j->cap ? j->head - j->cap : 0, n = upto + 1 - first;
     out->rec = hostalloc_malloc(n * sizeof *out->rec);
     out->keys = hostalloc_malloc((j->nkeys + 1) * sizeof *out->keys);
-    out->live = hostalloc_malloc((d->map.count + 1) * sizeof *out->live);
-    if (!out->rec || !out->keys || !out->live) {
+    if (!out->rec || !out->keys || !gather_live(d, first, upto, out)) {
         pthread_mutex_unlock(&d->lock);
         jr_copy_free(out);
         return -1;
@@ -171,45 +241,10 @@ int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
     if (j->nkeys)
         memcpy(out->keys + 1, j->keys, j->nkeys * sizeof *j->keys);
     out->nkeys = j->nkeys + 1;
-    /* the live allocations now (the address map holds exactly those) */
-    size_t nlive = 0;
-    for (size_t i = 0; d->map.buckets && i <= d->map.mask; i++)
-        for (const block_t *b = d->map.buckets[i]; b; b = b->map_next)
-            out->live[nlive++] = (jr_live_t){
-                .id = (b->id & ~CORE_ID_TAG) >> 6, .size = b->requested, .pool = b->pool->owner->id, .key = b->stream};
     pthread_mutex_unlock(&d->lock);
-    /* live when the window began: live now and allocated before it, or
-     * freed in it and allocated before it */
-    uint64_t min_id = UINT64_MAX;
-    for (size_t i = 0; i < n && min_id == UINT64_MAX; i++)
-        if ((out->rec[i].w & 0xFF) == JR_ALLOC)
-            min_id = out->rec[i].id;
-    size_t np = 0;
-    for (size_t i = 0; i < nlive; i++)
-        if (out->live[i].id < min_id)
-            out->live[np++] = out->live[i];
-    for (size_t i = 0; i < n; i++) {
-        const jr_rec_t *r = &out->rec[i];
-        if ((r->w & 0xFF) != JR_FREE || r->id >= min_id)
-            continue;
-        if (np == nlive) { /* room for the frees' allocations */
-            size_t cap = nlive * 2 + 16;
-            jr_live_t *l = hostalloc_realloc(out->live, cap * sizeof *l);
-            if (!l) {
-                jr_copy_free(out);
-                return -1;
-            }
-            out->live = l;
-            nlive = cap;
-        }
-        int pool = (int)(r->w >> 16 & 0xFFFF);
-        out->live[np++] = (jr_live_t){.id = r->id, .size = r->size, .pool = pool, .key = (r->w >> 32) & 0xFFFF};
-        out->live[np - 1].interned = true;
-    }
-    qsort(out->live, np, sizeof *out->live, by_id);
-    out->nlive = np;
+    qsort(out->live, out->nlive, sizeof *out->live, by_id);
     /* keys of the live blocks as interned indices: look them up in the copy */
-    for (size_t i = 0; i < np; i++) {
+    for (size_t i = 0; i < out->nlive; i++) {
         jr_live_t *l = &out->live[i];
         if (l->interned)
             continue;

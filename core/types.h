@@ -134,8 +134,9 @@ typedef struct addr_map_s {
 /* journal.c: the history of the allocator's calls (core_set_history) */
 typedef enum jr_op_e {
     JR_ALLOC = 1,      /* size: requested; id: the allocation's number; s1: its stream key */
-    JR_ALLOC_FAIL = 2, /* size: requested; s1: its stream key */
-    JR_FREE = 3,       /* size, id, pool, s1: the allocation's; how: core_free_t; s2: the free's stream */
+    JR_ALLOC_FAIL = 2, /* size: requested; id: the number the next allocation gets; s1: its stream key */
+    JR_FREE = 3,       /* size, id, pool, s1: the allocation's; how: core_free_t (| JR_HOW_MULTI); s2: the free's
+                        * stream (a fenced free with a stream is not a plain free: it stays fenced in a replay) */
     JR_POLL = 4,
     JR_FENCE = 5,
     JR_SYNC = 6,
@@ -172,7 +173,15 @@ typedef struct jr_live_s {
     int pool;
     uint64_t key; /* interned index once jr_take returns */
     bool interned;
+    bool multi; /* used on other streams (record_stream) before the window */
 } jr_live_t;
+
+/* In a JR_FREE's how, beside the core_free_t: the block had been used on
+ * other streams (its free was forced behind the fence). */
+#define JR_HOW_MULTI 0x80
+/* The stream key a replay records on a prelude allocation that was used on
+ * other streams (any key but its own does). */
+#define JR_MULTI_STREAM ((core_stream_t)0xFFFF0001u)
 
 /* A copy of the window for the what-if: rec[0 .. nrec) are records
  * first .. first + nrec - 1; keys[i] is the stream key of index i. */

@@ -170,6 +170,9 @@ typedef struct job_s {
     core_whatif_row_t *rows;
     size_t nrows;
     _Atomic size_t next;
+    size_t order[CORE_WHATIF_MAX]; /* the busy pass: rows that fit when idle, lowest peak first */
+    size_t norder;
+    _Atomic size_t proven; /* rows the busy pass kept */
     double deadline;
     _Atomic bool late;
 } job_t;
@@ -195,6 +198,16 @@ static int pool_map(core_dev_t *d, pools_t *p, int id)
     return to;
 }
 
+static void pool_forget(pools_t *p, int id)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->from[i] == id) {
+            p->from[i] = p->from[--p->n];
+            p->to[i] = p->to[p->n];
+            return;
+        }
+}
+
 static uintptr_t replay_alloc(core_dev_t *d, pools_t *p, int pool, core_stream_t key, uint64_t size)
 {
     int to = pool_map(d, p, pool);
@@ -209,12 +222,13 @@ static uintptr_t replay_alloc(core_dev_t *d, pools_t *p, int pool, core_stream_t
 /* One setting over the window.  A candidate stops at its first allocation
  * not served (it cannot fit: its peak is then the peak so far); the current
  * settings go to the end.  Returns false when the deadline passed. */
-static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, bool to_the_end)
+static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, bool to_the_end, bool busy)
 {
     const jr_copy_t *c = j->c;
     mem_backend_t m;
     mem_backend_init(&m, j->o->capacity);
     m.total = j->o->total;
+    m.auto_complete = !busy;
     core_backend_t be = mem_backend_vtable(&m);
     core_dev_t *d = core_dev_new(&be, j->device, conf);
     addr_tab_t tab = {0};
@@ -226,6 +240,8 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
     for (size_t i = 0; ok && i < c->nlive; i++) {
         const jr_live_t *l = &c->live[i];
         uintptr_t a = replay_alloc(d, &pools, l->pool, (core_stream_t)l->key, l->size);
+        if (a && l->multi) /* used on other streams before the window: its free waits for the fence, as in the run */
+            core_record_stream(d, a, JR_MULTI_STREAM);
         if (a)
             tab_put(&tab, l->id, a);
         else if (row->ooms++ == 0)
@@ -269,20 +285,24 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
             uintptr_t a = tab_take(&tab, r->id);
             if (!a)
                 break; /* its allocation failed here */
-            core_free_t h = (core_free_t)how;
+            core_free_t h = (core_free_t)(how & ~JR_HOW_MULTI);
             if (s2 == 0 && h != CORE_FREE_AFTER_STREAM) /* a plain free: the setting's reuse rule */
                 h = conf->reuse == CONF_REUSE_FENCED || (conf->reuse == CONF_REUSE_SYNC && capturing) ? CORE_FREE_FENCED
                                                                                                       : CORE_FREE_NOW;
             core_free(d, a, h, s2);
             break;
         }
-        case JR_POLL:
+        case JR_POLL: /* after a stream or event synchronisation (busy: taken for the device's) */
+            if (busy)
+                mem_backend_complete_all(&m);
             core_poll(d);
             break;
         case JR_FENCE:
             core_fence(d);
             break;
         case JR_SYNC:
+            if (busy)
+                mem_backend_complete_all(&m);
             core_synchronized(d);
             break;
         case JR_CAPTURE:
@@ -297,6 +317,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
             break;
         case JR_POOL_DESTROY:
             core_pool_destroy(d, pool_map(d, &pools, pool));
+            pool_forget(&pools, pool);
             break;
         case JR_RECORD_STREAM: {
             size_t h = tab_slot(&tab, r->id);
@@ -327,8 +348,48 @@ static void *worker(void *arg)
     job_t *j = arg;
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nrows;)
         if (!atomic_load(&j->late))
-            replay_one(j, &j->confs[i], &j->rows[i], i == 0);
+            replay_one(j, &j->confs[i], &j->rows[i], i == 0, false);
     return NULL;
+}
+
+/* The second pass: each setting that fits on an idle device, on a busy one
+ * (a fence or event completes only when the allocator waits for it or the
+ * job synchronises): it must fit there too. */
+static void *worker_busy(void *arg)
+{
+    job_t *j = arg;
+    for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < j->norder;) {
+        size_t i = j->order[k];
+        if (atomic_load(&j->late) || atomic_load(&j->proven) >= CORE_WHATIF_NAMED) {
+            j->rows[i].fits = false; /* not checked: not claimed */
+            j->rows[i].unchecked = true;
+            continue;
+        }
+        core_whatif_row_t busy = j->rows[i];
+        if (!replay_one(j, &j->confs[i], &busy, false, true))
+            j->rows[i].tried = false;
+        j->rows[i].fits = busy.fits;
+        if (busy.fits)
+            atomic_fetch_add(&j->proven, 1);
+    }
+    return NULL;
+}
+
+/* Runs fn on up to `threads` threads over the job's rows; false when no
+ * thread could be started. */
+static bool run_workers(job_t *j, int threads, void *(*fn)(void *))
+{
+    int nt = threads < 1 ? 1 : threads > 16 ? 16 : threads;
+    atomic_store(&j->proven, 0);
+    pthread_t th[16];
+    int started = 0;
+    atomic_store(&j->next, 0);
+    for (int t = 0; t < nt; t++)
+        if (pthread_create(&th[started], NULL, fn, j) == 0)
+            started++;
+    for (int t = 0; t < started; t++)
+        pthread_join(th[t], NULL);
+    return started > 0;
 }
 
 int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *o, core_whatif_t *out)
@@ -369,16 +430,24 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
     j->o = o;
     j->device = d->device;
     j->rows = out->rows;
-    conf_t cur;
+    /* row 0: the settings the device runs with; the candidates: what the
+     * user gets by adding the candidate to CUCACHE_CONF, as the hint says */
+    conf_t cur, base;
     core_conf(d, &cur);
     j->confs[0] = cur;
     out->rows[0].change[0] = '\0';
+    char err[256];
+    conf_defaults(&base);
+    if (o->conf_text && conf_parse(&base, o->conf_text, err, sizeof err) != 0)
+        base = cur;
+    bool vmm = d->be.vmm_granularity && d->be.vmm_granularity(d->be.ctx, d->device) != 0;
     size_t n = 1;
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
-        conf_t t = cur;
-        char err[256];
-        if (conf_parse(&t, candidates[i], err, sizeof err) != 0 || memcmp(&t, &cur, sizeof t) == 0)
+        conf_t t = base;
+        if (conf_parse(&t, candidates[i], err, sizeof err) != 0 || memcmp(&t, &base, sizeof t) == 0)
             continue;
+        if (t.expandable_segments && !vmm)
+            continue; /* the device has no virtual memory: the setting would be ignored there */
         bool dup = false;
         for (size_t k = 1; k < n && !dup; k++)
             dup = memcmp(&t, &j->confs[k], sizeof t) == 0;
@@ -403,15 +472,7 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
     /* every setting on worker threads, the current ones first: a replay
      * routes its thread to its own pools (core_pool_use), which must not
      * touch the routing of the thread that failed */
-    int nt = o->threads < 1 ? 1 : o->threads > 16 ? 16 : o->threads;
-    pthread_t th[16];
-    int started = 0;
-    for (int t = 0; t < nt; t++)
-        if (pthread_create(&th[t], NULL, worker, j) == 0)
-            started++;
-    for (int t = 0; t < started; t++)
-        pthread_join(th[t], NULL);
-    if (started == 0) {
+    if (!run_workers(j, o->threads, worker)) {
         hostalloc_free(j);
         jr_copy_free(&c);
         return out->status = CORE_WHATIF_NO_MEMORY;
@@ -421,6 +482,22 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
     out->reproduced = out->rows[0].tried && out->rows[0].ooms == 1 && out->rows[0].first_oom == c.nrec;
     for (size_t i = 1; i < n && !out->reproduced; i++)
         out->rows[i].fits = false;
+    if (out->reproduced) {
+        for (size_t i = 1; i < n; i++)
+            if (out->rows[i].fits)
+                j->order[j->norder++] = i;
+        for (size_t a = 1; a < j->norder; a++) /* by peak, then the order tried: few rows */
+            for (size_t b = a; b > 0 && out->rows[j->order[b]].peak_reserved < out->rows[j->order[b - 1]].peak_reserved;
+                 b--) {
+                size_t t = j->order[b];
+                j->order[b] = j->order[b - 1];
+                j->order[b - 1] = t;
+            }
+        /* at most CORE_WHATIF_NAMED + threads - 1 are checked: the report names the best few */
+        if (!run_workers(j, o->threads, worker_busy))
+            for (size_t i = 1; i < n; i++)
+                out->rows[i].fits = false;
+    }
     out->nrows = n;
     out->cut_short = atomic_load(&j->late);
     out->seconds = now_s() - t0;

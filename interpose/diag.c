@@ -486,7 +486,8 @@ void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
                                  .budget_s = diag.whatif_ms / 1000.0,
                                  .threads = cpus < 1   ? 1
                                             : cpus > 8 ? 8
-                                                       : (int)cpus};
+                                                       : (int)cpus,
+                                 .conf_text = diag.conf_text};
         core_whatif(d, oom, &wo, w);
     }
     oom_ctx_t o = {

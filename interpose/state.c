@@ -217,8 +217,11 @@ int hook_free_any(hook_dev_t *first, uintptr_t addr, core_free_t how, core_strea
         if (!o || o == d)
             continue;
         /* a pointer of another device: its own stream keys mean nothing
-         * there, so the free waits for that device's fence */
-        if (core_free(o, addr, how == CORE_FREE_NOW ? how : CORE_FREE_FENCED, 0) == CORE_FREED)
+         * there, so the free waits for that device's fence (the stream
+         * goes along, unused, so that the history tells this free from a
+         * plain cudaFree: core/whatif.c keeps it fenced under every setting) */
+        if (core_free(o, addr, how == CORE_FREE_NOW ? how : CORE_FREE_FENCED, how == CORE_FREE_NOW ? 0 : stream) ==
+            CORE_FREED)
             return CORE_FREED;
     }
     for (int i = 0; i < HOOK_MAX_DEVICES && !*inside; i++) {

@@ -346,11 +346,12 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
         return;
     }
     const core_whatif_row_t *fit[CORE_WHATIF_MAX];
-    size_t nfit = 0, untried = 0;
+    size_t nfit = 0, untried = 0, unchecked = 0;
     for (size_t i = 1; i < w->nrows; i++) {
         if (w->rows[i].fits)
             fit[nfit++] = &w->rows[i];
         untried += !w->rows[i].tried;
+        unchecked += w->rows[i].unchecked;
     }
     char cut[160] = "";
     if (w->cut_short)
@@ -360,10 +361,14 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
                  secs, untried, w->nrows - 1);
     if (nfit) {
         qsort(fit, nfit, sizeof *fit, by_peak);
+        char more[96] = "";
+        if (unchecked)
+            snprintf(more, sizeof more, " (and %zu more on an idle device, not checked on a busy one)", unchecked);
         rep_line(sink, ctx,
                  "hint: replaying %s on the %s cucache could have: the current settings fail at this request, and "
-                 "%zu of %zu settings tried serve every allocation and this request%s:",
-                 win, sz(w->capacity).s, nfit, w->nrows - 1, cut);
+                 "%zu of %zu settings tried serve every allocation and this request, whether the device is idle or "
+                 "busy%s%s:",
+                 win, sz(w->capacity).s, nfit, w->nrows - 1, more, cut);
         for (size_t i = 0; i < nfit && i < 3; i++) {
             char conf[1400];
             conf_with(r, fit[i]->change, conf, sizeof conf);

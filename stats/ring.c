@@ -59,9 +59,8 @@ void st_ring_observe(void *ctx, const core_event_t *e)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    /* For CORE_EV_OOM the core passes addr 0 (it has not asked the device
-     * for its free bytes when it reports the failure): device_free reads 0,
-     * which is PyTorch's value when the query failed too. */
+    /* For CORE_EV_OOM the core passes the device's free bytes as addr
+     * (the snapshot's device_free; 0 when the query failed, as PyTorch). */
     const st_trace_ev_t ev = {
         .time_us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u,
         .addr = e->addr,

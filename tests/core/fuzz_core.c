@@ -154,7 +154,7 @@ static void op_alloc(fuzz_t *f, uint8_t a, uint8_t b, uint8_t c)
             fuzz_fail(f, "alloc %zu failed with backend error %d", size, oom.backend_error);
         if (!f->whatif_done && oom.history) { /* the history, wrapped or not, rebuilds what is live */
             f->whatif_done = true;
-            core_whatif_opts_t wo = {oom.device_free + oom.reserved, oom.device_total, 0.05, 1};
+            core_whatif_opts_t wo = {oom.device_free + oom.reserved, oom.device_total, 0.05, 1, NULL};
             core_whatif_t w;
             if (core_whatif(f->d, &oom, &wo, &w) != CORE_WHATIF_RAN)
                 fuzz_fail(f, "the what-if did not run (status %d)", w.status);

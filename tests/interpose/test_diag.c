@@ -345,15 +345,17 @@ static void test_oom_hint_holds_when_applied(void **state)
     itest_run_t *r = malloc(sizeof *r), *again = malloc(sizeof *again);
     const char *const argv[] = {child, "leak", "220", "300", NULL};
     itest_spawn(child, argv, NULL, NULL, 60000, r);
-    if (itest_expandable()) { /* already the setting that serves it */
-        itest_expect_exit(r, 0);
+    /* under expandable_segments:true it is served or not depending on when
+     * the simulated device completes its fences (the what-if names only
+     * what serves it either way) */
+    if (itest_expandable() && !r->hung && WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0) {
         free(r);
         free(again);
         return;
     }
     itest_expect_exit(r, 3);
     expect_in(r->err, "the replay", "hint: replaying all 661 allocator calls of GPU 0");
-    expect_in(r->err, "the setting", "hint:   CUCACHE_CONF=expandable_segments:true (peak reserved");
+    expect_in(r->err, "the setting", "hint:   CUCACHE_CONF=expandable_segments:true,reuse:sync (peak reserved");
     size_t named = 0;
     for (const char *p = r->err; (p = strstr(p, "hint:   CUCACHE_CONF="));) {
         p += strlen("hint:   ");

@@ -201,8 +201,11 @@ static void fail_and_report(fx_t *f, oomcase_t *c, size_t size, const char *conf
     core_stats_get(f->d, &c->stats);
     assert_int_equal(core_layout(f->d, &c->layout, NULL, NULL), 0);
     core_conf(f->d, &c->conf);
-    core_whatif_opts_t wo = {
-        .capacity = c->oom.device_free + c->oom.reserved, .total = c->oom.device_total, .budget_s = 60, .threads = 2};
+    core_whatif_opts_t wo = {.capacity = c->oom.device_free + c->oom.reserved,
+                             .total = c->oom.device_total,
+                             .budget_s = 60,
+                             .threads = 2,
+                             .conf_text = conf_text};
     core_whatif(f->d, &c->oom, &wo, &c->whatif);
     st_oom_input_t in;
     report_input(c, conf_text, &in, true);
