@@ -163,6 +163,36 @@ static void test_wrapped_history_starts_from_live_set(void **state)
     fx_close(&f);
 }
 
+/* Other threads go on between the failure and the what-if: an allocation
+ * made before the window and freed after the failure was live then; one
+ * made after the failure was not (helper review of the first version). */
+static void test_live_set_at_the_failure(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 2 * GiB, NULL);
+    core_set_history(f.d, 1024);
+    uintptr_t old = fx_alloc(&f, 500 * MiB, 0);
+    for (int i = 0; i < 700; i++) { /* wraps the ring: the window starts after `old` */
+        uintptr_t t = fx_alloc(&f, 2 * MiB, 0);
+        fx_free(&f, t, CORE_FREE_FENCED, 0);
+    }
+    uintptr_t keep = fx_alloc(&f, 300 * MiB, 0);
+    core_oom_t oom;
+    assert_int_equal(core_malloc(f.d, 1300 * MiB, 0, &oom), 0);
+    /* after the failure: old freed, a new allocation made */
+    fx_free(&f, old, CORE_FREE_FENCED, 0);
+    uintptr_t later = fx_alloc(&f, 700 * MiB, 0);
+    core_whatif_t w = whatif(&f, &oom, 30.0);
+    assert_false(w.whole);
+    assert_int_equal(w.prelude, 1);
+    assert_int_equal(w.prelude_bytes, 500 * MiB);
+    assert_int_equal(w.live_bytes, 800 * MiB); /* old and keep; not later */
+    fx_free(&f, keep, CORE_FREE_FENCED, 0);
+    fx_free(&f, later, CORE_FREE_FENCED, 0);
+    fx_close(&f);
+}
+
 /* No time: nothing is tried, and the result says it was cut short. */
 static void test_budget_cut_short(void **state)
 {
@@ -201,6 +231,7 @@ int main(void)
         cmocka_unit_test(test_leak_loop_hint_holds_when_applied),
         cmocka_unit_test(test_nothing_fits),
         cmocka_unit_test(test_wrapped_history_starts_from_live_set),
+        cmocka_unit_test(test_live_set_at_the_failure),
         cmocka_unit_test(test_budget_cut_short),
         cmocka_unit_test(test_no_history),
     };
