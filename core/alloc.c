@@ -700,6 +700,15 @@ void core_set_capturing(core_dev_t *d, bool on)
     pthread_mutex_unlock(&d->lock);
 }
 
+void core_fallback_served(core_dev_t *d)
+{
+    pthread_mutex_lock(&d->lock);
+    if (d->stats.num_ooms)
+        d->stats.num_ooms--;
+    d->stats.num_fallback_served++;
+    pthread_mutex_unlock(&d->lock);
+}
+
 void core_synchronized(core_dev_t *d)
 {
     pthread_mutex_lock(&d->lock);

@@ -182,6 +182,11 @@ int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream);
  * foreign one.  Walks the segments: for error paths. */
 bool core_owns(core_dev_t *d, uintptr_t addr);
 
+/* An allocation this core failed (core_malloc returned 0) was served by
+ * another allocator (the CUDA runtime's own): the program saw no failure,
+ * so num_ooms gives it back and num_fallback_served counts it. */
+void core_fallback_served(core_dev_t *d);
+
 /* The program synchronised the device: every pending block is reusable. */
 void core_synchronized(core_dev_t *d);
 

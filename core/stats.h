@@ -32,15 +32,16 @@
     X(oversize_allocations) /* live allocations of at least max_split_size */                                          \
     X(oversize_segments)    /* segments of at least max_split_size */
 
-#define CORE_STAT_COUNTERS(X)                                                                                          \
-    X(num_alloc_retries)    /* allocations that freed the whole cache and retried */                                   \
-    X(num_ooms)             /* allocations that failed */                                                              \
-    X(num_sync_all_streams) /* full waits for every pending free */                                                    \
-    X(num_device_alloc)     /* segments asked from the device */                                                       \
-    X(num_device_free)      /* segments returned to the device */                                                      \
-    X(num_cache_hits)       /* allocations served from cached blocks */                                                \
-    X(num_fences)           /* fences recorded (each shared by every free since the last) */                           \
-    X(num_fence_waits)      /* times an allocation waited for a fence or event */                                      \
+#define CORE_STAT_COUNTERS(X)                                                                                           \
+    X(num_alloc_retries)   /* allocations that freed the whole cache and retried */                                     \
+    X(num_ooms)            /* allocations that failed (as the program saw it: less num_fallback_served) */              \
+    X(num_fallback_served) /* allocations the core could not serve that another allocator did (core_fallback_served) */ \
+    X(num_sync_all_streams) /* full waits for every pending free */                                                     \
+    X(num_device_alloc)     /* segments asked from the device */                                                        \
+    X(num_device_free)      /* segments returned to the device */                                                       \
+    X(num_cache_hits)       /* allocations served from cached blocks */                                                 \
+    X(num_fences)           /* fences recorded (each shared by every free since the last) */                            \
+    X(num_fence_waits)      /* times an allocation waited for a fence or event */                                       \
     X(fence_wait_ns)        /* time spent in those waits */
 
 enum { CORE_POOL_ALL = 0, CORE_POOL_SMALL = 1, CORE_POOL_LARGE = 2, CORE_POOL_CLASSES = 3 };

@@ -506,13 +506,17 @@ static atomic_ulong fallback_count;
 
 void hook_fallback_served(const hook_dev_t *hd, const core_oom_t *oom)
 {
+    core_dev_t *d = hook_dev_core((hook_dev_t *)hd);
+    if (d)
+        core_fallback_served(d);
     if (atomic_fetch_add(&fallback_count, 1) != 0)
         return;
     char a[32], b[32];
     st_fmt_size(a, sizeof a, oom->requested);
     st_fmt_size(b, sizeof b, oom->reserved);
     hook_log("GPU %d: cucache could not serve %s (it holds %s) and the CUDA runtime's own allocator served it: "
-             "not an out-of-memory failure, the program got its memory (uncached; this is said once)",
+             "not an out-of-memory failure, the program got its memory (uncached; said once, counted in "
+             "num_fallback_served and the exit summary)",
              hd->ordinal, a, b);
 }
 

@@ -189,6 +189,12 @@ static void sum_cucache(const core_stats_t *s, st_sink_fn sink, void *ctx)
              (unsigned long long)s->num_device_alloc, plural(s->num_device_alloc, "allocation", "allocations"));
     st_linef(sink, ctx, "device allocations: %llu, device frees: %llu", (unsigned long long)s->num_device_alloc,
              (unsigned long long)s->num_device_free);
+    if (s->num_fallback_served)
+        st_linef(sink, ctx,
+                 "served outside the cache: %llu %s cucache could not serve, the CUDA runtime's own allocator did "
+                 "(not counted as CUDA OOMs: the program got its memory)",
+                 (unsigned long long)s->num_fallback_served,
+                 plural(s->num_fallback_served, "allocation", "allocations"));
     fmt_ns(t, sizeof t, s->fence_wait_ns);
     st_linef(sink, ctx, "fences: %llu recorded, %llu %s for a fence or event, %s waiting",
              (unsigned long long)s->num_fences, (unsigned long long)s->num_fence_waits,

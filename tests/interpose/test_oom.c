@@ -269,6 +269,41 @@ static void test_limit_counts_what_is_held(void **state)
     assert_int_equal(itest_stat(0, "num_ooms"), ooms0 + 1);
 }
 
+/* cucache's own path fails (a 4 MiB request needs a 20 MiB segment and the
+ * device has 12 MiB free) and the runtime's cudaMalloc then serves it: the
+ * program saw no failure, so no OOM report and no OOM counted, one line
+ * saying what happened, and num_fallback_served (issue 17). */
+static void test_fallback_served_is_not_an_oom(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    if (itest_expandable())
+        skip(); /* 4 MiB is two pages there: cucache serves it itself */
+    itest_empty_cache(0);
+    enum { N = 46 };
+    void *p[N] = {0};
+    for (int i = 0; i < N; i++)
+        SIM_OK(cudaMalloc(&p[i], 22 * MIB)); /* 1012 MiB in 22 MiB segments */
+    int64_t ooms0 = itest_stat(0, "num_ooms"), fb0 = itest_stat(0, "num_fallback_served");
+    void *q = NULL;
+    char err[8192];
+    itest_stderr_begin();
+    cudaError_t rc = cudaMalloc(&q, 4 * MIB);
+    itest_stderr_end(err, sizeof err);
+    assert_int_equal(rc, cudaSuccess);
+    touch(q, 4 * MIB, 0x61);
+    assert_int_equal(itest_stat(0, "num_ooms"), ooms0);
+    assert_int_equal(itest_stat(0, "num_fallback_served"), fb0 + 1);
+    if (strstr(err, "CUDA out of memory"))
+        fail_msg("an OOM report for a call that succeeded:\n%s", err);
+    if (fb0 == 0 && !strstr(err, "the CUDA runtime's own allocator served it"))
+        fail_msg("no line about the fallback:\n%s", err);
+    SIM_OK(cudaFree(q));
+    for (int i = 0; i < N; i++)
+        SIM_OK(cudaFree(p[i]));
+    itest_empty_cache(0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "limit") == 0) {
@@ -280,10 +315,9 @@ int main(int argc, char **argv)
         return ITEST_RUN("interpose.oom_limit", limit_tests, itest_group_setup);
     }
     const struct CMUnitTest tests[] = {
-        ITEST(test_runtime_oom_beyond_capacity),
-        ITEST(test_driver_and_async_oom),
-        ITEST(test_fill_the_device_then_recover),
-        ITEST(test_cached_segments_given_back_on_demand),
+        ITEST(test_runtime_oom_beyond_capacity),   ITEST(test_driver_and_async_oom),
+        ITEST(test_fill_the_device_then_recover),  ITEST(test_cached_segments_given_back_on_demand),
+        ITEST(test_fallback_served_is_not_an_oom),
     };
     return ITEST_RUN("interpose.oom", tests, itest_group_setup);
 }
