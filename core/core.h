@@ -264,6 +264,7 @@ typedef struct core_block_info_s {
     size_t size;      /* bytes, rounded */
     size_t requested; /* bytes the program asked for (ALLOCATED, PENDING); 0 when FREE */
     core_block_state_t state;
+    uint64_t number; /* ALLOCATED, PENDING: the allocation's number on the device (1, 2, ... in order); 0 when FREE */
 } core_block_info_t;
 
 typedef struct core_seg_info_s {

@@ -242,7 +242,8 @@ int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
         memcpy(out->keys + 1, j->keys, j->nkeys * sizeof *j->keys);
     out->nkeys = j->nkeys + 1;
     pthread_mutex_unlock(&d->lock);
-    qsort(out->live, out->nlive, sizeof *out->live, by_id);
+    if (out->nlive)
+        qsort(out->live, out->nlive, sizeof *out->live, by_id);
     /* keys of the live blocks as interned indices: look them up in the copy */
     for (size_t i = 0; i < out->nlive; i++) {
         jr_live_t *l = &out->live[i];

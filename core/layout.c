@@ -75,6 +75,7 @@ int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx)
                 .size = b->size,
                 .requested = b->state == BLOCK_FREE ? 0 : b->requested,
                 .state = block_state(b),
+                .number = b->state == BLOCK_FREE ? 0 : (b->id & ~CORE_ID_TAG) >> 6,
             };
         }
     }

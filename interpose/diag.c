@@ -13,6 +13,10 @@
  *   CUCACHE_SNAPSHOT_ON=LIST   when, besides the API call: oom (the first
  *                              out-of-memory failure; the default), exit,
  *                              signal (SIGUSR1), none; comma-separated
+ *   CUCACHE_LEAK_EXITCODE=N    at exit, list the live allocations of every
+ *                              device by requested size and, when any is
+ *                              live, end the process with status N (1-255;
+ *                              CUCACHE_REPORT=exit lists them too)
  *   CUCACHE_HISTORY=N          allocator calls kept per device for the
  *                              what-if at the first out-of-memory failure
  *                              (core_whatif; default 262144, 24 bytes each,
@@ -60,6 +64,7 @@ static struct {
     unsigned snapshot_on; /* SNAP_ON_* */
     size_t ring_events;   /* 0: no ring */
     size_t history;       /* CUCACHE_HISTORY */
+    int leak_exitcode;    /* CUCACHE_LEAK_EXITCODE; 0: none */
     unsigned whatif_ms;   /* CUCACHE_WHATIF_MS */
     char conf_text[1024]; /* CUCACHE_CONF as written */
     int signal_pipe[2];
@@ -87,18 +92,19 @@ static void shown_value(char *out, size_t len, const char *text)
     out[k < len ? k : len - 1] = '\0';
 }
 
-/* A whole decimal number from 0 to max in variable `name`; -1 with err
- * naming the variable otherwise. */
-static int parse_count(const char *name, const char *text, unsigned long long max, const char *what,
-                       unsigned long long *out, char *err, size_t errlen)
+/* A whole decimal number from min to max in variable `name` ("what" says
+ * what it is: "a number of milliseconds"); -1 with err naming the variable
+ * otherwise. */
+static int parse_count(const char *name, const char *text, unsigned long long min, unsigned long long max,
+                       const char *what, unsigned long long *out, char *err, size_t errlen)
 {
     char *end;
     errno = 0;
     unsigned long long n = strtoull(text, &end, 10);
-    if (errno || *end || end == text || text[0] == '-' || n > max) {
+    if (errno || *end || end == text || text[0] == '-' || n < min || n > max) {
         char shown[64];
         shown_value(shown, sizeof shown, text);
-        snprintf(err, errlen, "%s: '%s' is not a number of %s from 0 to %llu", name, shown, what, max);
+        snprintf(err, errlen, "%s: '%s' is not %s from %llu to %llu", name, shown, what, min, max);
         return -1;
     }
     *out = n;
@@ -223,20 +229,28 @@ int hook_diag_start(char *err, size_t errlen)
     unsigned long long n;
     const char *history = secure_getenv("CUCACHE_HISTORY");
     if (history && *history) {
-        if (parse_count("CUCACHE_HISTORY", history, MAX_HISTORY, "allocator calls", &n, err, errlen) != 0)
+        if (parse_count("CUCACHE_HISTORY", history, 0, MAX_HISTORY, "a number of allocator calls", &n, err, errlen) !=
+            0)
             return -1;
         diag.history = (size_t)n;
     }
+    const char *leak = secure_getenv("CUCACHE_LEAK_EXITCODE");
+    if (leak && *leak) {
+        if (parse_count("CUCACHE_LEAK_EXITCODE", leak, 1, 255, "an exit status", &n, err, errlen) != 0)
+            return -1;
+        diag.leak_exitcode = (int)n;
+    }
     const char *whatif = secure_getenv("CUCACHE_WHATIF_MS");
     if (whatif && *whatif) {
-        if (parse_count("CUCACHE_WHATIF_MS", whatif, MAX_WHATIF_MS, "milliseconds", &n, err, errlen) != 0)
+        if (parse_count("CUCACHE_WHATIF_MS", whatif, 0, MAX_WHATIF_MS, "a number of milliseconds", &n, err, errlen) !=
+            0)
             return -1;
         diag.whatif_ms = (unsigned)n;
     }
 
     if ((diag.snapshot_on & SNAP_ON_SIGNAL) && start_signal(err, errlen) != 0)
         return -1;
-    if (diag.report_exit || (diag.snapshot_on & SNAP_ON_EXIT))
+    if (diag.report_exit || (diag.snapshot_on & SNAP_ON_EXIT) || diag.leak_exitcode)
         atexit(at_exit);
     return 0;
 }
@@ -551,6 +565,41 @@ int hook_summary(int device, st_sink_fn sink, void *ctx)
     return 0;
 }
 
+typedef struct leak_ctx_s {
+    int device;
+    const core_layout_t *layout;
+    uint64_t allocs;
+    size_t live;
+} leak_ctx_t;
+
+static void emit_leak(void *arg, st_sink_fn sink, void *ctx)
+{
+    leak_ctx_t *l = arg;
+    l->live = st_leak_report(l->device, l->layout, l->allocs, sink, ctx);
+}
+
+/* The live allocations of a device at exit, listed; returns their count. */
+static size_t leak_check(int device)
+{
+    core_dev_t *d = hook_dev_core(&hook_devs[device]);
+    if (!d)
+        return 0;
+    core_stats_t s;
+    core_stats_get(d, &s);
+    if (s.allocation[CORE_POOL_ALL].current <= 0)
+        return 0;
+    core_layout_t layout;
+    if (core_layout(d, &layout, NULL, NULL) != 0) {
+        hook_log("leak check: GPU %d: %lld allocations still live at exit (no host memory to list them)", device,
+                 (long long)s.allocation[CORE_POOL_ALL].current);
+        return (size_t)s.allocation[CORE_POOL_ALL].current;
+    }
+    leak_ctx_t l = {device, &layout, s.allocation[CORE_POOL_ALL].allocated, 0};
+    emit_block(emit_leak, &l);
+    core_layout_free(&layout);
+    return l.live;
+}
+
 static void at_exit(void)
 {
     /* A process that never allocated through cucache (a launcher, a shell
@@ -564,4 +613,14 @@ static void at_exit(void)
         used |= hook_dev_core(&hook_devs[i]) != NULL;
     if ((diag.snapshot_on & SNAP_ON_EXIT) && used)
         hook_snapshot(diag.snapshot, -1, "exit");
+    size_t live = 0;
+    if (diag.report_exit || diag.leak_exitcode)
+        for (int i = 0; i < HOOK_MAX_DEVICES; i++)
+            live += leak_check(i);
+    if (diag.leak_exitcode && live) {
+        hook_log("exit status %d (CUCACHE_LEAK_EXITCODE): %zu allocation%s still live at exit", diag.leak_exitcode,
+                 live, live == 1 ? "" : "s");
+        fflush(NULL);
+        _exit(diag.leak_exitcode);
+    }
 }

@@ -78,6 +78,14 @@ void st_report_oom_repeat(const st_oom_input_t *in, unsigned long count, st_sink
  * ("everything freed" or "N bytes in M allocations still live"). */
 void st_summary(int device, const core_stats_t *s, st_sink_fn sink, void *ctx);
 
+/* The leak check at exit: the live allocations of a device's layout
+ * grouped by the bytes asked for, largest total first, each group with the
+ * number of its first allocation (allocations are numbered 1, 2, ... on the
+ * device; `allocs` is how many there were): "leak check: GPU 0: 660.00 MiB
+ * in 220 allocations still live at exit, by requested size:", then a row a
+ * size.  Nothing when none is live.  Returns the live allocations. */
+size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_sink_fn sink, void *ctx);
+
 /* ------------------------------------------------------------------------
  * ring.c: recent events for snapshots
  * ---------------------------------------------------------------------- */

@@ -20,8 +20,10 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "hostalloc.h"
 #include "st.h"
 
 #define SUM_WIDTH 75 /* characters between the bars */
@@ -216,4 +218,84 @@ void st_summary(int device, const core_stats_t *s, st_sink_fn sink, void *ctx)
 {
     sum_table(device, s, sink, ctx);
     sum_cucache(s, sink, ctx);
+}
+
+/* ------------------------------------------------------------------------
+ * The leak check at exit
+ * ---------------------------------------------------------------------- */
+
+typedef struct leak_group_s {
+    size_t size, count;
+    uint64_t first; /* the lowest allocation number */
+} leak_group_t;
+
+static int leak_by_size(const void *a, const void *b)
+{
+    const core_block_info_t *x = *(const core_block_info_t *const *)a, *y = *(const core_block_info_t *const *)b;
+    return x->requested != y->requested ? (x->requested > y->requested ? -1 : 1)
+                                        : (x->number > y->number) - (x->number < y->number);
+}
+
+static int leak_by_total(const void *a, const void *b)
+{
+    const leak_group_t *x = a, *y = b;
+    size_t tx = x->size * x->count, ty = y->size * y->count;
+    if (tx != ty)
+        return tx > ty ? -1 : 1;
+    return (x->first > y->first) - (x->first < y->first);
+}
+
+enum { LEAK_ROWS = 10 };
+
+size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_sink_fn sink, void *ctx)
+{
+    size_t n = 0, bytes = 0;
+    for (size_t i = 0; i < l->nblocks; i++)
+        if (l->blocks[i].state == CORE_BLOCK_ALLOCATED)
+            n++, bytes += l->blocks[i].requested;
+    if (!n)
+        return 0;
+    char b[32], t[32], f[32];
+    st_fmt_size(b, sizeof b, bytes);
+    st_linef(sink, ctx, "leak check: GPU %d: %s in %zu %s still live at exit, by requested size:", device, b, n,
+             plural(n, "allocation", "allocations"));
+    const core_block_info_t **live = hostalloc_malloc(n * sizeof *live);
+    leak_group_t *g = hostalloc_malloc(n * sizeof *g);
+    if (!live || !g) {
+        st_linef(sink, ctx, "  (no host memory to group them)");
+        hostalloc_free(live);
+        hostalloc_free(g);
+        return n;
+    }
+    size_t k = 0, ng = 0;
+    for (size_t i = 0; i < l->nblocks; i++)
+        if (l->blocks[i].state == CORE_BLOCK_ALLOCATED)
+            live[k++] = &l->blocks[i];
+    qsort(live, n, sizeof *live, leak_by_size);
+    for (size_t i = 0; i < n; i++) {
+        if (ng && g[ng - 1].size == live[i]->requested)
+            g[ng - 1].count++;
+        else
+            g[ng++] = (leak_group_t){live[i]->requested, 1, live[i]->number};
+    }
+    qsort(g, ng, sizeof *g, leak_by_total);
+    size_t rest = 0, rest_bytes = 0;
+    for (size_t i = 0; i < ng; i++) {
+        if (i >= LEAK_ROWS) {
+            rest += g[i].count, rest_bytes += g[i].size * g[i].count;
+            continue;
+        }
+        st_fmt_size(t, sizeof t, g[i].size * g[i].count);
+        st_fmt_size(f, sizeof f, g[i].size);
+        st_linef(sink, ctx, "  %8zu x %10s (%zu bytes) = %s, the first allocation %llu of %llu", g[i].count, f,
+                 g[i].size, t, (unsigned long long)g[i].first, (unsigned long long)allocs);
+    }
+    if (rest) {
+        st_fmt_size(t, sizeof t, rest_bytes);
+        st_linef(sink, ctx, "  ... %zu more %s: %zu %s, %s", ng - LEAK_ROWS, plural(ng - LEAK_ROWS, "size", "sizes"),
+                 rest, plural(rest, "allocation", "allocations"), t);
+    }
+    hostalloc_free(live);
+    hostalloc_free(g);
+    return n;
 }

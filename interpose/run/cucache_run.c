@@ -64,6 +64,7 @@ typedef struct run_opts_s {
     const char *capacity; /* --sim=CAPACITY, or NULL */
     char *conf;           /* the --conf values joined with ',', or NULL (malloc'ed) */
     bool report;          /* --report */
+    const char *leak_exitcode; /* --leak-exitcode N, or NULL */
     const char *trace;    /* --trace FILE, or NULL */
     const char *snapshot; /* --snapshot FILE, or NULL */
     const char *snapshot_on; /* --snapshot-on WHEN, or NULL */
@@ -111,6 +112,8 @@ static void run_usage(FILE *f)
           "  --conf K:V,...     allocator settings (CUCACHE_CONF); repeatable, joined\n"
           "                     with ','; '--conf help' lists the keys\n"
           "  --report           print the allocator's summary at exit (CUCACHE_REPORT=exit)\n"
+          "  --leak-exitcode N  exit N (1-255) when cucache memory is still live at exit,\n"
+          "                     after listing it by size (CUCACHE_LEAK_EXITCODE)\n"
           "  --trace FILE       record every allocation event to FILE (CUCACHE_TRACE)\n"
           "  --snapshot FILE    where memory snapshots go: a pickle PyTorch's memory viewer\n"
           "                     opens, and JSON beside it (CUCACHE_SNAPSHOT)\n"
@@ -296,6 +299,8 @@ static void run_parse_args(int argc, char **argv, run_opts_t *o)
             char *joined = o->conf ? run_join(o->conf, ',', v) : run_dup(v);
             free(o->conf);
             o->conf = joined;
+        } else if (run_opt_value(argv, argc, &i, "--leak-exitcode", &v)) {
+            o->leak_exitcode = v;
         } else if (run_opt_value(argv, argc, &i, "--trace", &v)) {
             o->trace = v;
         } else if (run_opt_value(argv, argc, &i, "--snapshot-on", &v)) {
@@ -375,6 +380,8 @@ static void run_plan(const run_opts_t *o, env_plan_t *plan)
         plan_set(plan, "CUCACHE_CONF", run_dup(o->conf));
     if (o->report)
         plan_set(plan, "CUCACHE_REPORT", run_dup("exit"));
+    if (o->leak_exitcode)
+        plan_set(plan, "CUCACHE_LEAK_EXITCODE", run_dup(o->leak_exitcode));
     if (o->trace)
         plan_set(plan, "CUCACHE_TRACE", run_dup(o->trace));
     if (o->snapshot)

@@ -315,6 +315,8 @@ static void test_bad_settings_stop_the_program(void **state)
         {"CUCACHE_HISTORY=1\x01", "CUCACHE_HISTORY: '1\\x01'"},
         {"CUCACHE_WHATIF_MS=1e3", "CUCACHE_WHATIF_MS: '1e3' is not a number of milliseconds"},
         {"CUCACHE_WHATIF_MS=9999999", "from 0 to 600000"},
+        {"CUCACHE_LEAK_EXITCODE=0", "CUCACHE_LEAK_EXITCODE: '0' is not an exit status from 1 to 255"},
+        {"CUCACHE_LEAK_EXITCODE=256", "CUCACHE_LEAK_EXITCODE: '256' is not an exit status from 1 to 255"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *const set[] = {cases[i].set, NULL};
@@ -330,6 +332,36 @@ static void test_bad_settings_stop_the_program(void **state)
     itest_spawn(child, argv, set, unset, 30000, r);
     itest_expect_exit(r, 1);
     expect_in(r->err, "needs", "needs CUCACHE_SNAPSHOT");
+    free(r);
+}
+
+/* ---- the leak check at exit ---------------------------------------------- */
+
+/* Live cucache memory at exit, listed by the bytes asked for with the first
+ * allocation of each size, and the exit status CUCACHE_LEAK_EXITCODE asks
+ * for; a run that frees everything keeps its own status and lists nothing. */
+static void test_leak_exit_code(void **state)
+{
+    (void)state;
+    const char *child = itest_helper("ITEST_CHILD");
+    itest_run_t *r = malloc(sizeof *r);
+    const char *const code[] = {"CUCACHE_LEAK_EXITCODE=7", NULL};
+    const char *const leak_argv[] = {child, "leak", "20", "1", NULL};
+    itest_spawn(child, leak_argv, code, NULL, 30000, r);
+    itest_expect_exit(r, 7);
+    expect_in(r->err, "the title",
+              "cucache: leak check: GPU 0: 61.00 MiB in 21 allocations still live at exit, "
+              "by requested size:");
+    expect_in(r->err, "the leaked buffers",
+              "cucache:         20 x   3.00 MiB (3145728 bytes) = 60.00 MiB, the first "
+              "allocation 2 of 41");
+    expect_in(r->err, "the status",
+              "cucache: exit status 7 (CUCACHE_LEAK_EXITCODE): 21 allocations still live at exit");
+    const char *const alloc_argv[] = {child, "alloc", NULL};
+    itest_spawn(child, alloc_argv, code, NULL, 30000, r);
+    itest_expect_exit(r, 0);
+    if (strstr(r->err, "leak check"))
+        fail_msg("a leak check for a run that freed everything:\n%s", r->err);
     free(r);
 }
 
@@ -414,6 +446,7 @@ int main(void)
         ITEST(test_bad_settings_stop_the_program),
         ITEST(test_oom_hint_holds_when_applied),
         ITEST(test_oom_hint_nothing_fits),
+        ITEST(test_leak_exit_code),
     };
     return ITEST_RUN("interpose_diag", tests, itest_group_setup);
 }
