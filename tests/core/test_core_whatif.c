@@ -88,9 +88,8 @@ static void test_leak_loop_hint_holds_when_applied(void **state)
     fx_close(&f);
 }
 
-/* Nothing fits when the live bytes and the request exceed the device; the
- * numbers that say so are there. */
-/* Beyond the device: decided by the numbers, nothing replayed. */
+/* Nothing fits when the live bytes and the request exceed the device:
+ * decided by the numbers, which are there, and nothing replayed. */
 static void test_nothing_fits(void **state)
 {
     (void)state;
