@@ -126,7 +126,10 @@ static int parse_snapshot_on(const char *text, unsigned *out, char *err, size_t 
         else if (n == 4 && strncmp(p, "none", n) == 0)
             ;
         else {
-            snprintf(err, errlen, "CUCACHE_SNAPSHOT_ON: '%.*s' is not one of oom, exit, signal, none", (int)n, p);
+            char item[64], shown[64];
+            snprintf(item, sizeof item, "%.*s", (int)(n < sizeof item ? n : sizeof item - 1), p);
+            shown_value(shown, sizeof shown, item);
+            snprintf(err, errlen, "CUCACHE_SNAPSHOT_ON: '%s' is not one of oom, exit, signal, none", shown);
             return -1;
         }
         p += n;
@@ -189,7 +192,9 @@ int hook_diag_start(char *err, size_t errlen)
     const char *report = secure_getenv("CUCACHE_REPORT");
     if (report && *report && strcmp(report, "off") != 0) {
         if (strcmp(report, "exit") != 0) {
-            snprintf(err, errlen, "CUCACHE_REPORT: '%s' is not one of exit, off", report);
+            char shown[64];
+            shown_value(shown, sizeof shown, report);
+            snprintf(err, errlen, "CUCACHE_REPORT: '%s' is not one of exit, off", shown);
             return -1;
         }
         diag.report_exit = true;
@@ -214,19 +219,14 @@ int hook_diag_start(char *err, size_t errlen)
         }
     }
     const char *events = secure_getenv("CUCACHE_SNAPSHOT_EVENTS");
+    unsigned long long n;
     if (events && *events) {
-        char *end;
-        errno = 0;
-        unsigned long long n = strtoull(events, &end, 10);
-        if (errno || *end || end == events || events[0] == '-' || n > MAX_RING_EVENTS) {
-            snprintf(err, errlen, "CUCACHE_SNAPSHOT_EVENTS: '%s' is not a number of events from 0 to %zu", events,
-                     MAX_RING_EVENTS);
+        if (parse_count("CUCACHE_SNAPSHOT_EVENTS", events, 0, MAX_RING_EVENTS, "a number of events", &n, err,
+                        errlen) != 0)
             return -1;
-        }
         diag.ring_events = (size_t)n;
     }
 
-    unsigned long long n;
     const char *history = secure_getenv("CUCACHE_HISTORY");
     if (history && *history) {
         if (parse_count("CUCACHE_HISTORY", history, 0, MAX_HISTORY, "a number of allocator calls", &n, err, errlen) !=

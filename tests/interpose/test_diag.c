@@ -308,6 +308,8 @@ static void test_bad_settings_stop_the_program(void **state)
         const char *set, *says;
     } cases[] = {
         {"CUCACHE_REPORT=sometimes", "CUCACHE_REPORT: 'sometimes'"},
+        {"CUCACHE_REPORT=exit\x1b[2J", "CUCACHE_REPORT: 'exit\\x1b[2J' is not one of exit, off"},
+        {"CUCACHE_SNAPSHOT_ON=oom,\x07", "CUCACHE_SNAPSHOT_ON: '\\x07' is not one of"},
         {"CUCACHE_SNAPSHOT_ON=crash", "CUCACHE_SNAPSHOT_ON: 'crash'"},
         {"CUCACHE_SNAPSHOT=/tmp/x-%q.pickle", "%q"},
         {"CUCACHE_SNAPSHOT_EVENTS=lots", "CUCACHE_SNAPSHOT_EVENTS: 'lots'"},
