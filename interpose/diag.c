@@ -13,6 +13,11 @@
  *   CUCACHE_SNAPSHOT_ON=LIST   when, besides the API call: oom (the first
  *                              out-of-memory failure; the default), exit,
  *                              signal (SIGUSR1), none; comma-separated
+ *   CUCACHE_LOG=TEMPLATE       every line cucache prints goes to this file
+ *                              instead of stderr (%p pid, %r rank; opened
+ *                              for appending, each line or report written
+ *                              whole with one write; a symbolic link is
+ *                              refused)
  *   CUCACHE_LEAK_EXITCODE=N    at exit, list the live allocations of every
  *                              device by requested size and, when any is
  *                              live, end the process with status N (1-255;
@@ -184,10 +189,32 @@ static int start_signal(char *err, size_t errlen)
     return 0;
 }
 
+/* CUCACHE_LOG: the file cucache's lines go to from now on. */
+static int open_log(const char *tmpl, char *err, size_t errlen)
+{
+    char path[4096], shown[256];
+    if (st_expand_name(tmpl, 0, 0, path, sizeof path, err, errlen) != 0)
+        return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        shown_value(shown, sizeof shown, path);
+        snprintf(err, errlen, "CUCACHE_LOG: cannot open '%s': %s%s", shown, strerror(e),
+                 e == ELOOP ? " (a symbolic link is refused)" : "");
+        return -1;
+    }
+    hook_log_fd = fd;
+    return 0;
+}
+
 int hook_diag_start(char *err, size_t errlen)
 {
     const char *conf = secure_getenv("CUCACHE_CONF");
     snprintf(diag.conf_text, sizeof diag.conf_text, "%s", conf ? conf : "");
+
+    const char *logt = secure_getenv("CUCACHE_LOG");
+    if (logt && *logt && open_log(logt, err, errlen) != 0)
+        return -1;
 
     const char *report = secure_getenv("CUCACHE_REPORT");
     if (report && *report && strcmp(report, "off") != 0) {
@@ -296,7 +323,7 @@ static void text_flush(st_buf_t *b)
 {
     size_t off = 0;
     while (off < b->len) {
-        ssize_t n = write(2, b->data + off, b->len - off);
+        ssize_t n = write(hook_log_fd, b->data + off, b->len - off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)

@@ -416,6 +416,8 @@ void hook_ctx_leave(bool pushed);
 extern HOOK_TLS CUresult hook_backend_error;
 
 /* One line on stderr, prefixed "cucache: ".  Never allocates; errno kept. */
+/* Where cucache's lines go: 2, or CUCACHE_LOG's file (diag.c opens it at start-up). */
+extern int hook_log_fd;
 void hook_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 typedef enum hook_warn_e {

@@ -1,5 +1,6 @@
 /*
- * The output sink: one line at a time on stderr, prefixed "cucache: ",
+ * The output sink: one line at a time on stderr (or CUCACHE_LOG's file,
+ * opened O_APPEND: hook_log_fd), prefixed "cucache: ",
  * formatted into a stack buffer and written with one write(2), so lines of
  * several threads never interleave.  Never allocates, keeps errno.
  */
@@ -10,6 +11,8 @@
 #include <unistd.h>
 
 #include "hook.h"
+
+int hook_log_fd = 2; /* CUCACHE_LOG's file, or stderr (diag.c) */
 
 static void vlog(const char *fmt, va_list ap)
 {
@@ -22,7 +25,7 @@ static void vlog(const char *fmt, va_list ap)
         k = 0;
     n += (size_t)k < sizeof buf - n - 1 ? (size_t)k : sizeof buf - n - 2;
     buf[n++] = '\n';
-    (void)!write(2, buf, n);
+    (void)!write(hook_log_fd, buf, n);
     errno = saved;
 }
 

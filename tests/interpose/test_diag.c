@@ -17,6 +17,7 @@
  */
 #include "itest.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -367,6 +368,61 @@ static void test_leak_exit_code(void **state)
     free(r);
 }
 
+/* CUCACHE_LOG: every line goes to the file (appended, %p expanded), none to
+ * stderr; a symbolic link is refused before the program starts. */
+static void test_log_file(void **state)
+{
+    (void)state;
+    const char *child = itest_helper("ITEST_CHILD");
+    const char *dir = getenv("ITEST_SNAPDIR");
+    assert_non_null(dir);
+    itest_run_t *r = malloc(sizeof *r);
+    char tmpl[512], path[512], link_path[512], var[600], code[] = "CUCACHE_LEAK_EXITCODE=7";
+    snprintf(tmpl, sizeof tmpl, "%s/log-%d-%%p.txt", dir, (int)getpid());
+    snprintf(var, sizeof var, "CUCACHE_LOG=%s", tmpl);
+    const char *const set[] = {var, code, NULL};
+    const char *const argv[] = {child, "leak", "5", "1", NULL};
+    itest_spawn(child, argv, set, NULL, 30000, r);
+    itest_expect_exit(r, 7);
+    if (strstr(r->err, "cucache:"))
+        fail_msg("cucache wrote to stderr with CUCACHE_LOG set:\n%s", r->err);
+    /* the child's pid is not known here: the one file named after this test's pid */
+    char prefix[512];
+    snprintf(prefix, sizeof prefix, "log-%d-", (int)getpid());
+    bool found = false;
+    DIR *dh = opendir(dir);
+    assert_non_null(dh);
+    for (struct dirent *e; !found && (e = readdir(dh));)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            found = true;
+        }
+    closedir(dh);
+    assert_true(found);
+    size_t len;
+    char *text = read_file(path, &len);
+    assert_non_null(text);
+    expect_in(text, "the log", "cucache: leak check: GPU 0: 16.00 MiB in 6 allocations still live at exit");
+    expect_in(text, "the log", "cucache: exit status 7 (CUCACHE_LEAK_EXITCODE)");
+    free(text);
+    unlink(path);
+
+    snprintf(link_path, sizeof link_path, "%s/log-link-%d.txt", dir, (int)getpid());
+    unlink(link_path);
+    assert_int_equal(symlink("/nonexistent/elsewhere", link_path), 0);
+    snprintf(var, sizeof var, "CUCACHE_LOG=%s", link_path);
+    const char *const bad[] = {var, NULL};
+    const char *const alloc_argv[] = {child, "alloc", NULL};
+    itest_spawn(child, alloc_argv, bad, NULL, 30000, r);
+    itest_expect_exit(r, 1);
+    expect_in(r->err, "the refusal",
+              "CUCACHE_LOG: cannot open '%s': Too many levels of symbolic links (a symbolic link "
+              "is refused)",
+              link_path);
+    unlink(link_path);
+    free(r);
+}
+
 /* ---- the hint, proven and applied --------------------------------------- */
 
 /* Issue 17's leak loop: the OOM report names settings only where replaying
@@ -449,6 +505,7 @@ int main(void)
         ITEST(test_oom_hint_holds_when_applied),
         ITEST(test_oom_hint_nothing_fits),
         ITEST(test_leak_exit_code),
+        ITEST(test_log_file),
     };
     return ITEST_RUN("interpose_diag", tests, itest_group_setup);
 }
