@@ -391,6 +391,17 @@ static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded
             oom->expandable_va += s->size;
 }
 
+/* The history's record of a failed allocation (it carries the number the
+ * next allocation gets), and where it is, for core_whatif. */
+static void note_failure(core_dev_t *d, int pool, core_stream_t stream, size_t size, core_oom_t *oom)
+{
+    jr_note(d, JR_ALLOC_FAIL, 0, pool, stream, 0, size, d->next_id + 1);
+    if (oom && d->jr.cap && !d->jr.broken) {
+        oom->history = true;
+        oom->history_pos = d->jr.head - 1;
+    }
+}
+
 static uintptr_t take(core_dev_t *d, block_t *b, size_t rounded, size_t size)
 {
     b = pool_take(d, b, rounded, size);
@@ -507,11 +518,7 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
         pthread_mutex_lock(&d->lock);
         seg_failure_t why = {false, CORE_ENOMEM};
         fill_oom(d, oom, size, size, size, 0, &why);
-        jr_note(d, JR_ALLOC_FAIL, 0, 0, stream, 0, size, d->next_id + 1);
-        if (oom && d->jr.cap && !d->jr.broken) {
-            oom->history = true;
-            oom->history_pos = d->jr.head - 1;
-        }
+        note_failure(d, 0, stream, size, oom);
         pthread_mutex_unlock(&d->lock);
         return 0;
     }
@@ -543,11 +550,7 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
     if (addr) {
         jr_note(d, JR_ALLOC, 0, pp->id, asked, 0, size, d->next_id);
     } else {
-        jr_note(d, JR_ALLOC_FAIL, 0, pp->id, asked, 0, size, d->next_id + 1);
-        if (oom && d->jr.cap && !d->jr.broken) {
-            oom->history = true;
-            oom->history_pos = d->jr.head - 1;
-        }
+        note_failure(d, pp->id, asked, size, oom);
     }
     pthread_mutex_unlock(&d->lock);
     return addr;

@@ -80,6 +80,20 @@ static bool keys_grow(journal_t *j)
     return true;
 }
 
+/* The index of stream key k when the table has it (0 is key 0), else
+ * JR_STREAMS_MAX; adds nothing. */
+static uint32_t key_lookup(const journal_t *j, core_stream_t k)
+{
+    if (k == 0)
+        return 0;
+    if (!j->nslots)
+        return JR_STREAMS_MAX;
+    for (size_t h = key_hash(k, j->nslots - 1); j->slots[h]; h = (h + 1) & (j->nslots - 1))
+        if (j->keys[j->slots[h] - 1] == k)
+            return j->slots[h];
+    return JR_STREAMS_MAX;
+}
+
 /* The index of stream key k (0 is key 0); JR_STREAMS_MAX when the table is
  * full or host memory is short. */
 static uint32_t key_index(journal_t *j, core_stream_t k)
@@ -111,13 +125,6 @@ found:
     return j->last_index;
 }
 
-static inline uint64_t pack(jr_op_t op, unsigned how, int pool, uint32_t s1, uint32_t s2)
-{
-    uint64_t p = pool < 0 ? 0xFFFF : pool > 0xFFFE ? 0xFFFE : (uint64_t)pool;
-    return (uint64_t)op | (uint64_t)(how & 0xFF) << 8 | p << 16 | (uint64_t)(s1 & 0xFFFF) << 32 |
-           (uint64_t)(s2 & 0xFFFF) << 48;
-}
-
 void jr_push(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1, core_stream_t s2, uint64_t size,
              uint64_t id)
 {
@@ -129,7 +136,7 @@ void jr_push(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1
         }
     }
     jr_rec_t *r = &j->ring[j->head & (j->cap - 1)];
-    r->w = pack(op, how, pool, key_index(j, s1), key_index(j, s2));
+    r->w = jr_pack(op, how, pool, key_index(j, s1), key_index(j, s2));
     r->size = size;
     r->id = id;
     j->head++;
@@ -148,12 +155,6 @@ static int by_id(const void *a, const void *b)
 static int pool_of(uint64_t w)
 {
     return (int)((w >> 16) & 0xFFFF);
-}
-
-/* A pool id as a record keeps it (pack's clamping). */
-static int pool_clamped(int pool)
-{
-    return pool < 0 ? 0xFFFF : pool > 0xFFFE ? 0xFFFE : pool;
 }
 
 /* Appends an allocation live when the window begins (*cap grows). */
@@ -194,8 +195,8 @@ static bool gather_live(core_dev_t *d, uint64_t first, uint64_t upto, jr_copy_t 
             if (id <= before && !live_add(out, &cap,
                                           (jr_live_t){.id = id,
                                                       .size = b->requested,
-                                                      .pool = pool_clamped(b->pool->owner->id),
-                                                      .key = b->stream,
+                                                      .pool = (int)jr_pool_field(b->pool->owner->id),
+                                                      .key = key_lookup(j, b->stream),
                                                       .multi = b->nuses > 0}))
                 return false;
         }
@@ -207,7 +208,6 @@ static bool gather_live(core_dev_t *d, uint64_t first, uint64_t upto, jr_copy_t 
                        .size = r->size,
                        .pool = pool_of(r->w),
                        .key = (r->w >> 32) & 0xFFFF,
-                       .interned = true,
                        .multi = ((r->w >> 8) & JR_HOW_MULTI) != 0};
         if (!live_add(out, &cap, l))
             return false;
@@ -244,20 +244,6 @@ int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
     pthread_mutex_unlock(&d->lock);
     if (out->nlive)
         qsort(out->live, out->nlive, sizeof *out->live, by_id);
-    /* keys of the live blocks as interned indices: look them up in the copy */
-    for (size_t i = 0; i < out->nlive; i++) {
-        jr_live_t *l = &out->live[i];
-        if (l->interned)
-            continue;
-        uint64_t idx = JR_STREAMS_MAX;
-        if (l->key == 0)
-            idx = 0;
-        for (size_t k = 1; k < out->nkeys && idx == JR_STREAMS_MAX; k++)
-            if (out->keys[k] == l->key)
-                idx = k;
-        l->key = idx;
-        l->interned = true;
-    }
     return 0;
 }
 

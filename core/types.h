@@ -171,8 +171,7 @@ typedef struct journal_s {
 typedef struct jr_live_s {
     uint64_t id, size;
     int pool;
-    uint64_t key; /* interned index once jr_take returns */
-    bool interned;
+    uint64_t key; /* the stream key's index in the copy's keys */
     bool multi; /* used on other streams (record_stream) before the window */
 } jr_live_t;
 
@@ -268,6 +267,21 @@ typedef struct seg_failure_s {
  * copy begins: 0, or -1 (no history, that record is gone, no host memory). */
 void jr_push(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1, core_stream_t s2, uint64_t size,
              uint64_t id);
+/* A pool id as a record keeps it: ids above 0xFFFE as 0xFFFE, -1 (all
+ * pools) as 0xFFFF. */
+static inline uint64_t jr_pool_field(int pool)
+{
+    return pool < 0 ? 0xFFFF : pool > 0xFFFE ? 0xFFFE : (uint64_t)pool;
+}
+
+/* A record's first word. */
+static inline uint64_t jr_pack(jr_op_t op, unsigned how, int pool, uint32_t s1, uint32_t s2)
+{
+    uint64_t p = jr_pool_field(pool);
+    return (uint64_t)op | (uint64_t)(how & 0xFF) << 8 | p << 16 | (uint64_t)(s1 & 0xFFFF) << 32 |
+           (uint64_t)(s2 & 0xFFFF) << 48;
+}
+
 static inline void jr_note(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1, core_stream_t s2,
                            uint64_t size, uint64_t id)
 {
@@ -276,12 +290,9 @@ static inline void jr_note(core_dev_t *d, jr_op_t op, unsigned how, int pool, co
         return;
     /* the common case inline: the ring exists, no stream or the last one
      * (last_key is never 0: key 0 has index 0) */
-    if (__builtin_expect(j->ring && (s1 == 0 || s1 == j->last_key) && (s2 == 0 || s2 == j->last_key) && pool >= 0 &&
-                             pool < 0xFFFE,
-                         1)) {
+    if (__builtin_expect(j->ring && (s1 == 0 || s1 == j->last_key) && (s2 == 0 || s2 == j->last_key), 1)) {
         jr_rec_t *r = &j->ring[j->head++ & (j->cap - 1)];
-        r->w = (uint64_t)op | (uint64_t)(how & 0xFF) << 8 | (uint64_t)pool << 16 |
-               (uint64_t)(s1 ? j->last_index : 0) << 32 | (uint64_t)(s2 ? j->last_index : 0) << 48;
+        r->w = jr_pack(op, how, pool, s1 ? j->last_index : 0, s2 ? j->last_index : 0);
         r->size = size;
         r->id = id;
         return;

@@ -163,7 +163,6 @@ static uintptr_t tab_take(addr_tab_t *t, uint64_t id)
 /* What one worker shares with the others. */
 typedef struct job_s {
     const jr_copy_t *c;
-    const core_oom_t *oom;
     const core_whatif_opts_t *o;
     int device;
     conf_t confs[CORE_WHATIF_MAX];
@@ -247,9 +246,8 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
         else if (row->ooms++ == 0)
             row->first_oom = 0;
     }
-    size_t done = 0;
     for (size_t i = 0; ok && i < c->nrec; i++) {
-        if ((++done & 1023) == 0 && now_s() > j->deadline) {
+        if ((i & 1023) == 1023 && now_s() > j->deadline) {
             atomic_store(&j->late, true);
             ok = false;
             break;
@@ -426,7 +424,6 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
         return out->status = CORE_WHATIF_NO_MEMORY;
     }
     j->c = &c;
-    j->oom = oom;
     j->o = o;
     j->device = d->device;
     j->rows = out->rows;
@@ -434,8 +431,7 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
      * user gets by adding the candidate to CUCACHE_CONF, as the hint says */
     conf_t cur, base;
     core_conf(d, &cur);
-    j->confs[0] = cur;
-    out->rows[0].change[0] = '\0';
+    j->confs[0] = cur; /* rows[0].change stays "" */
     char err[256];
     conf_defaults(&base);
     if (o->conf_text && conf_parse(&base, o->conf_text, err, sizeof err) != 0)

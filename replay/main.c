@@ -16,6 +16,7 @@
 
 #include "core.h"
 #include "replay.h"
+#include "st.h"
 
 #ifndef CUCACHE_VERSION
 #define CUCACHE_VERSION "unknown"
@@ -37,14 +38,6 @@ static int by_peak(const void *a, const void *b, void *res)
     return x < y ? -1 : x > y;
 }
 
-static void fmt_bytes(char *out, size_t len, uint64_t v)
-{
-    if (v >= ((uint64_t)1 << 30))
-        snprintf(out, len, "%.2f GiB", (double)v / (double)((uint64_t)1 << 30));
-    else
-        snprintf(out, len, "%.2f MiB", (double)v / (double)((uint64_t)1 << 20));
-}
-
 /* --fit: the table of settings, those that fit first. */
 static void print_fit(const rp_input_t *in, const rp_config_t *cfgs, const rp_result_t *res, size_t n,
                       uint64_t capacity)
@@ -54,7 +47,7 @@ static void print_fit(const rp_input_t *in, const rp_config_t *cfgs, const rp_re
         order[i] = i;
     qsort_r(order, n, sizeof *order, by_peak, (void *)res);
     char cap[32];
-    fmt_bytes(cap, sizeof cap, capacity);
+    st_fmt_size(cap, sizeof cap, capacity);
     size_t nfit = 0;
     for (size_t i = 0; i < n; i++)
         nfit += res[i].ooms == 0;
@@ -64,7 +57,7 @@ static void print_fit(const rp_input_t *in, const rp_config_t *cfgs, const rp_re
         const rp_result_t *r = &res[order[i]];
         const rp_config_t *c = &cfgs[order[i]];
         char peak[32], text[1200];
-        fmt_bytes(peak, sizeof peak, r->peak_reserved);
+        st_fmt_size(peak, sizeof peak, r->peak_reserved);
         snprintf(text, sizeof text, "CUCACHE_CONF=%s", c->conf_text[0] ? c->conf_text : "(the defaults)");
         if (r->ooms == 0)
             printf("  fits      %-60s peak reserved %s\n", text, peak);
