@@ -206,7 +206,7 @@ static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t 
     pool_tree_insert(pool, b);
     seg_stats(d, s, +1);
     d->stats.num_device_alloc++;
-    core_emit(d, CORE_EV_SEGMENT_ALLOC, addr, size, stream, pool->owner->id);
+    core_emit(d, CORE_EV_SEGMENT_ALLOC, addr, size, stream, pool->owner->id, 0);
     return s;
 }
 
@@ -251,7 +251,7 @@ void seg_release(core_dev_t *d, seg_t *s)
     block_delete(d, b);
     seg_stats(d, s, -1);
     d->stats.num_device_free++;
-    core_emit(d, CORE_EV_SEGMENT_FREE, s->addr, s->size, s->stream, s->pool->owner->id);
+    core_emit(d, CORE_EV_SEGMENT_FREE, s->addr, s->size, s->stream, s->pool->owner->id, 0);
     d->be.seg_free(d->be.ctx, d->device, s->addr, s->size);
     seg_unlink_free(d, s);
 }
@@ -368,7 +368,8 @@ static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded
     size_t dev_free = 0, dev_total = 0;
     if (d->be.mem_info(d->be.ctx, d->device, &dev_free, &dev_total) != CORE_OK)
         dev_free = dev_total = 0;
-    core_emit(d, CORE_EV_OOM, dev_free, size, 0, pool_id); /* the snapshot's oom event: the device's free bytes */
+    core_emit(d, CORE_EV_OOM, dev_free, size, 0, pool_id,
+              d->site_now); /* the snapshot's oom event: the device's free bytes */
     d->stats.num_ooms++;
     if (!oom)
         return;
@@ -514,8 +515,14 @@ no_host_memory: /* a fitting block, but no block struct for the split */
  * gcc 12 -O3; docs/performance.md); everything else is seg_malloc_slow. */
 uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom_t *oom)
 {
+    return core_malloc_site(d, size, stream, 0, oom);
+}
+
+uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_oom_t *oom)
+{
     if (__builtin_expect(size > (SIZE_MAX >> 2), 0)) {
         pthread_mutex_lock(&d->lock);
+        d->site_now = site;
         seg_failure_t why = {false, CORE_ENOMEM};
         fill_oom(d, oom, size, size, size, 0, &why);
         note_failure(d, 0, stream, size, oom);
@@ -527,6 +534,7 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
     const tls_route_t *route = (unsigned)d->device < CORE_MAX_DEVICES ? &tls_pool[d->device] : NULL;
     int pid = route && route->gen == d->gen ? route->pool : 0;
     pthread_mutex_lock(&d->lock);
+    d->site_now = site;
     ppool_t *pp = pid ? ppool_find(d, pid) : &d->defaults;
     if (__builtin_expect(!pp, 0))
         pp = &d->defaults;

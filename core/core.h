@@ -125,6 +125,10 @@ typedef struct core_oom_s {
 /* Allocates `size` bytes (0 is served as the minimum block) for `stream`.
  * Returns the device address, or 0 with *oom filled (oom may be NULL). */
 uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom_t *oom);
+/* The same, remembering an opaque call site for the block (an interned call
+ * stack, stats/stack.c): it comes back in core_block_info_t.site and in the
+ * observer's events, the OOM event included. */
+uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_oom_t *oom);
 
 enum {
     CORE_FREED = 0,
@@ -265,6 +269,7 @@ typedef struct core_block_info_s {
     size_t requested; /* bytes the program asked for (ALLOCATED, PENDING); 0 when FREE */
     core_block_state_t state;
     uint64_t number; /* ALLOCATED, PENDING: the allocation's number on the device (1, 2, ... in order); 0 when FREE */
+    uint32_t site;   /* ALLOCATED, PENDING: the call site given to core_malloc_site (0: none) */
 } core_block_info_t;
 
 typedef struct core_seg_info_s {

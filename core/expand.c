@@ -87,7 +87,7 @@ static void mapped_stat(core_dev_t *d, seg_t *s, uintptr_t addr, size_t len, int
         d->stats.num_device_alloc++;
     else
         d->stats.num_device_free++;
-    core_emit(d, sign > 0 ? CORE_EV_SEGMENT_MAP : CORE_EV_SEGMENT_UNMAP, addr, len, s->stream, s->pool->owner->id);
+    core_emit(d, sign > 0 ? CORE_EV_SEGMENT_MAP : CORE_EV_SEGMENT_UNMAP, addr, len, s->stream, s->pool->owner->id, 0);
 }
 
 /* A new segment for (pool, stream): addresses only, one UNMAPPED block. */

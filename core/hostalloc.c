@@ -13,8 +13,10 @@
 
 #if CUCACHE_HOSTALLOC_JEMALLOC
 
+#include <dlfcn.h>
 #include <jemalloc/jemalloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* ------------------------------------------------------------------------
  * jemalloc backend
@@ -96,6 +98,20 @@ void hostalloc_free(void *ptr)
         dallocx(ptr, MALLOCX_TCACHE_NONE);
 }
 
+/* The process's free: the first `free` in the global scope, which never is
+ * this library's hidden jemalloc copy. */
+void hostalloc_free_foreign(void *ptr)
+{
+    static void (*_Atomic process_free)(void *);
+    void (*f)(void *) = process_free;
+    if (!f) {
+        f = (void (*)(void *))dlsym(RTLD_DEFAULT, "free");
+        process_free = f;
+    }
+    if (ptr && f)
+        f(ptr);
+}
+
 const char *hostalloc_backend(void)
 {
     return "jemalloc";
@@ -139,6 +155,11 @@ void *hostalloc_realloc(void *ptr, size_t size)
 void hostalloc_free(void *ptr)
 {
     free(ptr);
+}
+
+void hostalloc_free_foreign(void *ptr)
+{
+    free(ptr); /* the process's: this build has no other */
 }
 
 const char *hostalloc_backend(void)

@@ -34,6 +34,11 @@ void *hostalloc_calloc(size_t nmemb, size_t size);
 void *hostalloc_realloc(void *ptr, size_t size);
 void hostalloc_free(void *ptr);
 
+/* Frees memory that another library of the process allocated with the
+ * process's malloc and handed to cucache to free (__cxa_demangle's result):
+ * the process's free, never cucache's copy. */
+void hostalloc_free_foreign(void *ptr);
+
 /* "jemalloc" or "libc": which allocator serves the functions above. */
 const char *hostalloc_backend(void);
 

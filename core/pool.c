@@ -211,6 +211,7 @@ block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
     b->requested = requested;
     b->id = CORE_ID_TAG | ++d->next_id << 6 | (uint64_t)(d->device & 63);
     b->hold = 0;
+    b->site = d->site_now;
     map_insert(d, b);
     stats_block_alloc(d, b);
     return b;
@@ -264,7 +265,7 @@ void pool_release_block(core_dev_t *d, block_t *b, bool idle)
     stat_add(&d->stats.active[cls], -1);
     stat_add(&d->stats.active_bytes[CORE_POOL_ALL], -(int64_t)b->size);
     stat_add(&d->stats.active_bytes[cls], -(int64_t)b->size);
-    core_emit(d, CORE_EV_FREE_COMPLETED, b->addr, b->size, b->stream, b->pool->owner->id);
+    core_emit(d, CORE_EV_FREE_COMPLETED, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
     if (b->uses) {
         hostalloc_free(b->uses);
         b->uses = NULL;

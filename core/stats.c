@@ -24,7 +24,7 @@ void stats_block_alloc(core_dev_t *d, const block_t *b)
     add_both(s->active_bytes, cls, (int64_t)b->size);
     if (b->size >= d->conf.max_split_size)
         stat_add(&s->oversize_allocations, 1);
-    core_emit(d, CORE_EV_ALLOC, b->addr, b->size, b->stream, b->pool->owner->id);
+    core_emit(d, CORE_EV_ALLOC, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
 }
 
 /* The program freed b; it stays active until its last use is over. */
@@ -37,7 +37,7 @@ void stats_block_free(core_dev_t *d, const block_t *b)
     add_both(s->requested_bytes, cls, -(int64_t)b->requested);
     if (b->size >= d->conf.max_split_size)
         stat_add(&s->oversize_allocations, -1);
-    core_emit(d, CORE_EV_FREE_REQUESTED, b->addr, b->size, b->stream, b->pool->owner->id);
+    core_emit(d, CORE_EV_FREE_REQUESTED, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
 }
 
 void core_stats_get(core_dev_t *d, core_stats_t *out)

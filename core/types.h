@@ -77,6 +77,7 @@ struct block_s {
     uint64_t event;      /* PENDING behind an event: its handle (0: the fence list) */
     core_stream_t *uses; /* record_stream: extra streams (hostalloc'ed), NULL if none */
     uint32_t nuses;
+    uint32_t site; /* ALLOCATED/PENDING: the caller's call site (core_malloc_site; 0: none) */
     uint64_t id;   /* ALLOCATED/PENDING: unique per allocation, never reused (core_describe) */
     uint64_t hold; /* ALLOCATED/PENDING: a core_hold token (0: none); PENDING on d->held while held */
     bool idle;     /* FREE: no queued work can use it (freed behind a completed fence or event, or the
@@ -213,6 +214,7 @@ struct core_dev_s {
     block_t *held;          /* freed blocks others still hold (core_hold; pend_next) */
     size_t pending_bytes;   /* bytes of every pending list (fences, events, held) */
     uint64_t next_id;       /* allocations so far: block ids */
+    uint32_t site_now;      /* the call site of the allocation in progress (core_malloc_site) */
     /* block objects */
     block_t *spare; /* free block_t structs (pend_next) */
     /* preallocate strategy */
@@ -375,10 +377,10 @@ static inline void stat_add(core_stat_t *s, int64_t delta)
 void stats_block_alloc(core_dev_t *d, const block_t *b);
 void stats_block_free(core_dev_t *d, const block_t *b);
 static inline void core_emit(core_dev_t *d, core_event_kind_t kind, uintptr_t addr, size_t size, core_stream_t stream,
-                             int pool_id)
+                             int pool_id, uint32_t site)
 {
     if (d->observer) {
-        core_event_t e = {kind, d->device, pool_id, addr, size, stream};
+        core_event_t e = {kind, d->device, pool_id, addr, size, stream, site};
         d->observer(d->observer_ctx, &e);
     }
 }

@@ -27,6 +27,12 @@
  *                              (core_whatif; default 262144, 24 bytes each,
  *                              allocated at the device's first call; 0: none)
  *   CUCACHE_WHATIF_MS=N        its time budget (default 1000; 0: no what-if)
+ *   CUCACHE_STACKS=native[:N]  the call stack of each allocation (N frames,
+ *                              default 24, at most 64; off: none, the
+ *                              default), symbolised when a report or a
+ *                              snapshot is written: snapshot frames, live
+ *                              allocations by call site in the OOM and leak
+ *                              reports (stats/stack.c)
  *   CUCACHE_SNAPSHOT_EVENTS=N  events kept per device for device_traces
  *                              (default 100000; 0: none).  The event ring
  *                              is only recorded when CUCACHE_SNAPSHOT or
@@ -75,6 +81,8 @@ static struct {
     int signal_pipe[2];
 } diag = {.signal_pipe = {-1, -1}, .history = DEFAULT_HISTORY, .whatif_ms = DEFAULT_WHATIF_MS};
 
+bool hook_stacks;
+
 static st_ring_t rings[HOOK_MAX_DEVICES];
 static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER; /* one snapshot at a time */
 static unsigned snap_seq;
@@ -113,6 +121,30 @@ static int parse_count(const char *name, const char *text, unsigned long long mi
         return -1;
     }
     *out = n;
+    return 0;
+}
+
+/* CUCACHE_STACKS: off, native or native:N. */
+static int parse_stacks(const char *text, char *err, size_t errlen)
+{
+    if (strcmp(text, "off") == 0)
+        return 0;
+    unsigned long long depth = ST_STACK_DEPTH_DEFAULT;
+    char why[256];
+    if (strncmp(text, "native", 6) != 0 || (text[6] && text[6] != ':')) {
+        char shown[64];
+        shown_value(shown, sizeof shown, text);
+        snprintf(err, errlen, "CUCACHE_STACKS: '%s' is not one of native, native:DEPTH, off", shown);
+        return -1;
+    }
+    if (text[6] == ':' && parse_count("CUCACHE_STACKS=native:DEPTH", text + 7, 1, ST_STACK_DEPTH_MAX,
+                                      "a number of frames", &depth, err, errlen) != 0)
+        return -1;
+    if (st_stacks_enable((int)depth, why, sizeof why) != 0) {
+        snprintf(err, errlen, "CUCACHE_STACKS=%s: %s", text, why);
+        return -1;
+    }
+    hook_stacks = true;
     return 0;
 }
 
@@ -267,6 +299,9 @@ int hook_diag_start(char *err, size_t errlen)
             return -1;
         diag.leak_exitcode = (int)n;
     }
+    const char *stacks = secure_getenv("CUCACHE_STACKS");
+    if (stacks && *stacks && parse_stacks(stacks, err, errlen) != 0)
+        return -1;
     const char *whatif = secure_getenv("CUCACHE_WHATIF_MS");
     if (whatif && *whatif) {
         if (parse_count("CUCACHE_WHATIF_MS", whatif, 0, MAX_WHATIF_MS, "a number of milliseconds", &n, err, errlen) !=

@@ -431,6 +431,17 @@ typedef enum hook_warn_e {
  * of two with the running count. */
 void hook_warn(hook_warn_t kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* CUCACHE_STACKS (diag.c): each allocation's call stack, interned by
+ * stats/stack.c, as the block's site.  Off, the hooks pay one predictable
+ * branch. */
+extern bool hook_stacks;
+uint32_t st_stack_capture(void); /* stats/st.h */
+
+static inline uint32_t hook_site(void)
+{
+    return HOOK_UNLIKELY(hook_stacks) ? st_stack_capture() : 0;
+}
+
 /* ------------------------------------------------------------------------
  * The trace recorder (trace.c; CUCACHE_TRACE, stats/trace.h)
  * ---------------------------------------------------------------------- */

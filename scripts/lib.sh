@@ -7,8 +7,10 @@
 # clang 14's libFuzzer and sanitizer runtimes (only recommended by clang).
 # python3-numba is a real driver-level client the interpose suite runs with
 # and without cucache (tests/interpose/numba_check.sh).
+# libunwind-dev and libdw-dev record and name allocation call stacks
+# (CUCACHE_STACKS; optional to the build, needed by its tests).
 CUCACHE_DEB_PACKAGES=(meson ninja-build pkg-config libcmocka-dev libjemalloc-dev gcc clang libclang-rt-14-dev python3
-    python3-numba)
+    python3-numba libunwind-dev libdw-dev)
 
 cucache_say() {
     printf '==> %s\n' "$*"
@@ -22,7 +24,7 @@ cucache_missing_packages() {
         command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
     done
     if command -v dpkg >/dev/null 2>&1; then
-        for pkg in libcmocka-dev libjemalloc-dev libclang-rt-14-dev python3-numba; do
+        for pkg in libcmocka-dev libjemalloc-dev libclang-rt-14-dev python3-numba libunwind-dev libdw-dev; do
             dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
         done
     fi

@@ -377,6 +377,19 @@ static void rep_sizes(const rep_t *r, st_sink_fn sink, void *ctx)
     hostalloc_free(groups);
 }
 
+/* With call stacks recorded: the live allocations by call site, the sites
+ * holding the most bytes first. */
+static void rep_sites(const rep_t *r, st_sink_fn sink, void *ctx)
+{
+    st_site_group_t *g;
+    size_t ng = st_group_by_site(r->lay, &g);
+    if (!ng)
+        return;
+    st_linef(sink, ctx, "largest live allocations by call site (innermost frame first):");
+    st_site_lines(g, ng, REP_SITE_ROWS, 0, sink, ctx);
+    hostalloc_free(g);
+}
+
 /* Bytes of [lo, hi) overlapping [a, b). */
 static size_t overlap(size_t lo, size_t hi, size_t a, size_t b)
 {
@@ -518,6 +531,7 @@ void st_report_oom(const st_oom_input_t *in, st_sink_fn sink, void *ctx)
     if (r.lay) {
         rep_pools(&r, sink, ctx);
         rep_sizes(&r, sink, ctx);
+        rep_sites(&r, sink, ctx);
         rep_map(&r, sink, ctx);
     } else {
         st_linef(sink, ctx,

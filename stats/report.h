@@ -14,6 +14,7 @@
 
 enum {
     REP_SIZE_ROWS = 8,     /* live allocation sizes listed before "N more sizes" */
+    REP_SITE_ROWS = 5,     /* call sites (CUCACHE_STACKS) listed before "N more call sites" */
     REP_MAP_SEGS = 16,     /* segment lines in the map before "N more segments" */
     REP_BAR = 32,          /* characters in a segment's bar */
     REP_PRIVATE_POOLS = 8, /* private pools listed before "N more private pools" */

@@ -67,6 +67,7 @@ void st_ring_observe(void *ctx, const core_event_t *e)
         .size = e->size,
         .stream = e->stream,
         .pool_id = e->pool_id,
+        .site = e->site,
         .action = (uint8_t)action_of(e->kind),
     };
     st_ring_push(ctx, &ev);

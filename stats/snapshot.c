@@ -452,6 +452,25 @@ static void kv_empty_list(em_t *em, const char *key)
     em_list_close(em);
 }
 
+/* A call stack (stack.c) as PyTorch's frames, innermost first: name,
+ * filename, line.  A frame without line information names its module (or
+ * "??") as the file and line 0; no stack: an empty list. */
+static void kv_frames(em_t *em, uint32_t site)
+{
+    st_frame_t f[ST_STACK_DEPTH_MAX];
+    size_t n = site ? st_stack_frames(site, f, ST_STACK_DEPTH_MAX) : 0;
+    em_key(em, "frames");
+    em_list_open(em);
+    for (size_t i = 0; i < n; i++) {
+        em_dict_open(em);
+        kv_str(em, "name", f[i].name);
+        kv_str(em, "filename", f[i].file ? f[i].file : f[i].module ? f[i].module : "??");
+        kv_int(em, "line", f[i].file ? f[i].line : 0);
+        em_dict_close(em);
+    }
+    em_list_close(em);
+}
+
 /* ------------------------------------------------------------------------
  * The walk
  * ---------------------------------------------------------------------- */
@@ -488,7 +507,7 @@ static void emit_block(em_t *em, const core_block_info_t *b)
     kv_uint(em, "size", b->size);
     kv_uint(em, "requested_size", b->requested);
     kv_str(em, "state", block_state_name(b->state));
-    kv_empty_list(em, "frames");
+    kv_frames(em, b->site);
     em_dict_close(em);
 }
 
@@ -535,7 +554,7 @@ static void emit_trace_entry(em_t *em, const st_trace_ev_t *e)
     kv_uint(em, "size", e->size);
     kv_uint(em, "stream", e->stream);
     kv_uint(em, "time_us", e->time_us);
-    kv_empty_list(em, "frames");
+    kv_frames(em, e->site);
     kv_str(em, "compile_context", "");
     kv_str(em, "user_metadata", "");
     em_dict_close(em);

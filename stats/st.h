@@ -10,6 +10,7 @@
  *               holds what the two share)
  *   summary.c   the exit summary in torch.cuda.memory_summary()'s layout
  *   ring.c      the bounded ring of recent events for snapshots
+ *   stack.c     call stacks of allocations: captured, interned, symbolised
  *   snapshot.c  snapshots as a pickle in torch.cuda.memory._dump_snapshot's
  *               schema, and as JSON with the same content
  *   file.c      file names from templates (%p %r %d %n), whole-file writes
@@ -109,6 +110,7 @@ typedef struct st_trace_ev_s {
     uint64_t stream;
     int32_t pool_id;
     uint8_t action; /* st_action_t */
+    uint32_t site;  /* the allocation's call site (stack.c id; 0: none) */
 } st_trace_ev_t;
 
 /* A bounded ring of the last `capacity` events of one device.  Not locked:
@@ -171,6 +173,65 @@ void st_buf_free(st_buf_t *b);
 int st_snapshot_pickle(const st_snapshot_t *s, st_buf_t *out);
 /* The same content as one JSON object. */
 int st_snapshot_json(const st_snapshot_t *s, st_buf_t *out);
+
+/* ------------------------------------------------------------------------
+ * stack.c: call stacks of allocations (CUCACHE_STACKS=native)
+ * ---------------------------------------------------------------------- */
+
+enum {
+    ST_STACK_DEPTH_MAX = 64,     /* frames kept at most per stack */
+    ST_STACK_DEPTH_DEFAULT = 24, /* CUCACHE_STACKS=native */
+    ST_STACKS_MAX = 1 << 16,     /* distinct stacks kept; then ST_STACK_DROPPED */
+    ST_STACK_DROPPED = 1,        /* an id: a stack was taken but not kept (table full, or no frame) */
+    ST_STACK_FIRST = 2,          /* the first id of a kept stack; 0: none taken */
+};
+
+/* One frame, symbolised: name is never NULL ("??" when unknown); file and
+ * line where debug information names them (file NULL otherwise); module
+ * (the object's file name, NULL when the address is in none) and the
+ * offset of pc in it.  The strings live as long as the process. */
+typedef struct st_frame_s {
+    const char *name, *file, *module;
+    int line;
+    uintptr_t pc, offset;
+} st_frame_t;
+
+/* Turns capturing on with `depth` frames (1..ST_STACK_DEPTH_MAX).  0, or -1
+ * with err saying why (built without libunwind, a bad depth, no memory). */
+int st_stacks_enable(int depth, char *err, size_t errlen);
+bool st_stacks_on(void);
+/* The calling thread's stack, interned: its id, ST_STACK_DROPPED, or 0
+ * when capturing is off.  cucache's own frames are left out.  Lock-free
+ * unless the stack is new. */
+uint32_t st_stack_capture(void);
+/* Interns a given stack (tests: addresses with no symbols); 0 when the
+ * table was never enabled. */
+uint32_t st_stack_intern(const uintptr_t *pc, int n);
+/* The return addresses of stack `id`, innermost first; 0 for 0,
+ * ST_STACK_DROPPED and unknown ids. */
+size_t st_stack_pcs(uint32_t id, const uintptr_t **pc);
+/* Its first `max` frames symbolised (libdw, else dladdr); the count. */
+size_t st_stack_frames(uint32_t id, st_frame_t *out, size_t max);
+/* "name (file.c:42)", "name (libx.so+0x1234)" or "?? (0x7f00...)". */
+void st_frame_text(const st_frame_t *f, char *buf, size_t len);
+
+/* The live allocations of a layout with one call site. */
+typedef struct st_site_group_s {
+    uint32_t site;
+    size_t count;
+    size_t bytes;    /* requested, summed */
+    size_t min, max; /* the smallest and largest request */
+    uint64_t first;  /* the lowest allocation number */
+} st_site_group_t;
+
+/* The live allocations grouped by site, most bytes first (hostalloc'ed
+ * into *out, the count returned); 0 and NULL when none has a site (stacks
+ * were off) or without host memory. */
+size_t st_group_by_site(const core_layout_t *l, st_site_group_t **out);
+/* The first `rows` groups, each "N x SIZE = TOTAL[, the first allocation
+ * F of ALLOCS], at" and its innermost frames, one a line; then one line for
+ * the rest.  `allocs` 0 leaves the first allocation out. */
+void st_site_lines(const st_site_group_t *g, size_t ng, size_t rows, uint64_t allocs, st_sink_fn sink, void *ctx);
 
 /* ------------------------------------------------------------------------
  * file.c

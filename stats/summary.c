@@ -257,6 +257,15 @@ size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_si
         return 0;
     char b[32], t[32], f[32];
     st_fmt_size(b, sizeof b, bytes);
+    st_site_group_t *sites;
+    size_t nsites = st_group_by_site(l, &sites);
+    if (nsites) {
+        st_linef(sink, ctx, "leak check: GPU %d: %s in %zu %s still live at exit, by call site:", device, b, n,
+                 plural(n, "allocation", "allocations"));
+        st_site_lines(sites, nsites, LEAK_ROWS, allocs, sink, ctx);
+        hostalloc_free(sites);
+        return n;
+    }
     st_linef(sink, ctx, "leak check: GPU %d: %s in %zu %s still live at exit, by requested size:", device, b, n,
              plural(n, "allocation", "allocations"));
     const core_block_info_t **live = hostalloc_malloc(n * sizeof *live);

@@ -52,7 +52,7 @@ enum {
     RUN_EXIT_SETUP = 125,  /* the environment could not be prepared */
     RUN_EXIT_NOEXEC = 126, /* the command exists but could not be run */
     RUN_EXIT_NOTFOUND = 127,
-    RUN_MAX_CHANGES = 8, /* environment variables set, at most */
+    RUN_MAX_CHANGES = 16, /* environment variables set, at most */
 };
 
 /* The simulator's limits on CUCACHE_SIM_CAPACITY (sim/engine.c). */
@@ -65,6 +65,7 @@ typedef struct run_opts_s {
     char *conf;           /* the --conf values joined with ',', or NULL (malloc'ed) */
     bool report;          /* --report */
     const char *leak_exitcode; /* --leak-exitcode N, or NULL */
+    const char *stacks;        /* --stacks: "native", --stacks=DEPTH: "native:DEPTH"; NULL: neither */
     const char *trace;    /* --trace FILE, or NULL */
     const char *snapshot; /* --snapshot FILE, or NULL */
     const char *snapshot_on; /* --snapshot-on WHEN, or NULL */
@@ -113,7 +114,10 @@ static void run_usage(FILE *f)
           "                     with ','; '--conf help' lists the keys\n"
           "  --report           print the allocator's summary at exit (CUCACHE_REPORT=exit)\n"
           "  --leak-exitcode N  exit N (1-255) when cucache memory is still live at exit,\n"
-          "                     after listing it by size (CUCACHE_LEAK_EXITCODE)\n"
+          "                     after listing it by call site or size (CUCACHE_LEAK_EXITCODE)\n"
+          "  --stacks[=DEPTH]   record each allocation's call stack (DEPTH frames, 24 by\n"
+          "                     default) for snapshots and the OOM and leak reports\n"
+          "                     (CUCACHE_STACKS=native)\n"
           "  --trace FILE       record every allocation event to FILE (CUCACHE_TRACE)\n"
           "  --snapshot FILE    where memory snapshots go: a pickle PyTorch's memory viewer\n"
           "                     opens, and JSON beside it (CUCACHE_SNAPSHOT)\n"
@@ -291,6 +295,12 @@ static void run_parse_args(int argc, char **argv, run_opts_t *o)
             o->sim = true;
             o->capacity = a + 6;
             run_check_capacity(o->capacity);
+        } else if (strcmp(a, "--stacks") == 0) {
+            o->stacks = "native";
+        } else if (strncmp(a, "--stacks=", 9) == 0) {
+            if (!a[9])
+                run_die(RUN_EXIT_USAGE, "--stacks=DEPTH needs a number of frames");
+            o->stacks = run_join("native", ':', a + 9);
         } else if (strcmp(a, "--report") == 0) {
             o->report = true;
         } else if (strcmp(a, "--print-env") == 0) {
@@ -382,6 +392,8 @@ static void run_plan(const run_opts_t *o, env_plan_t *plan)
         plan_set(plan, "CUCACHE_REPORT", run_dup("exit"));
     if (o->leak_exitcode)
         plan_set(plan, "CUCACHE_LEAK_EXITCODE", run_dup(o->leak_exitcode));
+    if (o->stacks)
+        plan_set(plan, "CUCACHE_STACKS", run_dup(o->stacks));
     if (o->trace)
         plan_set(plan, "CUCACHE_TRACE", run_dup(o->trace));
     if (o->snapshot)

@@ -150,6 +150,21 @@ SETTINGS = {"CUCACHE_CONF": "str", "max_split_size": "int", "garbage_collection_
 TOP = {"segments": "list", "device_traces": "list", "allocator_settings": "dict", "external_annotations": "list"}
 
 
+FRAME = {"name": "str", "filename": "str", "line": "uint"}
+
+
+def check_frames(path, frames, allowed):
+    """PyTorch's frames: name, filename, line (0 when unknown); cucache
+    records them for blocks and trace events (CUCACHE_STACKS), never for
+    segments."""
+    if frames and not allowed:
+        fail(path, "cucache records no frames here")
+    for i, f in enumerate(frames):
+        keys(f"{path}[{i}]", f, FRAME)
+        if not f["name"] or not f["filename"]:
+            fail(f"{path}[{i}]", "a frame names a function and a file (or '??')")
+
+
 def check_segment(path, s):
     keys(path, s, SEGMENT)
     if s["segment_type"] not in ("small", "large"):
@@ -157,8 +172,7 @@ def check_segment(path, s):
     pid = s["segment_pool_id"]
     if len(pid) != 2 or not all(is_int(x) and x >= 0 for x in pid) or pid[0] != 0:
         fail(f"{path}.segment_pool_id", f"expected (0, pool id), found {pid!r}")
-    if s["frames"]:
-        fail(f"{path}.frames", "cucache records no frames")
+    check_frames(f"{path}.frames", s["frames"], False)
     if not s["blocks"]:
         fail(f"{path}.blocks", "a segment has at least one block")
     at = s["address"]
@@ -172,8 +186,7 @@ def check_segment(path, s):
             fail(f"{bp}.address", f"{b['address']:#x}, expected {at:#x} (blocks must tile the segment)")
         if b["size"] == 0:
             fail(f"{bp}.size", "an empty block")
-        if b["frames"]:
-            fail(f"{bp}.frames", "cucache records no frames")
+        check_frames(f"{bp}.frames", b["frames"], b["state"] != "inactive")
         if b["state"] == "inactive":
             if b["requested_size"] != 0:
                 fail(f"{bp}.requested_size", "an inactive block was requested by nobody")
@@ -201,8 +214,9 @@ def check_trace_entry(path, e):
         fail(f"{path}.action", f"{e['action']!r} is not one of {sorted(ACTIONS)}")
     if e["time_us"] < EPOCH_2020_US:
         fail(f"{path}.time_us", f"{e['time_us']} is before 2020: not microseconds since the epoch")
-    if e["frames"] or e["compile_context"] or e["user_metadata"]:
-        fail(path, "frames, compile_context and user_metadata are empty in cucache's traces")
+    check_frames(f"{path}.frames", e["frames"], e["action"] in ("alloc", "free_requested", "free_completed", "oom"))
+    if e["compile_context"] or e["user_metadata"]:
+        fail(path, "compile_context and user_metadata are empty in cucache's traces")
 
 
 def check_settings(path, s):
@@ -486,6 +500,10 @@ def corruptions(data, text):
         "is_expandable: expected bool"
     yield "segment_pool_id as a list", *edit(lambda s: seg0(s).__setitem__("segment_pool_id", [0, 0])), \
         "segment_pool_id: expected tuple"
+    yield "frames on a segment", *edit(lambda s: seg0(s).__setitem__(
+        "frames", [{"name": "main", "filename": "x.c", "line": 3}])), "segments[0].frames: cucache records no frames"
+    yield "a frame without its line", *edit(lambda s: blk0(s).__setitem__(
+        "frames", [{"name": "main", "filename": "x.c"}])), "frames[0]: missing key line"
     yield "a negative address", *edit(lambda s: blk0(s).__setitem__("address", -1)), "address: expected uint"
     yield "an unknown block state", *edit(lambda s: blk0(s).__setitem__("state", "active_awaiting_free")), \
         "'active_awaiting_free' is not one of"

@@ -42,9 +42,9 @@ static uintptr_t alloc_or(snap_fixture_t *f, size_t size, core_stream_t stream, 
 static void build_far(snap_fixture_t *f)
 {
     const uintptr_t a = (uintptr_t)SNAP_FAR_ADDR;
-    f->far_blocks[0] = (core_block_info_t){a, 512 * 1024, 500000, CORE_BLOCK_ALLOCATED, 1};
-    f->far_blocks[1] = (core_block_info_t){a + 512 * 1024, 512 * 1024, 512 * 1024 - 1, CORE_BLOCK_PENDING, 2};
-    f->far_blocks[2] = (core_block_info_t){a + MiB, MiB, 0, CORE_BLOCK_FREE, 0};
+    f->far_blocks[0] = (core_block_info_t){a, 512 * 1024, 500000, CORE_BLOCK_ALLOCATED, 1, 0};
+    f->far_blocks[1] = (core_block_info_t){a + 512 * 1024, 512 * 1024, 512 * 1024 - 1, CORE_BLOCK_PENDING, 2, 0};
+    f->far_blocks[2] = (core_block_info_t){a + MiB, MiB, 0, CORE_BLOCK_FREE, 0, 0};
     f->far_seg = (core_seg_info_t){
         .addr = a,
         .size = 2 * MiB,
@@ -55,9 +55,9 @@ static void build_far(snap_fixture_t *f)
     };
     f->far_layout = (core_layout_t){SNAP_FAR_DEVICE, &f->far_seg, 1, f->far_blocks, 3};
     const uint64_t t = 1700000000000000u;
-    f->far_trace[0] = (st_trace_ev_t){t, a, 2 * MiB, SNAP_FAR_STREAM, 0, ST_SEGMENT_ALLOC};
-    f->far_trace[1] = (st_trace_ev_t){t + 1, a, 512 * 1024, SNAP_FAR_STREAM, 0, ST_ALLOC};
-    f->far_trace[2] = (st_trace_ev_t){t + 2, SNAP_FAR_FREE, SNAP_OOM_SIZE, SNAP_FAR_STREAM, 0, ST_OOM};
+    f->far_trace[0] = (st_trace_ev_t){t, a, 2 * MiB, SNAP_FAR_STREAM, 0, ST_SEGMENT_ALLOC, 0};
+    f->far_trace[1] = (st_trace_ev_t){t + 1, a, 512 * 1024, SNAP_FAR_STREAM, 0, ST_ALLOC, 0};
+    f->far_trace[2] = (st_trace_ev_t){t + 2, SNAP_FAR_FREE, SNAP_OOM_SIZE, SNAP_FAR_STREAM, 0, ST_OOM, 0};
 }
 
 int snap_fixture_open(snap_fixture_t *f, char *why, size_t len)

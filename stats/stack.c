@@ -1,0 +1,551 @@
+/*
+ * Call stacks of allocations (CUCACHE_STACKS=native, issue 17): captured at
+ * each allocation, interned, symbolised only when a report or snapshot is
+ * written.
+ *
+ * Capture: libunwind's unw_backtrace (Debian's libunwind-dev), the return
+ * addresses only.  A stack is interned in a table of distinct stacks and
+ * the allocation carries its 32-bit id (core_block_info_t.site), so a
+ * training loop that allocates from the same few places a million times
+ * keeps a few stacks.  Lookups take no lock: an entry is written once and
+ * published with a release store of its id into its hash slot; insertions
+ * (a stack never seen before) take a mutex.  The table is bounded
+ * (ST_STACKS_MAX stacks); past it allocations get ST_STACK_DROPPED.
+ *
+ * Symbolisation: libdw's Dwfl over the process's own modules
+ * (/proc/self/maps): function, file and line where the module has debug
+ * information, else the symbol table's name, else the module and offset;
+ * an address in no module is "??".  Each address is symbolised once and
+ * cached for the life of the process (a module unloaded and another loaded
+ * at its address would show the first one's names).  Without libdw, dladdr:
+ * function and module only.
+ *
+ * Built without libunwind, st_stacks_enable fails with a message and every
+ * capture returns 0.
+ */
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hostalloc.h"
+#include "st.h"
+
+#ifdef CUCACHE_HAVE_LIBUNWIND
+#define UNW_LOCAL_ONLY
+#include <libunwind.h>
+#endif
+#ifdef CUCACHE_HAVE_LIBDW
+#include <elfutils/libdwfl.h>
+#endif
+
+enum {
+    STK_SLOTS = 1 << 17, /* hash slots: twice ST_STACKS_MAX, so probes stay short */
+    STK_OWN_MAX = 16,    /* cucache's own frames at most above the program's */
+};
+
+typedef struct stk_entry_s {
+    uint64_t hash;
+    uint32_t depth;
+    uintptr_t pc[]; /* innermost first */
+} stk_entry_t;
+
+static struct {
+    int depth;                     /* frames kept; 0: off */
+    _Atomic uint32_t *slots;       /* STK_SLOTS ids; 0: empty */
+    stk_entry_t *_Atomic *entries; /* by id; [0] and [ST_STACK_DROPPED] unused */
+    uint32_t count;                /* next id; under lock */
+    pthread_mutex_t lock;
+    uintptr_t own_lo, own_hi; /* cucache's code (libcucache.so's executable segment); empty in executables */
+} stk = {.lock = PTHREAD_MUTEX_INITIALIZER, .count = ST_STACK_FIRST};
+
+/* ------------------------------------------------------------------------
+ * Capture and interning
+ * ---------------------------------------------------------------------- */
+
+#ifdef CUCACHE_IN_PRELOAD
+typedef struct own_find_s {
+    uintptr_t addr, lo, hi;
+} own_find_t;
+
+static int own_segment(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    own_find_t *f = arg;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (f->addr >= lo && f->addr < hi) {
+            f->lo = lo, f->hi = hi;
+            return 1;
+        }
+    }
+    return 0;
+}
+#endif
+
+int st_stacks_enable(int depth, char *err, size_t errlen)
+{
+#ifndef CUCACHE_HAVE_LIBUNWIND
+    (void)depth;
+    snprintf(err, errlen,
+             "this cucache was built without libunwind (Debian: libunwind-dev), so it cannot record "
+             "call stacks");
+    return -1;
+#else
+    if (depth < 1 || depth > ST_STACK_DEPTH_MAX) {
+        snprintf(err, errlen, "a stack depth from 1 to %d", ST_STACK_DEPTH_MAX);
+        return -1;
+    }
+    if (!stk.slots) {
+        stk.slots = hostalloc_calloc(STK_SLOTS, sizeof *stk.slots);
+        stk.entries = hostalloc_calloc(ST_STACKS_MAX, sizeof *stk.entries);
+        if (!stk.slots || !stk.entries) {
+            hostalloc_free((void *)stk.slots);
+            hostalloc_free((void *)stk.entries);
+            stk.slots = NULL, stk.entries = NULL;
+            snprintf(err, errlen, "no host memory for the stack table");
+            return -1;
+        }
+    }
+#ifdef CUCACHE_IN_PRELOAD
+    own_find_t f = {(uintptr_t)&st_stacks_enable, 0, 0};
+    dl_iterate_phdr(own_segment, &f);
+    stk.own_lo = f.lo, stk.own_hi = f.hi;
+#endif
+    stk.depth = depth;
+    return 0;
+#endif
+}
+
+bool st_stacks_on(void)
+{
+    return stk.depth > 0;
+}
+
+static uint64_t stk_hash(const uintptr_t *pc, int n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint64_t)pc[i];
+        h *= 0xff51afd7ed558ccdu;
+        h ^= h >> 33;
+    }
+    return h;
+}
+
+static bool stk_same(const stk_entry_t *e, uint64_t h, const uintptr_t *pc, int n)
+{
+    return e->hash == h && e->depth == (uint32_t)n && memcmp(e->pc, pc, (size_t)n * sizeof *pc) == 0;
+}
+
+/* The id of the stack pc[0..n), interning it if new. */
+static uint32_t stk_intern(const uintptr_t *pc, int n)
+{
+    uint64_t h = stk_hash(pc, n);
+    size_t i = (size_t)h & (STK_SLOTS - 1);
+    for (;; i = (i + 1) & (STK_SLOTS - 1)) {
+        uint32_t id = atomic_load_explicit(&stk.slots[i], memory_order_acquire);
+        if (!id)
+            break;
+        if (stk_same(atomic_load_explicit(&stk.entries[id], memory_order_relaxed), h, pc, n))
+            return id;
+    }
+    /* new: the slot found empty may have been taken since */
+    pthread_mutex_lock(&stk.lock);
+    uint32_t id;
+    for (;; i = (i + 1) & (STK_SLOTS - 1)) {
+        id = atomic_load_explicit(&stk.slots[i], memory_order_relaxed);
+        if (!id)
+            break;
+        if (stk_same(atomic_load_explicit(&stk.entries[id], memory_order_relaxed), h, pc, n)) {
+            pthread_mutex_unlock(&stk.lock);
+            return id;
+        }
+    }
+    stk_entry_t *e = stk.count < ST_STACKS_MAX ? hostalloc_malloc(sizeof *e + (size_t)n * sizeof *pc) : NULL;
+    if (!e) {
+        pthread_mutex_unlock(&stk.lock);
+        return ST_STACK_DROPPED;
+    }
+    e->hash = h;
+    e->depth = (uint32_t)n;
+    memcpy(e->pc, pc, (size_t)n * sizeof *pc);
+    id = stk.count++;
+    atomic_store_explicit(&stk.entries[id], e, memory_order_relaxed);
+    atomic_store_explicit(&stk.slots[i], id, memory_order_release); /* publishes the entry */
+    pthread_mutex_unlock(&stk.lock);
+    return id;
+}
+
+__attribute__((noinline)) uint32_t st_stack_capture(void)
+{
+#ifdef CUCACHE_HAVE_LIBUNWIND
+    if (stk.depth <= 0)
+        return 0;
+    void *raw[ST_STACK_DEPTH_MAX + STK_OWN_MAX];
+    int n = unw_backtrace(raw, stk.depth + STK_OWN_MAX);
+    /* drop this function, and in libcucache.so every frame of cucache's own
+     * above the program's call */
+    int skip = n > 0 ? 1 : 0;
+    while (skip < n && (uintptr_t)raw[skip] >= stk.own_lo && (uintptr_t)raw[skip] < stk.own_hi)
+        skip++;
+    n -= skip;
+    if (n > stk.depth)
+        n = stk.depth;
+    if (n <= 0)
+        return ST_STACK_DROPPED;
+    return stk_intern((const uintptr_t *)(raw + skip), n);
+#else
+    return 0;
+#endif
+}
+
+uint32_t st_stack_intern(const uintptr_t *pc, int n)
+{
+    if (!stk.slots || n <= 0)
+        return 0;
+    return stk_intern(pc, n > ST_STACK_DEPTH_MAX ? ST_STACK_DEPTH_MAX : n);
+}
+
+size_t st_stack_pcs(uint32_t id, const uintptr_t **pc)
+{
+    if (!stk.entries || id < ST_STACK_FIRST || id >= ST_STACKS_MAX)
+        return 0;
+    const stk_entry_t *e = atomic_load_explicit(&stk.entries[id], memory_order_acquire);
+    if (!e)
+        return 0;
+    *pc = e->pc;
+    return e->depth;
+}
+
+/* ------------------------------------------------------------------------
+ * Symbolisation
+ * ---------------------------------------------------------------------- */
+
+typedef struct sym_s {
+    uintptr_t pc; /* 0: empty slot */
+    st_frame_t f;
+} sym_t;
+
+static struct {
+    pthread_mutex_t lock;
+    sym_t *tab; /* open addressing by pc */
+    size_t cap, n;
+#ifdef CUCACHE_HAVE_LIBDW
+    Dwfl *dwfl;
+#endif
+} sym = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static char *sym_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = hostalloc_malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* C++ names as people read them, where the process has a demangler (any
+ * program with libstdc++ loaded; PyTorch's); a symbol's version
+ * ("__libc_start_main@@GLIBC_2.34") left out. */
+static char *sym_name(const char *raw)
+{
+    char plain_c[256];
+    const char *at = raw ? strchr(raw, '@') : NULL;
+    if (at && (size_t)(at - raw) < sizeof plain_c) {
+        memcpy(plain_c, raw, (size_t)(at - raw));
+        plain_c[at - raw] = '\0';
+        raw = plain_c;
+    }
+    if (raw && raw[0] == '_' && raw[1] == 'Z') {
+        typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+        demangle_fn dm = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+        int status = -1;
+        char *plain = dm ? dm(raw, NULL, NULL, &status) : NULL;
+        if (plain && status == 0) {
+            char *d = sym_strdup(plain);
+            hostalloc_free_foreign(plain); /* the demangler used the process's malloc */
+            return d;
+        }
+        hostalloc_free_foreign(plain);
+    }
+    return sym_strdup(raw ? raw : "??");
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+#ifdef CUCACHE_HAVE_LIBDW
+/* A source file as an absolute path: a relative name (as the compiler saw
+ * it, "../src/x.c") joined to the compilation directory, "." and ".."
+ * folded away. */
+static char *source_path(const char *file, const char *dir)
+{
+    char joined[4096];
+    if (file[0] == '/' || !dir || !*dir)
+        snprintf(joined, sizeof joined, "%s", file);
+    else
+        snprintf(joined, sizeof joined, "%s/%s", dir, file);
+    char out[4096];
+    size_t n = 0;
+    for (const char *p = joined; *p;) {
+        const char *e = strchr(p, '/');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if ((len == 1 && p[0] == '.') || len == 0) {
+            /* nothing */
+        } else if (len == 2 && p[0] == '.' && p[1] == '.' && (joined[0] == '/' || n > 0)) {
+            while (n > 0 && out[n - 1] != '/')
+                n--;
+            if (n > 0)
+                n--; /* the slash */
+        } else if (n + len + 2 < sizeof out) {
+            if (n > 0 || joined[0] == '/')
+                out[n++] = '/';
+            memcpy(out + n, p, len);
+            n += len;
+        }
+        p += len + (e ? 1 : 0);
+    }
+    out[n] = '\0';
+    return sym_strdup(n ? out : joined);
+}
+
+static char *dwfl_debuginfo_path;
+static const Dwfl_Callbacks dwfl_cb = {
+    .find_elf = dwfl_linux_proc_find_elf,
+    .find_debuginfo = dwfl_standard_find_debuginfo,
+    .debuginfo_path = &dwfl_debuginfo_path,
+};
+
+/* The process's modules, read again (a module loaded since). */
+static bool dwfl_refresh(void)
+{
+    if (!sym.dwfl && !(sym.dwfl = dwfl_begin(&dwfl_cb)))
+        return false;
+    dwfl_report_begin(sym.dwfl);
+    int rc = dwfl_linux_proc_report(sym.dwfl, getpid());
+    dwfl_report_end(sym.dwfl, NULL, NULL);
+    return rc == 0;
+}
+
+static void sym_lookup(uintptr_t pc, st_frame_t *f)
+{
+    /* a return address: the call is the byte before it */
+    Dwarf_Addr a = pc - 1;
+    Dwfl_Module *m = sym.dwfl ? dwfl_addrmodule(sym.dwfl, a) : NULL;
+    if (!m && dwfl_refresh())
+        m = dwfl_addrmodule(sym.dwfl, a);
+    if (!m) {
+        f->name = sym_strdup("??");
+        return;
+    }
+    Dwarf_Addr base = 0;
+    const char *mod = dwfl_module_info(m, NULL, &base, NULL, NULL, NULL, NULL, NULL);
+    f->module = sym_strdup(mod ? base_name(mod) : "??");
+    f->offset = (uintptr_t)(a + 1 - base);
+    GElf_Off off = 0;
+    GElf_Sym s;
+    f->name = sym_name(dwfl_module_addrinfo(m, a, &off, &s, NULL, NULL, NULL));
+    Dwfl_Line *line = dwfl_module_getsrc(m, a);
+    int lineno = 0;
+    const char *file = line ? dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL) : NULL;
+    if (file && lineno > 0) {
+        f->file = source_path(file, dwfl_line_comp_dir(line));
+        f->line = lineno;
+    }
+}
+#else
+static void sym_lookup(uintptr_t pc, st_frame_t *f)
+{
+    Dl_info info;
+    if (!dladdr((void *)(pc - 1), &info) || !info.dli_fname) {
+        f->name = sym_strdup("??");
+        return;
+    }
+    f->module = sym_strdup(base_name(info.dli_fname));
+    f->offset = pc - (uintptr_t)info.dli_fbase;
+    f->name = sym_name(info.dli_sname);
+}
+#endif
+
+static bool sym_grow(void)
+{
+    size_t cap = sym.cap ? sym.cap * 2 : 1024;
+    sym_t *t = hostalloc_calloc(cap, sizeof *t);
+    if (!t)
+        return false;
+    for (size_t i = 0; i < sym.cap; i++) {
+        if (!sym.tab[i].pc)
+            continue;
+        size_t k = (sym.tab[i].pc * 0x9e3779b97f4a7c15u >> 20) & (cap - 1);
+        while (t[k].pc)
+            k = (k + 1) & (cap - 1);
+        t[k] = sym.tab[i];
+    }
+    hostalloc_free(sym.tab);
+    sym.tab = t;
+    sym.cap = cap;
+    return true;
+}
+
+/* The frame at pc, symbolised once; under sym.lock. */
+static st_frame_t sym_get(uintptr_t pc)
+{
+    st_frame_t none = {.name = "??", .pc = pc};
+    if (pc == 0)
+        return none;
+    if ((sym.n + 1) * 2 > sym.cap && !sym_grow())
+        return none;
+    size_t k = (pc * 0x9e3779b97f4a7c15u >> 20) & (sym.cap - 1);
+    while (sym.tab[k].pc && sym.tab[k].pc != pc)
+        k = (k + 1) & (sym.cap - 1);
+    if (!sym.tab[k].pc) {
+        st_frame_t f = {.pc = pc};
+        sym_lookup(pc, &f);
+        if (!f.name)
+            f.name = "??"; /* no host memory for the name */
+        sym.tab[k] = (sym_t){pc, f};
+        sym.n++;
+    }
+    return sym.tab[k].f;
+}
+
+size_t st_stack_frames(uint32_t id, st_frame_t *out, size_t max)
+{
+    const uintptr_t *pc;
+    size_t n = st_stack_pcs(id, &pc);
+    if (n > max)
+        n = max;
+    pthread_mutex_lock(&sym.lock);
+    for (size_t i = 0; i < n; i++)
+        out[i] = sym_get(pc[i]);
+    pthread_mutex_unlock(&sym.lock);
+    return n;
+}
+
+void st_frame_text(const st_frame_t *f, char *buf, size_t len)
+{
+    if (f->file)
+        snprintf(buf, len, "%s (%s:%d)", f->name, base_name(f->file), f->line);
+    else if (f->module)
+        snprintf(buf, len, "%s (%s+0x%llx)", f->name, f->module, (unsigned long long)f->offset);
+    else
+        snprintf(buf, len, "%s (0x%llx)", f->name, (unsigned long long)f->pc);
+}
+
+/* ------------------------------------------------------------------------
+ * Live allocations by call site, for the OOM and leak reports
+ * ---------------------------------------------------------------------- */
+
+static int site_cmp(const void *a, const void *b)
+{
+    const core_block_info_t *x = *(const core_block_info_t *const *)a, *y = *(const core_block_info_t *const *)b;
+    if (x->site != y->site)
+        return x->site < y->site ? -1 : 1;
+    return (x->number > y->number) - (x->number < y->number);
+}
+
+static int group_bytes_cmp(const void *a, const void *b)
+{
+    const st_site_group_t *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return (x->first > y->first) - (x->first < y->first);
+}
+
+size_t st_group_by_site(const core_layout_t *l, st_site_group_t **out)
+{
+    *out = NULL;
+    size_t n = 0;
+    bool any = false;
+    for (size_t i = 0; i < l->nblocks; i++)
+        if (l->blocks[i].state == CORE_BLOCK_ALLOCATED)
+            n++, any |= l->blocks[i].site != 0;
+    if (!any)
+        return 0;
+    const core_block_info_t **live = hostalloc_malloc(n * sizeof *live);
+    st_site_group_t *g = hostalloc_malloc(n * sizeof *g);
+    if (!live || !g) {
+        hostalloc_free(live);
+        hostalloc_free(g);
+        return 0;
+    }
+    size_t k = 0, ng = 0;
+    for (size_t i = 0; i < l->nblocks; i++)
+        if (l->blocks[i].state == CORE_BLOCK_ALLOCATED)
+            live[k++] = &l->blocks[i];
+    qsort(live, n, sizeof *live, site_cmp);
+    for (size_t i = 0; i < n; i++) {
+        const core_block_info_t *b = live[i];
+        if (ng && g[ng - 1].site == b->site) {
+            st_site_group_t *x = &g[ng - 1];
+            x->count++;
+            x->bytes += b->requested;
+            x->min = b->requested < x->min ? b->requested : x->min;
+            x->max = b->requested > x->max ? b->requested : x->max;
+        } else {
+            g[ng++] = (st_site_group_t){b->site, 1, b->requested, b->requested, b->requested, b->number};
+        }
+    }
+    hostalloc_free(live);
+    qsort(g, ng, sizeof *g, group_bytes_cmp);
+    *out = g;
+    return ng;
+}
+
+void st_site_lines(const st_site_group_t *g, size_t ng, size_t rows, uint64_t allocs, st_sink_fn sink, void *ctx)
+{
+    enum { FRAMES_SHOWN = 4 };
+    size_t rest = 0, rest_bytes = 0;
+    for (size_t i = 0; i < ng; i++) {
+        if (i >= rows) {
+            rest += g[i].count, rest_bytes += g[i].bytes;
+            continue;
+        }
+        char total[32], lo[32], hi[32];
+        st_fmt_size(total, sizeof total, g[i].bytes);
+        st_fmt_size(lo, sizeof lo, g[i].min);
+        st_fmt_size(hi, sizeof hi, g[i].max);
+        char sizes[96];
+        if (g[i].min == g[i].max)
+            snprintf(sizes, sizeof sizes, "%zu x %s", g[i].count, lo);
+        else
+            snprintf(sizes, sizeof sizes, "%zu allocations of %s to %s", g[i].count, lo, hi);
+        char first[64] = "";
+        if (allocs)
+            snprintf(first, sizeof first, ", the first allocation %llu of %llu", (unsigned long long)g[i].first,
+                     (unsigned long long)allocs);
+        st_frame_t f[FRAMES_SHOWN];
+        size_t nf = g[i].site >= ST_STACK_FIRST ? st_stack_frames(g[i].site, f, FRAMES_SHOWN) : 0;
+        if (!nf) {
+            st_linef(sink, ctx, "  %s = %s%s, call stack not recorded", sizes, total, first);
+            continue;
+        }
+        st_linef(sink, ctx, "  %s = %s%s, at", sizes, total, first);
+        const uintptr_t *pc;
+        size_t depth = st_stack_pcs(g[i].site, &pc);
+        for (size_t k = 0; k < nf; k++) {
+            char text[512];
+            st_frame_text(&f[k], text, sizeof text);
+            st_linef(sink, ctx, "      %s", text);
+        }
+        if (depth > nf)
+            st_linef(sink, ctx, "      ... %zu more %s", depth - nf, depth - nf == 1 ? "frame" : "frames");
+    }
+    if (rest) {
+        char t[32];
+        st_fmt_size(t, sizeof t, rest_bytes);
+        st_linef(sink, ctx, "  ... %zu more call %s: %zu %s, %s", ng - rows, ng - rows == 1 ? "site" : "sites", rest,
+                 rest == 1 ? "allocation" : "allocations", t);
+    }
+}
