@@ -4,7 +4,13 @@ scripts/gpu-check: fills the GPU with 256 MiB tensors, drops every other
 one, then asks for more than is free.  Passes (exit 0) when PyTorch raises
 its out-of-memory error and the tensors still held keep their values.
 Under cucache-run the failure prints cucache's report, and with --snapshot
-writes the snapshot gpu-check then opens with torch.cuda._memory_viz."""
+writes the snapshot gpu-check then opens with torch.cuda._memory_viz.
+
+With --leak, issue 17's leak loop scaled to the GPU: each step allocates a
+3 MiB temporary and a 3 MiB tensor that is kept, then drops the temporary,
+until the kept tensors hold 45% of the GPU; then one tensor of half the GPU.
+Exit 0 when it is served, 3 when it raises out of memory (gpu-check applies
+the setting cucache's hint names and runs it again)."""
 import os
 import sys
 
@@ -13,6 +19,22 @@ import torch
 if os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING") != "1":
     sys.exit("torch_oom: run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (gpu-check does)")
 OOM = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
+
+if "--leak" in sys.argv[1:]:
+    total = torch.cuda.mem_get_info()[1]
+    step = 3 << 20
+    kept = []
+    while len(kept) * step < total * 45 // 100:
+        tmp = torch.empty(step, dtype=torch.uint8, device="cuda")
+        kept.append(torch.empty(step, dtype=torch.uint8, device="cuda"))
+        del tmp
+    try:
+        big = torch.empty(total // 2, dtype=torch.uint8, device="cuda")
+        print(f"torch_oom: leak: {len(kept)} steps, then {total / 2**31:.2f} GiB: served", flush=True)
+        sys.exit(0)
+    except OOM:
+        print(f"torch_oom: leak: {len(kept)} steps, then {total / 2**31:.2f} GiB: out of memory", flush=True)
+        sys.exit(3)
 block = 256 << 20
 held = []
 try:
