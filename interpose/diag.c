@@ -580,8 +580,11 @@ void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
 
 static atomic_ulong fallback_count;
 
+HOOK_TLS bool hook_fallback_now;
+
 void hook_fallback_served(const hook_dev_t *hd, const core_oom_t *oom)
 {
+    hook_fallback_now = true;
     core_dev_t *d = hook_dev_core((hook_dev_t *)hd);
     if (d)
         core_fallback_served(d);

@@ -467,6 +467,16 @@ uint64_t hook_trace_now(void);
  * buffer; when: hook_trace_now() taken earlier, or 0 for now. */
 void hook_trace_put(unsigned kind, unsigned api, int device, uint64_t stream, uint64_t addr, uint64_t size,
                     uint64_t when);
+/* The same with the record's flags (TRACE_REC_*, a TRACE_CONF offset). */
+void hook_trace_put_flags(unsigned kind, unsigned api, int device, uint64_t stream, uint64_t addr, uint64_t size,
+                          uint64_t when, uint32_t flags);
+/* A TRACE_DEVICE record for a device cucache has just opened (its free and
+ * total bytes), when recording. */
+void hook_trace_device(int ordinal);
+/* Set by hook_fallback_served: this thread's allocation in progress was
+ * served by the runtime's allocator after cucache's path failed; the
+ * recorder reads and clears it (TRACE_REC_FALLBACK). */
+extern HOOK_TLS bool hook_fallback_now;
 
 /* ------------------------------------------------------------------------
  * Diagnostics (diag.c): the OOM report, the exit summary, snapshots

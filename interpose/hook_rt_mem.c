@@ -122,8 +122,11 @@ static inline cudaError_t rt_free(void *devPtr)
 __attribute__((noinline)) static void record_alloc(unsigned api, cudaError_t e, void **devPtr, size_t size,
                                                   cudaStream_t s)
 {
+    bool fallback = hook_fallback_now;
+    hook_fallback_now = false;
     if (e == cudaSuccess)
-        hook_trace_put(TRACE_ALLOC, api, hook_last_dev, (uintptr_t)s, (uintptr_t)*devPtr, size, 0);
+        hook_trace_put_flags(TRACE_ALLOC, api, hook_last_dev, (uintptr_t)s, (uintptr_t)*devPtr, size, 0,
+                             fallback ? TRACE_REC_FALLBACK : 0);
     else
         hook_trace_put(TRACE_ALLOC_FAIL, api, hook_last_dev, (uintptr_t)s, (uint64_t)e, size, 0);
 }

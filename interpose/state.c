@@ -123,9 +123,10 @@ hook_dev_t *hook_dev_open(int ordinal)
                           "memory management (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED): its segments "
                           "are plain cudaMalloc allocations",
                           ordinal);
-            if (d)
+            if (d) {
                 hook_diag_dev_opened(ordinal, d);
-            else
+                hook_trace_device(ordinal);
+            } else
                 hook_warn(HOOK_WARN_BACKEND, "device %d: out of host memory for the allocator; not caching", ordinal);
         }
         atomic_store_explicit(&hd->core, d, memory_order_release);

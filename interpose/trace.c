@@ -202,6 +202,28 @@ static void at_exit(void)
     pthread_mutex_unlock(&tr.lock);
 }
 
+/* The run's CUCACHE_CONF as TRACE_CONF pieces of 24 bytes (one empty piece
+ * when unset), so that a replay knows the recorded settings. */
+static void put_conf(void)
+{
+    const char *conf = secure_getenv("CUCACHE_CONF");
+    size_t len = conf ? strlen(conf) : 0, off = 0;
+    do {
+        unsigned char piece[24] = {0};
+        size_t n = len - off < sizeof piece ? len - off : sizeof piece;
+        if (n)
+            memcpy(piece, conf + off, n);
+        uint64_t w[3];
+        for (int i = 0; i < 3; i++) {
+            w[i] = 0;
+            for (int k = 7; k >= 0; k--)
+                w[i] = w[i] << 8 | piece[i * 8 + k]; /* little-endian, whatever the host */
+        }
+        hook_trace_put_flags(TRACE_CONF, TRACE_API_NONE, -1, w[0], w[1], w[2], 0, (uint32_t)off);
+        off += n;
+    } while (off < len);
+}
+
 /* The fork child: the parent's unwritten records are the parent's. */
 static void atfork_child(void)
 {
@@ -214,6 +236,8 @@ static void atfork_child(void)
     char err[512];
     if (!strstr(tr.tmpl, "%p") || open_file(err, sizeof err) != 0)
         atomic_store(&hook_tracing, false);
+    else
+        put_conf(); /* the devices the parent opened are not recorded again */
 }
 
 int hook_trace_start(char *err, size_t errlen)
@@ -236,7 +260,18 @@ int hook_trace_start(char *err, size_t errlen)
     atexit(at_exit);
     pthread_atfork(NULL, NULL, atfork_child);
     atomic_store(&hook_tracing, true);
+    put_conf();
     return 0;
+}
+
+void hook_trace_device(int ordinal)
+{
+    if (!atomic_load_explicit(&hook_tracing, memory_order_relaxed))
+        return;
+    size_t free_bytes = 0, total = 0;
+    if (hook_backend.mem_info(NULL, ordinal, &free_bytes, &total) != CORE_OK)
+        return; /* the replay then has no recorded capacity for it */
+    hook_trace_put(TRACE_DEVICE, TRACE_API_NONE, ordinal, 0, free_bytes, total, 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -272,6 +307,12 @@ uint64_t hook_trace_now(void)
 void hook_trace_put(unsigned kind, unsigned api, int device, uint64_t stream, uint64_t addr, uint64_t size,
                     uint64_t when)
 {
+    hook_trace_put_flags(kind, api, device, stream, addr, size, when, 0);
+}
+
+void hook_trace_put_flags(unsigned kind, unsigned api, int device, uint64_t stream, uint64_t addr, uint64_t size,
+                          uint64_t when, uint32_t flags)
+{
     tbuf_t *b = tls_buf;
     if (HOOK_UNLIKELY(!b) && !(b = buf_new()))
         return;
@@ -280,6 +321,7 @@ void hook_trace_put(unsigned kind, unsigned api, int device, uint64_t stream, ui
         .kind = (uint8_t)kind,
         .api = (uint8_t)api,
         .device = (int16_t)device,
+        .flags = flags,
         .ticks = when ? when : ticks(),
         .stream = stream,
         .addr = addr,

@@ -66,6 +66,7 @@ typedef struct live_s {
     uint64_t charged;   /* bytes the reference models reserve */
     uint64_t held;      /* ... and count as allocated */
     int16_t device;
+    bool fallback; /* addr is the runtime's allocation (opts->fallback), not the core's */
 } live_t;
 
 typedef struct livemap_s {
@@ -371,6 +372,13 @@ static void dev_unmap(void *ctx, int device, uintptr_t addr, size_t size)
     rd->res->vmm_unmap_bytes += size;
 }
 
+/* The memory of a device: the recorded one where given, else --capacity. */
+static uint64_t capacity_of(const replay_t *r, int device)
+{
+    const uint64_t *dc = r->opts->dev_capacity;
+    return dc && device >= 0 && device < RP_MAX_DEVICES && dc[device] ? dc[device] : r->opts->capacity;
+}
+
 /* The device's state, created at its first use.  NULL: out of memory. */
 static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
 {
@@ -385,7 +393,8 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
     }
     rd->device = device;
     rd->res = r->res;
-    mem_backend_init(&rd->mb, r->opts->capacity);
+    uint64_t capacity = capacity_of(r, device);
+    mem_backend_init(&rd->mb, capacity);
     rd->mb.auto_complete = !r->opts->busy;
     rd->mem = mem_backend_vtable(&rd->mb);
     if (r->cfg->mode == RP_MODE_CORE) {
@@ -403,7 +412,7 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
                              .va_release = dev_va_release,
                              .map = dev_map,
                              .unmap = dev_unmap};
-        if (rp_space_init(&rd->space, device, r->opts->capacity) == 0)
+        if (rp_space_init(&rd->space, device, capacity) == 0)
             rd->core = core_dev_new(&be, device, &r->cfg->conf);
         if (!rd->core) {
             mem_backend_fini(&rd->mb);
@@ -467,15 +476,17 @@ static uint64_t held(const replay_t *r, uint64_t size)
 }
 
 /* One allocation: 0 with *addr (0 when it failed at the capacity or is a
- * graph node), or -1 for an internal error. */
-static int do_alloc(replay_t *r, rdev_t *rd, const trace_event_t *e, uint64_t *addr)
+ * graph node; *fallback when the runtime's allocator served it), or -1 for
+ * an internal error. */
+static int do_alloc(replay_t *r, rdev_t *rd, const trace_event_t *e, uint64_t *addr, bool *fallback)
 {
     rp_result_t *res = r->res;
     res->allocs++;
     *addr = 0;
+    *fallback = false;
     if (r->cfg->mode != RP_MODE_CORE) {
         uint64_t c = charged(r, e->size), h = held(r, e->size);
-        if (r->cfg->mode == RP_MODE_NOCACHE && rd->reserved + c > r->opts->capacity)
+        if (r->cfg->mode == RP_MODE_NOCACHE && rd->reserved + c > capacity_of(r, rd->device))
             goto oom;
         rd->allocated += h, rd->reserved += c;
         r->allocated += h, r->reserved += c;
@@ -494,14 +505,29 @@ static int do_alloc(replay_t *r, rdev_t *rd, const trace_event_t *e, uint64_t *a
     if (pooled)
         core_pool_use(rd->core, rd->capture_pool);
     core_stream_t key = ordered || e->api == TRACE_API_IMPORTED ? stream_key(e) : 0;
-    uintptr_t p = core_malloc(rd->core, (size_t)e->size, key, NULL);
+    core_oom_t why;
+    uintptr_t p = core_malloc(rd->core, (size_t)e->size, key, &why);
     if (pooled)
         core_pool_use(rd->core, 0);
     if (p) {
         *addr = p;
         return 0;
     }
+    /* the interposer's last resort (hook_rt_mem.c, rt_oom): the runtime's
+     * allocator, for the runtime's calls, unless a limit refused it or the
+     * device is capturing */
+    uint64_t a;
+    if (r->opts->fallback && (e->api == TRACE_API_CUDA_MALLOC || e->api == TRACE_API_CUDA_MALLOC_ASYNC) &&
+        !why.limit_hit && why.backend_error != CORE_EFAIL && rd->ncaptures == 0 &&
+        rp_space_alloc(&rd->space, e->size ? e->size : 1, &a) == CORE_OK) {
+        *addr = a;
+        *fallback = true;
+        res->fallbacks++;
+        res->dev_fallbacks[rd->device]++;
+        return 0;
+    }
 oom:
+    res->dev_ooms[rd->device]++;
     if (res->ooms++ == 0) {
         res->first_oom_event = (long long)r->event;
         res->first_oom_size = e->size;
@@ -513,6 +539,10 @@ oom:
 /* Frees what do_alloc gave (addr != 0) for the entry. */
 static void do_free(replay_t *r, rdev_t *rd, const live_t *l, const trace_event_t *e)
 {
+    if (l->fallback) { /* the runtime's: cucache passes the free on */
+        rp_space_free(&rd->space, l->addr, l->requested ? l->requested : 1);
+        return;
+    }
     if (r->cfg->mode != RP_MODE_CORE) {
         rd->allocated -= l->held, rd->reserved -= l->charged;
         r->allocated -= l->held, r->reserved -= l->charged;
@@ -586,7 +616,8 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
     switch (e->kind) {
     case TRACE_ALLOC: {
         uint64_t addr;
-        if (do_alloc(r, rd, e, &addr) != 0)
+        bool fallback;
+        if (do_alloc(r, rd, e, &addr, &fallback) != 0)
             return -1;
         live_t *old = livemap_find(&r->live, e->addr);
         if (old) {
@@ -605,7 +636,8 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         l->charged = charged(r, e->size);
         l->held = held(r, e->size);
         l->device = (int16_t)(e->device < 0 ? 0 : e->device);
-        if (addr) {
+        l->fallback = fallback;
+        if (addr && !fallback) {
             r->requested += e->size;
             if (r->requested > r->res->peak_requested)
                 r->res->peak_requested = r->requested;
@@ -618,12 +650,17 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         if (r->cfg->mode != RP_MODE_CORE)
             return 0;
         uint64_t addr;
+        bool fallback;
         trace_event_t once = *e;
-        if (do_alloc(r, rd, e, &addr) != 0)
+        if (do_alloc(r, rd, e, &addr, &fallback) != 0)
             return -1;
         if (addr) {
-            live_t l = {.addr = addr, .charged = charged(r, e->size), .held = held(r, e->size),
-                        .device = (int16_t)(e->device < 0 ? 0 : e->device)};
+            live_t l = {.addr = addr,
+                        .requested = e->size,
+                        .charged = charged(r, e->size),
+                        .held = held(r, e->size),
+                        .device = (int16_t)(e->device < 0 ? 0 : e->device),
+                        .fallback = fallback};
             once.api = TRACE_API_IMPORTED; /* at once: the job never used it */
             do_free(r, rd, &l, &once);
         }
@@ -638,7 +675,8 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         if (l->addr) {
             rdev_t *owner = r->devs[l->device];
             do_free(r, owner, l, e);
-            r->requested -= l->requested;
+            if (!l->fallback)
+                r->requested -= l->requested;
         }
         livemap_del(&r->live, l);
         return 0;

@@ -46,6 +46,23 @@ void rp_input_free(rp_input_t *in)
     memset(in, 0, sizeof *in);
 }
 
+/* A TRACE_CONF piece: up to 24 bytes of text at offset e->flags. */
+static void conf_piece(rp_input_t *out, const trace_event_t *e)
+{
+    unsigned char piece[24];
+    const uint64_t w[3] = {e->stream, e->addr, e->size};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 8; k++)
+            piece[i * 8 + k] = (unsigned char)(w[i] >> (8 * k));
+    out->recorded_settings = true;
+    for (size_t k = 0; k < sizeof piece && piece[k]; k++) {
+        size_t at = (size_t)e->flags + k;
+        if (at + 1 >= sizeof out->recorded_conf)
+            return;
+        out->recorded_conf[at] = (char)piece[k];
+    }
+}
+
 int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen)
 {
     out->format = RP_FORMAT_CUCACHE;
@@ -54,11 +71,26 @@ int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen)
         snprintf(err, errlen, "out of host memory for %zu events", t->nevents);
         return -1;
     }
-    if (t->nevents)
-        memcpy(out->ev, t->events, t->nevents * sizeof *out->ev);
-    out->nev = t->nevents;
-    int maxdev = 0;
+    /* what the recorded run was: kept aside, not replayed */
+    size_t n = 0;
     for (size_t i = 0; i < t->nevents; i++) {
+        const trace_event_t *e = &t->events[i];
+        if (e->kind == TRACE_CONF) {
+            conf_piece(out, e);
+        } else if (e->kind == TRACE_DEVICE) {
+            if (e->device >= 0 && e->device < 64 && !out->recorded_total[e->device]) {
+                out->recorded_free[e->device] = e->addr;
+                out->recorded_total[e->device] = e->size;
+            }
+        } else {
+            if (e->kind == TRACE_ALLOC && (e->flags & TRACE_REC_FALLBACK))
+                out->recorded_fallbacks++;
+            out->ev[n++] = *e;
+        }
+    }
+    out->nev = n;
+    int maxdev = 0;
+    for (size_t i = 0; i < out->nev; i++) {
         if (out->ev[i].device > maxdev)
             maxdev = out->ev[i].device;
         if (out->ev[i].device < -1) {
@@ -112,6 +144,11 @@ int rp_input_parse(const char *name, const uint8_t *data, size_t len, rp_input_t
         rc = -1;
     }
     if (rc == 0) {
+        /* the failures the job saw (a cucache trace records every failed
+         * call; only error 2, out of memory, is one) */
+        for (size_t i = 0; i < out->nev; i++)
+            if (out->ev[i].kind == TRACE_ALLOC_FAIL && (out->format != RP_FORMAT_CUCACHE || out->ev[i].addr == 2))
+                out->recorded_ooms++;
         out->name = strdup(name);
         if (!out->name) {
             snprintf(why, sizeof why, "out of host memory");

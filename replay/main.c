@@ -82,14 +82,19 @@ static void usage(FILE *f)
           "  --conf K:V,...   a configuration in CUCACHE_CONF syntax (repeat for more;\n"
           "                   'default' or '' is the defaults; 'help' lists the keys);\n"
           "                   without --conf: the defaults\n"
-          "  --capacity SIZE  device memory per device (512M, 40G, ...; default 80G)\n"
+          "  --capacity SIZE  device memory per device (512M, 40G, ...; default: what a\n"
+          "                   cucache trace recorded as free at each device's first use,\n"
+          "                   else 80G)\n"
           "  --json           one JSON object per line per trace and configuration\n"
           "  --plot FILE.svg  allocated and reserved over the events, per configuration\n"
           "  --no-reference   leave out the 'no cache' and 'floor' columns\n"
           "  --dump           print each trace's events as text (what a replay reads) and\n"
           "                   replay nothing\n"
-          "  --busy           queued work completes only at the job's synchronisations\n"
-          "                   (default: at once, as on an idle GPU); cucache traces only\n"
+          "  --busy           queued work completes only at the job's synchronisations;\n"
+          "                   cucache traces only\n"
+          "  --idle           queued work completes at once, as on an idle GPU.  Default\n"
+          "                   for a cucache trace that records its run: the model under\n"
+          "                   which its own settings reproduce the run's failures; else idle\n"
           "  --fit SIZE       the settings under which each trace fits in SIZE per device:\n"
           "                   the first --conf (or the defaults) and each candidate the OOM\n"
           "                   report's what-if tries on top of it, replayed at that\n"
@@ -174,8 +179,62 @@ typedef struct done_s {
     rp_input_t in;
     rp_result_t *res;
     rp_curve_t ref;
+    rp_opts_t opts;       /* this trace's: capacity and device model */
+    char model_note[768]; /* why that device model */
     bool ok;
 } done_t;
+
+/* The failures of a replay as the recorded run counts them. */
+static bool reproduces(const rp_input_t *in, const rp_result_t *r)
+{
+    return r->ooms == in->recorded_ooms && r->fallbacks == in->recorded_fallbacks;
+}
+
+static void failures_text(char *buf, size_t len, uint64_t ooms, uint64_t fallbacks)
+{
+    snprintf(buf, len, "%llu OOM%s, %llu served by the runtime", (unsigned long long)ooms, ooms == 1 ? "" : "s",
+             (unsigned long long)fallbacks);
+}
+
+/* A cucache trace that records its run, with no --busy or --idle given:
+ * the device model under which the run's own settings, at its recorded
+ * capacity, fail as the run did (idle tried first).  0, or -1 with err. */
+static int choose_model(done_t *d, char *err, size_t errlen)
+{
+    const rp_input_t *in = &d->in;
+    rp_config_t rec = {.label = "recorded", .mode = RP_MODE_CORE, .conf_text = in->recorded_conf};
+    conf_defaults(&rec.conf);
+    char why[256];
+    if (in->recorded_conf[0] && conf_parse(&rec.conf, in->recorded_conf, why, sizeof why) != 0) {
+        snprintf(d->model_note, sizeof d->model_note, "idle (the recorded CUCACHE_CONF does not parse here: %s)", why);
+        return 0;
+    }
+    char want[96], got[2][96];
+    failures_text(want, sizeof want, in->recorded_ooms, in->recorded_fallbacks);
+    for (int busy = 0; busy < 2; busy++) {
+        rp_opts_t o = d->opts;
+        o.busy = busy;
+        o.curve_buckets = 0;
+        o.progress = NULL;
+        rp_result_t r;
+        if (rp_replay(in, &rec, &o, &r, err, errlen) != 0)
+            return -1;
+        failures_text(got[busy], sizeof got[busy], r.ooms, r.fallbacks);
+        bool same = reproduces(in, &r);
+        rp_result_free(&r);
+        if (same) {
+            d->opts.busy = busy;
+            snprintf(d->model_note, sizeof d->model_note,
+                     "%s: the recorded settings replayed under it fail as the run did (%s)%s%s", busy ? "busy" : "idle",
+                     want, busy ? "; idle gives " : "", busy ? got[0] : "");
+            return 0;
+        }
+    }
+    d->opts.busy = false;
+    snprintf(d->model_note, sizeof d->model_note,
+             "idle, though neither model reproduces the run (%s): idle gives %s, busy %s", want, got[0], got[1]);
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -183,7 +242,7 @@ int main(int argc, char **argv)
     size_t ncfg = 0;
     rp_opts_t opts = {.capacity = (uint64_t)80 << 30};
     const char *plot = NULL;
-    bool json = false, reference = true, dump = false, fit = false;
+    bool json = false, reference = true, dump = false, fit = false, model_given = false, capacity_given = false;
     static char fit_text[MAX_CONFS][1200];
     char err[1024];
     /* the traces are gathered at the front of argv: slot 1 + ntraces is
@@ -208,8 +267,9 @@ int main(int argc, char **argv)
             json = true;
         } else if (strcmp(a, "--no-reference") == 0) {
             reference = false;
-        } else if (strcmp(a, "--busy") == 0) {
-            opts.busy = true;
+        } else if (strcmp(a, "--busy") == 0 || strcmp(a, "--idle") == 0) {
+            opts.busy = strcmp(a, "--busy") == 0;
+            model_given = true;
         } else if (strcmp(a, "--dump") == 0) {
             dump = true;
         } else if (strcmp(a, "--conf") == 0 || strcmp(a, "--capacity") == 0 || strcmp(a, "--plot") == 0 ||
@@ -227,6 +287,7 @@ int main(int argc, char **argv)
                     return 2;
                 }
                 fit = fit || strcmp(a, "--fit") == 0;
+                capacity_given = true;
             } else {
                 if (ncfg == MAX_CONFS) {
                     fprintf(stderr, "cucache-replay: at most %d --conf\n", MAX_CONFS);
@@ -311,17 +372,34 @@ int main(int argc, char **argv)
             status = 1;
             continue;
         }
+        /* this trace's device: its recorded memory unless --capacity says
+         * otherwise, the runtime's fallback as the interposer has it, and
+         * the device model that reproduces the recorded run */
+        d->opts = opts;
+        bool recorded_capacity = false;
+        for (int k = 0; k < 64; k++)
+            recorded_capacity |= d->in.recorded_free[k] != 0;
+        if (!capacity_given && recorded_capacity)
+            d->opts.dev_capacity = d->in.recorded_free;
+        d->opts.fallback = !fit && d->in.format == RP_FORMAT_CUCACHE;
+        if (!model_given && d->in.format == RP_FORMAT_CUCACHE && d->in.recorded_settings &&
+            choose_model(d, err, sizeof err) != 0) {
+            fprintf(stderr, "cucache-replay: %s: the recorded settings: %s\n", d->in.name, err);
+            status = 1;
+            continue;
+        }
+        d->opts.model_note = d->model_note[0] ? d->model_note : NULL;
         d->ok = true;
         for (size_t k = 0; k < ncfg && d->ok; k++) {
             progress_t pg = {d->in.name, cfgs[k].label};
-            opts.progress = tty && d->in.nev >= (1u << 21) ? progress : NULL;
-            opts.progress_ctx = &pg;
-            if (rp_replay(&d->in, &cfgs[k], &opts, &d->res[k], err, sizeof err) != 0) {
+            d->opts.progress = tty && d->in.nev >= (1u << 21) ? progress : NULL;
+            d->opts.progress_ctx = &pg;
+            if (rp_replay(&d->in, &cfgs[k], &d->opts, &d->res[k], err, sizeof err) != 0) {
                 fprintf(stderr, "cucache-replay: %s: %s: %s\n", d->in.name, cfgs[k].label, err);
                 status = 1;
                 d->ok = false;
             }
-            if (opts.progress)
+            if (d->opts.progress)
                 fprintf(stderr, "\r%*s\r", 72, "");
         }
         if (!d->ok)
@@ -333,11 +411,11 @@ int main(int argc, char **argv)
             status = 3;
         if (json)
             for (size_t k = 0; k < ncfg; k++)
-                rp_print_json(stdout, &d->in, &cfgs[k], &d->res[k], &opts);
+                rp_print_json(stdout, &d->in, &cfgs[k], &d->res[k], &d->opts);
         else if (fit)
             print_fit(&d->in, cfgs, d->res, ncfg, opts.capacity);
         else
-            rp_print_table(stdout, &d->in, cfgs, d->res, ncfg, &opts);
+            rp_print_table(stdout, &d->in, cfgs, d->res, ncfg, &d->opts);
         fflush(stdout);
         if (plot && d->in.ref_reserved && ref_curve(&d->in, &d->res[0].curve, &d->ref) != 0) {
             fprintf(stderr, "cucache-replay: out of host memory\n");

@@ -112,6 +112,15 @@ static void c_ooms(char *b, size_t l, const rp_input_t *in, const rp_config_t *c
         fmt_count(b, l, r->ooms);
 }
 
+static void c_fallbacks(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
+                        const rp_opts_t *o)
+{
+    if (c->mode != RP_MODE_CORE)
+        snprintf(b, l, "-");
+    else
+        fmt_count(b, l, r->fallbacks);
+}
+
 static void c_first_oom(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                         const rp_opts_t *o)
 {
@@ -138,20 +147,22 @@ typedef struct row_s {
     const char *title;
     cell_fn cell;
     bool torch_only;
+    bool fallback_only; /* shown when the replay models the runtime's fallback */
 } row_t;
 
 static const row_t rows[] = {
-    {"peak allocated", c_peak_alloc, false},
-    {"peak reserved", c_peak_res, false},
-    {"  vs PyTorch's reserved", c_vs_torch, true},
-    {"utilisation", c_util, false},
-    {"fragmentation at peak", c_frag, false},
-    {"device allocations", c_dev_allocs, false},
-    {"device frees", c_dev_frees, false},
-    {"cache hit rate", c_hits, false},
-    {"OOMs at capacity", c_ooms, false},
-    {"first OOM", c_first_oom, false},
-    {"replay time per event", c_time, false},
+    {"peak allocated", c_peak_alloc, false, false},
+    {"peak reserved", c_peak_res, false, false},
+    {"  vs PyTorch's reserved", c_vs_torch, true, false},
+    {"utilisation", c_util, false, false},
+    {"fragmentation at peak", c_frag, false, false},
+    {"device allocations", c_dev_allocs, false, false},
+    {"device frees", c_dev_frees, false, false},
+    {"cache hit rate", c_hits, false, false},
+    {"OOMs at capacity", c_ooms, false, false},
+    {"  served by the runtime", c_fallbacks, false, true},
+    {"first OOM", c_first_oom, false, false},
+    {"replay time per event", c_time, false, false},
 };
 
 void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, const rp_result_t *res, size_t n,
@@ -163,8 +174,39 @@ void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, co
     fprintf(out, "%s (%s): %s events", in->name, rp_format_name(in->format), a);
     if (in->nprelude)
         fprintf(out, " (%zu of them blocks live before the recording)", in->nprelude);
-    fprintf(out, ", %d device%s, capacity %s per device%s\n", in->ndevices, in->ndevices == 1 ? "" : "s", b,
-            opts->busy ? ", busy (work completes at the job's synchronisations)" : "");
+    if (opts->dev_capacity) {
+        fprintf(out, ", %d device%s, capacity as recorded (free at cucache's first use):", in->ndevices,
+                in->ndevices == 1 ? "" : "s");
+        for (int d = 0; d < in->ndevices && d < 64; d++) {
+            if (opts->dev_capacity[d])
+                st_fmt_size(b, sizeof b, opts->dev_capacity[d]);
+            else
+                st_fmt_size(b, sizeof b, opts->capacity);
+            fprintf(out, "%s GPU %d %s", d ? "," : "", d, b);
+            if (!opts->dev_capacity[d])
+                fputs(" (not recorded)", out);
+        }
+        fputc('\n', out);
+    } else {
+        fprintf(out, ", %d device%s, capacity %s per device\n", in->ndevices, in->ndevices == 1 ? "" : "s", b);
+    }
+    /* imported frees are reusable at once: no model applies to them */
+    if (opts->model_note)
+        fprintf(out, "  device model: %s\n", opts->model_note);
+    else if (in->format == RP_FORMAT_CUCACHE)
+        fprintf(out, "  device model: %s\n",
+                opts->busy ? "busy (queued work completes at the job's synchronisations; --busy)"
+                           : "idle (queued work completes at once)");
+    if (in->recorded_settings || in->recorded_ooms) {
+        char f[64];
+        fmt_count(a, sizeof a, in->recorded_ooms);
+        fmt_count(f, sizeof f, in->recorded_fallbacks);
+        fprintf(out, "  the recorded run: %s OOM%s", a, in->recorded_ooms == 1 ? "" : "s");
+        if (in->format == RP_FORMAT_CUCACHE && in->recorded_settings)
+            fprintf(out, ", %s served by the runtime's allocator after cucache's path failed, CUCACHE_CONF=%s", f,
+                    in->recorded_conf[0] ? in->recorded_conf : "(unset)");
+        fputc('\n', out);
+    }
     if (in->notes[0])
         fprintf(out, "  note: %s\n", in->notes);
 
@@ -197,7 +239,7 @@ void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, co
         fprintf(out, "  %*s", width[k], head[k][0] ? head[k] : cfgs[k].label);
     fputc('\n', out);
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        if (rows[i].torch_only && !in->ref_peak_reserved)
+        if ((rows[i].torch_only && !in->ref_peak_reserved) || (rows[i].fallback_only && !opts->fallback))
             continue;
         fprintf(out, "  %-*s", LABEL_W, rows[i].title);
         for (size_t k = 0; k < n; k++) {
@@ -262,14 +304,26 @@ void rp_print_json(FILE *out, const rp_input_t *in, const rp_config_t *cfg, cons
     fputs(", \"model\": ", out);
     json_str(out, mode_name(cfg->mode));
     fprintf(out,
-            ", \"device_model\": \"%s\", \"capacity\": %" PRIu64 ", \"events\": %" PRIu64 ", \"prelude\": %zu, \"devices\": %d"
+            ", \"device_model\": \"%s\", \"capacity\": %" PRIu64 ", \"events\": %" PRIu64
+            ", \"prelude\": %zu, \"devices\": %d"
             ", \"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64 ", \"peak_requested\": %" PRIu64
             ", \"utilization\": %.6f, \"fragmentation_at_peak\": %.6f, \"peak_event\": %zu"
             ", \"device_allocs\": %" PRIu64 ", \"device_frees\": %" PRIu64 ", \"allocs\": %" PRIu64
-            ", \"cache_hits\": %" PRIu64 ", \"ooms\": %" PRIu64,
-            opts->busy ? "busy" : "idle", opts->capacity, r->events, in->nprelude, in->ndevices, r->peak_allocated, r->peak_reserved,
-            r->peak_requested, r->utilization, r->frag_at_peak, r->peak_event, r->device_allocs, r->device_frees,
-            r->allocs, r->hits, r->ooms);
+            ", \"cache_hits\": %" PRIu64 ", \"ooms\": %" PRIu64 ", \"fallbacks\": %" PRIu64,
+            opts->busy ? "busy" : "idle", opts->capacity, r->events, in->nprelude, in->ndevices, r->peak_allocated,
+            r->peak_reserved, r->peak_requested, r->utilization, r->frag_at_peak, r->peak_event, r->device_allocs,
+            r->device_frees, r->allocs, r->hits, r->ooms, r->fallbacks);
+    fputs(", \"device_model_note\": ", out);
+    if (opts->model_note)
+        json_str(out, opts->model_note);
+    else
+        fputs("null", out);
+    fprintf(out, ", \"recorded_ooms\": %" PRIu64 ", \"recorded_fallbacks\": %" PRIu64 ", \"recorded_conf\": ",
+            in->recorded_ooms, in->recorded_fallbacks);
+    if (in->recorded_settings)
+        json_str(out, in->recorded_conf);
+    else
+        fputs("null", out);
     if (r->first_oom_event >= 0)
         fprintf(out, ", \"first_oom_event\": %lld, \"first_oom_size\": %" PRIu64 ", \"first_oom_time_ns\": %" PRIu64,
                 r->first_oom_event, r->first_oom_size, r->first_oom_time_ns);
@@ -285,8 +339,11 @@ void rp_print_json(FILE *out, const rp_input_t *in, const rp_config_t *cfg, cons
         fprintf(out, ", \"torch_peak_reserved\": %" PRIu64, in->ref_peak_reserved);
     fputs(", \"per_device\": [", out);
     for (int d = 0; d < in->ndevices && d < 64; d++)
-        fprintf(out, "%s{\"device\": %d, \"peak_allocated\": %" PRIu64 ", \"peak_reserved\": %" PRIu64 "}",
-                d ? ", " : "", d, r->dev_peak_allocated[d], r->dev_peak_reserved[d]);
+        fprintf(out,
+                "%s{\"device\": %d, \"capacity\": %" PRIu64 ", \"peak_allocated\": %" PRIu64
+                ", \"peak_reserved\": %" PRIu64 ", \"ooms\": %" PRIu64 ", \"fallbacks\": %" PRIu64 "}",
+                d ? ", " : "", d, opts->dev_capacity && opts->dev_capacity[d] ? opts->dev_capacity[d] : opts->capacity,
+                r->dev_peak_allocated[d], r->dev_peak_reserved[d], r->dev_ooms[d], r->dev_fallbacks[d]);
     fputc(']', out);
     fputs(", \"notes\": ", out);
     json_str(out, in->notes);

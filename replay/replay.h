@@ -64,6 +64,17 @@ typedef struct rp_input_s {
      * kept", "12 frees of blocks never seen", ... */
     char notes[512];
     int ndevices;       /* 1 + the highest device ordinal seen (at least 1) */
+    /* What the recorded run saw.  Every format: the out-of-memory failures
+     * the job saw (ALLOC_FAIL events; a cucache trace's of error 2 only).
+     * Cucache traces of version 2 also carry the settings, each device's
+     * memory at cucache's first use, and the allocations the runtime's own
+     * allocator served after cucache's path failed. */
+    uint64_t recorded_ooms;
+    uint64_t recorded_fallbacks; /* TRACE_REC_FALLBACK allocations */
+    bool recorded_settings;      /* recorded_conf holds the run's CUCACHE_CONF */
+    char recorded_conf[1024];    /* "" when it was unset */
+    uint64_t recorded_free[64];  /* per device: free bytes at cucache's first use; 0 when not recorded */
+    uint64_t recorded_total[64]; /* ... and its total bytes */
 } rp_input_t;
 
 /* Reads `path`, detecting its format from its first bytes: "CUCTRACE" is a
@@ -124,7 +135,9 @@ typedef struct rp_result_s {
      * one unmap call: one unmap) */
     uint64_t vmm_map_calls, vmm_map_pages, vmm_unmap_calls, vmm_unmap_bytes, vmm_reserves;
     uint64_t allocs, hits;    /* allocations replayed, and those served from the cache */
-    uint64_t ooms;            /* allocations that failed at the capacity */
+    uint64_t ooms;            /* allocations that failed at the capacity (the job would have seen them) */
+    uint64_t fallbacks;       /* cudaMalloc calls cucache's core failed and the runtime's allocator served
+                               * (opts->fallback): no OOM, but uncached memory */
     long long first_oom_event; /* its event index, -1 when none */
     uint64_t first_oom_size;
     uint64_t first_oom_time_ns;
@@ -135,6 +148,7 @@ typedef struct rp_result_s {
     double seconds;            /* wall time of the replay loop */
     /* per device (the core's own allocated_bytes/reserved_bytes peaks) */
     uint64_t dev_peak_allocated[64], dev_peak_reserved[64];
+    uint64_t dev_ooms[64], dev_fallbacks[64];
     rp_curve_t curve;          /* when requested */
 } rp_result_t;
 
@@ -176,6 +190,16 @@ typedef struct rp_opts_s {
      * next synchronisation of its device, stream or event, or when the
      * allocator itself waits for it (an upper bound). */
     bool busy;
+    /* Per device (64 entries; 0: use capacity), or NULL: a cucache trace's
+     * recorded memory at cucache's first use of each device. */
+    const uint64_t *dev_capacity;
+    /* Model the interposer's last resort: a cudaMalloc or cudaMallocAsync
+     * the core cannot serve (not at a limit, not during a capture) goes to
+     * the CUDA runtime's own allocator, which takes exactly the request from
+     * the device's free pages; counted in fallbacks, not in ooms. */
+    bool fallback;
+    /* Why this device model, for the table and JSON (NULL: none given). */
+    const char *model_note;
     size_t curve_buckets; /* 0: no curve */
     /* called every 2^20 events with (done, total): a progress bar */
     void (*progress)(void *ctx, size_t done, size_t total);

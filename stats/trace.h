@@ -32,7 +32,7 @@
 
 #define TRACE_MAGIC "CUCTRACE"  /* 8 bytes, no terminator in the file */
 #define TRACE_CHUNK_MAGIC 0x4B4E4843u /* "CHNK" */
-#define TRACE_VERSION 1
+#define TRACE_VERSION 2               /* 1: no TRACE_DEVICE, TRACE_CONF or flags (still read) */
 
 enum {
     TRACE_HEADER_SIZE = 64,
@@ -43,18 +43,28 @@ enum {
 
 /* Record kinds. */
 typedef enum trace_kind_e {
-    TRACE_ALLOC = 1,       /* addr = result, size = requested bytes, stream (0: not stream-ordered) */
-    TRACE_ALLOC_FAIL = 2,  /* size = requested bytes; addr = the error code returned */
-    TRACE_FREE = 3,        /* addr = pointer, stream (0: not stream-ordered) */
-    TRACE_STREAM_SYNC = 4, /* stream */
-    TRACE_DEVICE_SYNC = 5, /* the device (context) */
-    TRACE_EVENT_SYNC = 6,  /* addr = the event handle */
+    TRACE_ALLOC = 1,          /* addr = result, size = requested bytes, stream (0: not stream-ordered) */
+    TRACE_ALLOC_FAIL = 2,     /* size = requested bytes; addr = the error code returned */
+    TRACE_FREE = 3,           /* addr = pointer, stream (0: not stream-ordered) */
+    TRACE_STREAM_SYNC = 4,    /* stream */
+    TRACE_DEVICE_SYNC = 5,    /* the device (context) */
+    TRACE_EVENT_SYNC = 6,     /* addr = the event handle */
     TRACE_STREAM_CREATE = 7,  /* stream; size = flags */
     TRACE_STREAM_DESTROY = 8, /* stream */
     TRACE_CAPTURE_BEGIN = 9,  /* stream; size = capture mode */
     TRACE_CAPTURE_END = 10,   /* stream */
-    TRACE_KIND_MAX = 10,
+    /* version 2: what the recorded run was, for a replay that agrees with it */
+    TRACE_DEVICE = 11, /* cucache's first use of the device: addr = its free bytes then, size = its total bytes */
+    TRACE_CONF = 12,   /* a piece of the run's CUCACHE_CONF text: its bytes at offset `flags`, 24 at most, in
+                        * stream, addr, size (little-endian byte order, NUL-padded); device -1.  Written once, at
+                        * the start, as consecutive records of one thread; one empty piece when unset */
+    TRACE_KIND_MAX = 12,
 } trace_kind_t;
+
+/* trace_rec_t.flags of an ALLOC (version 2). */
+enum {
+    TRACE_REC_FALLBACK = 1, /* cucache's own path failed and the CUDA runtime's (or driver's) allocator served it */
+};
 
 /* Which API made an ALLOC / ALLOC_FAIL / FREE record. */
 typedef enum trace_api_e {
@@ -100,7 +110,7 @@ typedef struct trace_rec_s {
     uint8_t kind;    /* trace_kind_t */
     uint8_t api;     /* trace_api_t */
     int16_t device;  /* CUDA ordinal; -1 when unknown */
-    uint32_t reserved;
+    uint32_t flags;  /* TRACE_REC_* (ALLOC), the byte offset (CONF); 0 in version 1 */
     uint64_t ticks;  /* when */
     uint64_t stream; /* the stream handle (0: none / the legacy default stream for syncs) */
     uint64_t addr;
@@ -122,6 +132,7 @@ typedef struct trace_event_s {
     uint32_t tid;
     uint8_t kind, api;
     int16_t device;
+    uint32_t flags;
     uint64_t stream, addr, size;
 } trace_event_t;
 

@@ -35,8 +35,9 @@ static void errf(char *err, size_t errlen, const char *fmt, ...)
 const char *trace_kind_name(unsigned kind)
 {
     static const char *const names[] = {
-        "?",           "alloc",         "alloc_fail",     "free",          "stream_sync",  "device_sync",
-        "event_sync",  "stream_create", "stream_destroy", "capture_begin", "capture_end",
+        "?",           "alloc",      "alloc_fail",    "free",           "stream_sync",
+        "device_sync", "event_sync", "stream_create", "stream_destroy", "capture_begin",
+        "capture_end", "device",     "conf",
     };
     return kind <= TRACE_KIND_MAX ? names[kind] : "?";
 }
@@ -153,8 +154,9 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
         errf(err, errlen, "offset 0: not a cucache trace (the file does not start with \"%s\")", TRACE_MAGIC);
         return -1;
     }
-    if (h.version != TRACE_VERSION) {
-        errf(err, errlen, "offset 8: trace format version %u; this reader reads version %d", h.version, TRACE_VERSION);
+    if (h.version < 1 || h.version > TRACE_VERSION) {
+        errf(err, errlen, "offset 8: trace format version %u; this reader reads versions 1 to %d", h.version,
+             TRACE_VERSION);
         return -1;
     }
     if (h.header_size != TRACE_HEADER_SIZE || h.chunk_size != TRACE_CHUNK_SIZE || h.rec_size != TRACE_REC_SIZE) {
@@ -202,19 +204,28 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
             size_t at = rec_off + i * TRACE_REC_SIZE;
             trace_rec_t r;
             memcpy(&r, d + at, sizeof r);
-            if (r.kind < 1 || r.kind > TRACE_KIND_MAX) {
-                errf(err, errlen, "offset %zu: record %zu of chunk %zu has kind %u, expected 1 to %d", at, i,
-                     out->nchunks, r.kind, TRACE_KIND_MAX);
+            unsigned kind_max = h.version == 1 ? TRACE_CAPTURE_END : TRACE_KIND_MAX;
+            if (r.kind < 1 || r.kind > kind_max) {
+                errf(err, errlen, "offset %zu: record %zu of chunk %zu has kind %u, expected 1 to %u (version %u)", at,
+                     i, out->nchunks, r.kind, kind_max, h.version);
                 goto fail;
             }
+            if (h.version == 1)
+                r.flags = 0; /* reserved there */
             if (r.api > TRACE_API_MAX) {
                 errf(err, errlen, "offset %zu: record %zu of chunk %zu has api %u, expected 0 to %d", at + 1, i,
                      out->nchunks, r.api, TRACE_API_MAX);
                 goto fail;
             }
             raw[nraw] = (raw_t){
-                .ev = {.tid = c.tid, .kind = r.kind, .api = r.api, .device = r.device, .stream = r.stream,
-                       .addr = r.addr, .size = r.size},
+                .ev = {.tid = c.tid,
+                       .kind = r.kind,
+                       .api = r.api,
+                       .device = r.device,
+                       .flags = r.flags,
+                       .stream = r.stream,
+                       .addr = r.addr,
+                       .size = r.size},
                 .ticks = r.ticks,
                 .seq = nraw,
             };

@@ -6,7 +6,8 @@
  * event and device synchronisations, stream creation and destruction), and
  * the trace read back (stats/trace_read.c) holds exactly those events, in
  * each thread's order, with the addresses the calls returned, the devices
- * and streams, and times that never go backwards; a child killed by SIGKILL
+ * and streams, and times that never go backwards, after the run's
+ * CUCACHE_CONF (in pieces) and the device's memory at its opening; a child killed by SIGKILL
  * after thousands of events leaves a trace readable up to its last whole
  * chunk; a bad CUCACHE_TRACE stops the program before main.
  *
@@ -189,14 +190,40 @@ static void test_calls_recorded(void **state)
         {TRACE_FREE, TRACE_API_CUDA_MALLOC, addr[6], 0},
     };
     uint32_t main_tid = t.nevents ? t.events[0].tid : 0;
-    size_t im = 0, iw = 0;
+    size_t im = 0, iw = 0, ndevice = 0;
     uint64_t last = 0, stream = 0;
+    /* what the run was (version 2): its CUCACHE_CONF in pieces, first, and
+     * the device's memory when cucache opened it, before its first
+     * allocation */
+    char conf[256] = "";
+    bool conf_seen = false;
     for (size_t i = 0; i < t.nevents; i++) {
         const trace_event_t *e = &t.events[i];
         if (e->time_ns < last)
             fail_msg("event %zu goes back in time: %llu < %llu", i, (unsigned long long)e->time_ns,
                      (unsigned long long)last);
         last = e->time_ns;
+        if (e->kind == TRACE_CONF) {
+            assert_int_equal(e->tid, main_tid);
+            assert_int_equal(im + iw + ndevice, 0);
+            const uint64_t words[3] = {e->stream, e->addr, e->size};
+            for (int b = 0; b < 24 && e->flags + (size_t)b + 1 < sizeof conf; b++) {
+                char c = (char)(words[b / 8] >> (8 * (b % 8)));
+                if (!c)
+                    break;
+                conf[e->flags + (size_t)b] = c;
+            }
+            conf_seen = true;
+            continue;
+        }
+        if (e->kind == TRACE_DEVICE) {
+            assert_int_equal(e->device, 0);
+            assert_int_equal(e->size, (uint64_t)1 << 30); /* CUCACHE_SIM_CAPACITY=1G */
+            assert_true(e->addr > 0 && e->addr <= e->size);
+            assert_int_equal(im + iw, 0);
+            ndevice++;
+            continue;
+        }
         bool is_main = e->tid == main_tid;
         const want_t *w = is_main ? (im < 19 ? &main_want[im] : NULL) : (iw < 2 ? &worker_want[iw] : NULL);
         if (!w)
@@ -227,6 +254,10 @@ static void test_calls_recorded(void **state)
     assert_int_not_equal(stream, 0);
     assert_int_equal(im, 19);
     assert_int_equal(iw, 2);
+    assert_true(conf_seen);
+    const char *want_conf = getenv("CUCACHE_CONF");
+    assert_string_equal(conf, want_conf ? want_conf : "");
+    assert_int_equal(ndevice, 1);
     trace_free(&t);
     free(r);
     unlink(path);
@@ -249,8 +280,11 @@ static void test_killed_child_leaves_whole_chunks(void **state)
      * full buffer (1024 records) was written whole */
     assert_int_equal(t.nevents % 1024, 0);
     assert_true(t.nevents >= 5 * 1024 && t.nevents < 6000);
+    size_t k = 0; /* the run's conf and device records first, then the child's calls */
     for (size_t i = 0; i < t.nevents; i++)
-        assert_int_equal(t.events[i].kind, i % 2 == 0 ? TRACE_ALLOC : TRACE_FREE);
+        if (t.events[i].kind != TRACE_CONF && t.events[i].kind != TRACE_DEVICE)
+            assert_int_equal(t.events[i].kind, k++ % 2 == 0 ? TRACE_ALLOC : TRACE_FREE);
+    assert_true(k + 4 >= t.nevents);
     trace_free(&t);
     free(r);
     unlink(path);

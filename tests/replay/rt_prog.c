@@ -18,10 +18,18 @@
  * synchronisation), and the comparison can be exact.
  *
  * At the end it prints, per device, the peaks cucache's own statistics saw:
- *   device D peak_allocated N peak_reserved M device_allocs K
+ *   device D peak_allocated N peak_reserved M device_allocs K ooms F fallbacks B
  * which the replay of its trace must reproduce exactly.
  *
- * Usage: rt_prog SEED STEPS
+ * With "oom" (a run that runs out of memory, issue 17): cudaMalloc only (the
+ * interposer's fallback to the runtime's allocator is then the simulated
+ * driver's cudaMalloc, which the replay's device models page for page), of
+ * 1-4 MiB or 1-96 MiB, with no capture, after one request on each device
+ * that only the fallback can serve; an out-of-memory failure is counted (ooms: the
+ * failures the program saw; fallbacks: cucache's statistic
+ * num_fallback_served) and the program goes on.
+ *
+ * Usage: rt_prog SEED STEPS [oom]
  */
 #include "cucache/cucache.h"
 #include "cucache/cuda_api.h"
@@ -30,6 +38,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 enum { MAX_LIVE = 96, NSTREAMS = 3, MAX_DEV = 4 };
 
@@ -40,6 +49,8 @@ typedef struct live_s {
 } live_t;
 
 static uint64_t rng;
+static int oom_mode;
+static long ooms[MAX_DEV];
 
 static uint64_t next(void)
 {
@@ -53,6 +64,9 @@ static uint64_t next(void)
 static size_t pick_size(void)
 {
     static const size_t common[] = {4096, 1 << 20, 3 << 20, 12 << 20, 25 << 20};
+    if (oom_mode) /* half of them small enough for 20 MiB segments, which a full device may refuse when the
+                   * request itself would still fit: the runtime's fallback serves it */
+        return ((size_t)1 << 20) + (size_t)(next() % (next() % 2 ? (3u << 20) : (95u << 20)));
     if (next() % 4 == 0)
         return common[next() % 5];
     unsigned shift = 9 + (unsigned)(next() % 18); /* 2^9 .. 2^26 */
@@ -91,10 +105,11 @@ static void do_free(live_t *l, cudaStream_t *streams)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: rt_prog SEED STEPS\n");
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "oom") == 0)) {
+        fprintf(stderr, "usage: rt_prog SEED STEPS [oom]\n");
         return 2;
     }
+    oom_mode = argc == 4;
     rng = strtoull(argv[1], NULL, 0) * 0x9E3779B97F4A7C15ull + 1;
     long steps = strtol(argv[2], NULL, 0);
     int ndev = 0;
@@ -109,9 +124,22 @@ int main(int argc, char **argv)
     }
     live_t live[MAX_LIVE];
     int nlive = 0;
+    if (oom_mode) {
+        /* one certain fallback per device: all but 10 MiB taken, then 3 MiB,
+         * for which cucache wants a 20 MiB segment and the runtime takes 4 */
+        for (int d = 0; d < ndev; d++) {
+            size_t free_b = 0, total = 0;
+            CHECK(cudaSetDevice(d));
+            CHECK(cudaMemGetInfo(&free_b, &total));
+            live[nlive] = (live_t){NULL, d, -1};
+            CHECK(cudaMalloc(&live[nlive++].p, (total - (10u << 20)) & ~(size_t)((2u << 20) - 1)));
+            live[nlive] = (live_t){NULL, d, -1};
+            CHECK(cudaMalloc(&live[nlive++].p, 3u << 20));
+        }
+    }
     for (long i = 0; i < steps; i++) {
         uint64_t r = next() % 100;
-        if (i == steps / 2) {
+        if (i == steps / 2 && !oom_mode) {
             /* a capture window: its cudaMalloc calls go to the capture pool */
             cudaStream_t s = streams[0];
             CHECK(cudaSetDevice(0));
@@ -130,7 +158,17 @@ int main(int argc, char **argv)
             CHECK(cudaSetDevice(l->dev));
             CHECK(cudaDeviceSynchronize());
             size_t size = pick_size();
-            if (next() % 2) {
+            if (oom_mode) {
+                l->stream = -1;
+                cudaError_t e = cudaMalloc(&l->p, size);
+                if (e == cudaErrorMemoryAllocation) {
+                    ooms[l->dev]++;
+                    nlive--;
+                    (void)cudaGetLastError();
+                } else {
+                    CHECK(e);
+                }
+            } else if (next() % 2) {
                 l->stream = -1;
                 CHECK(cudaMalloc(&l->p, size));
             } else {
@@ -165,12 +203,13 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int d = 0; d < ndev; d++) {
-        int64_t pa = -1, pr = -1, da = -1;
+        int64_t pa = -1, pr = -1, da = -1, fb = -1;
         stat(d, "allocated_bytes.all.peak", &pa);
         stat(d, "reserved_bytes.all.peak", &pr);
         stat(d, "num_device_alloc", &da);
-        printf("device %d peak_allocated %lld peak_reserved %lld device_allocs %lld\n", d, (long long)pa,
-               (long long)pr, (long long)da);
+        stat(d, "num_fallback_served", &fb);
+        printf("device %d peak_allocated %lld peak_reserved %lld device_allocs %lld ooms %ld fallbacks %lld\n", d,
+               (long long)pa, (long long)pr, (long long)da, ooms[d], (long long)fb);
     }
     for (int d = 0; d < ndev; d++) {
         CHECK(cudaSetDevice(d));

@@ -452,6 +452,135 @@ static void test_rmm_errors(void **state)
     rp_input_free(&in);
 }
 
+/* The interposer's last resort, modelled (opts.fallback): a cudaMalloc the
+ * core cannot serve takes exactly its pages from the device; its free gives
+ * them back; a stream-ordered one too, a driver call or an import never,
+ * nor one a limit refused.  Without opts.fallback each is an OOM. */
+static void test_fallback(void **state)
+{
+    build_t b = {0};
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 56 * MiB);         /* 8 MiB of a 64 MiB device left */
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x9000, 3 * MiB);          /* 20 MiB do not fit; 4 do */
+    add(&b, TRACE_ALLOC, TRACE_API_CU_MEM_ALLOC, 1, 0, 0xa000, 3 * MiB);         /* no fallback for the driver */
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x9000, 0);                 /* its pages back */
+    add(&b, TRACE_ALLOC_FAIL, TRACE_API_CUDA_MALLOC, 1, 0, 2, 3 * MiB);          /* served here, released */
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC_ASYNC, 1, 0x77, 0xb000, 2 * MiB); /* the runtime's pool */
+    rp_config_t cfg = core_cfg("");
+    rp_opts_t o = {.capacity = 64 * MiB, .fallback = true};
+    rp_result_t r;
+    char err[256];
+    assert_int_equal(rp_replay(&b.in, &cfg, &o, &r, err, sizeof err), 0);
+    assert_int_equal(r.fallbacks, 3);
+    assert_int_equal(r.dev_fallbacks[0], 3);
+    assert_int_equal(r.ooms, 1); /* the driver's */
+    assert_int_equal(r.first_oom_event, 2);
+    assert_int_equal(r.peak_allocated, 56 * MiB); /* the runtime's allocations are not cucache's */
+    assert_int_equal(r.peak_requested, 56 * MiB);
+    rp_result_free(&r);
+    o.fallback = false;
+    assert_int_equal(rp_replay(&b.in, &cfg, &o, &r, err, sizeof err), 0);
+    assert_int_equal(r.fallbacks, 0);
+    assert_int_equal(r.ooms, 4);
+    rp_result_free(&r);
+    /* a limit refuses: no fallback, as in the interposer (the 56 MiB would
+     * fit the device) */
+    rp_config_t lim = core_cfg("limit_mb:40");
+    o.fallback = true;
+    assert_int_equal(rp_replay(&b.in, &lim, &o, &r, err, sizeof err), 0);
+    assert_int_equal(r.fallbacks, 0);
+    rp_result_free(&r);
+    free(b.in.ev);
+}
+
+/* A version 2 trace carries its run: the settings in TRACE_CONF pieces,
+ * each device's memory (TRACE_DEVICE), fallbacks (TRACE_REC_FALLBACK) and
+ * the failures the program saw (ALLOC_FAIL of error 2, not other errors).
+ * None of these records is replayed.  Pieces pointing beyond the text, or a
+ * version 1 trace with the new kinds, are handled. */
+static size_t put_rec(uint8_t *buf, size_t at, trace_rec_t r)
+{
+    memcpy(buf + at, &r, sizeof r);
+    return at + sizeof r;
+}
+
+static uint64_t text_word(const char *s, size_t at)
+{
+    uint64_t w = 0;
+    for (int k = 7; k >= 0; k--)
+        w = w << 8 | (unsigned char)(at + (size_t)k < strlen(s) ? s[at + (size_t)k] : 0);
+    return w;
+}
+
+static void test_recorded_run(void **state)
+{
+    static uint8_t buf[4096];
+    const char *conf = "max_split_size_mb:40,reuse:sync"; /* 31 bytes: two pieces */
+    trace_header_t h = {.version = 2, .header_size = 64, .chunk_size = 32, .rec_size = 40};
+    memcpy(h.magic, TRACE_MAGIC, 8);
+    memcpy(buf, &h, sizeof h);
+    size_t at = sizeof h + sizeof(trace_chunk_t);
+    for (size_t off = 0; off < strlen(conf); off += 24)
+        at = put_rec(buf, at,
+                     (trace_rec_t){.kind = TRACE_CONF,
+                                   .device = -1,
+                                   .flags = (uint32_t)off,
+                                   .ticks = 1,
+                                   .stream = text_word(conf, off),
+                                   .addr = text_word(conf, off + 8),
+                                   .size = text_word(conf, off + 16)});
+    at = put_rec(buf, at,
+                 (trace_rec_t){.kind = TRACE_CONF,
+                               .device = -1,
+                               .flags = 5000,
+                               .ticks = 1,
+                               .stream = text_word("beyond", 0)}); /* ignored */
+    at = put_rec(buf, at,
+                 (trace_rec_t){.kind = TRACE_DEVICE, .device = 1, .ticks = 2, .addr = 60 * MiB, .size = 80 * MiB});
+    at = put_rec(buf, at,
+                 (trace_rec_t){.kind = TRACE_ALLOC,
+                               .api = TRACE_API_CUDA_MALLOC,
+                               .device = 1,
+                               .flags = TRACE_REC_FALLBACK,
+                               .ticks = 3,
+                               .addr = 0x5000,
+                               .size = MiB});
+    at = put_rec(buf, at,
+                 (trace_rec_t){.kind = TRACE_ALLOC_FAIL,
+                               .api = TRACE_API_CUDA_MALLOC,
+                               .device = 1,
+                               .ticks = 4,
+                               .addr = 2,
+                               .size = 90 * MiB});
+    at = put_rec(buf, at,
+                 (trace_rec_t){.kind = TRACE_ALLOC_FAIL,
+                               .api = TRACE_API_CUDA_MALLOC,
+                               .device = 1,
+                               .ticks = 5,
+                               .addr = 1,
+                               .size = 0}); /* invalid value: not an OOM */
+    size_t nrec = (at - sizeof h - sizeof(trace_chunk_t)) / sizeof(trace_rec_t);
+    trace_chunk_t c = {TRACE_CHUNK_MAGIC, (uint32_t)nrec, 1, 0, 10, 10};
+    memcpy(buf + sizeof h, &c, sizeof c);
+    rp_input_t in;
+    char err[512];
+    assert_int_equal(rp_input_parse("rec", buf, at, &in, err, sizeof err), 0);
+    assert_true(in.recorded_settings);
+    assert_string_equal(in.recorded_conf, conf);
+    assert_int_equal(in.recorded_free[1], 60 * MiB);
+    assert_int_equal(in.recorded_total[1], 80 * MiB);
+    assert_int_equal(in.recorded_free[0], 0);
+    assert_int_equal(in.recorded_fallbacks, 1);
+    assert_int_equal(in.recorded_ooms, 1);
+    assert_int_equal(in.nev, 3); /* the alloc and two failures */
+    assert_int_equal(in.ev[0].flags, TRACE_REC_FALLBACK);
+    rp_input_free(&in);
+    /* the same records in a version 1 trace: the new kinds are refused */
+    h.version = 1;
+    memcpy(buf, &h, sizeof h);
+    assert_int_equal(rp_input_parse("v1", buf, at, &in, err, sizeof err), -1);
+    assert_non_null(strstr(err, "has kind 12, expected 1 to 10 (version 1)"));
+}
+
 static void test_detection(void **state)
 {
     rp_input_t in;
@@ -460,11 +589,11 @@ static void test_detection(void **state)
     assert_non_null(strstr(err, "x: not a trace this tool reads"));
     /* a cucache trace header of another version */
     uint8_t hdr[64] = "CUCTRACE";
-    hdr[8] = 2;
+    hdr[8] = 3;
     hdr[10] = 64, hdr[12] = 32, hdr[14] = 40;
-    assert_int_equal(rp_input_parse("v2", hdr, sizeof hdr, &in, err, sizeof err), -1);
-    assert_non_null(strstr(err, "v2: cucache trace:"));
-    assert_non_null(strstr(err, "version 2"));
+    assert_int_equal(rp_input_parse("v3", hdr, sizeof hdr, &in, err, sizeof err), -1);
+    assert_non_null(strstr(err, "v3: cucache trace:"));
+    assert_non_null(strstr(err, "version 3"));
     /* a pickle that is not a snapshot */
     static const uint8_t list[] = {0x80, 0x02, ']', 0x71, 0x00, '.'};
     assert_int_equal(rp_input_parse("l", list, sizeof list, &in, err, sizeof err), -1);
@@ -486,6 +615,8 @@ int main(void)
         cmocka_unit_test(test_rmm_good),
         cmocka_unit_test(test_rmm_errors),
         cmocka_unit_test(test_detection),
+        cmocka_unit_test(test_fallback),
+        cmocka_unit_test(test_recorded_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
