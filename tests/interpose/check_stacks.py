@@ -2,7 +2,7 @@
 """CUCACHE_STACKS=native (cucache-run --stacks): call stacks of allocations
 (issue 17, "who allocated what").
 
-Usage: check_stacks.py CUCACHE_RUN STACKS_CHILD STACKS_CHILD_SOURCE CHECK_SNAPSHOT
+Usage: check_stacks.py CUCACHE_RUN STACKS_CHILD STACKS_CHILD_SOURCE CHECK_SNAPSHOT [DOC.md]
 
 stacks_child makes its allocations at lines marked "SITE:name" in its
 source, one of them through a stripped library's frame, fails one request
@@ -19,6 +19,10 @@ and frees nothing.  Under cucache-run --sim=1G:
 3. --stacks=2 keeps two frames.
 4. Without --stacks: no frames anywhere, the leak check by requested size.
 5. Bad CUCACHE_STACKS values stop the program with a line naming it.
+6. With DOC.md: its example after "<!-- example: stacks_child -->" is what
+   the run printed, line for line (libc's frames, the count of frames
+   left out and the stripped frame's offset aside: they depend on the C
+   library and the compiler).
 """
 import io
 import os
@@ -82,6 +86,22 @@ with tempfile.TemporaryDirectory() as tmp:
                         r"\n.*\?\? \(libstacks_stripped\.so\+0x[0-9a-f]+\)\n.*grow_cache " +
                         re.escape(site_line("grow")), body),
               f"the cache site, through the stripped frame:\n{body}")
+    if len(sys.argv) > 5:
+        doc = open(sys.argv[5], encoding="utf-8").read().split("\n")
+        at = doc.index("<!-- example: stacks_child -->") if "<!-- example: stacks_child -->" in doc else -1
+        check(at >= 0, f"{sys.argv[5]}: no '<!-- example: stacks_child -->'")
+        if at >= 0:
+            start = at + 2
+            end = doc.index("```", start)
+            live_lines = err.split("\n")
+            for line in doc[start:end]:
+                if "libc" in line or "more frame" in line:
+                    continue
+                if "libstacks_stripped.so+0x" in line:
+                    pat = re.escape(line.split("+0x")[0]) + r"\+0x[0-9a-f]+\)"
+                    check(any(re.fullmatch(pat, x) for x in live_lines), f"the doc's line is not printed: {line}")
+                else:
+                    check(line in live_lines, f"the doc's line is not printed: {line}")
     leak = err.split("leak check: GPU 0: 320.00 MiB in 12 allocations still live at exit, by call site:", 1)
     check(len(leak) == 2, f"the leak check by call site:\n{err}")
     if len(leak) == 2:

@@ -304,6 +304,112 @@ static bool fragmented_fits(const char *conf_text, size_t block_req, size_t coun
     return r != 0;
 }
 
+/* The other scenarios whose reports name settings, rebuilt under
+ * conf_text with frees as the interposer makes a cudaFree's: served? */
+static bool preallocate_fits(const char *conf_text)
+{
+    fx_t g;
+    fx_open(&g, 128 * MiB, conf_text);
+    core_free_t plain = g.conf.reuse == CONF_REUSE_FENCED ? CORE_FREE_FENCED : CORE_FREE_NOW;
+    uintptr_t p[29] = {0}, r = 0;
+    bool ok = true;
+    for (int i = 0; i < 29 && ok; i++)
+        ok = (p[i] = core_malloc(g.d, 4 * MiB, 0, NULL)) != 0;
+    for (int i = 0; i < 29; i += 2)
+        if (p[i])
+            fx_free(&g, p[i], plain, 0), p[i] = 0;
+    if (ok && (r = core_malloc(g.d, 8 * MiB, 0, NULL)))
+        fx_free(&g, r, plain, 0);
+    for (int i = 0; i < 29; i++)
+        if (p[i])
+            fx_free(&g, p[i], plain, 0);
+    fx_close(&g);
+    return r != 0;
+}
+
+static bool limit_fits(const char *conf_text)
+{
+    fx_t g;
+    fx_open(&g, 256 * MiB, conf_text);
+    uintptr_t p[3] = {0}, r = 0;
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++)
+        ok = (p[i] = core_malloc(g.d, 16 * MiB, 0, NULL)) != 0;
+    if (ok && (r = core_malloc(g.d, 32 * MiB, 0, NULL)))
+        fx_free(&g, r, CORE_FREE_NOW, 0);
+    for (int i = 0; i < 3; i++)
+        if (p[i])
+            fx_free(&g, p[i], CORE_FREE_NOW, 0);
+    fx_close(&g);
+    return r != 0;
+}
+
+static bool private_pools_fits(const char *conf_text)
+{
+    fx_t g;
+    fx_open(&g, 128 * MiB, conf_text);
+    core_free_t plain = g.conf.reuse == CONF_REUSE_FENCED ? CORE_FREE_FENCED : CORE_FREE_NOW;
+    int pool = core_pool_create(g.d);
+    assert_true(pool > 0);
+    assert_int_equal(core_pool_use(g.d, pool), 0);
+    uintptr_t a = core_malloc(g.d, 16 * MiB, 0, NULL), b = core_malloc(g.d, 16 * MiB, 0, NULL);
+    uintptr_t s = core_malloc(g.d, 1000, 0, NULL);
+    if (b)
+        fx_free(&g, b, plain, 0);
+    assert_int_equal(core_pool_use(g.d, 0), 0);
+    uintptr_t x = core_malloc(g.d, 16 * MiB, 0, NULL), y = core_malloc(g.d, 4 * MiB, 0, NULL);
+    uintptr_t z = core_malloc(g.d, 512, 0, NULL);
+    uintptr_t r = a && b && s && x && y && z ? core_malloc(g.d, 64 * MiB, 0, NULL) : 0;
+    const uintptr_t all[] = {r, x, y, z, a, s};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            fx_free(&g, all[i], CORE_FREE_NOW, 0);
+    core_pool_destroy(g.d, pool);
+    fx_close(&g);
+    return r != 0;
+}
+
+typedef bool (*fits_fn)(const char *conf_text);
+
+static bool fragmented_fits_4m(const char *conf_text)
+{
+    return fragmented_fits(conf_text, 4 * MiB - 100, 32, 24 * MiB);
+}
+
+static bool fragmented_fits_roundup(const char *conf_text)
+{
+    return fragmented_fits(conf_text, 5 * MiB, 20, 24 * MiB);
+}
+
+/* Every CUCACHE_CONF a report's hints name ("hint:   CUCACHE_CONF=X (peak
+ * ..." and "... CUCACHE_CONF=X would have fit it"), applied to the
+ * scenario that produced it: each must serve the request that failed.
+ * The golden files are the docs' examples (tests/stats/check_docs.py), so
+ * this is also every hint the docs show.  Returns how many were named. */
+static size_t apply_every_hint(const text_t *t, fits_fn fits)
+{
+    size_t named = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const char *l = t->line[i];
+        if (strncmp(l, "hint: ", 6) != 0)
+            continue;
+        for (const char *at = strstr(l, "CUCACHE_CONF="); at; at = strstr(at + 1, "CUCACHE_CONF=")) {
+            char conf[512];
+            const char *v = at + strlen("CUCACHE_CONF=");
+            size_t n = strcspn(v, " ");
+            if (*v == '\'') { /* quoted for the shell */
+                v++;
+                n = strcspn(v, "'");
+            }
+            snprintf(conf, sizeof conf, "%.*s", (int)n, v);
+            if (!fits(conf))
+                fail_msg("the hint CUCACHE_CONF=%s, applied, does not serve the request:\n%s", conf, l);
+            named++;
+        }
+    }
+    return named;
+}
+
 static void test_fragmented(void **state)
 {
     (void)state;
@@ -329,8 +435,7 @@ static void test_fragmented(void **state)
     assert_non_null(strstr(hints, "2 of 15 settings tried serve every allocation and this request"));
     assert_non_null(strstr(hints, "hint:   CUCACHE_CONF=reuse:fenced,expandable_segments:true (peak reserved"));
     assert_null(strstr(hints, "max_split_size_mb"));
-    assert_true(fragmented_fits("reuse:fenced,expandable_segments:true", 4 * MiB - 100, 32, 24 * MiB));
-    assert_true(fragmented_fits("expandable_segments:true,reuse:sync", 4 * MiB - 100, 32, 24 * MiB));
+    assert_int_equal(apply_every_hint(&c.text, fragmented_fits_4m), 2);
     assert_false(fragmented_fits("reuse:fenced,max_split_size_mb:24", 4 * MiB - 100, 32, 24 * MiB));
     assert_null(strstr(hints, "roundup_power2_divisions")); /* no rounding to speak of */
     assert_true(text_has(&c.text, "      16 x   4.00 MiB = 64.00 MiB"));
@@ -348,6 +453,7 @@ static void test_fragmented(void **state)
     assert_non_null(strstr(hints, "hint: fragmentation: 64.00 MiB is free")); /* the counters still show it */
     assert_non_null(strstr(hints, "CUCACHE_CONF=reuse:fenced,expandable_segments:true"));
     golden("no_layout", &t);
+    assert_int_equal(apply_every_hint(&t, fragmented_fits_4m), 2);
     text_free(&t);
 
     /* the user's text is kept, less the keys suggested, and quoted for the shell */
@@ -393,7 +499,7 @@ static void test_fragmented_roundup(void **state)
     assert_non_null(strstr(hints, "hint: rounding wastes 10.00 MiB of the 60.00 MiB live"));
     /* finer rounding was tried and does not serve it: not named */
     assert_null(strstr(hints, "CUCACHE_CONF=roundup_power2_divisions:4"));
-    assert_true(fragmented_fits("roundup_power2_divisions:2,expandable_segments:true", 5 * MiB, 20, 24 * MiB));
+    assert_int_equal(apply_every_hint(&c.text, fragmented_fits_roundup), 2);
     assert_false(fragmented_fits("roundup_power2_divisions:4", 5 * MiB, 20, 24 * MiB));
     oomcase_free(&c);
     for (size_t i = 0; i < nlive; i++)
@@ -423,6 +529,8 @@ static void test_fragmented_preallocate(void **state)
     assert_non_null(strstr(hints, "hint: fragmentation inside the preallocated chunk: 60.00 MiB is free"));
     assert_non_null(strstr(hints, "hint:   CUCACHE_CONF=strategy:auto_growth (peak reserved"));
     assert_null(strstr(hints, "max_split_size_mb"));
+    assert_int_equal(apply_every_hint(&c.text, preallocate_fits), 1);
+    assert_false(preallocate_fits("strategy:preallocate")); /* the failure itself */
     oomcase_free(&c);
     for (int i = 1; i < 29; i += 2)
         fx_free(&f, p[i], CORE_FREE_NOW, 0);
@@ -479,6 +587,8 @@ static void test_limit(void **state)
     assert_non_null(strstr(hints, "hint: a limit refused it: limit_mb allows 64.00 MiB"));
     assert_non_null(strstr(hints, "CUCACHE_CONF=limit_mb:80 would have fit it")); /* 48 + 32 */
     assert_null(strstr(hints, "raising the limit alone"));                        /* the device has room */
+    assert_int_equal(apply_every_hint(&c.text, limit_fits), 1);
+    assert_false(limit_fits("limit_mb:64"));
     oomcase_free(&c);
     for (int i = 0; i < 3; i++)
         fx_free(&f, p[i], CORE_FREE_NOW, 0);
@@ -582,6 +692,8 @@ static void test_private_pools(void **state)
     text_hints(&c.text, hints, sizeof hints);
     assert_non_null(strstr(hints, "hint: the memory is in use"));
     assert_non_null(strstr(hints, "hint: private pools (CUDA graphs, MemPool) keep 18.00 MiB free"));
+    assert_int_equal(apply_every_hint(&c.text, private_pools_fits), 3);
+    assert_false(private_pools_fits(""));
     oomcase_free(&c);
     fx_free(&f, x, CORE_FREE_NOW, 0);
     fx_free(&f, y, CORE_FREE_NOW, 0);
