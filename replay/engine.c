@@ -422,6 +422,8 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
             return NULL;
         }
         core_set_observer(rd->core, observe, r);
+        if (r->opts->history)
+            core_set_history(rd->core, r->opts->history);
     }
     r->devs[device] = rd;
     return rd;
@@ -481,6 +483,7 @@ static uint64_t held(const replay_t *r, uint64_t size)
 static int do_alloc(replay_t *r, rdev_t *rd, const trace_event_t *e, uint64_t *addr, bool *fallback)
 {
     rp_result_t *res = r->res;
+    core_oom_t why; /* the core's failure (RP_MODE_CORE) */
     res->allocs++;
     *addr = 0;
     *fallback = false;
@@ -505,7 +508,6 @@ static int do_alloc(replay_t *r, rdev_t *rd, const trace_event_t *e, uint64_t *a
     if (pooled)
         core_pool_use(rd->core, rd->capture_pool);
     core_stream_t key = ordered || e->api == TRACE_API_IMPORTED ? stream_key(e) : 0;
-    core_oom_t why;
     uintptr_t p = core_malloc(rd->core, (size_t)e->size, key, &why);
     if (pooled)
         core_pool_use(rd->core, 0);
@@ -528,6 +530,8 @@ static int do_alloc(replay_t *r, rdev_t *rd, const trace_event_t *e, uint64_t *a
     }
 oom:
     res->dev_ooms[rd->device]++;
+    if (res->ooms == 0 && r->opts->on_oom && r->cfg->mode == RP_MODE_CORE)
+        r->opts->on_oom(r->opts->on_oom_ctx, rd->core, &why);
     if (res->ooms++ == 0) {
         res->first_oom_event = (long long)r->event;
         res->first_oom_size = e->size;

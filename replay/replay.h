@@ -27,6 +27,7 @@
 #include <stdio.h>
 
 #include "conf.h"
+#include "core.h"  /* core_dev_t, core_oom_t: the tests' OOM hook */
 #include "trace.h" /* stats/trace.h: trace_event_t, the kinds and apis */
 
 /* ------------------------------------------------------------------------
@@ -200,6 +201,13 @@ typedef struct rp_opts_s {
     bool fallback;
     /* Why this device model, for the table and JSON (NULL: none given). */
     const char *model_note;
+    /* Tests: each device keeps `history` allocator calls (core_set_history)
+     * and at the replay's first OOM on_oom is called with that device and
+     * the failure, as the interposer's report is (tests/replay/
+     * test_whatif_traces.c runs the what-if there). */
+    size_t history;
+    void (*on_oom)(void *ctx, core_dev_t *d, const core_oom_t *oom);
+    void *on_oom_ctx;
     size_t curve_buckets; /* 0: no curve */
     /* called every 2^20 events with (done, total): a progress bar */
     void (*progress)(void *ctx, size_t done, size_t total);
