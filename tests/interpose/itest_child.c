@@ -15,6 +15,12 @@
  *                            buffer kept, then cudaMalloc of MB MiB: exit 0
  *                            when it is served, 3 when it fails (issue 17's
  *                            leak loop, for the OOM hint)
+ *   itest_child split        a 600 MiB buffer freed, then ten 30 MiB ones
+ *                            (every other one freed), then 700 MiB: exit 0
+ *                            when served, 3 when not (on a 1 GiB device the
+ *                            30 MiB ones split the cached 600 MiB block
+ *                            under the defaults; max_split_size_mb keeps it
+ *                            whole, and releasable)
  *
  * The live modes need cucache (they check that it holds the memory) and exit
  * 2 when its API is absent.  Exit 0: every check passed; 1: a check failed.
@@ -155,11 +161,30 @@ static int mode_leak(int steps, size_t last_mb)
     return rc == cudaSuccess ? 0 : 3;
 }
 
+static int mode_split(void)
+{
+    void *big = NULL, *p[10] = {0};
+    CHECK(cudaMalloc(&big, (size_t)600 << 20));
+    CHECK(cudaFree(big));
+    for (int i = 0; i < 10; i++)
+        CHECK(cudaMalloc(&p[i], (size_t)30 << 20));
+    for (int i = 0; i < 10; i += 2)
+        CHECK(cudaFree(p[i]));
+    if (failures)
+        return 1;
+    void *last = NULL;
+    cudaError_t rc = cudaMalloc(&last, (size_t)700 << 20);
+    printf("itest_child: split: cudaMalloc(700 MiB): %s\n", rc == cudaSuccess ? "served" : "failed");
+    return rc == cudaSuccess ? 0 : 3;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "alloc";
     if (strcmp(mode, "leak") == 0 && argc == 4)
         return mode_leak(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 10));
+    if (strcmp(mode, "split") == 0)
+        return mode_split();
     if (strcmp(mode, "alloc") == 0)
         return mode_alloc();
     if (strcmp(mode, "live") == 0) {

@@ -459,9 +459,47 @@ static void test_oom_hint_holds_when_applied(void **state)
         named++;
     }
     assert_true(named >= 1);
-    /* the rejected rule of thumb stays unnamed */
+    /* the rejected rule of thumb stays unnamed, and applied it indeed fails */
     if (strstr(r->err, "max_split_size_mb"))
         fail_msg("max_split_size_mb named, though it does not help here:\n%s", r->err);
+    const char *const split[] = {"CUCACHE_CONF=max_split_size_mb:64", NULL};
+    itest_spawn(child, argv, split, NULL, 60000, again);
+    itest_expect_exit(again, 3);
+    free(r);
+    free(again);
+}
+
+/* Where max_split_size_mb does help (itest_child split: 30 MiB requests
+ * carve a cached 600 MiB block under the defaults, which then cannot be
+ * released for 700 MiB): the hint names it, and every setting it names,
+ * applied, serves the request. */
+static void test_oom_hint_split(void **state)
+{
+    (void)state;
+    if (itest_expandable())
+        skip(); /* the case is about plain segments */
+    const char *child = itest_helper("ITEST_CHILD");
+    itest_run_t *r = malloc(sizeof *r), *again = malloc(sizeof *again);
+    const char *const argv[] = {child, "split", NULL};
+    itest_spawn(child, argv, NULL, NULL, 60000, r);
+    itest_expect_exit(r, 3);
+    expect_in(r->err, "the replay", "hint: replaying all 18 allocator calls of GPU 0");
+    size_t named = 0, split = 0;
+    for (const char *p = r->err; (p = strstr(p, "hint:   CUCACHE_CONF="));) {
+        p += strlen("hint:   ");
+        size_t n = strcspn(p, " \n");
+        char var[256];
+        snprintf(var, sizeof var, "%.*s", (int)n, p);
+        const char *const set[] = {var, NULL};
+        itest_spawn(child, argv, set, NULL, 60000, again);
+        if (again->status != 0)
+            fail_msg("the hint %s, applied, does not serve the request:\n%s%s", var, again->out, again->err);
+        named++;
+        split += strstr(var, "max_split_size_mb") != NULL;
+    }
+    assert_true(named >= 1);
+    if (!split)
+        fail_msg("max_split_size_mb helps here but is not named:\n%s", r->err);
     free(r);
     free(again);
 }
@@ -504,6 +542,7 @@ int main(void)
         ITEST(test_bad_settings_stop_the_program),
         ITEST(test_oom_hint_holds_when_applied),
         ITEST(test_oom_hint_nothing_fits),
+        ITEST(test_oom_hint_split),
         ITEST(test_leak_exit_code),
         ITEST(test_log_file),
     };
