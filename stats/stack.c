@@ -3,7 +3,7 @@
  * each allocation, interned, symbolised only when a report or snapshot is
  * written.
  *
- * Capture: libunwind's unw_backtrace (Debian's libunwind-dev), the return
+ * Capture: libunwind's unw_backtrace (Debian's libunwind8), the return
  * addresses only.  A stack is interned in a table of distinct stacks and
  * the allocation carries its 32-bit id (core_block_info_t.site), so a
  * training loop that allocates from the same few places a million times
@@ -20,8 +20,14 @@
  * at its address would show the first one's names).  Without libdw, dladdr:
  * function and module only.
  *
- * Built without libunwind, st_stacks_enable fails with a message and every
- * capture returns 0.
+ * Both libraries are loaded with dlopen(RTLD_LOCAL) when stacks are first
+ * asked for, never linked: libunwind.so.8 also defines _Unwind_Backtrace,
+ * _Unwind_RaiseException and the rest of the C++ unwinding ABI, which a
+ * preloaded library's dependency would put ahead of libgcc_s's for the
+ * whole program; and nobody who leaves stacks off should load libdw's
+ * half-dozen compression libraries.  Without libunwind.so.8,
+ * st_stacks_enable fails with a message; without libdw.so.1 (or its
+ * headers at build time), names come from dladdr.
  */
 #include <dlfcn.h>
 #include <link.h>
@@ -35,13 +41,13 @@
 #include "hostalloc.h"
 #include "st.h"
 
-#ifdef CUCACHE_HAVE_LIBUNWIND
-#define UNW_LOCAL_ONLY
-#include <libunwind.h>
-#endif
 #ifdef CUCACHE_HAVE_LIBDW
 #include <elfutils/libdwfl.h>
 #endif
+
+/* libunwind's local unwinder (libunwind-common.h's prototype). */
+typedef int (*unw_backtrace_fn)(void **buffer, int size);
+static unw_backtrace_fn stk_backtrace;
 
 enum {
     STK_SLOTS = 1 << 17, /* hash slots: twice ST_STACKS_MAX, so probes stay short */
@@ -92,16 +98,20 @@ static int own_segment(struct dl_phdr_info *info, size_t size, void *arg)
 
 int st_stacks_enable(int depth, char *err, size_t errlen)
 {
-#ifndef CUCACHE_HAVE_LIBUNWIND
-    (void)depth;
-    snprintf(err, errlen,
-             "this cucache was built without libunwind (Debian: libunwind-dev), so it cannot record "
-             "call stacks");
-    return -1;
-#else
     if (depth < 1 || depth > ST_STACK_DEPTH_MAX) {
         snprintf(err, errlen, "a stack depth from 1 to %d", ST_STACK_DEPTH_MAX);
         return -1;
+    }
+    if (!stk_backtrace) {
+        void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+        unw_backtrace_fn fn = h ? (unw_backtrace_fn)dlsym(h, "unw_backtrace") : NULL;
+        if (!fn) {
+            const char *why = dlerror();
+            snprintf(err, errlen, "cannot load libunwind.so.8 to record call stacks (Debian: libunwind8): %s",
+                     why ? why : "no unw_backtrace in it");
+            return -1;
+        }
+        stk_backtrace = fn;
     }
     if (!stk.slots) {
         stk.slots = hostalloc_calloc(STK_SLOTS, sizeof *stk.slots);
@@ -121,7 +131,6 @@ int st_stacks_enable(int depth, char *err, size_t errlen)
 #endif
     stk.depth = depth;
     return 0;
-#endif
 }
 
 bool st_stacks_on(void)
@@ -186,11 +195,10 @@ static uint32_t stk_intern(const uintptr_t *pc, int n)
 
 __attribute__((noinline)) uint32_t st_stack_capture(void)
 {
-#ifdef CUCACHE_HAVE_LIBUNWIND
     if (stk.depth <= 0)
         return 0;
     void *raw[ST_STACK_DEPTH_MAX + STK_OWN_MAX];
-    int n = unw_backtrace(raw, stk.depth + STK_OWN_MAX);
+    int n = stk_backtrace(raw, stk.depth + STK_OWN_MAX);
     /* drop this function, and in libcucache.so every frame of cucache's own
      * above the program's call */
     int skip = n > 0 ? 1 : 0;
@@ -202,9 +210,6 @@ __attribute__((noinline)) uint32_t st_stack_capture(void)
     if (n <= 0)
         return ST_STACK_DROPPED;
     return stk_intern((const uintptr_t *)(raw + skip), n);
-#else
-    return 0;
-#endif
 }
 
 uint32_t st_stack_intern(const uintptr_t *pc, int n)
@@ -320,52 +325,109 @@ static char *source_path(const char *file, const char *dir)
     return sym_strdup(n ? out : joined);
 }
 
+/* libdw's functions, from libdw.so.1 loaded when the first name is looked
+ * up (the header gives their types; the library is never linked). */
+#define DW_FUNCS(X)                                                                                                    \
+    X(dwfl_begin)                                                                                                      \
+    X(dwfl_linux_proc_find_elf)                                                                                        \
+    X(dwfl_standard_find_debuginfo)                                                                                    \
+    X(dwfl_report_begin)                                                                                               \
+    X(dwfl_linux_proc_report)                                                                                          \
+    X(dwfl_report_end)                                                                                                 \
+    X(dwfl_addrmodule)                                                                                                 \
+    X(dwfl_module_info)                                                                                                \
+    X(dwfl_module_addrinfo)                                                                                            \
+    X(dwfl_module_getsrc)                                                                                              \
+    X(dwfl_lineinfo)                                                                                                   \
+    X(dwfl_line_comp_dir)
+
+static struct {
+#define DW_FIELD(f) __typeof__(&f) f;
+    DW_FUNCS(DW_FIELD)
+#undef DW_FIELD
+    int state; /* 0: not tried, 1: loaded, -1: not there (dladdr instead) */
+} dw;
+
+static bool dw_load(void)
+{
+    if (dw.state)
+        return dw.state > 0;
+    dw.state = -1;
+    void *h = dlopen("libdw.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return false;
+#define DW_SYM(f)                                                                                                      \
+    if (!(*(void **)&dw.f = dlsym(h, #f)))                                                                             \
+        return false;
+    DW_FUNCS(DW_SYM)
+#undef DW_SYM
+    dw.state = 1;
+    return true;
+}
+
 static char *dwfl_debuginfo_path;
-static const Dwfl_Callbacks dwfl_cb = {
-    .find_elf = dwfl_linux_proc_find_elf,
-    .find_debuginfo = dwfl_standard_find_debuginfo,
-    .debuginfo_path = &dwfl_debuginfo_path,
-};
+static Dwfl_Callbacks dwfl_cb;
 
 /* The process's modules, read again (a module loaded since). */
 static bool dwfl_refresh(void)
 {
-    if (!sym.dwfl && !(sym.dwfl = dwfl_begin(&dwfl_cb)))
-        return false;
-    dwfl_report_begin(sym.dwfl);
-    int rc = dwfl_linux_proc_report(sym.dwfl, getpid());
-    dwfl_report_end(sym.dwfl, NULL, NULL);
+    if (!sym.dwfl) {
+        dwfl_cb = (Dwfl_Callbacks){.find_elf = dw.dwfl_linux_proc_find_elf,
+                                   .find_debuginfo = dw.dwfl_standard_find_debuginfo,
+                                   .debuginfo_path = &dwfl_debuginfo_path};
+        if (!(sym.dwfl = dw.dwfl_begin(&dwfl_cb)))
+            return false;
+    }
+    dw.dwfl_report_begin(sym.dwfl);
+    int rc = dw.dwfl_linux_proc_report(sym.dwfl, getpid());
+    dw.dwfl_report_end(sym.dwfl, NULL, NULL);
     return rc == 0;
 }
 
+static void sym_lookup_dladdr(uintptr_t pc, st_frame_t *f);
+
 static void sym_lookup(uintptr_t pc, st_frame_t *f)
 {
+    if (!dw_load()) {
+        sym_lookup_dladdr(pc, f);
+        return;
+    }
     /* a return address: the call is the byte before it */
     Dwarf_Addr a = pc - 1;
-    Dwfl_Module *m = sym.dwfl ? dwfl_addrmodule(sym.dwfl, a) : NULL;
+    Dwfl_Module *m = sym.dwfl ? dw.dwfl_addrmodule(sym.dwfl, a) : NULL;
     if (!m && dwfl_refresh())
-        m = dwfl_addrmodule(sym.dwfl, a);
+        m = dw.dwfl_addrmodule(sym.dwfl, a);
     if (!m) {
         f->name = sym_strdup("??");
         return;
     }
     Dwarf_Addr base = 0;
-    const char *mod = dwfl_module_info(m, NULL, &base, NULL, NULL, NULL, NULL, NULL);
+    const char *mod = dw.dwfl_module_info(m, NULL, &base, NULL, NULL, NULL, NULL, NULL);
     f->module = sym_strdup(mod ? base_name(mod) : "??");
     f->offset = (uintptr_t)(a + 1 - base);
     GElf_Off off = 0;
     GElf_Sym s;
-    f->name = sym_name(dwfl_module_addrinfo(m, a, &off, &s, NULL, NULL, NULL));
-    Dwfl_Line *line = dwfl_module_getsrc(m, a);
+    f->name = sym_name(dw.dwfl_module_addrinfo(m, a, &off, &s, NULL, NULL, NULL));
+    Dwfl_Line *line = dw.dwfl_module_getsrc(m, a);
     int lineno = 0;
-    const char *file = line ? dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL) : NULL;
+    const char *file = line ? dw.dwfl_lineinfo(line, NULL, &lineno, NULL, NULL, NULL) : NULL;
     if (file && lineno > 0) {
-        f->file = source_path(file, dwfl_line_comp_dir(line));
+        f->file = source_path(file, dw.dwfl_line_comp_dir(line));
         f->line = lineno;
     }
 }
 #else
+static void sym_lookup_dladdr(uintptr_t pc, st_frame_t *f);
+
 static void sym_lookup(uintptr_t pc, st_frame_t *f)
+{
+    sym_lookup_dladdr(pc, f);
+}
+#endif
+
+/* Names from the dynamic symbol tables only: exported functions, no file
+ * or line. */
+static void sym_lookup_dladdr(uintptr_t pc, st_frame_t *f)
 {
     Dl_info info;
     if (!dladdr((void *)(pc - 1), &info) || !info.dli_fname) {
@@ -376,7 +438,6 @@ static void sym_lookup(uintptr_t pc, st_frame_t *f)
     f->offset = pc - (uintptr_t)info.dli_fbase;
     f->name = sym_name(info.dli_sname);
 }
-#endif
 
 static bool sym_grow(void)
 {

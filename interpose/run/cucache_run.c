@@ -335,25 +335,65 @@ static void plan_set(env_plan_t *plan, const char *name, char *value)
     plan->change[plan->n++] = (env_change_t){name, value};
 }
 
-/* The first of <exe dir>/rel and fallback that exists: a regular file at
- * that path, or at path/probe when probe is given.  Dies naming what it
- * looked for when neither does. */
-static char *run_locate(const char *exe_dir, const char *rel, const char *fallback, const char *probe, const char *what)
+#ifndef CUCACHE_RUN_BINDIR
+#define CUCACHE_RUN_BINDIR "bin"
+#endif
+#ifndef CUCACHE_RUN_LIBDIR
+#define CUCACHE_RUN_LIBDIR "lib"
+#endif
+
+/* Where an installation puts `rel` (under libdir), found from where this
+ * program lies: <exe dir> less bindir's components is the prefix (so that
+ * a relocated prefix works); an absolute libdir is taken as it is.  NULL
+ * when exe_dir does not end with bindir. */
+static char *run_installed(const char *exe_dir, const char *rel)
 {
-    char *cand[2] = {NULL, NULL}, *test[2] = {NULL, NULL};
+    if (CUCACHE_RUN_LIBDIR[0] == '/')
+        return run_join(CUCACHE_RUN_LIBDIR, '/', rel);
+    size_t n = strlen(exe_dir), b = strlen(CUCACHE_RUN_BINDIR);
+    if (CUCACHE_RUN_BINDIR[0] == '/' || n <= b || strcmp(exe_dir + n - b, CUCACHE_RUN_BINDIR) != 0 ||
+        exe_dir[n - b - 1] != '/')
+        return NULL;
+    char *prefix = run_alloc(n - b);
+    memcpy(prefix, exe_dir, n - b - 1);
+    prefix[n - b - 1] = '\0';
+    char *lib = run_join(prefix, '/', CUCACHE_RUN_LIBDIR), *path = run_join(lib, '/', rel);
+    free(prefix);
+    free(lib);
+    return path;
+}
+
+/* The first of <exe dir>/build_rel (a build tree), the installed place
+ * (run_installed) and fallback (the build tree compiled in) that exists: a
+ * regular file at that path, or at path/probe when probe is given.  Dies
+ * naming what it looked for when none does. */
+static char *run_locate(const char *exe_dir, const char *build_rel, const char *inst_rel, const char *fallback,
+                        const char *probe, const char *what)
+{
+    char *cand[3] = {NULL, NULL, NULL}, *test[3] = {NULL, NULL, NULL};
     int n = 0, found = -1;
-    if (exe_dir[0])
-        cand[n++] = run_join(exe_dir, '/', rel);
-    if (n == 0 || strcmp(cand[0], fallback) != 0)
+    if (exe_dir[0]) {
+        cand[n++] = run_join(exe_dir, '/', build_rel);
+        if ((cand[n] = run_installed(exe_dir, inst_rel)))
+            n++;
+    }
+    bool dup = false;
+    for (int k = 0; k < n; k++)
+        dup |= strcmp(cand[k], fallback) == 0;
+    if (!dup)
         cand[n++] = run_dup(fallback);
     for (int k = 0; k < n && found < 0; k++) {
         test[k] = probe ? run_join(cand[k], '/', probe) : run_dup(cand[k]);
         if (run_is_file(test[k]))
             found = k;
     }
-    if (found < 0)
-        run_die(RUN_EXIT_SETUP, "%s not found: looked for %s%s%s (build cucache first: ninja -C build)", what, test[0],
-                n > 1 ? " and " : "", n > 1 ? test[1] : "");
+    if (found < 0) {
+        char looked[3 * PATH_MAX + 16] = "";
+        for (int k = 0; k < n; k++)
+            snprintf(looked + strlen(looked), sizeof looked - strlen(looked), "%s%s", k ? ", " : "",
+                     test[k] ? test[k] : cand[k]);
+        run_die(RUN_EXIT_SETUP, "%s not found: looked for %s (build cucache first: ninja -C build)", what, looked);
+    }
     for (int k = 0; k < n; k++) {
         free(test[k]);
         if (k != found)
@@ -376,11 +416,12 @@ static void run_plan(const run_opts_t *o, env_plan_t *plan)
     run_exe_dir(exe_dir, sizeof exe_dir);
     memset(plan, 0, sizeof *plan);
 
-    char *lib = run_locate(exe_dir, "libcucache.so", CUCACHE_RUN_LIBCUCACHE, NULL, "libcucache.so");
+    char *lib = run_locate(exe_dir, "libcucache.so", "libcucache.so.0", CUCACHE_RUN_LIBCUCACHE, NULL, "libcucache.so");
     plan_set(plan, "LD_PRELOAD", run_prepend("LD_PRELOAD", lib));
     free(lib);
     if (o->sim) {
-        char *dir = run_locate(exe_dir, "sim/lib", CUCACHE_RUN_SIM_LIBDIR, "libcudart.so.13", "the simulated device");
+        char *dir = run_locate(exe_dir, "sim/lib", "cucache/sim", CUCACHE_RUN_SIM_LIBDIR, "libcudart.so.13",
+                               "the simulated device");
         plan_set(plan, "LD_LIBRARY_PATH", run_prepend("LD_LIBRARY_PATH", dir));
         free(dir);
         if (o->capacity)

@@ -157,10 +157,28 @@ LD_LIBRARY_PATH=$inst/sim/lib"
     expect 0 "${clean_env[@]}" "$tmp/bare/cucache-run" --sim --print-env
     out_is "LD_PRELOAD=$lib
 LD_LIBRARY_PATH=$sim_dir"
-    # neither: a clear error naming both places, status 125
+    # none: a clear error naming the places, status 125
     nowhere_dir=$(cd "$(dirname "$RUN_NOWHERE")" && pwd -P)
     expect 125 "$RUN_NOWHERE" "$RUN_PROBE"
-    err_has "libcucache.so not found: looked for $nowhere_dir/libcucache.so and /nonexistent/cucache-run-test/libcucache.so"
+    err_has "libcucache.so not found: looked for $nowhere_dir/libcucache.so, /nonexistent/cucache-run-test/libcucache.so"
+    # an installation (meson install): PREFIX/bindir/cucache-run finds
+    # PREFIX/libdir/libcucache.so.0 and PREFIX/libdir/cucache/sim, and still
+    # does when the whole prefix is moved elsewhere
+    mkdir -p "$tmp/prefix/$RUN_BINDIR" "$tmp/prefix/$RUN_LIBDIR/cucache/sim"
+    cp "$RUN_NOWHERE" "$tmp/prefix/$RUN_BINDIR/cucache-run"
+    : >"$tmp/prefix/$RUN_LIBDIR/libcucache.so.0"
+    : >"$tmp/prefix/$RUN_LIBDIR/cucache/sim/libcudart.so.13"
+    for where in prefix moved; do
+        [ "$where" = moved ] && mv "$tmp/prefix" "$tmp/moved"
+        p=$(cd "$tmp/$where" && pwd -P)
+        expect 0 "${clean_env[@]}" "$tmp/$where/$RUN_BINDIR/cucache-run" --sim --print-env
+        out_is "LD_PRELOAD=$p/$RUN_LIBDIR/libcucache.so.0
+LD_LIBRARY_PATH=$p/$RUN_LIBDIR/cucache/sim"
+    done
+    # installed without the library: all three places named
+    rm "$tmp/moved/$RUN_LIBDIR/libcucache.so.0"
+    expect 125 "$tmp/moved/$RUN_BINDIR/cucache-run" "$RUN_PROBE"
+    err_has "looked for $p/$RUN_BINDIR/libcucache.so, $p/$RUN_LIBDIR/libcucache.so.0, /nonexistent/cucache-run-test/libcucache.so"
     mkdir -p "$tmp/nosim"
     cp "$RUN_NOWHERE" "$tmp/nosim/cucache-run"
     : >"$tmp/nosim/libcucache.so"
