@@ -8,9 +8,10 @@
 # python3-numba is a real driver-level client the interpose suite runs with
 # and without cucache (tests/interpose/numba_check.sh).
 # libunwind-dev and libdw-dev record and name allocation call stacks
-# (CUCACHE_STACKS; optional to the build, needed by its tests).
+# (CUCACHE_STACKS; optional to the build, needed by its tests); scdoc
+# builds the man pages.
 CUCACHE_DEB_PACKAGES=(meson ninja-build pkg-config libcmocka-dev libjemalloc-dev gcc clang libclang-rt-14-dev python3
-    python3-numba libunwind-dev libdw-dev)
+    python3-numba libunwind-dev libdw-dev scdoc)
 
 cucache_say() {
     printf '==> %s\n' "$*"
@@ -20,7 +21,8 @@ cucache_say() {
 cucache_missing_packages() {
     local missing=() pair pkg
     # command:package
-    for pair in meson:meson ninja:ninja-build pkg-config:pkg-config gcc:gcc clang:clang python3:python3 nm:binutils; do
+    for pair in meson:meson ninja:ninja-build pkg-config:pkg-config gcc:gcc clang:clang python3:python3 nm:binutils \
+        scdoc:scdoc; do
         command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
     done
     if command -v dpkg >/dev/null 2>&1; then

@@ -12,7 +12,9 @@
 #     cucache-run and sees cucache;
 #  4. the installed cucache-replay replays a trace recorded by the installed
 #     cucache-run.
-# The environment gives DEMO_WORKLOAD, RUN_BINDIR, RUN_LIBDIR, RUN_PREFIX.
+#  5. the man pages, when scdoc built them.
+# The environment gives DEMO_WORKLOAD, RUN_BINDIR, RUN_LIBDIR, RUN_MANDIR,
+# RUN_PREFIX.
 set -uo pipefail
 build=${1:?usage: check_install.sh BUILD_DIR SOURCE_DIR}
 src=${2:?usage: check_install.sh BUILD_DIR SOURCE_DIR}
@@ -39,6 +41,11 @@ for f in "$bin/cucache-run" "$bin/cucache-replay" "$lib/libcucache.so.0" "$lib/l
     "$lib/cucache/sim/libcudart.so.12" "$lib/cucache/sim/libcudart.so.13"; do
     [ -e "$f" ] || fail "not installed: ${f#"$tmp/dest"}"
 done
+if [ -e "$build/cucache-run.1" ]; then # built when scdoc was found
+    for page in man1/cucache-run.1 man1/cucache-replay.1 man7/cucache.7; do
+        [ -e "$root/$RUN_MANDIR/$page" ] || fail "man page not installed: $RUN_MANDIR/$page"
+    done
+fi
 for f in "$lib"/libcuda* "$lib"/libcudart*; do
     [ -e "$f" ] && fail "a simulated CUDA library in libdir itself, where it would shadow the real one: $f"
 done
