@@ -219,9 +219,25 @@ static void put_conf(void)
             for (int k = 7; k >= 0; k--)
                 w[i] = w[i] << 8 | piece[i * 8 + k]; /* little-endian, whatever the host */
         }
-        hook_trace_put_flags(TRACE_CONF, TRACE_API_NONE, -1, w[0], w[1], w[2], 0, (uint32_t)off);
+        bool last = off + n >= len;
+        hook_trace_put_flags(TRACE_CONF, TRACE_API_NONE, -1, w[0], w[1], w[2], 0,
+                             (uint32_t)off | (last ? TRACE_CONF_LAST : 0));
         off += n;
     } while (off < len);
+}
+
+/* Each opened device's memory as recorded, for a fork child's own file
+ * (the child must not call CUDA to ask again). */
+static uint64_t dev_free[HOOK_MAX_DEVICES], dev_total[HOOK_MAX_DEVICES];
+
+/* A fork child's file starts as the parent's did: the settings, and the
+ * devices the parent had opened, as they were then. */
+static void put_conf_and_devices(void)
+{
+    put_conf();
+    for (int d = 0; d < HOOK_MAX_DEVICES; d++)
+        if (dev_total[d])
+            hook_trace_put(TRACE_DEVICE, TRACE_API_NONE, d, 0, dev_free[d], dev_total[d], 0);
 }
 
 /* The fork child: the parent's unwritten records are the parent's. */
@@ -237,7 +253,7 @@ static void atfork_child(void)
     if (!strstr(tr.tmpl, "%p") || open_file(err, sizeof err) != 0)
         atomic_store(&hook_tracing, false);
     else
-        put_conf(); /* the devices the parent opened are not recorded again */
+        put_conf_and_devices();
 }
 
 int hook_trace_start(char *err, size_t errlen)
@@ -266,11 +282,12 @@ int hook_trace_start(char *err, size_t errlen)
 
 void hook_trace_device(int ordinal)
 {
-    if (!atomic_load_explicit(&hook_tracing, memory_order_relaxed))
+    if (!atomic_load_explicit(&hook_tracing, memory_order_relaxed) || (unsigned)ordinal >= HOOK_MAX_DEVICES)
         return;
     size_t free_bytes = 0, total = 0;
     if (hook_backend.mem_info(NULL, ordinal, &free_bytes, &total) != CORE_OK)
         return; /* the replay then has no recorded capacity for it */
+    dev_free[ordinal] = free_bytes, dev_total[ordinal] = total;
     hook_trace_put(TRACE_DEVICE, TRACE_API_NONE, ordinal, 0, free_bytes, total, 0);
 }
 

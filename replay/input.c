@@ -46,20 +46,54 @@ void rp_input_free(rp_input_t *in)
     memset(in, 0, sizeof *in);
 }
 
-/* A TRACE_CONF piece: up to 24 bytes of text at offset e->flags. */
-static void conf_piece(rp_input_t *out, const trace_event_t *e)
+/* The recorded CUCACHE_CONF, assembled from its pieces: which bytes came,
+ * and where the text ends (the last piece's end; SIZE_MAX until seen). */
+typedef struct conf_asm_s {
+    uint8_t have[1024 / 8]; /* a bit per byte of recorded_conf */
+    size_t end;
+    bool too_long;
+} conf_asm_t;
+
+/* A TRACE_CONF piece: up to 24 bytes of text at its offset. */
+static void conf_piece(rp_input_t *out, conf_asm_t *a, const trace_event_t *e)
 {
     unsigned char piece[24];
     const uint64_t w[3] = {e->stream, e->addr, e->size};
     for (int i = 0; i < 3; i++)
         for (int k = 0; k < 8; k++)
             piece[i * 8 + k] = (unsigned char)(w[i] >> (8 * k));
-    out->recorded_settings = true;
-    for (size_t k = 0; k < sizeof piece && piece[k]; k++) {
-        size_t at = (size_t)e->flags + k;
-        if (at + 1 >= sizeof out->recorded_conf)
+    size_t off = e->flags & ~TRACE_CONF_LAST, n = 0;
+    while (n < sizeof piece && piece[n])
+        n++;
+    if (e->flags & TRACE_CONF_LAST)
+        a->end = off + n;
+    for (size_t k = 0; k < n; k++) {
+        size_t at = off + k;
+        if (at + 1 >= sizeof out->recorded_conf) {
+            a->too_long = true;
             return;
+        }
         out->recorded_conf[at] = (char)piece[k];
+        a->have[at / 8] |= (uint8_t)(1u << (at % 8));
+    }
+}
+
+/* The settings count as recorded only when every byte up to the last
+ * piece's end came (a trace cut short, or records lost, leave holes). */
+static void conf_done(rp_input_t *out, const conf_asm_t *a, bool seen)
+{
+    if (!seen)
+        return;
+    bool whole = a->end != SIZE_MAX && !a->too_long;
+    for (size_t k = 0; whole && k < a->end; k++)
+        whole = (a->have[k / 8] >> (k % 8)) & 1;
+    if (whole) {
+        out->recorded_settings = true;
+        out->recorded_conf[a->end] = '\0';
+    } else {
+        memset(out->recorded_conf, 0, sizeof out->recorded_conf);
+        rp_note(out, "the run's CUCACHE_CONF is not whole in the trace (%s): its settings are not used",
+                a->too_long ? "longer than 1023 bytes" : "pieces missing");
     }
 }
 
@@ -73,10 +107,13 @@ int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen)
     }
     /* what the recorded run was: kept aside, not replayed */
     size_t n = 0;
+    conf_asm_t conf = {.end = SIZE_MAX};
+    bool conf_seen = false;
     for (size_t i = 0; i < t->nevents; i++) {
         const trace_event_t *e = &t->events[i];
         if (e->kind == TRACE_CONF) {
-            conf_piece(out, e);
+            conf_piece(out, &conf, e);
+            conf_seen = true;
         } else if (e->kind == TRACE_DEVICE) {
             if (e->device >= 0 && e->device < 64 && !out->recorded_total[e->device]) {
                 out->recorded_free[e->device] = e->addr;
@@ -89,6 +126,7 @@ int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen)
         }
     }
     out->nev = n;
+    conf_done(out, &conf, conf_seen);
     int maxdev = 0;
     for (size_t i = 0; i < out->nev; i++) {
         if (out->ev[i].device > maxdev)

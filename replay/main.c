@@ -211,9 +211,17 @@ static int choose_model(done_t *d, char *err, size_t errlen)
     }
     char want[96], got[2][96];
     failures_text(want, sizeof want, in->recorded_ooms, in->recorded_fallbacks);
+    /* the run as it was: its device's memory and the runtime's fallback,
+     * whatever --capacity or --fit then replays at */
+    bool recorded_capacity = false;
+    for (int k = 0; k < 64; k++)
+        recorded_capacity |= in->recorded_free[k] != 0;
     for (int busy = 0; busy < 2; busy++) {
         rp_opts_t o = d->opts;
         o.busy = busy;
+        o.fallback = true;
+        if (recorded_capacity)
+            o.dev_capacity = in->recorded_free;
         o.curve_buckets = 0;
         o.progress = NULL;
         rp_result_t r;

@@ -72,7 +72,7 @@ typedef struct rp_input_s {
      * allocator served after cucache's path failed. */
     uint64_t recorded_ooms;
     uint64_t recorded_fallbacks; /* TRACE_REC_FALLBACK allocations */
-    bool recorded_settings;      /* recorded_conf holds the run's CUCACHE_CONF */
+    bool recorded_settings;      /* recorded_conf holds the run's CUCACHE_CONF, whole */
     char recorded_conf[1024];    /* "" when it was unset */
     uint64_t recorded_free[64];  /* per device: free bytes at cucache's first use; 0 when not recorded */
     uint64_t recorded_total[64]; /* ... and its total bytes */

@@ -96,6 +96,9 @@ static int own_segment(struct dl_phdr_info *info, size_t size, void *arg)
 }
 #endif
 
+static bool dw_load(void);
+static void stacks_atfork_child(void);
+
 int st_stacks_enable(int depth, char *err, size_t errlen)
 {
     if (depth < 1 || depth > ST_STACK_DEPTH_MAX) {
@@ -129,6 +132,13 @@ int st_stacks_enable(int depth, char *err, size_t errlen)
     dl_iterate_phdr(own_segment, &f);
     stk.own_lo = f.lo, stk.own_hi = f.hi;
 #endif
+    /* libdw now, in the constructor, so that no allocation hook ever calls
+     * dlopen (a report written while another thread is in dlopen would
+     * wait for the loader's lock holding the symbol cache's) */
+    dw_load();
+    static bool atfork_set;
+    if (!atfork_set && pthread_atfork(NULL, NULL, stacks_atfork_child) == 0)
+        atfork_set = true;
     stk.depth = depth;
     return 0;
 }
@@ -308,7 +318,8 @@ static char *source_path(const char *file, const char *dir)
         size_t len = e ? (size_t)(e - p) : strlen(p);
         if ((len == 1 && p[0] == '.') || len == 0) {
             /* nothing */
-        } else if (len == 2 && p[0] == '.' && p[1] == '.' && (joined[0] == '/' || n > 0)) {
+        } else if (len == 2 && p[0] == '.' && p[1] == '.' && (joined[0] == '/' || n > 0) &&
+                   !(n >= 2 && out[n - 1] == '.' && out[n - 2] == '.' && (n == 2 || out[n - 3] == '/'))) {
             while (n > 0 && out[n - 1] != '/')
                 n--;
             if (n > 0)
@@ -419,11 +430,23 @@ static void sym_lookup(uintptr_t pc, st_frame_t *f)
 #else
 static void sym_lookup_dladdr(uintptr_t pc, st_frame_t *f);
 
+static bool dw_load(void)
+{
+    return false; /* built without libdw's header: dladdr */
+}
+
 static void sym_lookup(uintptr_t pc, st_frame_t *f)
 {
     sym_lookup_dladdr(pc, f);
 }
 #endif
+
+/* A fork child: another thread of the parent may have held either lock. */
+static void stacks_atfork_child(void)
+{
+    pthread_mutex_init(&stk.lock, NULL);
+    pthread_mutex_init(&sym.lock, NULL);
+}
 
 /* Names from the dynamic symbol tables only: exported functions, no file
  * or line. */

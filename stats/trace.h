@@ -55,9 +55,10 @@ typedef enum trace_kind_e {
     TRACE_CAPTURE_END = 10,   /* stream */
     /* version 2: what the recorded run was, for a replay that agrees with it */
     TRACE_DEVICE = 11, /* cucache's first use of the device: addr = its free bytes then, size = its total bytes */
-    TRACE_CONF = 12,   /* a piece of the run's CUCACHE_CONF text: its bytes at offset `flags`, 24 at most, in
-                        * stream, addr, size (little-endian byte order, NUL-padded); device -1.  Written once, at
-                        * the start, as consecutive records of one thread; one empty piece when unset */
+    TRACE_CONF = 12,   /* a piece of the run's CUCACHE_CONF text: its bytes at offset `flags` (less
+                        * TRACE_CONF_LAST), 24 at most, in stream, addr, size (little-endian byte order,
+                        * NUL-padded); device -1.  Written once, at the start, as consecutive records of one
+                        * thread, the last with TRACE_CONF_LAST; one empty piece when unset */
     TRACE_KIND_MAX = 12,
 } trace_kind_t;
 
@@ -65,6 +66,10 @@ typedef enum trace_kind_e {
 enum {
     TRACE_REC_FALLBACK = 1, /* cucache's own path failed and the CUDA runtime's (or driver's) allocator served it */
 };
+
+/* trace_rec_t.flags of a CONF piece: the text's last piece (the rest of
+ * flags is the piece's byte offset). */
+#define TRACE_CONF_LAST 0x80000000u
 
 /* Which API made an ALLOC / ALLOC_FAIL / FREE record. */
 typedef enum trace_api_e {

@@ -196,7 +196,7 @@ static void test_calls_recorded(void **state)
      * the device's memory when cucache opened it, before its first
      * allocation */
     char conf[256] = "";
-    bool conf_seen = false;
+    bool conf_seen = false, last_seen = false;
     for (size_t i = 0; i < t.nevents; i++) {
         const trace_event_t *e = &t.events[i];
         if (e->time_ns < last)
@@ -207,11 +207,13 @@ static void test_calls_recorded(void **state)
             assert_int_equal(e->tid, main_tid);
             assert_int_equal(im + iw + ndevice, 0);
             const uint64_t words[3] = {e->stream, e->addr, e->size};
-            for (int b = 0; b < 24 && e->flags + (size_t)b + 1 < sizeof conf; b++) {
+            size_t off = e->flags & ~TRACE_CONF_LAST;
+            last_seen |= (e->flags & TRACE_CONF_LAST) != 0;
+            for (int b = 0; b < 24 && off + (size_t)b + 1 < sizeof conf; b++) {
                 char c = (char)(words[b / 8] >> (8 * (b % 8)));
                 if (!c)
                     break;
-                conf[e->flags + (size_t)b] = c;
+                conf[off + (size_t)b] = c;
             }
             conf_seen = true;
             continue;
@@ -255,6 +257,7 @@ static void test_calls_recorded(void **state)
     assert_int_equal(im, 19);
     assert_int_equal(iw, 2);
     assert_true(conf_seen);
+    assert_true(last_seen);
     const char *want_conf = getenv("CUCACHE_CONF");
     assert_string_equal(conf, want_conf ? want_conf : "");
     assert_int_equal(ndevice, 1);

@@ -518,22 +518,18 @@ static void test_recorded_run(void **state)
     trace_header_t h = {.version = 2, .header_size = 64, .chunk_size = 32, .rec_size = 40};
     memcpy(h.magic, TRACE_MAGIC, 8);
     memcpy(buf, &h, sizeof h);
-    size_t at = sizeof h + sizeof(trace_chunk_t);
+    size_t at = sizeof h + sizeof(trace_chunk_t), first_piece = at;
     for (size_t off = 0; off < strlen(conf); off += 24)
         at = put_rec(buf, at,
                      (trace_rec_t){.kind = TRACE_CONF,
                                    .device = -1,
-                                   .flags = (uint32_t)off,
+                                   .flags = (uint32_t)off | (off + 24 >= strlen(conf) ? TRACE_CONF_LAST : 0),
                                    .ticks = 1,
                                    .stream = text_word(conf, off),
                                    .addr = text_word(conf, off + 8),
                                    .size = text_word(conf, off + 16)});
-    at = put_rec(buf, at,
-                 (trace_rec_t){.kind = TRACE_CONF,
-                               .device = -1,
-                               .flags = 5000,
-                               .ticks = 1,
-                               .stream = text_word("beyond", 0)}); /* ignored */
+    size_t beyond = at; /* a stream sync now; later a piece beyond what is kept */
+    at = put_rec(buf, at, (trace_rec_t){.kind = TRACE_STREAM_SYNC, .device = 1, .ticks = 1});
     at = put_rec(buf, at,
                  (trace_rec_t){.kind = TRACE_DEVICE, .device = 1, .ticks = 2, .addr = 60 * MiB, .size = 80 * MiB});
     at = put_rec(buf, at,
@@ -571,8 +567,26 @@ static void test_recorded_run(void **state)
     assert_int_equal(in.recorded_free[0], 0);
     assert_int_equal(in.recorded_fallbacks, 1);
     assert_int_equal(in.recorded_ooms, 1);
-    assert_int_equal(in.nev, 3); /* the alloc and two failures */
-    assert_int_equal(in.ev[0].flags, TRACE_REC_FALLBACK);
+    assert_int_equal(in.nev, 4); /* the sync, the alloc and two failures */
+    assert_int_equal(in.ev[1].flags, TRACE_REC_FALLBACK);
+    rp_input_free(&in);
+    /* the first piece lost (a DEVICE_SYNC in its place): the text has a
+     * hole, so no settings count as recorded, and the notes say why */
+    uint8_t saved[sizeof(trace_rec_t)];
+    memcpy(saved, buf + first_piece, sizeof saved);
+    put_rec(buf, first_piece, (trace_rec_t){.kind = TRACE_DEVICE_SYNC, .device = 1, .ticks = 1});
+    assert_int_equal(rp_input_parse("hole", buf, at, &in, err, sizeof err), 0);
+    assert_false(in.recorded_settings);
+    assert_string_equal(in.recorded_conf, "");
+    assert_non_null(strstr(in.notes, "CUCACHE_CONF is not whole in the trace (pieces missing)"));
+    rp_input_free(&in);
+    memcpy(buf + first_piece, saved, sizeof saved);
+    /* a piece past the 1023 bytes kept: the text is not whole either */
+    put_rec(buf, beyond,
+            (trace_rec_t){.kind = TRACE_CONF, .device = -1, .flags = 5000, .ticks = 1, .stream = text_word("x", 0)});
+    assert_int_equal(rp_input_parse("long", buf, at, &in, err, sizeof err), 0);
+    assert_false(in.recorded_settings);
+    assert_non_null(strstr(in.notes, "(longer than 1023 bytes)"));
     rp_input_free(&in);
     /* the same records in a version 1 trace: the new kinds are refused */
     h.version = 1;
