@@ -143,6 +143,20 @@ CUCACHE_EXPORT int cucache_snapshot(const char *path)
     return hook_snapshot(path, -1, "cucache_snapshot");
 }
 
+CUCACHE_EXPORT int cucache_record_memory_history(size_t max_entries, int stacks)
+{
+    char err[512];
+    if (stacks < -1 || stacks > 64) {
+        hook_log("cucache_record_memory_history: stacks %d is not -1, 0 or a depth from 1 to 64", stacks);
+        return -1;
+    }
+    if (hook_record_history(max_entries, stacks, err, sizeof err) != 0) {
+        hook_log("cucache_record_memory_history: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
 CUCACHE_EXPORT int cucache_empty_cache(int device)
 {
     core_dev_t *d = device_core(device);

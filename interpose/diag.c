@@ -73,7 +73,7 @@ static struct {
     bool report_exit;
     const char *snapshot; /* template; NULL: none */
     unsigned snapshot_on; /* SNAP_ON_* */
-    size_t ring_events;   /* 0: no ring */
+    _Atomic size_t ring_events; /* 0: no ring; devices opened later get this many */
     size_t history;       /* CUCACHE_HISTORY */
     int leak_exitcode;    /* CUCACHE_LEAK_EXITCODE; 0: none */
     unsigned whatif_ms;   /* CUCACHE_WHATIF_MS */
@@ -81,7 +81,7 @@ static struct {
     int signal_pipe[2];
 } diag = {.signal_pipe = {-1, -1}, .history = DEFAULT_HISTORY, .whatif_ms = DEFAULT_WHATIF_MS};
 
-bool hook_stacks;
+atomic_bool hook_stacks;
 
 static st_ring_t rings[HOOK_MAX_DEVICES];
 static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER; /* one snapshot at a time */
@@ -144,7 +144,7 @@ static int parse_stacks(const char *text, char *err, size_t errlen)
         snprintf(err, errlen, "CUCACHE_STACKS=%s: %s", text, why);
         return -1;
     }
-    hook_stacks = true;
+    atomic_store(&hook_stacks, true);
     return 0;
 }
 
@@ -320,18 +320,63 @@ int hook_diag_start(char *err, size_t errlen)
 void hook_diag_dev_opened(int ordinal, core_dev_t *d)
 {
     core_set_history(d, diag.history);
-    if (!diag.ring_events || (unsigned)ordinal >= HOOK_MAX_DEVICES)
+    size_t events = atomic_load(&diag.ring_events);
+    if (!events || (unsigned)ordinal >= HOOK_MAX_DEVICES)
         return;
     st_ring_t *r = &rings[ordinal];
     if (r->ev) { /* a fork child, or a device reset: start over in the same memory */
         r->pushed = 0;
-    } else if (st_ring_init(r, diag.ring_events) != 0) {
-        hook_warn(HOOK_WARN_BACKEND, "device %d: out of host memory for %zu snapshot events; snapshots of it "
-                                     "will have no trace",
-                  ordinal, diag.ring_events);
+    } else if (st_ring_init(r, events) != 0) {
+        hook_warn(HOOK_WARN_BACKEND,
+                  "device %d: out of host memory for %zu snapshot events; snapshots of it "
+                  "will have no trace",
+                  ordinal, events);
         return;
     }
     core_set_observer(d, st_ring_observe, r);
+}
+
+int hook_record_history(size_t max_entries, int stacks, char *err, size_t errlen)
+{
+    if (max_entries > MAX_RING_EVENTS) {
+        snprintf(err, errlen, "max_entries %zu is more than %zu", max_entries, (size_t)MAX_RING_EVENTS);
+        return -1;
+    }
+    if (stacks > 0) {
+        if (st_stacks_enable(stacks, err, errlen) != 0)
+            return -1;
+        atomic_store(&hook_stacks, true);
+    } else if (stacks == 0) {
+        atomic_store(&hook_stacks, false);
+    }
+    /* no snapshot reads a ring while it changes (snapshots hold snap_lock;
+     * the allocator pushes only through the observer, set under the device
+     * lock) */
+    pthread_mutex_lock(&snap_lock);
+    atomic_store(&diag.ring_events, max_entries);
+    int rc = 0;
+    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+        core_dev_t *d = hook_dev_core(&hook_devs[i]);
+        if (!d)
+            continue;
+        st_ring_t *r = &rings[i];
+        if (!max_entries) { /* stop; what was recorded stays for the next snapshot */
+            core_set_observer(d, NULL, NULL);
+            continue;
+        }
+        if (r->capacity != max_entries) {
+            core_set_observer(d, NULL, NULL);
+            st_ring_fini(r);
+            if (st_ring_init(r, max_entries) != 0) {
+                snprintf(err, errlen, "device %d: no host memory for %zu events", i, max_entries);
+                rc = -1;
+                continue;
+            }
+        }
+        core_set_observer(d, st_ring_observe, r);
+    }
+    pthread_mutex_unlock(&snap_lock);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------

@@ -434,13 +434,18 @@ void hook_warn(hook_warn_t kind, const char *fmt, ...) __attribute__((format(pri
 /* CUCACHE_STACKS (diag.c): each allocation's call stack, interned by
  * stats/stack.c, as the block's site.  Off, the hooks pay one predictable
  * branch. */
-extern bool hook_stacks;
+extern atomic_bool hook_stacks;
 uint32_t st_stack_capture(void); /* stats/st.h */
 
 static inline uint32_t hook_site(void)
 {
-    return HOOK_UNLIKELY(hook_stacks) ? st_stack_capture() : 0;
+    return HOOK_UNLIKELY(atomic_load_explicit(&hook_stacks, memory_order_relaxed)) ? st_stack_capture() : 0;
 }
+
+/* cucache_record_memory_history (diag.c): the event ring of every device,
+ * and of those opened later, on (max_entries > 0) or off (0); stacks:
+ * their depth (1..64), 0 off, -1 as they are.  0, or -1 with err set. */
+int hook_record_history(size_t max_entries, int stacks, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------------
  * The trace recorder (trace.c; CUCACHE_TRACE, stats/trace.h)

@@ -23,7 +23,7 @@ import ctypes
 __all__ = [
     "CucacheError", "available", "version", "memory_stats", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
-    "empty_cache", "memory_summary", "snapshot", "MemPool",
+    "empty_cache", "memory_summary", "snapshot", "MemPool", "record_memory_history", "dump_snapshot",
 ]
 
 
@@ -54,6 +54,7 @@ def _api():
                      "cucache_pool_create", "cucache_pool_destroy"):
             getattr(proc, name).argtypes = [ctypes.c_int]
         proc.cucache_pool_use.argtypes = [ctypes.c_int, ctypes.c_int]
+        proc.cucache_record_memory_history.argtypes = [ctypes.c_size_t, ctypes.c_int]
         _lib = proc
     return _lib
 
@@ -143,6 +144,38 @@ def snapshot(path=None):
     rc = _api().cucache_snapshot(path.encode() if path is not None else None)
     if rc != 0:
         raise CucacheError(f"snapshot to {path or '$CUCACHE_SNAPSHOT'} not written (see cucache's message)")
+
+
+def record_memory_history(enabled="all", max_entries=100000, stacks=None, depth=24):
+    """Starts (enabled="all" or "state") or stops (enabled=None) keeping the
+    allocator's events for snapshots, at run time, in the spirit of
+    torch.cuda.memory._record_memory_history: the last max_entries events of
+    each device.  stacks="all" (or "native", "cpp") also records each
+    allocation's native call stack, depth frames, which snapshots give as
+    PyTorch's frames; None leaves stack recording as it is.  enabled=None
+    stops both.  cucache records no Python frames: stacks="python"
+    raises ValueError.  What was recorded before a stop stays for the next
+    snapshot."""
+    if stacks == "python":
+        raise ValueError("cucache records native call stacks only: stacks='all' (or None)")
+    if stacks not in (None, "all", "native", "cpp"):
+        raise ValueError(f"stacks={stacks!r}: expected None, 'all', 'native' or 'cpp'")
+    if enabled not in (None, "all", "state"):
+        raise ValueError(f"enabled={enabled!r}: expected 'all', 'state' or None")
+    if enabled is None:
+        entries, depth_arg = 0, 0  # everything off, as torch's enabled=None
+    else:
+        if not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"max_entries={max_entries!r}: expected a positive number of events")
+        entries, depth_arg = max_entries, (depth if stacks else -1)
+    if _api().cucache_record_memory_history(entries, depth_arg) != 0:
+        raise CucacheError("record_memory_history failed (see cucache's message)")
+
+
+def dump_snapshot(path="dump_snapshot.pickle"):
+    """Writes a snapshot to path (torch.cuda.memory._dump_snapshot's name and
+    default): the pickle and JSON beside it."""
+    snapshot(path)
 
 
 class MemPool:

@@ -61,7 +61,7 @@ typedef struct stk_entry_s {
 } stk_entry_t;
 
 static struct {
-    int depth;                     /* frames kept; 0: off */
+    _Atomic int depth;             /* frames kept; 0: off (release: the tables and stk_backtrace are set) */
     _Atomic uint32_t *slots;       /* STK_SLOTS ids; 0: empty */
     stk_entry_t *_Atomic *entries; /* by id; [0] and [ST_STACK_DROPPED] unused */
     uint32_t count;                /* next id; under lock */
@@ -139,13 +139,13 @@ int st_stacks_enable(int depth, char *err, size_t errlen)
     static bool atfork_set;
     if (!atfork_set && pthread_atfork(NULL, NULL, stacks_atfork_child) == 0)
         atfork_set = true;
-    stk.depth = depth;
+    atomic_store_explicit(&stk.depth, depth, memory_order_release);
     return 0;
 }
 
 bool st_stacks_on(void)
 {
-    return stk.depth > 0;
+    return atomic_load_explicit(&stk.depth, memory_order_acquire) > 0;
 }
 
 static uint64_t stk_hash(const uintptr_t *pc, int n)
@@ -205,18 +205,19 @@ static uint32_t stk_intern(const uintptr_t *pc, int n)
 
 __attribute__((noinline)) uint32_t st_stack_capture(void)
 {
-    if (stk.depth <= 0)
+    int depth = atomic_load_explicit(&stk.depth, memory_order_acquire);
+    if (depth <= 0)
         return 0;
     void *raw[ST_STACK_DEPTH_MAX + STK_OWN_MAX];
-    int n = stk_backtrace(raw, stk.depth + STK_OWN_MAX);
+    int n = stk_backtrace(raw, depth + STK_OWN_MAX);
     /* drop this function, and in libcucache.so every frame of cucache's own
      * above the program's call */
     int skip = n > 0 ? 1 : 0;
     while (skip < n && (uintptr_t)raw[skip] >= stk.own_lo && (uintptr_t)raw[skip] < stk.own_hi)
         skip++;
     n -= skip;
-    if (n > stk.depth)
-        n = stk.depth;
+    if (n > depth)
+        n = depth;
     if (n <= 0)
         return ST_STACK_DROPPED;
     return stk_intern((const uintptr_t *)(raw + skip), n);

@@ -64,6 +64,15 @@ long cucache_memory_summary(int device, char *buf, size_t len);
  * One line on stderr says where it went or why not.  0 or -1. */
 int cucache_snapshot(const char *path);
 
+/* Starts or stops recording at run time, as
+ * torch.cuda.memory._record_memory_history does: max_entries > 0 keeps the
+ * last max_entries allocator events of each device for snapshots'
+ * device_traces (devices opened later too), 0 stops recording (what was
+ * recorded stays for the next snapshot).  stacks: record each allocation's
+ * native call stack with that many frames (1-64), 0 stop, -1 leave as it
+ * is.  0, or -1 with a line saying why (no libunwind.so.8, a bad value). */
+int cucache_record_memory_history(size_t max_entries, int stacks);
+
 /* Private pools (seed 002, torch.cuda.MemPool): create returns an id > 0 or
  * -1; use routes the calling thread's allocations on the device to the pool
  * (0: back to the default pools); destroy releases the pool's free

@@ -3,8 +3,9 @@ Python process run by cucache-run --sim: memory_stats' keys and figures
 follow the allocations made through the (simulated) CUDA runtime with
 ctypes, the torch.cuda-style shortcuts agree, peaks reset, empty_cache gives
 cached segments back, memory_summary and snapshot work, a MemPool's
-allocations land in a private pool (seen in the snapshot's JSON), and an
-unused device raises CucacheError.  With `absent` (run without cucache):
+allocations land in a private pool (seen in the snapshot's JSON),
+record_memory_history starts recording (with stacks) and stops it at run
+time, and an unused device raises CucacheError.  With `absent` (run without cucache):
 available() is False and calls raise CucacheError naming the cause.
 
 Seen to fail: with memory_stats' callback dropping keys (a scratch copy),
@@ -101,6 +102,38 @@ def present():
             pass
         else:
             check(False, "a snapshot into a missing directory raises")
+
+    # recording started and stopped at run time (no CUCACHE_SNAPSHOT here)
+    with tempfile.TemporaryDirectory() as tmp:
+        def dump(name):
+            cucache.dump_snapshot(os.path.join(tmp, name + ".pickle"))
+            with open(os.path.join(tmp, name + ".json")) as f:
+                return json.load(f)
+
+        check(all(not t for t in dump("before")["device_traces"]), "no events before recording starts")
+        cucache.record_memory_history("all", max_entries=1000, stacks="all", depth=8)
+        a = malloc(5 * MiB)
+        rt.cudaFree(a)
+        snap = dump("on")
+        events = snap["device_traces"][0]
+        mine = [e for e in events if e["action"] == "alloc" and e["addr"] == a.value]
+        check(len(mine) == 1, f"the allocation made while recording is in the trace: {events}")
+        check(len(mine[0]["frames"]) >= 1, f"with stacks='all' it has frames: {mine[0]}")
+        check(any(e["action"] == "free_requested" and e["addr"] == a.value for e in events), "and its free")
+        cucache.record_memory_history(None)
+        b = malloc(6 * MiB)
+        events = dump("off")["device_traces"][0]
+        check(not any(e["action"] == "alloc" and e["addr"] == b.value and e["size"] >= 6 * MiB for e in events),
+              "nothing recorded after record_memory_history(None)")
+        check(any(e["action"] == "alloc" and e["addr"] == a.value for e in events), "what was recorded stays")
+        rt.cudaFree(b)
+        for bad in ({"stacks": "python"}, {"enabled": "yes"}, {"max_entries": 0}):
+            try:
+                cucache.record_memory_history(**bad)
+            except ValueError:
+                pass
+            else:
+                check(False, f"record_memory_history({bad}) raises ValueError")
 
     try:
         cucache.memory_stats(5)
