@@ -9,9 +9,10 @@
 # and without cucache (tests/interpose/numba_check.sh).
 # libunwind-dev and libdw-dev record and name allocation call stacks
 # (CUCACHE_STACKS; optional to the build, needed by its tests); scdoc
-# builds the man pages.
+# builds the man pages; pip, setuptools and wheel install the Python
+# package without network (tests/run: run-python-package).
 CUCACHE_DEB_PACKAGES=(meson ninja-build pkg-config libcmocka-dev libjemalloc-dev gcc clang libclang-rt-14-dev python3
-    python3-numba libunwind-dev libdw-dev scdoc)
+    python3-numba libunwind-dev libdw-dev scdoc python3-pip python3-setuptools python3-wheel)
 
 cucache_say() {
     printf '==> %s\n' "$*"
@@ -26,7 +27,8 @@ cucache_missing_packages() {
         command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
     done
     if command -v dpkg >/dev/null 2>&1; then
-        for pkg in libcmocka-dev libjemalloc-dev libclang-rt-14-dev python3-numba libunwind-dev libdw-dev; do
+        for pkg in libcmocka-dev libjemalloc-dev libclang-rt-14-dev python3-numba libunwind-dev libdw-dev python3-pip \
+            python3-setuptools python3-wheel; do
             dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
         done
     fi

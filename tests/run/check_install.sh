@@ -12,9 +12,9 @@
 #     cucache-run and sees cucache;
 #  4. the installed cucache-replay replays a trace recorded by the installed
 #     cucache-run.
-#  5. the man pages, when scdoc built them.
-# The environment gives DEMO_WORKLOAD, RUN_BINDIR, RUN_LIBDIR, RUN_MANDIR,
-# RUN_PREFIX.
+#  5. the man pages, when scdoc built them, and the Python package.
+# The environment gives DEMO_WORKLOAD, INSTALL_PYTHON (the Python meson
+# installs for), RUN_BINDIR, RUN_LIBDIR, RUN_MANDIR, RUN_PREFIX.
 set -uo pipefail
 build=${1:?usage: check_install.sh BUILD_DIR SOURCE_DIR}
 src=${2:?usage: check_install.sh BUILD_DIR SOURCE_DIR}
@@ -90,6 +90,18 @@ if ! cc $cflags "$tmp/api.c" -o "$tmp/api" $libs >"$tmp/cc.log" 2>&1; then
 else
     out=$(env -u LD_LIBRARY_PATH "$bin/cucache-run" -- "$tmp/api" 2>&1)
     grep -q "^cucache $version," <<<"$out" || fail "the program built with pkg-config's flags: $out"
+fi
+
+# 5. the Python package, imported from where meson installed it, in a
+#    program under the installed cucache-run
+init=$(find "$tmp/dest" -path '*/cucache/__init__.py' | head -n 1)
+if [ -z "$init" ]; then
+    fail "the Python package was not installed"
+else
+    site=$(dirname "$(dirname "$init")")
+    out=$(env -u LD_LIBRARY_PATH PYTHONPATH="$site" "$bin/cucache-run" --sim -- "$INSTALL_PYTHON" -c \
+        'import cucache; print(cucache.__file__, cucache.available(), cucache.version())' 2>&1)
+    grep -q "^$site/cucache/__init__.py True $version\$" <<<"$out" || fail "the installed Python package: $out"
 fi
 
 # 4. record with the installed cucache-run, replay with the installed cucache-replay

@@ -17,8 +17,16 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+# PY_API_INSTALLED=DIR: the package as pip or meson installed it in DIR
+# (on PYTHONPATH); else the source tree's scripts/cucache.py
+if not os.environ.get("PY_API_INSTALLED"):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 import cucache  # noqa: E402
+
+if os.environ.get("PY_API_INSTALLED"):
+    where = os.path.realpath(cucache.__file__)
+    if not where.startswith(os.path.realpath(os.environ["PY_API_INSTALLED"]) + os.sep):
+        sys.exit(f"py_api: FAILED: cucache imported from {where}, not from $PY_API_INSTALLED")
 
 MiB = 1 << 20
 
