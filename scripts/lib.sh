@@ -10,9 +10,9 @@
 # libunwind-dev and libdw-dev record and name allocation call stacks
 # (CUCACHE_STACKS; optional to the build, needed by its tests); scdoc
 # builds the man pages; pip, setuptools and wheel install the Python
-# package without network (tests/run: run-python-package).
+# package without network, pytest tests it (tests/run: run-python-*).
 CUCACHE_DEB_PACKAGES=(meson ninja-build pkg-config libcmocka-dev libjemalloc-dev gcc clang libclang-rt-14-dev python3
-    python3-numba libunwind-dev libdw-dev scdoc python3-pip python3-setuptools python3-wheel)
+    python3-numba libunwind-dev libdw-dev scdoc python3-pip python3-setuptools python3-wheel python3-pytest)
 
 cucache_say() {
     printf '==> %s\n' "$*"
@@ -28,7 +28,7 @@ cucache_missing_packages() {
     done
     if command -v dpkg >/dev/null 2>&1; then
         for pkg in libcmocka-dev libjemalloc-dev libclang-rt-14-dev python3-numba libunwind-dev libdw-dev python3-pip \
-            python3-setuptools python3-wheel; do
+            python3-setuptools python3-wheel python3-pytest; do
             dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
         done
     fi

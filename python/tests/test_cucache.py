@@ -1,0 +1,122 @@
+"""pytest tests of the cucache package (issue 15), run in a Python process
+under `cucache-run --sim` (tests/run/meson.build: run-python-pytest, with
+the package installed by pip into a temporary directory first).  The
+allocations go through the simulated CUDA runtime, loaded with ctypes.
+
+    cucache-run --sim=1G python3 -m pytest python/tests
+
+Without cucache in the process only test_absent runs (the others skip).
+"""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import cucache
+
+MiB = 1 << 20
+under_cucache = pytest.mark.skipif(not cucache.available(), reason="not run under cucache-run")
+
+
+@pytest.fixture(scope="module")
+def rt():
+    lib = ctypes.CDLL("libcudart.so.13")
+    lib.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
+    lib.cudaFree.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def malloc(rt, n):
+    p = ctypes.c_void_p()
+    assert rt.cudaMalloc(ctypes.byref(p), n) == 0
+    return p
+
+
+def test_absent():
+    """Without cucache: available() is False, calls raise CucacheError."""
+    code = ("import cucache, sys\n"
+            "assert not cucache.available()\n"
+            "try:\n    cucache.memory_stats(0)\n"
+            "except cucache.CucacheError as e:\n    assert 'not loaded' in str(e), e\n"
+            "else:\n    sys.exit('no error')\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(cucache.__file__))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@under_cucache
+def test_stats_follow_allocations(rt):
+    first = malloc(rt, MiB)  # the device has allocator state from its first allocation
+    base = cucache.memory_allocated(0)
+    p = [malloc(rt, 4 * MiB) for _ in range(3)]
+    s = cucache.memory_stats(0)
+    assert s["allocated_bytes.all.current"] == base + 12 * MiB
+    assert "num_ooms" in s and "max_split_size" in s
+    assert cucache.memory_reserved(0) >= cucache.memory_allocated(0)
+    for q in p:
+        rt.cudaFree(q)
+    assert cucache.memory_allocated(0) == base
+    rt.cudaFree(first)
+
+
+@under_cucache
+def test_peaks_reset_and_empty_cache(rt):
+    a = malloc(rt, 8 * MiB)
+    rt.cudaFree(a)
+    assert cucache.max_memory_allocated(0) >= 8 * MiB
+    cucache.reset_peak_memory_stats(0)
+    assert cucache.max_memory_allocated(0) == cucache.memory_allocated(0)
+    cucache.empty_cache(0)
+    assert cucache.memory_reserved(0) == cucache.memory_stats(0)["reserved_bytes.all.current"]
+
+
+@under_cucache
+def test_summary():
+    text = cucache.memory_summary(0)
+    assert "memory summary, device ID 0" in text
+
+
+@under_cucache
+def test_mempool_routes_allocations(rt, tmp_path):
+    with cucache.MemPool(0) as pool:
+        inside = malloc(rt, 3 * MiB)
+    cucache.dump_snapshot(str(tmp_path / "pool.pickle"))
+    snap = json.loads((tmp_path / "pool.json").read_text())
+    pools = [tuple(s["segment_pool_id"]) for s in snap["segments"]
+             if s["address"] <= inside.value < s["address"] + s["total_size"]]
+    assert pools == [(0, pool.id)]
+    rt.cudaFree(inside)
+    pool.close()
+
+
+@under_cucache
+def test_record_memory_history(rt, tmp_path):
+    cucache.record_memory_history("all", max_entries=500, stacks="all", depth=6)
+    a = malloc(rt, 5 * MiB)
+    rt.cudaFree(a)
+    cucache.dump_snapshot(str(tmp_path / "on.pickle"))
+    events = json.loads((tmp_path / "on.json").read_text())["device_traces"][0]
+    mine = [e for e in events if e["action"] == "alloc" and e["addr"] == a.value]
+    assert len(mine) == 1 and mine[0]["frames"]
+    cucache.record_memory_history(None)
+    b = malloc(rt, 7 * MiB)
+    cucache.dump_snapshot(str(tmp_path / "off.pickle"))
+    events = json.loads((tmp_path / "off.json").read_text())["device_traces"][0]
+    assert not [e for e in events if e["action"] == "alloc" and e["addr"] == b.value and e["size"] >= 7 * MiB]
+    rt.cudaFree(b)
+
+
+@pytest.mark.parametrize("bad", [{"stacks": "python"}, {"enabled": "yes"}, {"max_entries": 0}])
+def test_record_memory_history_bad_arguments(bad):
+    with pytest.raises(ValueError):
+        cucache.record_memory_history(**bad)
+
+
+@under_cucache
+def test_unused_device_raises():
+    with pytest.raises(cucache.CucacheError, match="device 5"):
+        cucache.memory_stats(5)
