@@ -73,6 +73,20 @@ int cucache_snapshot(const char *path);
  * is.  0, or -1 with a line saying why (no libunwind.so.8, a bad value). */
 int cucache_record_memory_history(size_t max_entries, int stacks);
 
+/* PyTorch's pluggable allocator (torch.cuda.memory.CUDAPluggableAllocator:
+ * its MallocFuncType and FreeFuncType; stream is a cudaStream_t): allocate
+ * for `stream` on `device` (NULL and an OOM report when it cannot), free as
+ * PyTorch's allocator does (reusable at once on the block's own stream;
+ * after an event on another).  The optional ones: init, record_stream (the
+ * block is also used on `stream`: its free waits for the device-wide
+ * fence), empty_cache (every device).  python/cucache/torch.py plugs the
+ * first two into PyTorch. */
+void *cucache_torch_malloc(size_t size, int device, void *stream);
+void cucache_torch_free(void *ptr, size_t size, int device, void *stream);
+void cucache_torch_init(int device_count);
+void cucache_torch_record_stream(void *ptr, void *stream);
+void cucache_torch_empty_cache(void);
+
 /* Private pools (seed 002, torch.cuda.MemPool): create returns an id > 0 or
  * -1; use routes the calling thread's allocations on the device to the pool
  * (0: back to the default pools); destroy releases the pool's free

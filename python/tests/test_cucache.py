@@ -117,6 +117,33 @@ def test_record_memory_history_bad_arguments(bad):
 
 
 @under_cucache
+def test_torch_entry_points():
+    """cucache.torch finds the loaded library, whose file exports the two
+    functions PyTorch's CUDAPluggableAllocator loads by name."""
+    import cucache.torch
+
+    path = cucache.torch.library_path()
+    assert "libcucache.so" in os.path.basename(path)
+    lib = ctypes.CDLL(path)
+    assert lib.cucache_torch_malloc and lib.cucache_torch_free
+
+
+def test_torch_enable():
+    """With PyTorch and a GPU (scripts/gpu-check), tensors then come from
+    cucache; skipped here otherwise."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or not cucache.available():
+        pytest.skip("needs PyTorch with CUDA, under cucache-run")
+    import cucache.torch
+
+    cucache.torch.enable()
+    before = cucache.memory_allocated(torch.cuda.current_device()) if cucache.memory_stats(0) else 0
+    x = torch.ones(1 << 20, device="cuda")
+    assert cucache.memory_allocated(torch.cuda.current_device()) >= before + (4 << 20)
+    assert float(x.sum()) == float(1 << 20)
+
+
+@under_cucache
 def test_unused_device_raises():
     with pytest.raises(cucache.CucacheError, match="device 5"):
         cucache.memory_stats(5)

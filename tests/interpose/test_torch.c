@@ -1,0 +1,225 @@
+/*
+ * Proves PyTorch's pluggable allocator entry points (interpose/torch_alloc.c)
+ * called exactly as torch.cuda.memory.CUDAPluggableAllocator calls them:
+ * found by name in the library (dlsym), alloc(size, device, stream) and
+ * free(ptr, size, device, stream), on two devices (CUCACHE_SIM_DEVICES=2)
+ * and from two threads at once.  PyTorch's stream semantics: a block freed
+ * on its own stream is reusable at once there and never on another stream;
+ * a block record_stream marked as used on a second stream is not handed
+ * out again while that stream's work is still queued (a host function
+ * holds the stream); memory lands on the device asked for, holds its data,
+ * and an allocation beyond the device returns NULL with cucache's report.
+ *
+ * Seen to fail: with cucache_torch_free ordering frees by the fence
+ * instead of the block's stream, the "reusable at once" check fails; with
+ * record_stream ignored, the held-stream check fails.
+ */
+#include "itest.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef void *(*malloc_fn)(size_t, int, cudaStream_t);
+typedef void (*free_fn)(void *, size_t, int, cudaStream_t);
+typedef void (*record_fn)(void *, cudaStream_t);
+
+static malloc_fn t_malloc;
+static free_fn t_free;
+static record_fn t_record;
+
+static int torch_setup(void **state)
+{
+    if (itest_group_setup(state) != 0)
+        return -1;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n != 2) {
+        fprintf(stderr, "itest: expected 2 devices (CUCACHE_SIM_DEVICES=2), got %d\n", n);
+        return -1;
+    }
+    t_malloc = (malloc_fn)dlsym(RTLD_DEFAULT, "cucache_torch_malloc");
+    t_free = (free_fn)dlsym(RTLD_DEFAULT, "cucache_torch_free");
+    t_record = (record_fn)dlsym(RTLD_DEFAULT, "cucache_torch_record_stream");
+    return 0;
+}
+
+static void need_entry_points(void)
+{
+    itest_require_cucache();
+    assert_non_null(t_malloc);
+    assert_non_null(t_free);
+    assert_non_null(t_record);
+}
+
+static cudaStream_t new_stream(int device)
+{
+    cudaStream_t s;
+    SIM_OK(cudaSetDevice(device));
+    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return itest_defer_stream(s);
+}
+
+static int device_of(const void *p)
+{
+    struct cudaPointerAttributes a;
+    a.device = -1;
+    SIM_OK(cudaPointerGetAttributes(&a, p));
+    return a.device;
+}
+
+static void test_stream_semantics(void **state)
+{
+    (void)state;
+    need_entry_points();
+    cudaStream_t s1 = new_stream(0), s2 = new_stream(0);
+    void *p = t_malloc(8 * MIB, 0, s1);
+    assert_non_null(p);
+    assert_int_equal(device_of(p), 0);
+    itest_put(p, 8 * MIB, 3);
+    itest_expect(p, 8 * MIB, 3);
+    t_free(p, 8 * MIB, 0, s1);
+    /* reusable at once on its own stream, as PyTorch's allocator */
+    void *again = t_malloc(8 * MIB, 0, s1);
+    assert_ptr_equal(again, p);
+    t_free(again, 8 * MIB, 0, s1);
+    /* never on another stream */
+    void *other = t_malloc(8 * MIB, 0, s2);
+    assert_non_null(other);
+    assert_ptr_not_equal(other, p);
+    t_free(other, 8 * MIB, 0, s2);
+    SIM_OK(cudaDeviceSynchronize());
+}
+
+static atomic_int gate;
+
+/* Holds its stream until the test opens the gate, or 5 s at most (a
+ * failed assertion leaves the gate shut; the stream must still drain). */
+static void hold(void *arg)
+{
+    (void)arg;
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    while (!atomic_load(&gate) && t.tv_sec - t0.tv_sec < 5);
+}
+
+static void test_record_stream_waits_for_the_other_stream(void **state)
+{
+    (void)state;
+    need_entry_points();
+    cudaStream_t s1 = new_stream(0), s2 = new_stream(0);
+    atomic_store(&gate, 0);
+    SIM_OK(cudaLaunchHostFunc(s2, hold, NULL)); /* s2's work stays queued */
+    void *p = t_malloc(6 * MIB, 0, s1);
+    assert_non_null(p);
+    t_record(p, s2);
+    t_free(p, 6 * MIB, 0, s1);
+    for (int i = 0; i < 20; i++) { /* polls cannot complete s2's fence */
+        void *q = t_malloc(6 * MIB, 0, s1);
+        assert_non_null(q);
+        assert_ptr_not_equal(q, p);
+        t_free(q, 6 * MIB, 0, s1);
+    }
+    atomic_store(&gate, 1);
+    SIM_OK(cudaStreamSynchronize(s2));
+    SIM_OK(cudaDeviceSynchronize());
+}
+
+static void test_two_devices(void **state)
+{
+    (void)state;
+    need_entry_points();
+    cudaStream_t s0 = new_stream(0), s1 = new_stream(1);
+    SIM_OK(cudaSetDevice(0));
+    int64_t before = itest_stat(1, "allocation.all.current");
+    void *a = t_malloc(4 * MIB, 1, s1); /* device 1 while device 0 is current */
+    void *b = t_malloc(4 * MIB, 0, s0);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(device_of(a), 1);
+    assert_int_equal(device_of(b), 0);
+    assert_int_equal(itest_stat(1, "allocation.all.current"), before + 1);
+    SIM_OK(cudaSetDevice(1));
+    itest_put(a, 4 * MIB, 7);
+    itest_expect(a, 4 * MIB, 7);
+    SIM_OK(cudaSetDevice(0));
+    t_free(a, 4 * MIB, 1, s1);
+    t_free(b, 4 * MIB, 0, s0);
+    assert_int_equal(itest_stat(1, "allocation.all.current"), before);
+}
+
+typedef struct worker_s {
+    int device;
+    cudaStream_t s;
+    int failures;
+} worker_t;
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    if (cudaSetDevice(w->device) != cudaSuccess)
+        w->failures++;
+    for (int i = 0; i < 200 && !w->failures; i++) {
+        size_t n = (size_t)(1 + i % 7) * 512 * KIB;
+        unsigned char *p = t_malloc(n, w->device, w->s);
+        unsigned char v = (unsigned char)(i + w->device * 31), back[64];
+        if (!p || cudaMemsetAsync(p, v, n, w->s) != cudaSuccess ||
+            cudaMemcpyAsync(back, p + n - sizeof back, sizeof back, cudaMemcpyDeviceToHost, w->s) != cudaSuccess ||
+            cudaStreamSynchronize(w->s) != cudaSuccess) {
+            w->failures++;
+            break;
+        }
+        for (size_t k = 0; k < sizeof back; k++)
+            w->failures += back[k] != v;
+        t_free(p, n, w->device, w->s);
+    }
+    return NULL;
+}
+
+static void test_two_threads(void **state)
+{
+    (void)state;
+    need_entry_points();
+    worker_t w[2] = {{0, new_stream(0), 0}, {1, new_stream(1), 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+    }
+    assert_int_equal(itest_races(), 0);
+    SIM_OK(cudaSetDevice(0));
+}
+
+static void test_out_of_memory_returns_null(void **state)
+{
+    (void)state;
+    need_entry_points();
+    cudaStream_t s = new_stream(0);
+    char err[8192];
+    itest_stderr_begin();
+    void *p = t_malloc(64 * GIB, 0, s);
+    itest_stderr_end(err, sizeof err);
+    assert_null(p);
+    if (!strstr(err, "CUDA out of memory. Tried to allocate 64.00 GiB"))
+        fail_msg("no OOM report:\n%s", err);
+    t_free(NULL, 0, 0, s); /* PyTorch may free what it never got: nothing happens */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        ITEST(test_stream_semantics),
+        ITEST(test_record_stream_waits_for_the_other_stream),
+        ITEST(test_two_devices),
+        ITEST(test_two_threads),
+        ITEST(test_out_of_memory_returns_null),
+    };
+    return ITEST_RUN("interpose.torch", tests, torch_setup);
+}
