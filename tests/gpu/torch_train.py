@@ -84,7 +84,15 @@ def main():
     ap.add_argument("--device", default="cuda", help="cuda (default), or cpu for a smoke test of this script")
     ap.add_argument("--expect-cucache", action="store_true",
                     help="exit 1 unless cucache is loaded and served allocations from its cache")
+    ap.add_argument("--pluggable", metavar="PYTHON_DIR",
+                    help="make cucache PyTorch's allocator (cucache.torch.enable(), the package in PYTHON_DIR) "
+                         "before the first CUDA tensor; PyTorch's caching allocator is then replaced, not off")
     args = ap.parse_args()
+    if args.pluggable:
+        sys.path.insert(0, args.pluggable)
+        import cucache.torch
+        cucache.torch.enable()
+        print(f"torch_train: cucache is PyTorch's allocator ({cucache.torch.library_path()})", flush=True)
 
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
