@@ -676,6 +676,17 @@ int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream)
     return r;
 }
 
+int core_set_memory_fraction(core_dev_t *d, double fraction)
+{
+    if (!(fraction > 0.0 && fraction <= 1.0))
+        return -1;
+    pthread_mutex_lock(&d->lock);
+    d->conf.memory_fraction = fraction;
+    d->allowed = allowed_bytes(d);
+    pthread_mutex_unlock(&d->lock);
+    return 0;
+}
+
 bool core_owns(core_dev_t *d, uintptr_t addr)
 {
     pthread_mutex_lock(&d->lock);

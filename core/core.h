@@ -367,6 +367,12 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
 /* The device's configuration (a copy). */
 void core_conf(core_dev_t *d, conf_t *out);
 
+/* per_process_memory_fraction at run time (torch.cuda.
+ * set_per_process_memory_fraction): more than 0, at most 1; the bytes the
+ * allocator may hold follow at once (blocks already held stay).  0, or -1
+ * for a fraction out of range. */
+int core_set_memory_fraction(core_dev_t *d, double fraction);
+
 /* Whether the device's segments are expandable: expandable_segments was
  * asked for and the backend has virtual memory. */
 bool core_expandable(core_dev_t *d);

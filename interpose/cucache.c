@@ -157,6 +157,19 @@ CUCACHE_EXPORT int cucache_record_memory_history(size_t max_entries, int stacks)
     return 0;
 }
 
+CUCACHE_EXPORT int cucache_set_per_process_memory_fraction(double fraction, int device)
+{
+    core_dev_t *d = device_core(device);
+    if (!d)
+        return -1;
+    if (core_set_memory_fraction(d, fraction) != 0) {
+        hook_log("cucache_set_per_process_memory_fraction(%g, %d): the fraction must be more than 0 and at most 1",
+                 fraction, device);
+        return -1;
+    }
+    return 0;
+}
+
 CUCACHE_EXPORT int cucache_empty_cache(int device)
 {
     core_dev_t *d = device_core(device);

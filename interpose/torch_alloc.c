@@ -7,7 +7,8 @@
  *
  * (PyTorch's MallocFuncType and FreeFuncType), and the optional ones its C++
  * setters take: init(int device_count), record_stream(void *ptr,
- * cudaStream_t stream), empty_cache(void).  With them a PyTorch program keeps
+ * cudaStream_t stream), empty_cache(void), memory_fraction(double fraction,
+ * int device).  With them a PyTorch program keeps
  * PyTorch's caching allocator turned off in favour of cucache's while it
  * keeps PyTorch's stream semantics, which are cudaMallocAsync's: a block
  * allocated for stream S and freed on S is reusable at once on S (stream
@@ -77,6 +78,17 @@ CUCACHE_EXPORT void cucache_torch_record_stream(void *ptr, void *stream)
             return;
     }
     hook_warn(HOOK_WARN_BAD_FREE, "cucache_torch_record_stream(%p): not a live allocation of cucache's", ptr);
+}
+
+CUCACHE_EXPORT void cucache_torch_memory_fraction(double fraction, int device)
+{
+    hook_dev_t *hd;
+    core_dev_t *d = torch_device(device, &hd); /* opens it: PyTorch may set the fraction first */
+    if (!d || core_set_memory_fraction(d, fraction) != 0)
+        hook_warn(HOOK_WARN_BACKEND,
+                  "cucache_torch_memory_fraction(%g, device %d): not set (a fraction outside (0, 1], or no "
+                  "such device)",
+                  fraction, device);
 }
 
 CUCACHE_EXPORT void cucache_torch_empty_cache(void)

@@ -79,13 +79,18 @@ int cucache_record_memory_history(size_t max_entries, int stacks);
  * PyTorch's allocator does (reusable at once on the block's own stream;
  * after an event on another).  The optional ones: init, record_stream (the
  * block is also used on `stream`: its free waits for the device-wide
- * fence), empty_cache (every device).  python/cucache/torch.py plugs the
- * first two into PyTorch. */
+ * fence), empty_cache (every device), memory_fraction (PyTorch's
+ * set_memory_fraction_fn order: fraction, device).  python/cucache/torch.py
+ * plugs the first two into PyTorch.  cucache_set_per_process_memory_fraction
+ * is torch.cuda.set_per_process_memory_fraction: 0, or -1 for a fraction
+ * outside (0, 1] or a device without allocator state. */
+int cucache_set_per_process_memory_fraction(double fraction, int device);
 void *cucache_torch_malloc(size_t size, int device, void *stream);
 void cucache_torch_free(void *ptr, size_t size, int device, void *stream);
 void cucache_torch_init(int device_count);
 void cucache_torch_record_stream(void *ptr, void *stream);
 void cucache_torch_empty_cache(void);
+void cucache_torch_memory_fraction(double fraction, int device);
 
 /* Private pools (seed 002, torch.cuda.MemPool): create returns an id > 0 or
  * -1; use routes the calling thread's allocations on the device to the pool

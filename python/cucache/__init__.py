@@ -24,6 +24,7 @@ __all__ = [
     "CucacheError", "available", "version", "memory_stats", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
     "empty_cache", "memory_summary", "snapshot", "MemPool", "record_memory_history", "dump_snapshot",
+    "set_per_process_memory_fraction",
 ]
 
 
@@ -55,6 +56,7 @@ def _api():
             getattr(proc, name).argtypes = [ctypes.c_int]
         proc.cucache_pool_use.argtypes = [ctypes.c_int, ctypes.c_int]
         proc.cucache_record_memory_history.argtypes = [ctypes.c_size_t, ctypes.c_int]
+        proc.cucache_set_per_process_memory_fraction.argtypes = [ctypes.c_double, ctypes.c_int]
         _lib = proc
     return _lib
 
@@ -170,6 +172,15 @@ def record_memory_history(enabled="all", max_entries=100000, stacks=None, depth=
         entries, depth_arg = max_entries, (depth if stacks else -1)
     if _api().cucache_record_memory_history(entries, depth_arg) != 0:
         raise CucacheError("record_memory_history failed (see cucache's message)")
+
+
+def set_per_process_memory_fraction(fraction, device=0):
+    """torch.cuda.set_per_process_memory_fraction: cucache holds at most this
+    share (more than 0, at most 1) of the device's memory from now on."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction={fraction!r}: expected more than 0 and at most 1")
+    _check(_api().cucache_set_per_process_memory_fraction(float(fraction), device),
+           "set_per_process_memory_fraction", device)
 
 
 def dump_snapshot(path="dump_snapshot.pickle"):

@@ -117,6 +117,20 @@ def test_record_memory_history_bad_arguments(bad):
 
 
 @under_cucache
+def test_memory_fraction(rt):
+    first = malloc(rt, MiB)
+    cucache.set_per_process_memory_fraction(0.25, 0)  # 256 MiB of the 1 GiB device
+    p = ctypes.c_void_p()
+    assert rt.cudaMalloc(ctypes.byref(p), 300 * MiB) != 0
+    cucache.set_per_process_memory_fraction(1.0, 0)
+    q = malloc(rt, 300 * MiB)
+    rt.cudaFree(q)
+    rt.cudaFree(first)
+    with pytest.raises(ValueError):
+        cucache.set_per_process_memory_fraction(0)
+
+
+@under_cucache
 def test_torch_entry_points():
     """cucache.torch finds the loaded library, whose file exports the two
     functions PyTorch's CUDAPluggableAllocator loads by name."""

@@ -27,10 +27,12 @@
 typedef void *(*malloc_fn)(size_t, int, cudaStream_t);
 typedef void (*free_fn)(void *, size_t, int, cudaStream_t);
 typedef void (*record_fn)(void *, cudaStream_t);
+typedef void (*fraction_fn)(double, int);
 
 static malloc_fn t_malloc;
 static free_fn t_free;
 static record_fn t_record;
+static fraction_fn t_fraction;
 
 static int torch_setup(void **state)
 {
@@ -44,6 +46,7 @@ static int torch_setup(void **state)
     t_malloc = (malloc_fn)dlsym(RTLD_DEFAULT, "cucache_torch_malloc");
     t_free = (free_fn)dlsym(RTLD_DEFAULT, "cucache_torch_free");
     t_record = (record_fn)dlsym(RTLD_DEFAULT, "cucache_torch_record_stream");
+    t_fraction = (fraction_fn)dlsym(RTLD_DEFAULT, "cucache_torch_memory_fraction");
     return 0;
 }
 
@@ -53,6 +56,7 @@ static void need_entry_points(void)
     assert_non_null(t_malloc);
     assert_non_null(t_free);
     assert_non_null(t_record);
+    assert_non_null(t_fraction);
 }
 
 static cudaStream_t new_stream(int device)
@@ -212,6 +216,36 @@ static void test_out_of_memory_returns_null(void **state)
     t_free(NULL, 0, 0, s); /* PyTorch may free what it never got: nothing happens */
 }
 
+/* memory_fraction(fraction, device): a quarter of the 1 GiB device refuses
+ * 300 MiB while the device has all of it free (the OOM test before made
+ * this the process's second failure: one line); back to 1, it is served. */
+static void test_memory_fraction(void **state)
+{
+    (void)state;
+    need_entry_points();
+    cudaStream_t s = new_stream(1);
+    t_fraction(0.25, 1);
+    char err[8192];
+    itest_stderr_begin();
+    void *p = t_malloc(300 * MIB, 1, s);
+    itest_stderr_end(err, sizeof err);
+    assert_null(p);
+    if (!strstr(err, "tried to allocate 300.00 MiB (300.00 MiB requested) on GPU 1; 1024.00 MiB free of 1024.00 MiB"))
+        fail_msg("refused with the device free (the fraction's limit):\n%s", err);
+    t_fraction(1.0, 1);
+    p = t_malloc(300 * MIB, 1, s);
+    assert_non_null(p);
+    t_free(p, 300 * MIB, 1, s);
+    itest_stderr_begin();
+    t_fraction(1.5, 1); /* out of range: refused, said, nothing changed */
+    itest_stderr_end(err, sizeof err);
+    assert_non_null(strstr(err, "cucache_torch_memory_fraction(1.5, device 1): not set"));
+    p = t_malloc(300 * MIB, 1, s);
+    assert_non_null(p);
+    t_free(p, 300 * MIB, 1, s);
+    SIM_OK(cudaSetDevice(0));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -220,6 +254,7 @@ int main(void)
         ITEST(test_two_devices),
         ITEST(test_two_threads),
         ITEST(test_out_of_memory_returns_null),
+        ITEST(test_memory_fraction),
     };
     return ITEST_RUN("interpose.torch", tests, torch_setup);
 }
