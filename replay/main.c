@@ -184,6 +184,15 @@ typedef struct done_s {
     bool ok;
 } done_t;
 
+/* Whether the trace recorded any device's memory (TRACE_DEVICE). */
+static bool recorded_capacity(const rp_input_t *in)
+{
+    for (int k = 0; k < 64; k++)
+        if (in->recorded_free[k])
+            return true;
+    return false;
+}
+
 /* The failures of a replay as the recorded run counts them. */
 static bool reproduces(const rp_input_t *in, const rp_result_t *r)
 {
@@ -213,14 +222,11 @@ static int choose_model(done_t *d, char *err, size_t errlen)
     failures_text(want, sizeof want, in->recorded_ooms, in->recorded_fallbacks);
     /* the run as it was: its device's memory and the runtime's fallback,
      * whatever --capacity or --fit then replays at */
-    bool recorded_capacity = false;
-    for (int k = 0; k < 64; k++)
-        recorded_capacity |= in->recorded_free[k] != 0;
     for (int busy = 0; busy < 2; busy++) {
         rp_opts_t o = d->opts;
         o.busy = busy;
         o.fallback = true;
-        if (recorded_capacity)
+        if (recorded_capacity(in))
             o.dev_capacity = in->recorded_free;
         o.curve_buckets = 0;
         o.progress = NULL;
@@ -384,10 +390,7 @@ int main(int argc, char **argv)
          * otherwise, the runtime's fallback as the interposer has it, and
          * the device model that reproduces the recorded run */
         d->opts = opts;
-        bool recorded_capacity = false;
-        for (int k = 0; k < 64; k++)
-            recorded_capacity |= d->in.recorded_free[k] != 0;
-        if (!capacity_given && recorded_capacity)
+        if (!capacity_given && recorded_capacity(&d->in))
             d->opts.dev_capacity = d->in.recorded_free;
         d->opts.fallback = !fit && d->in.format == RP_FORMAT_CUCACHE;
         if (!model_given && d->in.format == RP_FORMAT_CUCACHE && d->in.recorded_settings &&

@@ -404,6 +404,18 @@ int itest_group_setup(void **state)
     return 0;
 }
 
+int itest_group_setup_devices(void **state, int n)
+{
+    if (itest_group_setup(state) != 0)
+        return -1;
+    int have = 0;
+    if (cudaGetDeviceCount(&have) != cudaSuccess || have != n) {
+        fprintf(stderr, "itest: expected %d devices (CUCACHE_SIM_DEVICES=%d), got %d\n", n, n, have);
+        return -1;
+    }
+    return 0;
+}
+
 int itest_run_group(const char *name, const struct CMUnitTest *tests, size_t count, int (*group_setup)(void **state))
 {
     const char *filter = getenv("ITEST_FILTER");

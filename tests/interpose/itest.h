@@ -128,6 +128,8 @@ int itest_teardown(void **state);
  * the device is initialised and has allocator state (cucache_stat answers)
  * before the first test measures anything. */
 int itest_group_setup(void **state);
+/* itest_group_setup, and exactly `n` devices (CUCACHE_SIM_DEVICES=n). */
+int itest_group_setup_devices(void **state, int n);
 
 #define ITEST(f) cmocka_unit_test_setup_teardown(f, itest_setup, itest_teardown)
 

@@ -428,6 +428,31 @@ static void test_log_file(void **state)
 /* Issue 17's leak loop: the OOM report names settings only where replaying
  * the job's history serves the failed request; each one named, applied to
  * the same program, serves it. */
+/* Every CUCACHE_CONF the report in `err` names, applied to the same run:
+ * each must serve the request (exit 0).  Returns how many were named, and
+ * in *with how many of them contain `key` (NULL: not counted). */
+static size_t apply_named_hints(const char *child, const char *const *argv, const char *err, const char *key,
+                                size_t *with)
+{
+    itest_run_t *again = malloc(sizeof *again);
+    size_t named = 0;
+    for (const char *p = err; (p = strstr(p, "hint:   CUCACHE_CONF="));) {
+        p += strlen("hint:   ");
+        size_t n = strcspn(p, " \n");
+        char var[256];
+        snprintf(var, sizeof var, "%.*s", (int)n, p);
+        const char *const set[] = {var, NULL};
+        itest_spawn(child, argv, set, NULL, 60000, again);
+        if (again->status != 0)
+            fail_msg("the hint %s, applied, does not serve the request:\n%s%s", var, again->out, again->err);
+        named++;
+        if (key && with)
+            *with += strstr(var, key) != NULL;
+    }
+    free(again);
+    return named;
+}
+
 static void test_oom_hint_holds_when_applied(void **state)
 {
     (void)state;
@@ -446,19 +471,7 @@ static void test_oom_hint_holds_when_applied(void **state)
     itest_expect_exit(r, 3);
     expect_in(r->err, "the replay", "hint: replaying all 661 allocator calls of GPU 0");
     expect_in(r->err, "the setting", "hint:   CUCACHE_CONF=expandable_segments:true,reuse:sync (peak reserved");
-    size_t named = 0;
-    for (const char *p = r->err; (p = strstr(p, "hint:   CUCACHE_CONF="));) {
-        p += strlen("hint:   ");
-        size_t n = strcspn(p, " \n");
-        char var[256];
-        snprintf(var, sizeof var, "%.*s", (int)n, p);
-        const char *const set[] = {var, NULL};
-        itest_spawn(child, argv, set, NULL, 60000, again);
-        if (again->status != 0)
-            fail_msg("the hint %s, applied, does not serve the request:\n%s%s", var, again->out, again->err);
-        named++;
-    }
-    assert_true(named >= 1);
+    assert_true(apply_named_hints(child, argv, r->err, NULL, NULL) >= 1);
     /* the rejected rule of thumb stays unnamed, and applied it indeed fails */
     if (strstr(r->err, "max_split_size_mb"))
         fail_msg("max_split_size_mb named, though it does not help here:\n%s", r->err);
@@ -479,29 +492,16 @@ static void test_oom_hint_split(void **state)
     if (itest_expandable())
         skip(); /* the case is about plain segments */
     const char *child = itest_helper("ITEST_CHILD");
-    itest_run_t *r = malloc(sizeof *r), *again = malloc(sizeof *again);
+    itest_run_t *r = malloc(sizeof *r);
     const char *const argv[] = {child, "split", NULL};
     itest_spawn(child, argv, NULL, NULL, 60000, r);
     itest_expect_exit(r, 3);
     expect_in(r->err, "the replay", "hint: replaying all 18 allocator calls of GPU 0");
-    size_t named = 0, split = 0;
-    for (const char *p = r->err; (p = strstr(p, "hint:   CUCACHE_CONF="));) {
-        p += strlen("hint:   ");
-        size_t n = strcspn(p, " \n");
-        char var[256];
-        snprintf(var, sizeof var, "%.*s", (int)n, p);
-        const char *const set[] = {var, NULL};
-        itest_spawn(child, argv, set, NULL, 60000, again);
-        if (again->status != 0)
-            fail_msg("the hint %s, applied, does not serve the request:\n%s%s", var, again->out, again->err);
-        named++;
-        split += strstr(var, "max_split_size_mb") != NULL;
-    }
-    assert_true(named >= 1);
+    size_t split = 0;
+    assert_true(apply_named_hints(child, argv, r->err, "max_split_size_mb", &split) >= 1);
     if (!split)
         fail_msg("max_split_size_mb helps here but is not named:\n%s", r->err);
     free(r);
-    free(again);
 }
 
 /* More live than the device: no setting, and the numbers that say so. */

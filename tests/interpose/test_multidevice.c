@@ -34,13 +34,8 @@ static int current_device(void)
 
 static int multidevice_setup(void **state)
 {
-    if (itest_group_setup(state) != 0)
+    if (itest_group_setup_devices(state, 2) != 0)
         return -1;
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n != 2) {
-        fprintf(stderr, "itest: expected 2 devices (CUCACHE_SIM_DEVICES=2), got %d\n", n);
-        return -1;
-    }
     /* both devices get allocator state */
     for (int d = 1; d >= 0; d--) {
         void *p = NULL;

@@ -36,13 +36,8 @@ static fraction_fn t_fraction;
 
 static int torch_setup(void **state)
 {
-    if (itest_group_setup(state) != 0)
+    if (itest_group_setup_devices(state, 2) != 0)
         return -1;
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n != 2) {
-        fprintf(stderr, "itest: expected 2 devices (CUCACHE_SIM_DEVICES=2), got %d\n", n);
-        return -1;
-    }
     t_malloc = (malloc_fn)dlsym(RTLD_DEFAULT, "cucache_torch_malloc");
     t_free = (free_fn)dlsym(RTLD_DEFAULT, "cucache_torch_free");
     t_record = (record_fn)dlsym(RTLD_DEFAULT, "cucache_torch_record_stream");

@@ -92,6 +92,12 @@ else
     grep -q "^cucache $version," <<<"$out" || fail "the program built with pkg-config's flags: $out"
 fi
 
+# 4. record with the installed cucache-run, replay with the installed cucache-replay
+env -u LD_LIBRARY_PATH "$bin/cucache-run" --sim --trace "$tmp/demo.trace" -- "$DEMO_WORKLOAD" >/dev/null 2>&1 ||
+    fail "recording the demo workload with the installed cucache-run"
+out=$("$bin/cucache-replay" --no-reference "$tmp/demo.trace" 2>&1)
+grep -q "peak reserved" <<<"$out" || fail "the installed cucache-replay: $out"
+
 # 5. the Python package, imported from where meson installed it, in a
 #    program under the installed cucache-run
 init=$(find "$tmp/dest" -path '*/cucache/__init__.py' | head -n 1)
@@ -103,12 +109,6 @@ else
         'import cucache; print(cucache.__file__, cucache.available(), cucache.version())' 2>&1)
     grep -q "^$site/cucache/__init__.py True $version\$" <<<"$out" || fail "the installed Python package: $out"
 fi
-
-# 4. record with the installed cucache-run, replay with the installed cucache-replay
-env -u LD_LIBRARY_PATH "$bin/cucache-run" --sim --trace "$tmp/demo.trace" -- "$DEMO_WORKLOAD" >/dev/null 2>&1 ||
-    fail "recording the demo workload with the installed cucache-run"
-out=$("$bin/cucache-replay" --no-reference "$tmp/demo.trace" 2>&1)
-grep -q "peak reserved" <<<"$out" || fail "the installed cucache-replay: $out"
 
 [ "$failed" -eq 0 ] && echo "check_install: ok ($RUN_PREFIX, $RUN_BINDIR, $RUN_LIBDIR)"
 exit "$failed"
