@@ -18,6 +18,26 @@ cucache_say() {
     printf '==> %s\n' "$*"
 }
 
+# What scripts/deb needs besides the build's dependencies: the Debian
+# packaging tools and lintian.
+CUCACHE_DEB_TOOLS=(debhelper dh-python dpkg-dev lintian)
+
+# Install the packaging tools when missing (as root), or say what to install.
+cucache_ensure_deb_deps() {
+    local missing=() pkg
+    for pkg in "${CUCACHE_DEB_TOOLS[@]}"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$EUID" -ne 0 ]; then
+        echo "cucache: missing packaging tools: ${missing[*]} (as root: apt-get install ${missing[*]})" >&2
+        exit 1
+    fi
+    cucache_say "installing packaging tools (missing: ${missing[*]})"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" ||
+        { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"; }
+}
+
 # Print the Debian packages that are missing, space separated.
 cucache_missing_packages() {
     local missing=() pair pkg
