@@ -869,6 +869,14 @@ int core_pool_use(core_dev_t *d, int pool_id)
     return 0;
 }
 
+int core_pool_current(core_dev_t *d)
+{
+    if ((unsigned)d->device >= CORE_MAX_DEVICES)
+        return 0;
+    const tls_route_t *route = &tls_pool[d->device];
+    return route->gen == d->gen ? route->pool : 0;
+}
+
 int core_pool_destroy(core_dev_t *d, int pool_id)
 {
     pthread_mutex_lock(&d->lock);

@@ -224,6 +224,9 @@ int core_pool_create(core_dev_t *d);
 /* Routes the calling thread's allocations on this device to pool_id (0:
  * back to the default pools). */
 int core_pool_use(core_dev_t *d, int pool_id);
+/* The pool the calling thread's allocations on this device go to (0: the
+ * default pools). */
+int core_pool_current(core_dev_t *d);
 /* Destroys the pool: its free segments are released now, the rest as their
  * blocks are freed. */
 int core_pool_destroy(core_dev_t *d, int pool_id);

@@ -19,9 +19,32 @@
  *
  * These run in the process whether or not libcucache.so was preloaded
  * (PyTorch dlopens it by path): the allocator starts at the first call.
+ *
+ * Private pools: PyTorch's begin_allocate_to_pool(device, MempoolId_t,
+ * std::function<bool(cudaStream_t)> filter), end_allocate_to_pool(device,
+ * MempoolId_t) and release_pool(device, MempoolId_t), which CUDA graph
+ * capture and torch.cuda.MemPool call, with the semantics of PyTorch's own
+ * allocator: while a pool is being allocated to, an allocation on the device
+ * whose stream the filter accepts lands in that pool (a cucache private
+ * pool); begin on a pool that exists shares it (a use count); release drops
+ * one use, and the last one destroys the pool (its free memory goes back
+ * now, the rest as its blocks are freed).  PyTorch's Python binding calls
+ * the function pointer it is given as a C++ function of that type: the
+ * MempoolId_t (a pair of unsigned long long, trivially copyable) comes in
+ * two registers like cucache_torch_pool_id_t, and the std::function (not
+ * trivially copyable) by reference, destroyed by the caller after the
+ * call.  The filter is kept by cloning it through libstdc++'s std::function
+ * layout (torch_filter_t below), the C++ library PyTorch's Linux builds use;
+ * tests/interpose/test_torch_pools.cpp calls these exactly as the binding
+ * does, from C++.
  */
 #include "cucache/cucache.h"
 #include "hook.h"
+#include "hostalloc.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
 
 #define CUCACHE_EXPORT __attribute__((visibility("default")))
 
@@ -34,6 +57,171 @@ static core_dev_t *torch_device(int device, hook_dev_t **hd)
     return hook_dev_core(*hd);
 }
 
+/* ------------------------------------------------------------------------
+ * Private pools: PyTorch's MempoolId_t to cucache's pool ids
+ * ---------------------------------------------------------------------- */
+
+/* libstdc++'s std::function<bool(cudaStream_t)>: the functor's storage
+ * (_Any_data, 16 bytes), its manager (clone, destroy, ...) and its invoker.
+ * An empty function has no manager. */
+typedef struct torch_filter_s {
+    void *functor[2];
+    bool (*manager)(void *dest, const void *src, int op); /* op: TORCH_FN_* */
+    bool (*invoker)(const void *functor, void **stream);  /* stream passed as cudaStream_t&& */
+} torch_filter_t;
+
+enum { TORCH_FN_CLONE = 2, TORCH_FN_DESTROY = 3 }; /* libstdc++'s _Manager_operation */
+
+/* One of PyTorch's pools on one device. */
+typedef struct torch_pool_s {
+    struct torch_pool_s *next;
+    int device;
+    cucache_torch_pool_id_t id; /* PyTorch's MempoolId_t */
+    int pool;                   /* cucache's private pool id (> 0) */
+    int uses;                   /* begins not yet released (PyTorch's use_count) */
+    bool routing;               /* between begin and end: allocations go here */
+    torch_filter_t filter;      /* which streams' allocations (a clone; valid while routing) */
+} torch_pool_t;
+
+static pthread_mutex_t torch_pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static torch_pool_t *torch_pools;                      /* under torch_pools_lock */
+static _Atomic int torch_routing[HOOK_MAX_DEVICES];     /* pools routing, per device: the malloc fast path's test */
+
+static torch_pool_t *torch_pool_find(int device, cucache_torch_pool_id_t id)
+{
+    for (torch_pool_t *tp = torch_pools; tp; tp = tp->next)
+        if (tp->device == device && tp->id.first == id.first && tp->id.second == id.second)
+            return tp;
+    return NULL;
+}
+
+static void torch_filter_drop(torch_filter_t *f)
+{
+    if (f->manager)
+        f->manager(f->functor, f->functor, TORCH_FN_DESTROY);
+    memset(f, 0, sizeof(*f));
+}
+
+/* An allocation on a device some pool is routing on: the first routing pool
+ * whose filter takes the stream gets it, else the thread's own route.  The
+ * filters run under torch_pools_lock, as PyTorch's run under its
+ * allocator's lock (they ask CUDA about the stream, never the allocator). */
+static uintptr_t torch_malloc_routed(core_dev_t *d, int device, size_t size, void *stream, core_oom_t *oom)
+{
+    int pool = 0;
+    pthread_mutex_lock(&torch_pools_lock);
+    for (torch_pool_t *tp = torch_pools; tp && pool == 0; tp = tp->next) {
+        if (tp->device != device || !tp->routing)
+            continue;
+        void *s = stream;
+        if (!tp->filter.manager || tp->filter.invoker(tp->filter.functor, &s))
+            pool = tp->pool;
+    }
+    pthread_mutex_unlock(&torch_pools_lock);
+    core_stream_t key = hook_stream_key((CUstream)stream, false);
+    if (pool == 0)
+        return core_malloc_site(d, size, key, hook_site(), oom);
+    int before = core_pool_current(d);
+    if (core_pool_use(d, pool) != 0)
+        return core_malloc_site(d, size, key, hook_site(), oom);
+    uintptr_t p = core_malloc_site(d, size, key, hook_site(), oom);
+    core_pool_use(d, before);
+    return p;
+}
+
+CUCACHE_EXPORT void cucache_torch_begin_allocate_to_pool(int device, cucache_torch_pool_id_t id, const void *filter)
+{
+    hook_dev_t *hd;
+    core_dev_t *d = torch_device(device, &hd);
+    if (!d) {
+        hook_warn(HOOK_WARN_BACKEND, "cucache_torch_begin_allocate_to_pool(device %d): no such device, or cucache is off",
+                  device);
+        return;
+    }
+    pthread_mutex_lock(&torch_pools_lock);
+    torch_pool_t *tp = torch_pool_find(device, id);
+    if (tp && tp->routing) {
+        pthread_mutex_unlock(&torch_pools_lock);
+        hook_warn(HOOK_WARN_BACKEND,
+                  "cucache_torch_begin_allocate_to_pool(device %d, pool (%llu, %llu)): already allocating to this pool; "
+                  "ignored",
+                  device, id.first, id.second);
+        return;
+    }
+    if (!tp) {
+        int pool = core_pool_create(d);
+        tp = pool > 0 ? hostalloc_calloc(1, sizeof(*tp)) : NULL;
+        if (!tp) {
+            if (pool > 0)
+                core_pool_destroy(d, pool);
+            pthread_mutex_unlock(&torch_pools_lock);
+            hook_warn(HOOK_WARN_BACKEND,
+                      "cucache_torch_begin_allocate_to_pool(device %d, pool (%llu, %llu)): no private pool could be "
+                      "made; allocations stay in the default pools",
+                      device, id.first, id.second);
+            return;
+        }
+        *tp = (torch_pool_t){.next = torch_pools, .device = device, .id = id, .pool = pool};
+        torch_pools = tp;
+    }
+    tp->uses++;
+    /* a copy of PyTorch's filter: the argument is the caller's, destroyed
+     * when this returns */
+    const torch_filter_t *theirs = filter;
+    memset(&tp->filter, 0, sizeof(tp->filter));
+    if (theirs && theirs->manager) {
+        theirs->manager(tp->filter.functor, theirs->functor, TORCH_FN_CLONE);
+        tp->filter.manager = theirs->manager;
+        tp->filter.invoker = theirs->invoker;
+    }
+    tp->routing = true;
+    atomic_fetch_add_explicit(&torch_routing[device], 1, memory_order_release);
+    pthread_mutex_unlock(&torch_pools_lock);
+}
+
+CUCACHE_EXPORT void cucache_torch_end_allocate_to_pool(int device, cucache_torch_pool_id_t id)
+{
+    pthread_mutex_lock(&torch_pools_lock);
+    torch_pool_t *tp = (unsigned)device < HOOK_MAX_DEVICES ? torch_pool_find(device, id) : NULL;
+    if (tp && tp->routing) {
+        tp->routing = false;
+        torch_filter_drop(&tp->filter);
+        atomic_fetch_sub_explicit(&torch_routing[device], 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&torch_pools_lock);
+    if (!tp)
+        hook_warn(HOOK_WARN_BACKEND, "cucache_torch_end_allocate_to_pool(device %d, pool (%llu, %llu)): no such pool",
+                  device, id.first, id.second);
+}
+
+CUCACHE_EXPORT void cucache_torch_release_pool(int device, cucache_torch_pool_id_t id)
+{
+    int destroy = 0;
+    pthread_mutex_lock(&torch_pools_lock);
+    torch_pool_t **at = &torch_pools;
+    while (*at && !((*at)->device == device && (*at)->id.first == id.first && (*at)->id.second == id.second))
+        at = &(*at)->next;
+    torch_pool_t *tp = *at;
+    if (tp && --tp->uses <= 0) {
+        if (tp->routing) {
+            torch_filter_drop(&tp->filter);
+            atomic_fetch_sub_explicit(&torch_routing[device], 1, memory_order_release);
+        }
+        *at = tp->next;
+        destroy = tp->pool;
+        hostalloc_free(tp);
+    }
+    pthread_mutex_unlock(&torch_pools_lock);
+    if (!tp) {
+        hook_warn(HOOK_WARN_BACKEND, "cucache_torch_release_pool(device %d, pool (%llu, %llu)): no such pool", device,
+                  id.first, id.second);
+        return;
+    }
+    core_dev_t *d = destroy ? hook_dev_core(&hook_devs[device]) : NULL;
+    if (d)
+        core_pool_destroy(d, destroy);
+}
+
 CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
 {
     hook_dev_t *hd;
@@ -44,7 +232,11 @@ CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
         return NULL;
     }
     core_oom_t oom;
-    uintptr_t p = core_malloc_site(d, size, hook_stream_key((CUstream)stream, false), hook_site(), &oom);
+    uintptr_t p;
+    if (HOOK_UNLIKELY(atomic_load_explicit(&torch_routing[device], memory_order_acquire) != 0))
+        p = torch_malloc_routed(d, device, size, stream, &oom);
+    else
+        p = core_malloc_site(d, size, hook_stream_key((CUstream)stream, false), hook_site(), &oom);
     if (HOOK_LIKELY(p != 0))
         return (void *)p;
     hook_report_oom(hd, &oom); /* PyTorch raises its OutOfMemoryError on NULL */

@@ -7,11 +7,12 @@
 # clang 14's libFuzzer and sanitizer runtimes (only recommended by clang).
 # python3-numba is a real driver-level client the interpose suite runs with
 # and without cucache (tests/interpose/numba_check.sh).
+# g++ builds the C++ test of PyTorch's pool hooks (tests/interpose).
 # libunwind-dev and libdw-dev record and name allocation call stacks
 # (CUCACHE_STACKS; optional to the build, needed by its tests); scdoc
 # builds the man pages; pip, setuptools and wheel install the Python
 # package without network, pytest tests it (tests/run: run-python-*).
-CUCACHE_DEB_PACKAGES=(meson ninja-build pkg-config libcmocka-dev libjemalloc-dev gcc clang libclang-rt-14-dev python3
+CUCACHE_DEB_PACKAGES=(meson ninja-build pkg-config libcmocka-dev libjemalloc-dev gcc g++ clang libclang-rt-14-dev python3
     python3-numba libunwind-dev libdw-dev scdoc python3-pip python3-setuptools python3-wheel python3-pytest)
 
 cucache_say() {
@@ -42,7 +43,7 @@ cucache_ensure_deb_deps() {
 cucache_missing_packages() {
     local missing=() pair pkg
     # command:package
-    for pair in meson:meson ninja:ninja-build pkg-config:pkg-config gcc:gcc clang:clang python3:python3 nm:binutils \
+    for pair in meson:meson ninja:ninja-build pkg-config:pkg-config gcc:gcc g++:g++ clang:clang python3:python3 nm:binutils \
         scdoc:scdoc; do
         command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
     done

@@ -91,6 +91,19 @@ void cucache_torch_init(int device_count);
 void cucache_torch_record_stream(void *ptr, void *stream);
 void cucache_torch_empty_cache(void);
 void cucache_torch_memory_fraction(double fraction, int device);
+/* PyTorch's pool hooks (set_begin_allocate_to_pool, set_end_allocate_to_pool_fn,
+ * set_release_pool): CUDA graph capture and torch.cuda.MemPool.  id is
+ * PyTorch's MempoolId_t; filter is PyTorch's std::function<bool(cudaStream_t)>
+ * (libstdc++'s), passed by reference as a C++ caller passes it by value:
+ * while a pool is being allocated to, allocations on the device for a stream
+ * the filter accepts land in it.  begin on an existing pool shares it;
+ * release drops one use and the last one destroys the pool. */
+typedef struct cucache_torch_pool_id_s {
+    unsigned long long first, second;
+} cucache_torch_pool_id_t;
+void cucache_torch_begin_allocate_to_pool(int device, cucache_torch_pool_id_t id, const void *filter);
+void cucache_torch_end_allocate_to_pool(int device, cucache_torch_pool_id_t id);
+void cucache_torch_release_pool(int device, cucache_torch_pool_id_t id);
 
 /* Private pools (seed 002, torch.cuda.MemPool): create returns an id > 0 or
  * -1; use routes the calling thread's allocations on the device to the pool

@@ -8,7 +8,8 @@ pluggable allocator:
 PyTorch then calls cucache_torch_malloc and cucache_torch_free
 (interpose/torch_alloc.c) for every tensor, with its own stream semantics
 (a block freed on its stream is reusable at once there; record_stream uses
-wait), and cucache's reports, snapshots, traces, limits and replay cover
+wait), its CUDA graphs and MemPools allocate to cucache's private pools
+(the pool hooks, where this PyTorch has them), and cucache's reports, snapshots, traces, limits and replay cover
 PyTorch's tensors.  The library must be loaded in the process already
 (cucache-run, or LD_PRELOAD): enable() hands PyTorch that same file.
 PyTorch allows this once per process, before its allocator has been used.
@@ -38,13 +39,34 @@ def library_path():
     return info.dli_fname.decode()
 
 
+# PyTorch's optional hooks (the setters of its CUDAPluggableAllocator
+# binding, which take a function's address) and cucache's entry point for
+# each: init, empty_cache, memory fraction, record_stream, and the private
+# pools of CUDA graph capture and torch.cuda.MemPool.
+HOOKS = (
+    ("set_init_fn", "cucache_torch_init"),
+    ("set_reset_fn", "cucache_torch_empty_cache"),
+    ("set_memory_fraction_fn", "cucache_torch_memory_fraction"),
+    ("set_record_stream_fn", "cucache_torch_record_stream"),
+    ("set_begin_allocate_to_pool", "cucache_torch_begin_allocate_to_pool"),
+    ("set_end_allocate_to_pool_fn", "cucache_torch_end_allocate_to_pool"),
+    ("set_release_pool", "cucache_torch_release_pool"),
+)
+
+
 def enable():
     """Makes cucache PyTorch's CUDA allocator; returns PyTorch's
-    CUDAPluggableAllocator object.  Raises CucacheError without cucache in
-    the process, ImportError without PyTorch."""
+    CUDAPluggableAllocator object.  Every optional hook this PyTorch offers
+    (HOOKS) is set to cucache's entry point first.  Raises CucacheError
+    without cucache in the process, ImportError without PyTorch."""
     import torch
 
     path = library_path()
     alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "cucache_torch_malloc", "cucache_torch_free")
+    hooks = getattr(alloc, "_allocator", None)
+    lib = ctypes.CDLL(path)
+    for setter, symbol in HOOKS:
+        if hooks is not None and hasattr(hooks, setter):
+            getattr(hooks, setter)(ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value)
     torch.cuda.memory.change_current_allocator(alloc)
     return alloc

@@ -142,6 +142,46 @@ def test_torch_entry_points():
     assert lib.cucache_torch_malloc and lib.cucache_torch_free
 
 
+@under_cucache
+def test_torch_enable_sets_every_hook(monkeypatch):
+    """enable() hands PyTorch's binding the address of cucache's entry point
+    for each hook the binding has, then makes the allocator current.  A
+    stand-in for torch records the calls (no PyTorch here); the addresses
+    are checked against the library's own symbols."""
+    import sys
+    import types
+
+    import cucache.torch
+
+    calls = []
+
+    class Hooks:
+        pass
+
+    for setter, _ in cucache.torch.HOOKS:
+        setattr(Hooks, setter, lambda self, address, _s=setter: calls.append((_s, address)))
+
+    class Pluggable:
+        def __init__(self, path, alloc_fn, free_fn):
+            calls.append(("new", path, alloc_fn, free_fn))
+            self._allocator = Hooks()
+
+    memory = types.SimpleNamespace(CUDAPluggableAllocator=Pluggable,
+                                   change_current_allocator=lambda a: calls.append(("current", a)))
+    fake = types.ModuleType("torch")
+    fake.cuda = types.SimpleNamespace(memory=memory)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+
+    alloc = cucache.torch.enable()
+    path = cucache.torch.library_path()
+    lib = ctypes.CDLL(path)
+    address = {sym: ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value for _, sym in cucache.torch.HOOKS}
+    assert calls[0] == ("new", path, "cucache_torch_malloc", "cucache_torch_free")
+    assert calls[1:-1] == [(setter, address[sym]) for setter, sym in cucache.torch.HOOKS]
+    assert calls[-1] == ("current", alloc)
+    assert len(set(address.values())) == len(address)
+
+
 def test_torch_enable():
     """With PyTorch and a GPU (scripts/gpu-check), tensors then come from
     cucache; skipped here otherwise."""
