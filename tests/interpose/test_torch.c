@@ -9,10 +9,14 @@
  * out again while that stream's work is still queued (a host function
  * holds the stream); memory lands on the device asked for, holds its data,
  * and an allocation beyond the device returns NULL with cucache's report.
+ * A sequence of allocations and frees on two streams gives every statistic
+ * the same value through these entry points as through the preload's
+ * cudaMallocAsync/cudaFreeAsync, which have the same stream semantics.
  *
  * Seen to fail: with cucache_torch_free ordering frees by the fence
  * instead of the block's stream, the "reusable at once" check fails; with
- * record_stream ignored, the held-stream check fails.
+ * record_stream ignored, the held-stream check fails; with frees behind
+ * the fence, the statistics differ (22 segments against 6, ...).
  */
 #include "itest.h"
 
@@ -241,6 +245,103 @@ static void test_memory_fraction(void **state)
     SIM_OK(cudaSetDevice(0));
 }
 
+/* ---- statistics: the same sequence through both paths ---------------- */
+
+typedef struct stat_table_s {
+    int n;
+    char key[256][64];
+    int64_t value[256];
+} stat_table_t;
+
+static void collect(void *ctx, const char *key, int64_t value)
+{
+    stat_table_t *t = ctx;
+    if (t->n < 256) {
+        snprintf(t->key[t->n], sizeof t->key[0], "%s", key);
+        t->value[t->n++] = value;
+    }
+}
+
+/* The device's statistics after one run of the sequence, from a clean
+ * start: the cache emptied, peaks and totals reset. */
+static void run_sequence(bool torch_path, stat_table_t *out)
+{
+    int (*reset_acc)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "cucache_reset_accumulated_stats");
+    int (*reset_peak)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "cucache_reset_peak_stats");
+    int (*foreach)(int, void (*)(void *, const char *, int64_t), void *) =
+        (int (*)(int, void (*)(void *, const char *, int64_t), void *))dlsym(RTLD_DEFAULT, "cucache_stats_foreach");
+    assert_true(reset_acc && reset_peak && foreach);
+    cudaStream_t s[2] = {new_stream(0), new_stream(0)};
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0);
+    assert_int_equal(reset_acc(0), 0);
+    assert_int_equal(reset_peak(0), 0);
+    enum { SLOTS = 24, STEPS = 400 };
+    void *live[SLOTS] = {0};
+    size_t size[SLOTS] = {0};
+    int on[SLOTS] = {0};
+    unsigned seed = 12345;
+    for (int step = 0; step < STEPS; step++) {
+        seed = seed * 1103515245u + 12345u;
+        int i = (int)((seed >> 8) % SLOTS);
+        if (live[i]) {
+            if (torch_path)
+                t_free(live[i], size[i], 0, s[on[i]]);
+            else
+                SIM_OK(cudaFreeAsync(live[i], s[on[i]]));
+            live[i] = NULL;
+            continue;
+        }
+        size[i] = (size_t)512 << ((seed >> 16) % 15); /* 512 B - 8 MiB */
+        size[i] += (seed >> 4) % 4096;
+        on[i] = (int)((seed >> 24) & 1);
+        if (torch_path)
+            live[i] = t_malloc(size[i], 0, s[on[i]]);
+        else
+            SIM_OK(cudaMallocAsync(&live[i], size[i], s[on[i]]));
+        assert_non_null(live[i]);
+    }
+    for (int i = 0; i < SLOTS; i++) {
+        if (!live[i])
+            continue;
+        if (torch_path)
+            t_free(live[i], size[i], 0, s[on[i]]);
+        else
+            SIM_OK(cudaFreeAsync(live[i], s[on[i]]));
+    }
+    memset(out, 0, sizeof(*out));
+    assert_true(foreach(0, collect, out) > 0);
+    SIM_OK(cudaDeviceSynchronize());
+}
+
+/* PyTorch's entry points and the preload's stream-ordered calls
+ * (cudaMallocAsync/cudaFreeAsync: the same stream semantics) make the same
+ * sequence give the same statistics, every key. */
+static void test_statistics_equal_the_preload_path(void **state)
+{
+    (void)state;
+    need_entry_points();
+    static stat_table_t via_torch, via_preload;
+    run_sequence(true, &via_torch);
+    run_sequence(false, &via_preload);
+    assert_int_equal(via_torch.n, via_preload.n);
+    int differ = 0;
+    for (int i = 0; i < via_torch.n; i++) {
+        assert_string_equal(via_torch.key[i], via_preload.key[i]);
+        if (via_torch.value[i] != via_preload.value[i]) {
+            print_error("%s: %lld through cucache_torch_*, %lld through cudaMallocAsync\n", via_torch.key[i],
+                        (long long)via_torch.value[i], (long long)via_preload.value[i]);
+            differ++;
+        }
+    }
+    assert_int_equal(differ, 0);
+    int64_t allocs = 0;
+    for (int i = 0; i < via_torch.n; i++)
+        if (strcmp(via_torch.key[i], "allocation.all.allocated") == 0)
+            allocs = via_torch.value[i];
+    assert_true(allocs > 100); /* the sequence ran */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +351,7 @@ int main(void)
         ITEST(test_two_threads),
         ITEST(test_out_of_memory_returns_null),
         ITEST(test_memory_fraction),
+        ITEST(test_statistics_equal_the_preload_path),
     };
     return ITEST_RUN("interpose.torch", tests, torch_setup);
 }
