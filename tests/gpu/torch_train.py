@@ -74,6 +74,46 @@ class Net(nn.Module):
         return self.f2(x)
 
 
+def graph_check(model, x):
+    """A CUDA graph of the forward pass (its memory from a private pool:
+    under cucache.torch.enable(), cucache's pool hooks) replayed 5 times on
+    new inputs, each output equal to the eager one; then, where PyTorch has
+    it, an allocation inside torch.cuda.use_mem_pool (a MemPool).  Prints
+    "graph: ok ..." or says what differed; returns the exit status."""
+    model.eval()
+    static_x = x.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        for _ in range(3):  # warm-up on a side stream, as PyTorch's docs do
+            model(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        static_y = model(static_x)
+    worst = 0.0
+    for i in range(5):
+        static_x.copy_(x * (1 + 0.1 * i))
+        graph.replay()
+        with torch.no_grad():
+            eager = model(x * (1 + 0.1 * i))
+        worst = max(worst, float((static_y - eager).abs().max()))
+    torch.cuda.synchronize()
+    pool_note = "no MemPool in this PyTorch"
+    if hasattr(torch.cuda, "MemPool") and hasattr(torch.cuda, "use_mem_pool"):
+        pool = torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool):
+            t = torch.full((1 << 20,), 3.0, device="cuda")
+        pool_note = f"MemPool tensor sum={float(t.sum()):.0f}"
+        del t
+    del graph
+    torch.cuda.synchronize()
+    ok = worst <= 1e-5
+    print(f"graph: {'ok' if ok else 'DIFFERENT'} (5 replays, largest difference from eager {worst:.3g}; {pool_note})",
+          flush=True)
+    return 0 if ok else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=400)
@@ -87,6 +127,8 @@ def main():
     ap.add_argument("--pluggable", metavar="PYTHON_DIR",
                     help="make cucache PyTorch's allocator (cucache.torch.enable(), the package in PYTHON_DIR) "
                          "before the first CUDA tensor; PyTorch's caching allocator is then replaced, not off")
+    ap.add_argument("--graph", action="store_true",
+                    help="after training, capture the forward pass in a CUDA graph and replay it (graph_check)")
     args = ap.parse_args()
     if args.pluggable:
         sys.path.insert(0, args.pluggable)
@@ -149,6 +191,11 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"losses": hexes, "sha256": digest, "train_s": train_s}, f)
+
+    if args.graph and cuda:
+        rc = graph_check(model, xs[0])
+        if rc:
+            return rc
 
     counters = cucache_counters()
     if counters is None:
