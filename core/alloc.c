@@ -110,7 +110,7 @@ void core_dev_destroy(core_dev_t *d)
 {
     if (!d)
         return;
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     pend_release_all(d, true);
     for (seg_t *s = d->segs, *next; s; s = next) {
         next = s->next;
@@ -138,7 +138,7 @@ void core_dev_destroy(core_dev_t *d)
     }
     hostalloc_free(d->map.buckets);
     jr_fini(&d->jr);
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     pthread_mutex_destroy(&d->lock);
     hostalloc_free(d);
 }
@@ -521,19 +521,19 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
 uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_oom_t *oom)
 {
     if (__builtin_expect(size > (SIZE_MAX >> 2), 0)) {
-        pthread_mutex_lock(&d->lock);
+        dev_lock(d);
         d->site_now = site;
         seg_failure_t why = {false, CORE_ENOMEM};
         fill_oom(d, oom, size, size, size, 0, &why);
         note_failure(d, 0, stream, size, oom);
-        pthread_mutex_unlock(&d->lock);
+        dev_unlock(d);
         return 0;
     }
     size_t rounded = pool_round_size(&d->conf, size);
     core_stream_t asked = stream;
     const tls_route_t *route = (unsigned)d->device < CORE_MAX_DEVICES ? &tls_pool[d->device] : NULL;
     int pid = route && route->gen == d->gen ? route->pool : 0;
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     d->site_now = site;
     ppool_t *pp = pid ? ppool_find(d, pid) : &d->defaults;
     if (__builtin_expect(!pp, 0))
@@ -550,7 +550,7 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
         if (__builtin_expect(b != NULL, 1) && (addr = take(d, b, rounded, size))) {
             d->stats.num_cache_hits++;
             jr_note(d, JR_ALLOC, 0, pp->id, asked, 0, size, d->next_id);
-            pthread_mutex_unlock(&d->lock);
+            dev_unlock(d);
             return addr;
         }
     }
@@ -560,16 +560,16 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
     } else {
         note_failure(d, pp->id, asked, size, oom);
     }
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return addr;
 }
 
 int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stream)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     block_t *b = map_remove(d, addr);
     if (!b) {
-        pthread_mutex_unlock(&d->lock);
+        dev_unlock(d);
         return CORE_NOT_MINE;
     }
     stats_block_free(d, b);
@@ -577,7 +577,7 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
             (b->id & ~CORE_ID_TAG) >> 6);
     if (__builtin_expect(b->hold != 0, 0)) {
         pend_held(d, b); /* another process may still use it: no reuse until it is done */
-        pthread_mutex_unlock(&d->lock);
+        dev_unlock(d);
         return CORE_FREED;
     }
     if (b->nuses && how != CORE_FREE_FENCED)
@@ -592,14 +592,14 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
         pool_release_block(d, b, false); /* its own stream's queued work may still use it */
     else if (how == CORE_FREE_FENCED)
         pend_fenced(d, b);
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return CORE_FREED;
 }
 
 core_where_t core_describe(core_dev_t *d, uintptr_t addr, core_ptr_info_t *out)
 {
     memset(out, 0, sizeof *out);
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     const block_t *b = map_find(d, addr);
     const seg_t *s = b ? b->seg : NULL;
     for (const seg_t *t = d->segs; !s && t; t = t->next)
@@ -622,17 +622,17 @@ core_where_t core_describe(core_dev_t *d, uintptr_t addr, core_ptr_info_t *out)
         out->stream = b->stream;
         out->id = b->id;
     }
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return out->where;
 }
 
 int core_hold(core_dev_t *d, uintptr_t addr, uint64_t token)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     block_t *b = map_find(d, addr);
     if (b)
         b->hold = token;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return b ? CORE_FREED : CORE_NOT_MINE;
 }
 
@@ -652,7 +652,7 @@ bool core_lookup(core_dev_t *d, uintptr_t addr, uintptr_t *base, size_t *size, c
 
 int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     block_t *b = map_find(d, addr);
     int r = CORE_NOT_MINE;
     if (b) {
@@ -672,7 +672,7 @@ int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream)
             }
         }
     }
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return r;
 }
 
@@ -680,74 +680,74 @@ int core_set_memory_fraction(core_dev_t *d, double fraction)
 {
     if (!(fraction > 0.0 && fraction <= 1.0))
         return -1;
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     d->conf.memory_fraction = fraction;
     d->allowed = allowed_bytes(d);
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return 0;
 }
 
 bool core_owns(core_dev_t *d, uintptr_t addr)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     bool in = false;
     for (const seg_t *s = d->segs; s && !in; s = s->next)
         in = addr >= s->addr && addr - s->addr < s->size;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return in;
 }
 
 void core_poll(core_dev_t *d)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     jr_note(d, JR_POLL, 0, 0, 0, 0, 0, 0);
     if (d->pending_bytes && !d->capturing)
         pend_poll(d);
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 void core_fence(core_dev_t *d)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     jr_note(d, JR_FENCE, 0, 0, 0, 0, 0, 0);
     pend_close(d); /* nothing while capturing */
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 void core_set_capturing(core_dev_t *d, bool on)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     jr_note(d, JR_CAPTURE, on, 0, 0, 0, 0, 0);
     d->capturing = on;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 void core_fallback_served(core_dev_t *d)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     if (d->stats.num_ooms)
         d->stats.num_ooms--;
     d->stats.num_fallback_served++;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 void core_synchronized(core_dev_t *d)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     jr_note(d, JR_SYNC, 0, 0, 0, 0, 0, 0);
     if (d->pending_bytes)
         pend_release_all(d, false);
     if (d->conf.expandable_segments)
         exp_all_idle(d);
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 void core_empty_cache(core_dev_t *d, int pool_id)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     jr_note(d, JR_EMPTY, 0, pool_id, 0, 0, 0, 0);
     if (d->capturing) { /* waits and releases are illegal now */
-        pthread_mutex_unlock(&d->lock);
+        dev_unlock(d);
         return;
     }
     pend_release_all(d, true);
@@ -759,12 +759,12 @@ void core_empty_cache(core_dev_t *d, int pool_id)
             seg_release_free(d, pp, false, SIZE_MAX);
         /* a live private pool keeps its segments */
     }
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 void core_usage(core_dev_t *d, core_usage_t *u)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     u->allocated = (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current;
     u->reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
     u->pending = d->pending_bytes;
@@ -790,7 +790,7 @@ void core_usage(core_dev_t *d, core_usage_t *u)
     u->held = 0;
     for (const block_t *b = d->held; b; b = b->pend_next)
         u->held += b->size;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 /* The new memory a request of `size` bytes needs: a segment, or pages of
@@ -835,9 +835,9 @@ size_t core_fit(core_dev_t *d, size_t avail)
 
 bool core_expandable(core_dev_t *d)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     bool on = d->conf.expandable_segments;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return on;
 }
 
@@ -846,13 +846,13 @@ int core_pool_create(core_dev_t *d)
     ppool_t *pp = hostalloc_malloc(sizeof *pp);
     if (!pp)
         return -1;
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     ppool_init(pp, ++d->next_pool_id);
     jr_note(d, JR_POOL_CREATE, 0, pp->id, 0, 0, 0, 0);
     pp->next = d->privates;
     d->privates = pp;
     int id = pp->id;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return id;
 }
 
@@ -860,13 +860,18 @@ int core_pool_use(core_dev_t *d, int pool_id)
 {
     if ((unsigned)d->device >= CORE_MAX_DEVICES)
         return -1;
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     bool ok = ppool_find(d, pool_id) != NULL;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     if (!ok)
         return -1;
     tls_pool[d->device] = (tls_route_t){d->gen, pool_id};
     return 0;
+}
+
+void core_dev_solo(core_dev_t *d)
+{
+    d->solo = true;
 }
 
 int core_pool_current(core_dev_t *d)
@@ -879,10 +884,10 @@ int core_pool_current(core_dev_t *d)
 
 int core_pool_destroy(core_dev_t *d, int pool_id)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     ppool_t *pp = pool_id > 0 ? ppool_find(d, pool_id) : NULL;
     if (!pp) {
-        pthread_mutex_unlock(&d->lock);
+        dev_unlock(d);
         return -1;
     }
     /* Its blocks still pending go back when their fences complete, and their
@@ -893,6 +898,6 @@ int core_pool_destroy(core_dev_t *d, int pool_id)
         ppool_unlink_free(d, pp);
     else /* seg_release frees pp with its last segment: pp is not read after this */
         seg_release_free(d, pp, false, SIZE_MAX);
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return 0;
 }

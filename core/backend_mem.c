@@ -26,11 +26,24 @@ void mem_backend_fini(mem_backend_t *m)
     pthread_mutex_destroy(&m->lock);
 }
 
+/* The backend's lock, skipped when one thread owns it (solo). */
+static inline void mb_lock(mem_backend_t *m)
+{
+    if (!m->solo)
+        pthread_mutex_lock(&m->lock);
+}
+
+static inline void mb_unlock(mem_backend_t *m)
+{
+    if (!m->solo)
+        pthread_mutex_unlock(&m->lock);
+}
+
 static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     int r = CORE_OK;
     if (m->fail_allocs > 0) {
         m->fail_allocs--;
@@ -58,8 +71,10 @@ static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
         m->seg_size[m->nsegs] = size;
         m->nsegs++;
         m->n_alloc++;
+        if (size > m->max_seg)
+            m->max_seg = size;
     }
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
     return r;
 }
 
@@ -67,7 +82,7 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     size_t i = 0;
     while (i < m->nsegs && m->seg_addr[i] != addr)
         i++;
@@ -80,17 +95,17 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
         m->nsegs--;
         m->n_free++;
     }
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
 }
 
 static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     *free_bytes = m->capacity - m->used;
     *total = m->total ? m->total : m->capacity;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
     return CORE_OK;
 }
 
@@ -98,14 +113,14 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     *event = ++m->next_event;
     if (m->auto_complete)
         m->completed = m->next_event;
     m->n_record++;
     if (stream == 0)
         m->n_fence++;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
     return CORE_OK;
 }
 
@@ -113,10 +128,10 @@ static int event_query(void *ctx, int device, uint64_t event)
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     m->n_query++;
     int done = event <= m->completed;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
     return done;
 }
 
@@ -126,11 +141,11 @@ static void event_wait(void *ctx, int device, uint64_t event)
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     m->n_wait++;
     if (event > m->completed)
         m->completed = event;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
 }
 
 static void event_release(void *ctx, int device, uint64_t event)
@@ -142,20 +157,20 @@ static void device_sync(void *ctx, int device)
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     m->n_sync++;
     m->completed = m->next_event;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
 }
 
 static int hold_query(void *ctx, int device, uint64_t token)
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     m->n_hold_query++;
     int over = token <= m->holds_over;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
     return over;
 }
 
@@ -174,12 +189,14 @@ static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
+    if (size > m->max_seg)
+        m->max_seg = size;
     m->next_addr = (m->next_addr + align - 1) / align * align;
     *addr = m->next_addr;
     m->next_addr += size;
     m->n_va++;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
     return CORE_OK;
 }
 
@@ -187,9 +204,9 @@ static void va_release(void *ctx, int device, uintptr_t addr, size_t size)
 {
     mem_backend_t *m = ctx;
     (void)device, (void)addr, (void)size;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     m->n_va_release++;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
 }
 
 /* Index of the first mapped page >= addr. */
@@ -227,7 +244,7 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     size_t g = m->granularity, n = g ? size / g : 0;
     int r = CORE_OK;
     if (!g || !page || size % page || page % g) {
@@ -264,7 +281,7 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
             m->n_map_pages += size / page;
         }
     }
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
     return r;
 }
 
@@ -272,25 +289,25 @@ static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
 {
     mem_backend_t *m = ctx;
     (void)device;
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     m->n_unmap++;
     unmap_locked(m, addr, size);
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
 }
 
 size_t mem_backend_mapped(mem_backend_t *m)
 {
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     size_t n = m->npages * m->granularity;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
     return n;
 }
 
 void mem_backend_complete_all(mem_backend_t *m)
 {
-    pthread_mutex_lock(&m->lock);
+    mb_lock(m);
     m->completed = m->next_event;
-    pthread_mutex_unlock(&m->lock);
+    mb_unlock(m);
 }
 
 core_backend_t mem_backend_vtable(mem_backend_t *m)

@@ -34,6 +34,7 @@ typedef struct mem_backend_s {
     uint64_t next_event; /* last event handle given */
     uint64_t completed;  /* events up to this handle have completed */
     bool auto_complete;  /* events complete as they are recorded */
+    bool solo;           /* one thread only (a what-if replay): the lock is not taken */
     int fail_allocs;     /* the next N seg_alloc calls fail ... */
     int fail_code;       /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
     uint64_t holds_over; /* core_hold tokens up to this one are released (tests raise it) */
@@ -49,6 +50,7 @@ typedef struct mem_backend_s {
     /* counters */
     uint64_t n_alloc, n_free, n_record, n_query, n_wait, n_sync, n_fence;
     uint64_t n_bad_free; /* seg_free of an address that is not a live segment */
+    size_t max_seg;      /* the largest segment or reservation made: no block was larger */
     /* live segments, for checking frees (small: segments are few) */
     uintptr_t *seg_addr;
     size_t *seg_size;

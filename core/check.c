@@ -205,8 +205,8 @@ int core_check_locked(const core_dev_t *d, char *why, size_t len)
 
 int core_check(core_dev_t *d, char *why, size_t len)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     int r = core_check_locked(d, why, len);
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     return r;
 }

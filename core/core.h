@@ -94,6 +94,9 @@ typedef struct core_backend_s {
 
 /* One allocator per device; conf is copied. NULL when out of host memory. */
 core_dev_t *core_dev_new(const core_backend_t *backend, int device, const conf_t *conf);
+/* Promises that only the calling thread will ever use d (a what-if
+ * replay's device): its lock is no longer taken. */
+void core_dev_solo(core_dev_t *d);
 /* Returns every segment to the device (after waiting for pending frees) and
  * frees the state.  Live allocations are dropped. */
 void core_dev_destroy(core_dev_t *d);
@@ -329,6 +332,9 @@ typedef struct core_whatif_row_s {
     size_t peak_reserved; /* the replay's peak reserved bytes */
     bool unchecked;       /* fit on the idle device, but CORE_WHATIF_NAMED better ones were proven first (not
                            * checked on the busy one, not claimed: fits is false) */
+    bool same_as_current; /* not replayed: it differs from the current settings only in a max_split_size that
+                           * no segment of their replay reached, so its replay is theirs step for step (it
+                           * fails where they failed; the other fields are theirs) */
 } core_whatif_row_t;
 
 typedef struct core_whatif_s {

@@ -32,13 +32,13 @@ void core_set_history(core_dev_t *d, size_t capacity)
         while (cap < capacity && cap < ((size_t)1 << 30))
             cap <<= 1;
     }
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     hostalloc_free(d->jr.ring);
     d->jr.ring = NULL;
     d->jr.cap = cap;
     d->jr.head = 0;
     d->jr.broken = false;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 void jr_fini(journal_t *j)
@@ -218,18 +218,18 @@ static bool gather_live(core_dev_t *d, uint64_t first, uint64_t upto, jr_copy_t 
 int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
 {
     memset(out, 0, sizeof *out);
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     journal_t *j = &d->jr;
     if (!j->ring || j->broken || upto >= j->head || j->head - upto > j->cap ||
         (j->ring[upto & (j->cap - 1)].w & 0xFF) != JR_ALLOC_FAIL) {
-        pthread_mutex_unlock(&d->lock);
+        dev_unlock(d);
         return -1; /* no history, or the record asked for is gone */
     }
     uint64_t first = j->head > j->cap ? j->head - j->cap : 0, n = upto + 1 - first;
     out->rec = hostalloc_malloc(n * sizeof *out->rec);
     out->keys = hostalloc_malloc((j->nkeys + 1) * sizeof *out->keys);
     if (!out->rec || !out->keys || !gather_live(d, first, upto, out)) {
-        pthread_mutex_unlock(&d->lock);
+        dev_unlock(d);
         jr_copy_free(out);
         return -1;
     }
@@ -241,7 +241,7 @@ int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
     if (j->nkeys)
         memcpy(out->keys + 1, j->keys, j->nkeys * sizeof *j->keys);
     out->nkeys = j->nkeys + 1;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
     if (out->nlive)
         qsort(out->live, out->nlive, sizeof *out->live, by_id);
     return 0;

@@ -31,7 +31,7 @@ int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx)
 {
     memset(out, 0, sizeof *out);
     out->device = d->device;
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     /* An expandable segment shows as one segment per run of mapped blocks,
      * as PyTorch's snapshots show it; its unmapped blocks are left out. */
     size_t nsegs = 0, nblocks = 0;
@@ -45,7 +45,7 @@ int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx)
     core_seg_info_t *segs = hostalloc_calloc(nsegs ? nsegs : 1, sizeof *segs);
     core_block_info_t *blocks = hostalloc_calloc(nblocks ? nblocks : 1, sizeof *blocks);
     if (!segs || !blocks) {
-        pthread_mutex_unlock(&d->lock);
+        dev_unlock(d);
         hostalloc_free(segs);
         hostalloc_free(blocks);
         return -1;
@@ -84,7 +84,7 @@ int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx)
         segs[i - 1].nblocks = k - segs[i - 1].first_block;
     if (under_lock)
         under_lock(ctx);
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 
     /* Address order.  Each segment's blocks move with it, so rebuild the
      * block array in the new segment order. */
@@ -118,7 +118,7 @@ void core_layout_free(core_layout_t *l)
 
 void core_conf(core_dev_t *d, conf_t *out)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     *out = d->conf;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }

@@ -42,10 +42,10 @@ void stats_block_free(core_dev_t *d, const block_t *b)
 
 void core_stats_get(core_dev_t *d, core_stats_t *out)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     *out = d->stats;
     out->max_split_size = d->conf.max_split_size;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 static void reset_peak(core_stat_t *s)
@@ -60,7 +60,7 @@ static void reset_accumulated(core_stat_t *s)
 
 void core_stats_reset_peaks(core_dev_t *d)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     core_stats_t *s = &d->stats;
 #define RESET_ARRAY(name)                                                                                              \
     for (int i = 0; i < CORE_POOL_CLASSES; i++)                                                                        \
@@ -70,12 +70,12 @@ void core_stats_reset_peaks(core_dev_t *d)
 #define RESET_PLAIN(name) reset_peak(&s->name);
     CORE_STAT_PLAIN(RESET_PLAIN)
 #undef RESET_PLAIN
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 void core_stats_reset_accumulated(core_dev_t *d)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     core_stats_t *s = &d->stats;
 #define RESET_ARRAY(name)                                                                                              \
     for (int i = 0; i < CORE_POOL_CLASSES; i++)                                                                        \
@@ -88,7 +88,7 @@ void core_stats_reset_accumulated(core_dev_t *d)
 #define RESET_COUNTER(name) s->name = 0;
     CORE_STAT_COUNTERS(RESET_COUNTER)
 #undef RESET_COUNTER
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }
 
 static void emit_stat(const char *name, const char *pool, const core_stat_t *st,
@@ -125,8 +125,8 @@ void core_stats_foreach(const core_stats_t *s, void (*fn)(void *ctx, const char 
 
 void core_set_observer(core_dev_t *d, core_observer_fn fn, void *ctx)
 {
-    pthread_mutex_lock(&d->lock);
+    dev_lock(d);
     d->observer = fn;
     d->observer_ctx = ctx;
-    pthread_mutex_unlock(&d->lock);
+    dev_unlock(d);
 }

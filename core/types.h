@@ -196,7 +196,8 @@ typedef struct jr_copy_s {
 } jr_copy_t;
 
 struct core_dev_s {
-    pthread_mutex_t lock;
+    pthread_mutex_t lock; /* every field below; not taken when solo (dev_lock) */
+    bool solo;            /* one thread only, ever (a what-if replay's device): no locking */
     int device;
     uint64_t gen; /* unique per core_dev_new: tags the threads' pool routing (alloc.c) */
     conf_t conf;
@@ -394,6 +395,19 @@ static inline int block_tree_cmp(const rb_node_t *x, const rb_node_t *y)
     if (a->size != b->size)
         return a->size < b->size ? -1 : 1;
     return a->addr < b->addr ? -1 : a->addr > b->addr;
+}
+
+/* The device lock, skipped for a device only one thread uses (core_dev_solo). */
+static inline void dev_lock(core_dev_t *d)
+{
+    if (__builtin_expect(!d->solo, 1))
+        pthread_mutex_lock(&d->lock);
+}
+
+static inline void dev_unlock(core_dev_t *d)
+{
+    if (__builtin_expect(!d->solo, 1))
+        pthread_mutex_unlock(&d->lock);
 }
 
 /* The pool class index for stats. */

@@ -21,6 +21,14 @@
  * the device, memory outside the allocator that changed) and no setting is
  * claimed.  Settings are replayed on worker threads against one deadline;
  * those not finished by then are reported as not tried.
+ *
+ * A setting that differs from the current ones only in max_split_size is
+ * not replayed when no segment the current settings' replay made
+ * reached that size: max_split_size decides only for blocks and requests at
+ * or above it (which blocks a request may take, whether a block splits,
+ * what the retry ladder releases), so with every block below it the two
+ * replays take the same steps.  Such settings are replayed last, after the
+ * current settings' replay has finished, and take its result.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -174,6 +182,14 @@ typedef struct job_s {
     _Atomic size_t proven; /* rows the busy pass kept */
     double deadline;
     _Atomic bool late;
+    /* the first pass: rows in the order replayed (the current settings
+     * first, those that may take their result last) */
+    size_t first_order[CORE_WHATIF_MAX];
+    bool split_only[CORE_WHATIF_MAX]; /* differs from the current settings only in max_split_size */
+    pthread_mutex_t lock;             /* guards current_done, current_max_seg */
+    pthread_cond_t current_ready;
+    bool current_done;        /* rows[0] is final */
+    size_t current_max_seg; /* the largest segment or reservation its replay made */
 } job_t;
 
 /* The pool ids of the run -> the replay's (created on first use). */
@@ -221,15 +237,19 @@ static uintptr_t replay_alloc(core_dev_t *d, pools_t *p, int pool, core_stream_t
 /* One setting over the window.  A candidate stops at its first allocation
  * not served (it cannot fit: its peak is then the peak so far); the current
  * settings go to the end.  Returns false when the deadline passed. */
-static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, bool to_the_end, bool busy)
+static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, bool to_the_end, bool busy,
+                       size_t *max_seg)
 {
     const jr_copy_t *c = j->c;
     mem_backend_t m;
     mem_backend_init(&m, j->o->capacity);
     m.total = j->o->total;
     m.auto_complete = !busy;
+    m.solo = true; /* this thread's alone, as is the device */
     core_backend_t be = mem_backend_vtable(&m);
     core_dev_t *d = core_dev_new(&be, j->device, conf);
+    if (d)
+        core_dev_solo(d);
     addr_tab_t tab = {0};
     pools_t pools = {.n = 0};
     bool ok = d && tab_init(&tab, c->nlive);
@@ -335,18 +355,62 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
     row->tried = ok;
     if (!ok)
         row->fits = false;
+    if (max_seg)
+        *max_seg = m.max_seg;
     tab_fini(&tab);
     core_dev_destroy(d);
     mem_backend_fini(&m);
     return ok;
 }
 
+/* Whether row i, which differs from the current settings only in
+ * max_split_size, takes their result: they failed where the run failed
+ * and no segment of theirs reached either max_split_size.  Waits for their
+ * replay (another thread's, started first). */
+static bool takes_current(job_t *j, size_t i)
+{
+    pthread_mutex_lock(&j->lock);
+    while (!j->current_done)
+        pthread_cond_wait(&j->current_ready, &j->lock);
+    size_t largest = j->current_max_seg;
+    pthread_mutex_unlock(&j->lock);
+    const core_whatif_row_t *cur = &j->rows[0];
+    size_t split = j->confs[i].max_split_size < j->confs[0].max_split_size ? j->confs[i].max_split_size
+                                                                          : j->confs[0].max_split_size;
+    if (!cur->tried || cur->ooms != 1 || cur->first_oom != j->c->nrec || largest >= split)
+        return false;
+    core_whatif_row_t *row = &j->rows[i];
+    row->tried = true;
+    row->fits = false;
+    row->ooms = cur->ooms;
+    row->first_oom = cur->first_oom;
+    row->peak_reserved = cur->peak_reserved;
+    row->same_as_current = true;
+    return true;
+}
+
 static void *worker(void *arg)
 {
     job_t *j = arg;
-    for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nrows;)
-        if (!atomic_load(&j->late))
-            replay_one(j, &j->confs[i], &j->rows[i], i == 0, false);
+    for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < j->nrows;) {
+        size_t i = j->first_order[k];
+        if (i == 0) {
+            size_t largest = SIZE_MAX;
+            if (!atomic_load(&j->late))
+                replay_one(j, &j->confs[0], &j->rows[0], true, false, &largest);
+            pthread_mutex_lock(&j->lock);
+            j->current_done = true;
+            j->current_max_seg = largest;
+            pthread_cond_broadcast(&j->current_ready);
+            pthread_mutex_unlock(&j->lock);
+            continue;
+        }
+        if (atomic_load(&j->late))
+            continue;
+        if (j->split_only[i] && takes_current(j, i))
+            continue;
+        replay_one(j, &j->confs[i], &j->rows[i], false, false, NULL);
+    }
     return NULL;
 }
 
@@ -364,7 +428,7 @@ static void *worker_busy(void *arg)
             continue;
         }
         core_whatif_row_t busy = j->rows[i];
-        if (!replay_one(j, &j->confs[i], &busy, false, true))
+        if (!replay_one(j, &j->confs[i], &busy, false, true, NULL))
             j->rows[i].tried = false;
         j->rows[i].fits = busy.fits;
         if (busy.fits)
@@ -455,6 +519,17 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
     }
     j->nrows = n;
     j->deadline = t0 + o->budget_s;
+    /* the current settings first, the rows that may take their result last */
+    size_t k = 0;
+    j->first_order[k++] = 0;
+    for (int last = 0; last < 2; last++)
+        for (size_t i = 1; i < n; i++) {
+            conf_t t = j->confs[i];
+            t.max_split_size = j->confs[0].max_split_size;
+            j->split_only[i] = memcmp(&t, &j->confs[0], sizeof t) == 0;
+            if (j->split_only[i] == (last == 1))
+                j->first_order[k++] = i;
+        }
     if (out->live_bytes + out->request > out->capacity) {
         /* no setting can serve it: nothing to replay */
         out->beyond = true;
@@ -468,7 +543,11 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
     /* every setting on worker threads, the current ones first: a replay
      * routes its thread to its own pools (core_pool_use), which must not
      * touch the routing of the thread that failed */
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->current_ready, NULL);
     if (!run_workers(j, o->threads, worker)) {
+        pthread_cond_destroy(&j->current_ready);
+        pthread_mutex_destroy(&j->lock);
         hostalloc_free(j);
         jr_copy_free(&c);
         return out->status = CORE_WHATIF_NO_MEMORY;
@@ -497,6 +576,8 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
     out->nrows = n;
     out->cut_short = atomic_load(&j->late);
     out->seconds = now_s() - t0;
+    pthread_cond_destroy(&j->current_ready);
+    pthread_mutex_destroy(&j->lock);
     hostalloc_free(j);
     jr_copy_free(&c);
     return out->status = CORE_WHATIF_RAN;

@@ -1,7 +1,10 @@
 /*
  * The history and the what-if (core/journal.c, core/whatif.c): a failure
  * replayed under other settings, checked against running the same calls
- * under the setting it names.
+ * under the setting it names.  Settings that differ only in a
+ * max_split_size no segment reached take the current settings' result
+ * unreplayed, and are checked the same way (seen to fail when every
+ * max_split_size row takes it: max_split_size_mb:64 serves the split case).
  */
 #include "coretest.h"
 
@@ -37,6 +40,87 @@ static const core_whatif_row_t *row(const core_whatif_t *w, const char *change)
     return NULL;
 }
 
+static uintptr_t leak_case(fx_t *f, core_oom_t *oom)
+{
+    return leak_loop(f, 440, 600 * MiB, oom);
+}
+
+/* Runs a scenario under each row's setting, on an idle and on a busy
+ * device, and fails unless the row fits exactly when both serve the last
+ * request.  Returns how many rows fit. */
+typedef uintptr_t (*scenario_fn)(fx_t *f, core_oom_t *oom);
+
+static size_t check_rows(const core_whatif_t *w, size_t capacity, scenario_fn run)
+{
+    size_t fits = 0;
+    for (size_t i = 1; i < w->nrows; i++) {
+        const core_whatif_row_t *r = &w->rows[i];
+        assert_true(r->tried);
+        if (r->unchecked)
+            continue; /* CORE_WHATIF_NAMED better ones were proven first: nothing claimed */
+        bool served[2];
+        for (int busy = 0; busy < 2; busy++) {
+            fx_t g;
+            fx_open(&g, capacity, r->change);
+            g.m.auto_complete = !busy;
+            core_oom_t o2;
+            uintptr_t p = run(&g, &o2);
+            served[busy] = p != 0;
+            if (p)
+                core_free(g.d, p, CORE_FREE_FENCED, 0);
+            mem_backend_complete_all(&g.m);
+            fx_close(&g);
+        }
+        if (r->fits != (served[0] && served[1]))
+            fail_msg("%s: the what-if says %s%s; run on an idle device it is %s, on a busy one %s", r->change,
+                     r->fits ? "fits" : "fails", r->same_as_current ? " (as the current settings)" : "",
+                     served[0] ? "served" : "not served", served[1] ? "served" : "not served");
+        fits += r->fits;
+    }
+    return fits;
+}
+
+/* Cached 200 MiB segments split by 110 MiB requests (one in each, 90 MiB
+ * left over in each), then a 300 MiB request on a 1 GiB device:
+ * max_split_size below 200 MiB keeps the big blocks whole, and the retry
+ * ladder releases them. */
+static uintptr_t split_case(fx_t *f, core_oom_t *oom)
+{
+    uintptr_t big[4], small[4];
+    for (int i = 0; i < 4; i++)
+        assert_true((big[i] = core_malloc(f->d, 200 * MiB, 0, NULL)) != 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(core_free(f->d, big[i], CORE_FREE_FENCED, 0), CORE_FREED);
+    core_poll(f->d);
+    for (int i = 0; i < 4; i++)
+        assert_true((small[i] = core_malloc(f->d, 110 * MiB, 0, NULL)) != 0);
+    return core_malloc(f->d, 300 * MiB, 0, oom);
+}
+
+/* A max_split_size above every segment of the current settings' replay
+ * takes their result unreplayed; one below it is replayed, and here it is
+ * the one that fits.  Every verdict is held against running the setting:
+ * taking the current result for max_split_size_mb:64 (below the 200 MiB
+ * segments) would call it failing while it serves the request. */
+static void test_max_split_rows_taken_from_current(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 1 * GiB, NULL);
+    core_set_history(f.d, 1 << 12);
+    core_oom_t oom;
+    assert_int_equal(split_case(&f, &oom), 0);
+    core_whatif_t w = whatif(&f, &oom, 30.0);
+    assert_true(w.reproduced);
+    assert_true(check_rows(&w, 1 * GiB, split_case) > 0);
+    assert_false(row(&w, "max_split_size_mb:64")->same_as_current);
+    assert_false(row(&w, "max_split_size_mb:128")->same_as_current);
+    assert_true(row(&w, "max_split_size_mb:256")->same_as_current);
+    assert_true(row(&w, "max_split_size_mb:512")->same_as_current);
+    assert_false(row(&w, "max_split_size_mb:256")->fits);
+    fx_close(&f);
+}
+
 /* The what-if reproduces the failure under the current settings, finds
  * settings under which it does not happen, and each one it names works
  * when the same calls run under it; the ones it rejects fail. */
@@ -55,36 +139,16 @@ static void test_leak_loop_hint_holds_when_applied(void **state)
     assert_true(w.whole);
     assert_int_equal(w.events, 440 * 3 + 1);
     assert_int_equal(w.live_bytes, 440 * 3 * MiB);
-    size_t fits = 0;
-    for (size_t i = 1; i < w.nrows; i++) {
-        const core_whatif_row_t *r = &w.rows[i];
-        assert_true(r->tried);
-        if (r->unchecked)
-            continue; /* CORE_WHATIF_NAMED better ones were proven first: nothing claimed */
-        /* a setting named must serve it whether the device is idle (every
-         * fence complete when asked) or busy (none until the allocator
-         * waits); one not named fails on one of them */
-        bool served[2];
-        for (int busy = 0; busy < 2; busy++) {
-            fx_t g;
-            fx_open(&g, 2 * GiB, r->change);
-            g.m.auto_complete = !busy;
-            core_oom_t o2;
-            uintptr_t p = leak_loop(&g, 440, 600 * MiB, &o2);
-            served[busy] = p != 0;
-            if (p)
-                core_free(g.d, p, CORE_FREE_FENCED, 0);
-            mem_backend_complete_all(&g.m);
-            fx_close(&g);
-        }
-        if (r->fits != (served[0] && served[1]))
-            fail_msg("%s: the what-if says %s; run on an idle device it is %s, on a busy one %s", r->change,
-                     r->fits ? "fits" : "fails", served[0] ? "served" : "not served",
-                     served[1] ? "served" : "not served");
-        fits += r->fits;
-    }
+    size_t fits = check_rows(&w, 2 * GiB, leak_case);
     assert_true(fits > 0);
     assert_false(row(&w, "")->fits);
+    /* segments here are at most 20 MiB: max_split_size_mb:64 and above
+     * behave as the current settings and take their result unreplayed
+     * (checked against running them above); 20 MiB is reached: replayed */
+    assert_true(row(&w, "max_split_size_mb:64")->same_as_current);
+    assert_true(row(&w, "max_split_size_mb:512")->same_as_current);
+    assert_false(row(&w, "max_split_size_mb:20")->same_as_current);
+    assert_false(row(&w, "reuse:sync")->same_as_current);
     fx_close(&f);
 }
 
@@ -228,6 +292,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_leak_loop_hint_holds_when_applied),
+        cmocka_unit_test(test_max_split_rows_taken_from_current),
         cmocka_unit_test(test_nothing_fits),
         cmocka_unit_test(test_wrapped_history_starts_from_live_set),
         cmocka_unit_test(test_live_set_at_the_failure),
