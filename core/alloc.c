@@ -6,6 +6,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hostalloc.h"
 #include "types.h"
@@ -57,6 +58,9 @@ core_dev_t *core_dev_new(const core_backend_t *backend, int device, const conf_t
     if (!d)
         return NULL;
     pthread_mutex_init(&d->lock, NULL);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    d->born_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     d->device = device;
     d->gen = ++dev_generations;
     d->conf = *conf;
@@ -872,6 +876,13 @@ int core_pool_use(core_dev_t *d, int pool_id)
 void core_dev_solo(core_dev_t *d)
 {
     d->solo = true;
+}
+
+void core_set_birth_times(core_dev_t *d, bool on)
+{
+    dev_lock(d);
+    d->births = on;
+    dev_unlock(d);
 }
 
 int core_pool_current(core_dev_t *d)

@@ -97,6 +97,9 @@ core_dev_t *core_dev_new(const core_backend_t *backend, int device, const conf_t
 /* Promises that only the calling thread will ever use d (a what-if
  * replay's device): its lock is no longer taken. */
 void core_dev_solo(core_dev_t *d);
+/* Stamps each allocation from now on with its time (core_block_info_t.born;
+ * a coarse clock read per allocation), for the exit leak report. */
+void core_set_birth_times(core_dev_t *d, bool on);
 /* Returns every segment to the device (after waiting for pending frees) and
  * frees the state.  Live allocations are dropped. */
 void core_dev_destroy(core_dev_t *d);
@@ -276,6 +279,8 @@ typedef struct core_block_info_s {
     core_block_state_t state;
     uint64_t number; /* ALLOCATED, PENDING: the allocation's number on the device (1, 2, ... in order); 0 when FREE */
     uint32_t site;   /* ALLOCATED, PENDING: the call site given to core_malloc_site (0: none) */
+    uint32_t born;   /* ALLOCATED, PENDING: ms after the device's state was made + 1 (core_set_birth_times); 0:
+                      * not stamped */
 } core_block_info_t;
 
 typedef struct core_seg_info_s {

@@ -77,6 +77,7 @@ int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx)
                 .state = block_state(b),
                 .number = b->state == BLOCK_FREE ? 0 : (b->id & ~CORE_ID_TAG) >> 6,
                 .site = b->state == BLOCK_FREE ? 0 : b->site,
+                .born = b->state == BLOCK_FREE ? 0 : b->born,
             };
         }
     }

@@ -7,6 +7,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "hostalloc.h"
 #include "types.h"
@@ -181,6 +182,17 @@ static bool should_split(const core_dev_t *d, const block_t *b, size_t size)
     return size < d->conf.max_split_size && remaining > d->conf.small_size;
 }
 
+/* ms since the device's state was made, + 1 (0 means "not stamped"):
+ * the coarse clock, a few ns through the vDSO. */
+static uint32_t birth_now(const core_dev_t *d)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    uint64_t ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+    uint64_t ms = ns > d->born_ns ? (ns - d->born_ns) / 1000000u : 0;
+    return ms >= UINT32_MAX - 1 ? UINT32_MAX : (uint32_t)ms + 1;
+}
+
 /* Takes the free block b for a request: splits off the rest when the split
  * rules say so, and makes the (low-address) part allocated.  Returns the
  * allocated block, or NULL when a block struct cannot be had (b untouched). */
@@ -212,6 +224,7 @@ block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
     b->id = CORE_ID_TAG | ++d->next_id << 6 | (uint64_t)(d->device & 63);
     b->hold = 0;
     b->site = d->site_now;
+    b->born = __builtin_expect(d->births, 0) ? birth_now(d) : 0;
     map_insert(d, b);
     stats_block_alloc(d, b);
     return b;

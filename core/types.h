@@ -78,6 +78,8 @@ struct block_s {
     core_stream_t *uses; /* record_stream: extra streams (hostalloc'ed), NULL if none */
     uint32_t nuses;
     uint32_t site; /* ALLOCATED/PENDING: the caller's call site (core_malloc_site; 0: none) */
+    uint32_t born; /* ALLOCATED/PENDING: when allocated, ms since the device's state was made + 1, while birth
+                    * times are kept (core_set_birth_times); else 0 */
     uint64_t id;   /* ALLOCATED/PENDING: unique per allocation, never reused (core_describe) */
     uint64_t hold; /* ALLOCATED/PENDING: a core_hold token (0: none); PENDING on d->held while held */
     bool idle;     /* FREE: no queued work can use it (freed behind a completed fence or event, or the
@@ -216,6 +218,8 @@ struct core_dev_s {
     size_t pending_bytes;   /* bytes of every pending list (fences, events, held) */
     uint64_t next_id;       /* allocations so far: block ids */
     uint32_t site_now;      /* the call site of the allocation in progress (core_malloc_site) */
+    bool births;            /* stamp each allocation's time (block_t.born): the leak report asks for it */
+    uint64_t born_ns;       /* CLOCK_MONOTONIC when the state was made: born's zero */
     /* block objects */
     block_t *spare; /* free block_t structs (pend_next) */
     /* preallocate strategy */

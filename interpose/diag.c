@@ -320,6 +320,8 @@ int hook_diag_start(char *err, size_t errlen)
 void hook_diag_dev_opened(int ordinal, core_dev_t *d)
 {
     core_set_history(d, diag.history);
+    /* the exit leak report says when each group's first allocation was made */
+    core_set_birth_times(d, diag.report_exit || diag.leak_exitcode);
     size_t events = atomic_load(&diag.ring_events);
     if (!events || (unsigned)ordinal >= HOOK_MAX_DEVICES)
         return;

@@ -29,3 +29,13 @@ void st_linef(st_sink_fn sink, void *ctx, const char *fmt, ...)
     va_end(ap);
     sink(ctx, line);
 }
+
+void st_fmt_first(char *buf, size_t len, uint64_t number, uint64_t allocs, uint32_t born)
+{
+    if (born)
+        snprintf(buf, len, ", the first allocation %llu of %llu (t=%.2f s)", (unsigned long long)number,
+                 (unsigned long long)allocs, (double)(born - 1) / 1000.0);
+    else
+        snprintf(buf, len, ", the first allocation %llu of %llu", (unsigned long long)number,
+                 (unsigned long long)allocs);
+}

@@ -41,6 +41,11 @@ typedef void (*st_sink_fn)(void *ctx, const char *line);
  * "20.00 MiB" (<= 1 GiB), else "1.17 GiB"; two decimals. */
 void st_fmt_size(char *buf, size_t len, uint64_t bytes);
 
+/* ", the first allocation N of M", and " (t=S.SS s)" when born (a
+ * core_block_info_t.born) says when: seconds after the device's state was
+ * made. */
+void st_fmt_first(char *buf, size_t len, uint64_t number, uint64_t allocs, uint32_t born);
+
 /* printf into the sink as one line (truncated at 1023 characters). */
 void st_linef(st_sink_fn sink, void *ctx, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -222,6 +227,7 @@ typedef struct st_site_group_s {
     size_t bytes;    /* requested, summed */
     size_t min, max; /* the smallest and largest request */
     uint64_t first;  /* the lowest allocation number */
+    uint32_t born;   /* its time (core_block_info_t.born; 0: not stamped) */
 } st_site_group_t;
 
 /* The live allocations grouped by site, most bytes first (hostalloc'ed

@@ -579,7 +579,7 @@ size_t st_group_by_site(const core_layout_t *l, st_site_group_t **out)
             x->min = b->requested < x->min ? b->requested : x->min;
             x->max = b->requested > x->max ? b->requested : x->max;
         } else {
-            g[ng++] = (st_site_group_t){b->site, 1, b->requested, b->requested, b->requested, b->number};
+            g[ng++] = (st_site_group_t){b->site, 1, b->requested, b->requested, b->requested, b->number, b->born};
         }
     }
     hostalloc_free(live);
@@ -606,10 +606,9 @@ void st_site_lines(const st_site_group_t *g, size_t ng, size_t rows, uint64_t al
             snprintf(sizes, sizeof sizes, "%zu x %s", g[i].count, lo);
         else
             snprintf(sizes, sizeof sizes, "%zu allocations of %s to %s", g[i].count, lo, hi);
-        char first[64] = "";
+        char first[96] = "";
         if (allocs)
-            snprintf(first, sizeof first, ", the first allocation %llu of %llu", (unsigned long long)g[i].first,
-                     (unsigned long long)allocs);
+            st_fmt_first(first, sizeof first, g[i].first, allocs, g[i].born);
         st_frame_t f[FRAMES_SHOWN];
         size_t nf = g[i].site >= ST_STACK_FIRST ? st_stack_frames(g[i].site, f, FRAMES_SHOWN) : 0;
         if (!nf) {

@@ -227,6 +227,7 @@ void st_summary(int device, const core_stats_t *s, st_sink_fn sink, void *ctx)
 typedef struct leak_group_s {
     size_t size, count;
     uint64_t first; /* the lowest allocation number */
+    uint32_t born;  /* its time (core_block_info_t.born; 0: not stamped) */
 } leak_group_t;
 
 static int leak_by_size(const void *a, const void *b)
@@ -285,7 +286,7 @@ size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_si
         if (ng && g[ng - 1].size == live[i]->requested)
             g[ng - 1].count++;
         else
-            g[ng++] = (leak_group_t){live[i]->requested, 1, live[i]->number};
+            g[ng++] = (leak_group_t){live[i]->requested, 1, live[i]->number, live[i]->born};
     }
     qsort(g, ng, sizeof *g, leak_by_total);
     size_t rest = 0, rest_bytes = 0;
@@ -296,8 +297,9 @@ size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_si
         }
         st_fmt_size(t, sizeof t, g[i].size * g[i].count);
         st_fmt_size(f, sizeof f, g[i].size);
-        st_linef(sink, ctx, "  %8zu x %10s (%zu bytes) = %s, the first allocation %llu of %llu", g[i].count, f,
-                 g[i].size, t, (unsigned long long)g[i].first, (unsigned long long)allocs);
+        char first[96];
+        st_fmt_first(first, sizeof first, g[i].first, allocs, g[i].born);
+        st_linef(sink, ctx, "  %8zu x %10s (%zu bytes) = %s%s", g[i].count, f, g[i].size, t, first);
     }
     if (rest) {
         st_fmt_size(t, sizeof t, rest_bytes);

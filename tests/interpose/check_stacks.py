@@ -93,8 +93,11 @@ with tempfile.TemporaryDirectory() as tmp:
         if at >= 0:
             start = at + 2
             end = doc.index("```", start)
-            live_lines = err.split("\n")
-            for line in doc[start:end]:
+            # times (t=S.SS s) differ from run to run: compared as "t=T"
+            def no_time(text):
+                return re.sub(r"\(t=\d+\.\d\d s\)", "(t=T)", text)
+            live_lines = no_time(err).split("\n")
+            for line in (no_time(x) for x in doc[start:end]):
                 if "libc" in line or "more frame" in line:
                     continue
                 if "libstacks_stripped.so+0x" in line:
@@ -105,9 +108,10 @@ with tempfile.TemporaryDirectory() as tmp:
     leak = err.split("leak check: GPU 0: 320.00 MiB in 12 allocations still live at exit, by call site:", 1)
     check(len(leak) == 2, f"the leak check by call site:\n{err}")
     if len(leak) == 2:
-        check(re.search(r"4 x 64\.00 MiB = 256\.00 MiB, the first allocation 1 of 12, at\n.*load_weights " +
+        check(re.search(r"4 x 64\.00 MiB = 256\.00 MiB, the first allocation 1 of 12 \(t=\d+\.\d\d s\), at\n.*load_weights " +
                         re.escape(site_line("weights")), leak[1]), leak[1])
-        check(re.search(r"8 x 8\.00 MiB = 64\.00 MiB, the first allocation 5 of 12, at\n.*cache_alloc", leak[1]),
+        check(re.search(r"8 x 8\.00 MiB = 64\.00 MiB, the first allocation 5 of 12 \(t=\d+\.\d\d s\), at\n.*cache_alloc",
+                        leak[1]),
               leak[1])
 
     # 2. the snapshot

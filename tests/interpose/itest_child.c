@@ -161,6 +161,17 @@ static int mode_leak(int steps, size_t last_mb)
     return rc == cudaSuccess ? 0 : 3;
 }
 
+/* leak-late: 5 MiB kept, 1.2 s later 7 MiB kept (the exit leak report's
+ * times). */
+static int mode_leak_late(void)
+{
+    void *a = NULL, *b = NULL;
+    CHECK(cudaMalloc(&a, 5 << 20));
+    usleep(1200 * 1000);
+    CHECK(cudaMalloc(&b, 7 << 20));
+    return failures ? 1 : 0;
+}
+
 static int mode_split(void)
 {
     void *big = NULL, *p[10] = {0};
@@ -185,6 +196,8 @@ int main(int argc, char **argv)
         return mode_leak(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 10));
     if (strcmp(mode, "split") == 0)
         return mode_split();
+    if (strcmp(mode, "leak-late") == 0)
+        return mode_leak_late();
     if (strcmp(mode, "alloc") == 0)
         return mode_alloc();
     if (strcmp(mode, "live") == 0) {

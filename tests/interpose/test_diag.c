@@ -368,6 +368,38 @@ static void test_leak_exit_code(void **state)
     free(r);
 }
 
+/* The leak report says when each group's first allocation was made: the
+ * 7 MiB buffer allocated 1.2 s after the 5 MiB one shows t >= 1.2 s, the
+ * 5 MiB one well under it.  Seen to fail with the stamp taken at the
+ * device's start (both t=0.00). */
+static double leak_time(const char *err, const char *row)
+{
+    const char *at = strstr(err, row);
+    if (!at)
+        fail_msg("no leak row '%s':\n%s", row, err);
+    double t = -1;
+    const char *tt = strstr(at, "(t=");
+    if (!tt || sscanf(tt, "(t=%lf s)", &t) != 1)
+        fail_msg("no time on the leak row '%s':\n%s", row, err);
+    return t;
+}
+
+static void test_leak_report_times(void **state)
+{
+    (void)state;
+    const char *child = itest_helper("ITEST_CHILD");
+    itest_run_t *r = malloc(sizeof *r);
+    const char *const report[] = {"CUCACHE_REPORT=exit", NULL};
+    const char *const argv[] = {child, "leak-late", NULL};
+    itest_spawn(child, argv, report, NULL, 30000, r);
+    itest_expect_exit(r, 0);
+    double early = leak_time(r->err, "1 x   5.00 MiB (5242880 bytes) = 5.00 MiB, the first allocation 1 of 2");
+    double late = leak_time(r->err, "1 x   7.00 MiB (7340032 bytes) = 7.00 MiB, the first allocation 2 of 2");
+    if (!(early >= 0 && early < 1.0 && late >= 1.15 && late < 10.0 && late - early >= 1.15))
+        fail_msg("leak times %.2f s and %.2f s, expected the second 1.2 s after the first:\n%s", early, late, r->err);
+    free(r);
+}
+
 /* CUCACHE_LOG: every line goes to the file (appended, %p expanded), none to
  * stderr; a symbolic link is refused before the program starts. */
 static void test_log_file(void **state)
@@ -544,6 +576,7 @@ int main(void)
         ITEST(test_oom_hint_nothing_fits),
         ITEST(test_oom_hint_split),
         ITEST(test_leak_exit_code),
+        ITEST(test_leak_report_times),
         ITEST(test_log_file),
     };
     return ITEST_RUN("interpose_diag", tests, itest_group_setup);

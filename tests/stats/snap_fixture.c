@@ -42,9 +42,9 @@ static uintptr_t alloc_or(snap_fixture_t *f, size_t size, core_stream_t stream, 
 static void build_far(snap_fixture_t *f)
 {
     const uintptr_t a = (uintptr_t)SNAP_FAR_ADDR;
-    f->far_blocks[0] = (core_block_info_t){a, 512 * 1024, 500000, CORE_BLOCK_ALLOCATED, 1, 0};
-    f->far_blocks[1] = (core_block_info_t){a + 512 * 1024, 512 * 1024, 512 * 1024 - 1, CORE_BLOCK_PENDING, 2, 0};
-    f->far_blocks[2] = (core_block_info_t){a + MiB, MiB, 0, CORE_BLOCK_FREE, 0, 0};
+    f->far_blocks[0] = (core_block_info_t){a, 512 * 1024, 500000, CORE_BLOCK_ALLOCATED, 1, 0, 0};
+    f->far_blocks[1] = (core_block_info_t){a + 512 * 1024, 512 * 1024, 512 * 1024 - 1, CORE_BLOCK_PENDING, 2, 0, 0};
+    f->far_blocks[2] = (core_block_info_t){a + MiB, MiB, 0, CORE_BLOCK_FREE, 0, 0, 0};
     f->far_seg = (core_seg_info_t){
         .addr = a,
         .size = 2 * MiB,

@@ -161,12 +161,12 @@ static void test_group_by_site(void **state)
     uintptr_t pc[1] = {0x20};
     uint32_t s1 = capture_here(), s2 = st_stack_intern(pc, 1);
     core_block_info_t blocks[6] = {
-        {0x1000, 4096, 4000, CORE_BLOCK_ALLOCATED, 1, s1},
-        {0x2000, 4096, 0, CORE_BLOCK_FREE, 0, 0},
-        {0x3000, 8192, 8000, CORE_BLOCK_ALLOCATED, 2, s1},
-        {0x5000, 1 << 20, 1 << 20, CORE_BLOCK_ALLOCATED, 3, s2},
-        {0x105000, 4096, 100, CORE_BLOCK_ALLOCATED, 4, ST_STACK_DROPPED},
-        {0x106000, 4096, 100, CORE_BLOCK_PENDING, 5, s1},
+        {0x1000, 4096, 4000, CORE_BLOCK_ALLOCATED, 1, s1, 1501}, /* allocated 1.50 s in */
+        {0x2000, 4096, 0, CORE_BLOCK_FREE, 0, 0, 0},
+        {0x3000, 8192, 8000, CORE_BLOCK_ALLOCATED, 2, s1, 2001},
+        {0x5000, 1 << 20, 1 << 20, CORE_BLOCK_ALLOCATED, 3, s2, 0}, /* not stamped */
+        {0x105000, 4096, 100, CORE_BLOCK_ALLOCATED, 4, ST_STACK_DROPPED, 0},
+        {0x106000, 4096, 100, CORE_BLOCK_PENDING, 5, s1, 0},
     };
     core_layout_t l = {.blocks = blocks, .nblocks = 6};
     st_site_group_t *g;
@@ -179,13 +179,14 @@ static void test_group_by_site(void **state)
     assert_int_equal(g[1].min, 4000);
     assert_int_equal(g[1].max, 8000);
     assert_int_equal(g[1].first, 1);
+    assert_int_equal(g[1].born, 1501);
     lines_t out = {0};
     st_site_lines(g, ng, 2, 5, collect, &out);
     assert_non_null(
         strstr(out.text, "  1 x 1024.00 KiB = 1024.00 KiB, the first allocation 3 of 5, at\n      ?? (0x20)\n"));
     assert_non_null(strstr(out.text,
-                           "  2 allocations of 3.91 KiB to 7.81 KiB = 11.72 KiB, the first allocation 1 of 5, "
-                           "at\n      capture_here ("));
+                           "  2 allocations of 3.91 KiB to 7.81 KiB = 11.72 KiB, the first allocation 1 of 5 "
+                           "(t=1.50 s), at\n      capture_here ("));
     assert_non_null(strstr(out.text, "  ... 1 more call site: 1 allocation, 100 bytes\n"));
     out.len = 0;
     st_site_lines(g, ng, 3, 0, collect, &out);
