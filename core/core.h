@@ -353,6 +353,8 @@ typedef struct core_whatif_s {
     size_t live_bytes; /* requested bytes live just before the request */
     size_t request;    /* the request's bytes */
     bool reproduced;   /* the current settings failed in the replay too (else no setting is judged) */
+    bool reproduced_busy; /* ... only on a busy device (fences complete only when waited for): the run's
+                           * failure came from work still queued */
     bool beyond;       /* live_bytes + request > capacity: no setting can serve it, nothing was replayed */
     bool cut_short;    /* the time budget ran out: rows not tried */
     double seconds;

@@ -553,8 +553,18 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
         return out->status = CORE_WHATIF_NO_MEMORY;
     }
     /* the current settings must fail where the run failed, and only there;
-     * otherwise no candidate is judged */
+     * otherwise no candidate is judged.  A run that failed because frees
+     * were still waiting on queued work fails in the replay only on a busy
+     * device: tried there too before giving up (the candidates must fit on
+     * both anyway) */
     out->reproduced = out->rows[0].tried && out->rows[0].ooms == 1 && out->rows[0].first_oom == c.nrec;
+    if (!out->reproduced && out->rows[0].tried && !atomic_load(&j->late)) {
+        core_whatif_row_t busy = out->rows[0];
+        if (replay_one(j, &j->confs[0], &busy, true, true, NULL) && busy.ooms == 1 && busy.first_oom == c.nrec) {
+            out->rows[0] = busy;
+            out->reproduced = out->reproduced_busy = true;
+        }
+    }
     for (size_t i = 1; i < n && !out->reproduced; i++)
         out->rows[i].fits = false;
     if (out->reproduced) {

@@ -365,10 +365,12 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
         if (unchecked)
             snprintf(more, sizeof more, " (and %zu more on an idle device, not checked on a busy one)", unchecked);
         rep_line(sink, ctx,
-                 "hint: replaying %s on the %s cucache could have: the current settings fail at this request, and "
+                 "hint: replaying %s on the %s cucache could have: the current settings fail at this request%s, and "
                  "%zu of %zu settings tried serve every allocation and this request, whether the device is idle or "
                  "busy%s%s:",
-                 win, sz(w->capacity).s, nfit, w->nrows - 1, more, cut);
+                 win, sz(w->capacity).s,
+                 w->reproduced_busy ? " (on a busy device, where frees wait for the work queued before them)" : "",
+                 nfit, w->nrows - 1, more, cut);
         for (size_t i = 0; i < nfit && i < 3; i++) {
             char conf[1400];
             conf_with(r, fit[i]->change, conf, sizeof conf);
