@@ -6,6 +6,7 @@
 #include "engine.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,31 @@ uint64_t sim_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void sim_wait_until_ns(uint64_t t)
+{
+    uint64_t spin = (uint64_t)sim.cfg.spin_us * 1000u;
+    for (;;) {
+        uint64_t now = sim_now_ns();
+        if (now >= t)
+            return;
+        if (t - now > spin) {
+            uint64_t ns = t - now - spin;
+            struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+            nanosleep(&ts, NULL);
+        } else {
+            sched_yield();
+        }
+    }
+}
+
+uint64_t sim_kernel_ns(const char *name)
+{
+    for (unsigned i = 0; i < sim.cfg.nkernels; i++)
+        if (name && strstr(name, sim.cfg.kernels[i].name))
+            return sim.cfg.kernels[i].ns;
+    return sim.cfg.kernel_ns;
 }
 
 void sim_sleep_us(unsigned us)
@@ -261,6 +287,42 @@ static bool parse_vmm_costs(const char *v, unsigned ns[SIM_VMM_NCALLS])
     return true;
 }
 
+/* CUCACHE_SIM_KERNEL_US: "DEFAULT", "NAME=US,...", or both ("5,gemm=300");
+ * microseconds, fractions allowed, at most 10 s; names of 1-63 bytes. */
+static bool parse_kernel_times(const char *v, sim_config_t *cfg)
+{
+    const char *p = v;
+    cfg->nkernels = 0;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        const char *num = eq ? eq + 1 : p;
+        char *end;
+        errno = 0;
+        double us = strtod(num, &end);
+        if (end == num || errno || !(us >= 0 && us <= 10000000) || end != p + len)
+            return false;
+        uint64_t ns = (uint64_t)(us * 1000 + 0.5);
+        if (eq) {
+            size_t n = (size_t)(eq - p);
+            if (n == 0 || n >= sizeof cfg->kernels[0].name || cfg->nkernels == SIM_KERNEL_TIMES)
+                return false;
+            memcpy(cfg->kernels[cfg->nkernels].name, p, n);
+            cfg->kernels[cfg->nkernels].name[n] = 0;
+            cfg->kernels[cfg->nkernels++].ns = ns;
+        } else {
+            cfg->kernel_ns = ns;
+        }
+        if (!comma)
+            break;
+        p = comma + 1;
+        if (!*p)
+            return false;
+    }
+    return true;
+}
+
 /* Reads the CUCACHE_SIM_* variables; prints the first bad one. */
 static CUresult config_read(sim_config_t *cfg)
 {
@@ -273,6 +335,8 @@ static CUresult config_read(sim_config_t *cfg)
     cfg->race_fatal = false;
     cfg->vmm_granularity = (size_t)2 << 20;
     memcpy(cfg->vmm_ns, vmm_default_ns, sizeof cfg->vmm_ns);
+    cfg->kernel_ns = 5000; /* a small kernel's time on a GPU */
+    cfg->spin_us = 100;
 
     const char *v;
     unsigned long u;
@@ -323,7 +387,25 @@ static CUresult config_read(sim_config_t *cfg)
         if (!parse_vmm_costs(v, cfg->vmm_ns))
             goto bad_vmm_us;
     }
+    if ((v = secure_getenv("CUCACHE_SIM_KERNEL_US"))) {
+        if (!*v || !parse_kernel_times(v, cfg))
+            goto bad_kernel_us;
+    }
+    if ((v = secure_getenv("CUCACHE_SIM_SPIN_US"))) {
+        if (!parse_uint(v, 100000, &u))
+            goto bad_spin_us;
+        cfg->spin_us = (unsigned)u;
+    }
     return CUDA_SUCCESS;
+
+bad_kernel_us:
+    sim_log("CUCACHE_SIM_KERNEL_US=%s: expected DEFAULT and/or NAME=MICROSECONDS,... (for example 5,gemm=300: "
+            "kernels whose name contains gemm take 300 us, others 5 us; at most %d names of 1-63 bytes)",
+            v, SIM_KERNEL_TIMES);
+    return CUDA_ERROR_INVALID_VALUE;
+bad_spin_us:
+    sim_log("CUCACHE_SIM_SPIN_US=%s: expected microseconds, 0 to 100000", v);
+    return CUDA_ERROR_INVALID_VALUE;
 
 bad_granularity:
     sim_log("CUCACHE_SIM_VMM_GRANULARITY=%s: expected a power of two from 4K to 1G, like 2M", v);
@@ -527,6 +609,7 @@ static void ctx_teardown(struct CUctx_st *ctx)
                 sim_event_free(evs[i]);
         }
     free(evs);
+    sim_modules_free_ctx(ctx);
     sim_free_ctx_memory(ctx);
     ctx->generation++;
 }

@@ -65,6 +65,8 @@
 #define SIM_MAGIC_POOL 0x4c4f4f50u   /* "POOL" */
 #define SIM_MAGIC_GRAPH 0x48505247u  /* "GRPH" */
 #define SIM_MAGIC_EXEC 0x43455847u   /* "GXEC" */
+#define SIM_MAGIC_MODULE 0x4c444f4du /* "MODL" */
+#define SIM_MAGIC_FUNC 0x434e5546u   /* "FUNC" */
 #define SIM_MAGIC_DEAD 0xdeadbeefu
 
 /* ------------------------------------------------------------------------
@@ -265,6 +267,23 @@ struct CUgraphExec_st {
     size_t nops;
 };
 
+/* A module the device can run (CUCACHE_SIM_MODULE_MAGIC): its kernels by
+ * name, each a function handle made at load. */
+struct CUmod_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    struct CUfunc_st **funcs;
+    size_t nfuncs;
+};
+
+/* A kernel: its name and how long it runs (CUCACHE_SIM_KERNEL_US). */
+struct CUfunc_st {
+    uint32_t magic;
+    struct CUmod_st *mod;
+    const char *name; /* interned: valid for the process */
+    uint64_t ns;
+};
+
 struct sim_capture_s {
     struct CUstream_st *origin;
     struct CUgraph_st *graph;
@@ -287,6 +306,7 @@ typedef enum sim_op_kind_e {
     SIM_OP_WAIT,   /* no work: carries a dependency (cuStreamWaitEvent) */
     SIM_OP_FREE,   /* stream-ordered free: the block becomes free at run */
     SIM_OP_FAULT,  /* sets the context's sticky CUDA_ERROR_ILLEGAL_ADDRESS */
+    SIM_OP_KERNEL, /* occupies the stream for dur_ns of device time, then fn(arg) if any */
 } sim_op_kind_t;
 
 typedef struct sim_range_s {
@@ -304,6 +324,8 @@ struct sim_op_s {
     sim_op_t *next;
     sim_op_kind_t kind;
     const char *what; /* "memcpy HtoD", ... for reports */
+    uint64_t enq_ns;  /* device time (CLOCK_MONOTONIC ns) when it was queued: it starts no earlier */
+    uint64_t dur_ns;  /* KERNEL: how long it runs */
     struct CUstream_st *stream;
     int slot;
     uint64_t seq;
@@ -334,6 +356,9 @@ struct sim_op_s {
  * Configuration and global state
  * ---------------------------------------------------------------------- */
 
+#define SIM_KERNEL_TIMES 32
+#define SIM_END_RING 16 /* device times of the last ops of each slot, for what waits on them */
+
 typedef struct sim_config_s {
     int devices;
     size_t capacity;
@@ -343,6 +368,15 @@ typedef struct sim_config_s {
     bool race_fatal;
     size_t vmm_granularity; /* cuMemGetAllocationGranularity's answer, minimum and recommended */
     unsigned vmm_ns[7];     /* cost of each call of the virtual memory API (sim_vmm_call_t) */
+    /* kernels (CUCACHE_SIM_KERNEL_US): the first entry whose name is part
+     * of the kernel's name gives its time, else the default */
+    uint64_t kernel_ns;
+    struct {
+        char name[64];
+        uint64_t ns;
+    } kernels[SIM_KERNEL_TIMES];
+    unsigned nkernels;
+    unsigned spin_us; /* CUCACHE_SIM_SPIN_US: a worker spins this close to an op's end instead of sleeping */
 } sim_config_t;
 
 /* The calls of the virtual memory API that cost time (CUCACHE_SIM_VMM_US)
@@ -368,6 +402,14 @@ typedef struct sim_state_s {
     /* clock slots */
     uint64_t completed[SIM_MAX_SLOTS]; /* highest completed seq per slot */
     uint64_t slot_seq[SIM_MAX_SLOTS];  /* highest seq ever used per slot */
+    /* the device's timeline: when each slot's last completed op ended (ns,
+     * CLOCK_MONOTONIC's scale), and the ends of its last few ops by seq.
+     * Ends are computed, not observed: a worker that wakes late does not
+     * delay what follows (engine_stream.c, op_times) */
+    uint64_t slot_end[SIM_MAX_SLOTS];
+    struct {
+        uint64_t seq, end;
+    } ends[SIM_MAX_SLOTS][SIM_END_RING];
     bool slot_used[SIM_MAX_SLOTS];
     int nslots; /* slots ever handed out */
     sim_vc_t *host_vc;
@@ -417,6 +459,7 @@ CUresult sim_ctx_get(struct CUctx_st **out); /* current ctx, checked, sticky */
 bool sim_ctx_valid(const struct CUctx_st *ctx);
 struct CUctx_st *sim_ctx_create(sim_device_t *dev, bool primary);
 void sim_ctx_destroy(struct CUctx_st *ctx); /* waits for its work; frees memory */
+void sim_modules_free_ctx(struct CUctx_st *ctx); /* its modules and kernels (driver_module.c) */
 
 /* Streams */
 CUresult sim_stream_resolve(struct CUctx_st *ctx, CUstream h, bool ptds, struct CUstream_st **out);
@@ -584,6 +627,11 @@ bool race_wait_unmap(uintptr_t va, uintptr_t lo, uintptr_t hi);
 
 /* Misc */
 uint64_t sim_now_ns(void);
+/* Until CLOCK_MONOTONIC reaches t: sleeps, then spins the last spin_us
+ * (yielding), so that device time is kept to a few microseconds. */
+void sim_wait_until_ns(uint64_t t);
+/* A kernel's time by name (CUCACHE_SIM_KERNEL_US). */
+uint64_t sim_kernel_ns(const char *name);
 void sim_sleep_us(unsigned us);
 const char *sim_stream_name(const struct CUstream_st *s, char *buf, size_t len);
 void *sim_xmalloc(size_t n);

@@ -261,6 +261,7 @@ CUresult sim_enqueue(struct CUstream_st *s, sim_op_t *op)
     }
     op->stream = s;
     op->slot = s->slot;
+    op->enq_ns = sim_now_ns();
     vc_join(&op->vc, s->vc);
     vc_join(&op->vc, sim.host_vc);
     add_implicit_deps(s, op);
@@ -302,13 +303,13 @@ CUresult sim_enqueue(struct CUstream_st *s, sim_op_t *op)
     return CUDA_SUCCESS;
 }
 
-/* Time a copy of n bytes takes at the configured bandwidth. */
-static unsigned copy_us(size_t n)
+/* Device time a copy of n bytes takes at the configured bandwidth. */
+static uint64_t copy_ns(size_t n)
 {
     if (sim.cfg.copy_gbps <= 0)
         return 0;
-    double us = (double)n / (sim.cfg.copy_gbps * 1e3);
-    return us > 1e7 ? 10000000u : (unsigned)us;
+    double ns = (double)n / sim.cfg.copy_gbps;
+    return ns > 1e10 ? 10000000000u : (uint64_t)ns;
 }
 
 /* Fills n bytes with an elem-byte-wide value. */
@@ -328,22 +329,66 @@ static void fill(uint8_t *d, size_t n, unsigned elem, uint32_t value)
     }
 }
 
-/* Runs op's work; called without the lock. */
-static void op_execute(sim_op_t *op)
+/* ------------------------------------------------------------------------
+ * Device time
+ *
+ * Each op starts when the stream's previous op ended, its dependencies
+ * ended and it was queued, whichever is last, and ends after its duration
+ * (a kernel's, a copy's at the bandwidth; 0 for records and waits; a host
+ * function's real time).  The worker waits until the end before it marks
+ * the op complete, so nothing ever sees an op done early; the end is
+ * computed, not read from the clock after the wait, so a worker that wakes
+ * late delays only when the host sees completion, never the ops after it
+ * (a nominal 50 us nanosleep took 237 us on this VM).  Event timestamps
+ * are these ends.
+ * ---------------------------------------------------------------------- */
+
+/* When the op (slot, seq) ended: from the ring of recent ends, else the
+ * slot's last end (later or equal: a safe bound). */
+static uint64_t dep_end(int slot, uint64_t seq)
 {
+    unsigned i = (unsigned)(seq % SIM_END_RING);
+    return sim.ends[slot][i].seq == seq ? sim.ends[slot][i].end : sim.slot_end[slot];
+}
+
+static uint64_t op_start(const struct CUstream_st *s, const sim_op_t *op)
+{
+    uint64_t t = sim.slot_end[s->slot] > op->enq_ns ? sim.slot_end[s->slot] : op->enq_ns;
+    for (uint32_t i = 0; i < op->ndeps; i++) {
+        uint64_t e = dep_end(op->deps[i].slot, op->deps[i].seq);
+        t = e > t ? e : t;
+    }
+    return t;
+}
+
+/* Runs op's work from device time `start`; returns its end.  Called
+ * without the lock. */
+static uint64_t op_execute(sim_op_t *op, uint64_t start)
+{
+    uint64_t end = start, now;
     switch (op->kind) {
     case SIM_OP_COPY:
         for (size_t r = 0; r < op->height; r++)
             memmove((uint8_t *)op->dst + r * op->dpitch, (const uint8_t *)op->src + r * op->spitch, op->bytes);
-        sim_sleep_us(copy_us(op->bytes * op->height));
+        end = start + copy_ns(op->bytes * op->height);
+        sim_wait_until_ns(end);
         break;
     case SIM_OP_SET:
         for (size_t r = 0; r < op->height; r++)
             fill((uint8_t *)op->dst + r * op->dpitch, op->bytes, op->elem, op->value);
-        sim_sleep_us(copy_us(op->bytes * op->height));
+        end = start + copy_ns(op->bytes * op->height);
+        sim_wait_until_ns(end);
         break;
     case SIM_OP_HOSTFN:
         op->fn(op->arg);
+        now = sim_now_ns();
+        end = now > start ? now : start;
+        break;
+    case SIM_OP_KERNEL:
+        end = start + op->dur_ns;
+        sim_wait_until_ns(end);
+        if (op->fn)
+            op->fn(op->arg);
         break;
     case SIM_OP_CALLBACK:
     case SIM_OP_RECORD:
@@ -352,6 +397,7 @@ static void op_execute(sim_op_t *op)
     case SIM_OP_FAULT:
         break;
     }
+    return end;
 }
 
 static void *stream_worker(void *arg)
@@ -374,17 +420,21 @@ static void *stream_worker(void *arg)
                     s->ctx->dev->ordinal, s->id);
         }
         CUresult status = s->ctx->sticky;
+        uint64_t start = op_start(s, op), end = start;
         sim_unlock();
-        if (op->kind == SIM_OP_CALLBACK)
+        if (op->kind == SIM_OP_CALLBACK) {
             op->cb(op->cb_stream, status, op->arg); /* exactly once, with the error if any */
-        else if (!skip)
-            op_execute(op);
+            uint64_t now = sim_now_ns();
+            end = now > start ? now : start;
+        } else if (!skip) {
+            end = op_execute(op, start);
+        }
         sim_lock();
         if (op->kind == SIM_OP_RECORD) {
             struct CUevent_st *e = op->event;
             if (e->seq == op->seq && e->slot == op->slot) {
                 e->done = true;
-                e->time_ns = sim_now_ns();
+                e->time_ns = end;
             }
             if (--e->pending == 0 && e->dead)
                 sim_event_free(e);
@@ -405,6 +455,9 @@ static void *stream_worker(void *arg)
         s->head = op->next;
         if (!s->head)
             s->tail = NULL;
+        sim.slot_end[s->slot] = end;
+        sim.ends[s->slot][op->seq % SIM_END_RING].seq = op->seq;
+        sim.ends[s->slot][op->seq % SIM_END_RING].end = end;
         sim.completed[s->slot] = op->seq;
         sim_op_free(op);
         pthread_cond_broadcast(&sim.cv);

@@ -269,6 +269,13 @@ static cudaError_t rt_ctx_bind(int ordinal, unsigned gen)
     return cudaSuccess;
 }
 
+void rt_current(CUcontext *ctx, int *device, unsigned *gen)
+{
+    *ctx = rt_tls_ctx;
+    *device = rt_tls_ctx_device;
+    *gen = rt_tls_ctx_gen;
+}
+
 cudaError_t rt_enter(void)
 {
     cudaError_t e = rt_ready();

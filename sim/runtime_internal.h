@@ -108,6 +108,9 @@
     X(cuStreamGetPriority, "cuStreamGetPriority")                                                                      \
     X(cuLaunchHostFunc, "cuLaunchHostFunc")                                                                            \
     X(cuStreamAddCallback, "cuStreamAddCallback")                                                                      \
+    X(cuModuleLoadData, "cuModuleLoadData")                                                                            \
+    X(cuModuleGetFunction, "cuModuleGetFunction")                                                                      \
+    X(cuLaunchKernel, "cuLaunchKernel")                                                                                \
     X(cuStreamBeginCapture_v2, "cuStreamBeginCapture")                                                                 \
     X(cuStreamEndCapture, "cuStreamEndCapture")                                                                        \
     X(cuStreamIsCapturing, "cuStreamIsCapturing")                                                                      \
@@ -149,6 +152,10 @@ RT_HIDDEN cudaError_t rt_ready(void);
 /* rt_ready(), then makes the calling thread's current device's primary
  * context current (retaining it on first use). */
 RT_HIDDEN cudaError_t rt_enter(void);
+
+/* After rt_enter(): the context it made current, its device and the reset
+ * generation it belongs to (a cudaDeviceReset makes a new one). */
+RT_HIDDEN void rt_current(CUcontext *ctx, int *device, unsigned *gen);
 
 /* Driver result to runtime error: the numeric values are the same. */
 RT_HIDDEN cudaError_t rt_err(CUresult r);

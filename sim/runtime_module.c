@@ -3,13 +3,22 @@
  * registers its device code with the runtime at start-up
  * (__cudaRegisterFatBinary and friends) and launches kernels through
  * __cudaPushCallConfiguration / cudaLaunchKernel.  The simulated device
- * cannot run device code, so registration is accepted and recorded (such
- * programs load and run their host-side CUDA calls), and a kernel launch
- * fails with cudaErrorNotSupported and a message saying why.
+ * runs no device code: registration records each kernel's host stub and
+ * name, and a launch runs the kernel as the driver's timed operation
+ * (CUCACHE_SIM_KERNEL_US by name): the runtime loads a module of the
+ * kernel's name in the current context on its first launch there
+ * (cuModuleLoadData, cuModuleGetFunction) and launches it with
+ * cuLaunchKernel, looked up through cuGetProcAddress like every driver
+ * call, so an interposer sees the launch at the driver level as it would
+ * under NVIDIA's runtime.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+
+#include "cucache/sim.h"
 
 #include "runtime_internal.h"
 
@@ -77,11 +86,40 @@ RT_API char __cudaInitModule(void **fatCubinHandle)
     return 1;
 }
 
+/* A registered kernel: its host stub (what cudaLaunchKernel is given), its
+ * device name, and its function handle in each device's primary context
+ * (made at the first launch there, again after a device reset). */
+typedef struct rt_kernel_s {
+    const void *host;
+    const char *name;
+    struct {
+        CUcontext ctx;
+        unsigned gen;
+        CUfunction f;
+    } loaded[RT_MAX_DEVICES];
+} rt_kernel_t;
+
+static pthread_mutex_t rt_kernels_lock = PTHREAD_MUTEX_INITIALIZER;
+static rt_kernel_t *rt_kernels; /* under rt_kernels_lock */
+static size_t rt_nkernels;
+
 RT_API void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
                                    int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize)
 {
-    (void)fatCubinHandle, (void)hostFun, (void)deviceFun, (void)deviceName, (void)thread_limit;
+    (void)fatCubinHandle, (void)deviceFun, (void)thread_limit;
     (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+    if (!hostFun || !deviceName)
+        return;
+    pthread_mutex_lock(&rt_kernels_lock);
+    rt_kernel_t *k = realloc(rt_kernels, (rt_nkernels + 1) * sizeof *k);
+    if (k) {
+        rt_kernels = k;
+        memset(&k[rt_nkernels], 0, sizeof *k);
+        k[rt_nkernels].host = hostFun;
+        k[rt_nkernels].name = deviceName; /* the program's own string */
+        rt_nkernels++;
+    }
+    pthread_mutex_unlock(&rt_kernels_lock);
 }
 
 RT_API void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName,
@@ -120,27 +158,70 @@ RT_API cudaError_t __cudaPopCallConfiguration(rt_dim3_t *gridDim, rt_dim3_t *blo
     return cudaSuccess;
 }
 
-/* Said once per process: why every kernel launch fails. */
-static void no_device_code(void)
+/* The kernel func names, as a function of the current context: NULL and
+ * *e set when func was never registered or its module cannot be made. */
+static CUfunction rt_function(const rt_driver_t *d, const void *func, cudaError_t *e)
 {
-    static int said;
-    if (__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-        return;
-    static const char msg[] = "cucache-sim: the simulated device cannot run device code; kernel launches "
-                              "return cudaErrorNotSupported (use cucacheSimLaunch in tests)\n";
-    ssize_t w = write(2, msg, sizeof msg - 1);
-    (void)w;
+    CUcontext ctx;
+    int device;
+    unsigned gen;
+    rt_current(&ctx, &device, &gen);
+    CUfunction f = NULL;
+    *e = cudaErrorInvalidDeviceFunction;
+    pthread_mutex_lock(&rt_kernels_lock);
+    for (size_t i = 0; i < rt_nkernels; i++) {
+        rt_kernel_t *k = &rt_kernels[i];
+        if (k->host != func)
+            continue;
+        if (k->loaded[device].f && k->loaded[device].ctx == ctx && k->loaded[device].gen == gen) {
+            f = k->loaded[device].f;
+            *e = cudaSuccess;
+            break;
+        }
+        size_t magic = strlen(CUCACHE_SIM_MODULE_MAGIC), len = strlen(k->name);
+        char *image = malloc(magic + len + 2);
+        if (!image) {
+            *e = cudaErrorMemoryAllocation;
+            break;
+        }
+        memcpy(image, CUCACHE_SIM_MODULE_MAGIC, magic);
+        memcpy(image + magic, k->name, len);
+        memcpy(image + magic + len, "\n", 2);
+        CUmodule m;
+        CUresult r = d->cuModuleLoadData(&m, image);
+        free(image);
+        if (r == CUDA_SUCCESS)
+            r = d->cuModuleGetFunction(&f, m, k->name);
+        if (r != CUDA_SUCCESS) {
+            *e = rt_err(r);
+            f = NULL;
+            break;
+        }
+        k->loaded[device].ctx = ctx;
+        k->loaded[device].gen = gen;
+        k->loaded[device].f = f;
+        *e = cudaSuccess;
+        break;
+    }
+    pthread_mutex_unlock(&rt_kernels_lock);
+    return f;
 }
 
 static cudaError_t rt_launch_kernel(const rt_driver_t *d, const void *func, rt_dim3_t grid, rt_dim3_t block,
                                     void **args, size_t shared_mem, cudaStream_t stream)
 {
-    (void)d, (void)func, (void)grid, (void)block, (void)args, (void)shared_mem, (void)stream;
     cudaError_t e = rt_enter();
     if (e != cudaSuccess)
         return e;
-    no_device_code();
-    return cudaErrorNotSupported;
+    CUfunction f = rt_function(d, func, &e);
+    if (!f)
+        return e;
+    CUresult r = d->cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shared_mem,
+                                   stream, args, NULL);
+    /* the runtime's codes for a bad configuration */
+    if (r == CUDA_ERROR_INVALID_VALUE)
+        return cudaErrorInvalidConfiguration;
+    return rt_err(r);
 }
 
 RT_STREAM_API(cudaLaunchKernel, cudaLaunchKernel_ptsz, rt_launch_kernel,

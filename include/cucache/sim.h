@@ -30,6 +30,19 @@ struct cucache_sim_access {
 CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc,
                           unsigned int nacc);
 
+/* A timed kernel: occupies hStream for `us` microseconds of device time
+ * (after what it is ordered behind), touching the given ranges as the race
+ * detector sees them; fn(arg), when not NULL, runs on the stream's worker
+ * when the time is up (its writes land at the kernel's end). */
+CUresult cucacheSimLaunchTimed(CUstream hStream, unsigned int us, void (*fn)(void *), void *arg,
+                               const struct cucache_sim_access *acc, unsigned int nacc);
+
+/* The image of a module the simulated device can load (cuModuleLoadData):
+ * this line, then one kernel name per line.  Other images (PTX, cubins) are
+ * CUDA_ERROR_INVALID_IMAGE: the device runs no device code.  The runtime
+ * builds one from the kernels nvcc registered. */
+#define CUCACHE_SIM_MODULE_MAGIC "cucache-sim-module\n"
+
 /* Queue an operation that faults when it runs, like a kernel dereferencing a
  * bad address: the context gets the sticky CUDA_ERROR_ILLEGAL_ADDRESS. */
 CUresult cucacheSimLaunchFault(CUstream hStream);

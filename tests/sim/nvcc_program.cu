@@ -1,8 +1,11 @@
 // A CUDA program as nvcc builds it (device code, module registration, a
 // <<<>>> launch), linked with the real shared runtime at build time and run
 // on the simulated device: it must load, its host-side CUDA calls must work
-// and move real bytes, and its kernel launch must fail cleanly with
-// cudaErrorNotSupported (the simulated device runs no device code).
+// and move real bytes, and its kernel launches must run as the simulated
+// device's timed kernels (no device code runs: the data stays as it was):
+// with CUCACHE_SIM_KERNEL_US=add_one=20000 (meson sets it) ten launches on
+// a stream take 200 ms of device time between two events, to 2%, and a
+// launch with a bad configuration fails with cudaErrorInvalidConfiguration.
 #include <cstdio>
 #include <cstring>
 #include <cuda_runtime.h>
@@ -38,18 +41,38 @@ int main()
     int *d = nullptr;
     CHECK(cudaMalloc(&d, sizeof host));
     CHECK(cudaMemcpy(d, host, sizeof host, cudaMemcpyHostToDevice));
-    add_one<<<(n + 255) / 256, 256>>>(d, n);
-    cudaError_t launch = cudaGetLastError();
-    if (launch != cudaErrorNotSupported) {
-        std::printf("FAIL: kernel launch gave %s, expected cudaErrorNotSupported\n", cudaGetErrorName(launch));
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < 10; i++)
+        add_one<<<(n + 255) / 256, 256, 0, s>>>(d, n);
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (ms < 196 || ms > 204) {
+        std::printf("FAIL: ten 20 ms kernels took %.3f ms of device time\n", ms);
         return 1;
     }
+    add_one<<<1, 2048, 0, s>>>(d, n); // more threads than a block may have
+    cudaError_t bad = cudaGetLastError();
+    if (bad != cudaErrorInvalidConfiguration) {
+        std::printf("FAIL: a 2048-thread block gave %s, expected cudaErrorInvalidConfiguration\n",
+                    cudaGetErrorName(bad));
+        return 1;
+    }
+    CHECK(cudaStreamSynchronize(s));
     CHECK(cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost));
     if (std::memcmp(host, back, sizeof host) != 0) {
         std::printf("FAIL: data changed\n");
         return 1;
     }
     CHECK(cudaFree(d));
-    std::printf("nvcc-built program ran on the simulated device: data verified, kernel launch refused\n");
+    CHECK(cudaStreamDestroy(s));
+    std::printf("nvcc-built program ran on the simulated device: data verified, ten kernels took %.3f ms\n", ms);
     return 0;
 }

@@ -174,6 +174,9 @@ static void test_bad_values_fail_init_naming_the_variable(void **state)
         "CUCACHE_SIM_VMM_GRANULARITY=1K",   "CUCACHE_SIM_VMM_GRANULARITY=big", "CUCACHE_SIM_VMM_US=map",
         "CUCACHE_SIM_VMM_US=map=-1",        "CUCACHE_SIM_VMM_US=mapp=1",       "CUCACHE_SIM_VMM_US=map=1,",
         "CUCACHE_SIM_VMM_US=map=1;unmap=2",
+        "CUCACHE_SIM_KERNEL_US=",           "CUCACHE_SIM_KERNEL_US=fast",      "CUCACHE_SIM_KERNEL_US=gemm=",
+        "CUCACHE_SIM_KERNEL_US==5",         "CUCACHE_SIM_KERNEL_US=5,",        "CUCACHE_SIM_KERNEL_US=-1",
+        "CUCACHE_SIM_KERNEL_US=gemm=20000000", "CUCACHE_SIM_SPIN_US=always",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *const set[] = {bad[i], NULL};
@@ -189,7 +192,7 @@ static void test_bad_values_fail_init_naming_the_variable(void **state)
     }
 }
 
-static void test_good_vmm_values(void **state)
+static void test_good_values(void **state)
 {
     (void)state;
     static struct run r;
@@ -198,6 +201,10 @@ static void test_good_vmm_values(void **state)
         "CUCACHE_SIM_VMM_GRANULARITY=1G",
         "CUCACHE_SIM_VMM_US=0",
         "CUCACHE_SIM_VMM_US=map=1.45,unmap=25.6,create=193,release=0,reserve=19,addressfree=1,access=36",
+        "CUCACHE_SIM_KERNEL_US=0",
+        "CUCACHE_SIM_KERNEL_US=2.5,gemm=300,_Z7softmaxPfi=12.25",
+        "CUCACHE_SIM_KERNEL_US=gemm=300",
+        "CUCACHE_SIM_SPIN_US=0",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         const char *const set[] = {good[i], "CUCACHE_SIM_CAPACITY=1G", NULL};
@@ -247,7 +254,7 @@ int main(void)
         cmocka_unit_test(test_device_count),
         cmocka_unit_test(test_capacity_units),
         cmocka_unit_test(test_bad_values_fail_init_naming_the_variable),
-        cmocka_unit_test(test_good_vmm_values),
+        cmocka_unit_test(test_good_values),
         cmocka_unit_test(test_race_fatal_aborts_on_planted_race),
         cmocka_unit_test(test_race_detector_counts_and_can_be_off),
     };
