@@ -43,6 +43,16 @@ static void foreach_one(void *ctx, const char *key, int64_t value)
     f->count++;
 }
 
+/* The process's keys after the device's: calls that submitted work, as
+ * cucache saw them (interpose/submit.c), and whether one may have gone
+ * unseen (then every plain free waits behind a fence). */
+static void process_keys(void (*fn)(void *ctx, const char *key, int64_t value), void *ctx)
+{
+    uint64_t n = hook_submit_count();
+    fn(ctx, "num_submissions", (int64_t)(n & ~HOOK_SUBMIT_BLIND));
+    fn(ctx, "submissions_unseen", (n & HOOK_SUBMIT_BLIND) != 0);
+}
+
 CUCACHE_EXPORT int cucache_stats_foreach(int device, void (*fn)(void *ctx, const char *key, int64_t value), void *ctx)
 {
     core_dev_t *d = device_core(device);
@@ -52,6 +62,7 @@ CUCACHE_EXPORT int cucache_stats_foreach(int device, void (*fn)(void *ctx, const
     core_stats_get(d, &s);
     foreach_t f = {fn, ctx, 0};
     core_stats_foreach(&s, foreach_one, &f);
+    process_keys(foreach_one, &f);
     return f.count;
 }
 
@@ -79,6 +90,7 @@ CUCACHE_EXPORT int cucache_stat(int device, const char *key, int64_t *value)
     core_stats_get(d, &s);
     find_t f = {key, 0, false};
     core_stats_foreach(&s, find_one, &f);
+    process_keys(find_one, &f);
     if (!f.found)
         return -1;
     if (value)

@@ -192,6 +192,38 @@ extern const size_t hook_nroutes;
 /* The hook of an exported driver entry point whose real address is p (the
  * cuGetProcAddress answer), or p itself. */
 void *hook_route(void *p);
+/* The driver's own export of `name` (its dlopen handle); NULL without. */
+void *hook_real_driver_sym(const char *name);
+
+/* ------------------------------------------------------------------------
+ * Submissions (submit.c, submit_entry.S, submit_table.h)
+ * ---------------------------------------------------------------------- */
+
+enum {
+    HOOK_API_QUIET = 0,   /* puts no work on a stream */
+    HOOK_API_SUBMITS = 1, /* may put work that uses device memory on a stream */
+    HOOK_API_OPAQUE = 2,  /* effects unknown (cuGetExportTable) */
+    HOOK_API_UNKNOWN = 3, /* not in the table (a newer CUDA's) */
+};
+
+/* Set in hook_submissions for good once a submission may go unseen. */
+#define HOOK_SUBMIT_BLIND ((uint64_t)1 << 63)
+
+/* Calls that submitted so far (| HOOK_SUBMIT_BLIND): the core's work_epoch. */
+extern _Atomic uint64_t hook_submissions;
+
+/* HOOK_API_* of a driver name (exact or base: suffixes are ignored). */
+int hook_api_kind(const char *symbol);
+/* The counting trampoline exported as `symbol`, or NULL. */
+void *hook_submit_export(const char *symbol);
+/* What a caller gets for the driver's answer `real` to a lookup of
+ * `symbol`: a counting trampoline for a submitting name, `real` itself for
+ * a quiet one; an unknown or opaque name makes the count blind. */
+void *hook_submit_wrap(const char *symbol, void *real);
+void hook_submit_go_blind(void);
+/* Fills every exported trampoline's driver address that is still empty. */
+void hook_submit_resolve_all(void *(*lookup)(const char *name));
+uint64_t hook_submit_count(void);
 
 /* ------------------------------------------------------------------------
  * The re-entry guard

@@ -13,6 +13,7 @@
  *     hook stays the driver's).  Asking for the resolver itself gives ours
  *     (vgpu-manager's routing by pointer; vcuda-controller PR 31).
  */
+#include <dlfcn.h>
 #include <stdbool.h>
 
 #include "hook.h"
@@ -83,6 +84,16 @@ HOOK_NO_SANITIZE void *hook_dlsym_find(void *handle, const char *symbol)
     for (size_t i = 0; i < hook_nroutes; i++)
         if (same_name(hook_routes[i].name, symbol))
             return hook_routes[i].hook;
+    /* work submitted through a looked-up pointer must be counted: the
+     * counting trampoline of that name; a submitting name without one, an
+     * unknown or an opaque name makes the count blind (submit.c) */
+    void *tramp = hook_submit_export(symbol);
+    if (tramp)
+        return tramp;
+    /* only a name the program can get matters (RTLD_NEXT's answer depends
+     * on the caller: whether any object defines it is asked instead) */
+    if (hook_api_kind(symbol) != HOOK_API_QUIET && hook_real_dlsym(handle == RTLD_NEXT ? RTLD_DEFAULT : handle, symbol))
+        hook_submit_go_blind();
     return NULL;
 }
 
@@ -93,7 +104,7 @@ HOOK_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVe
         return CUDA_ERROR_NOT_FOUND;
     CUresult r = real_cu.cuGetProcAddress_v2(symbol, pfn, cudaVersion, flags, symbolStatus);
     if (r == CUDA_SUCCESS && pfn)
-        *pfn = hook_route(*pfn);
+        *pfn = hook_submit_wrap(symbol, hook_route(*pfn));
     return r;
 }
 
@@ -103,6 +114,6 @@ HOOK_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersi
         return CUDA_ERROR_NOT_FOUND;
     CUresult r = real_cu.cuGetProcAddress(symbol, pfn, cudaVersion, flags);
     if (r == CUDA_SUCCESS && pfn)
-        *pfn = hook_route(*pfn);
+        *pfn = hook_submit_wrap(symbol, hook_route(*pfn));
     return r;
 }

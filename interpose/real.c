@@ -58,6 +58,16 @@ static pthread_once_t driver_once = PTHREAD_ONCE_INIT;
 static bool driver_ok;
 static void *driver_handle;
 
+static void *driver_sym(const char *name)
+{
+    return driver_handle ? hook_real_dlsym(driver_handle, name) : NULL;
+}
+
+void *hook_real_driver_sym(const char *name)
+{
+    return hook_real_driver() ? driver_sym(name) : NULL;
+}
+
 static void resolve_driver(void)
 {
     hook_real_dlsym_init();
@@ -74,6 +84,7 @@ static void resolve_driver(void)
     memcpy(&real_cu.cuGetProcAddress, &p, sizeof p);
     for (size_t i = 0; i < hook_nroutes; i++)
         hook_routes[i].real = hook_real_dlsym(driver_handle, hook_routes[i].name);
+    hook_submit_resolve_all(driver_sym);
     /* What the allocator cannot do without. */
     driver_ok = real_cu.cuInit && real_cu.cuDeviceGet && real_cu.cuDevicePrimaryCtxRetain && real_cu.cuCtxGetCurrent &&
                 real_cu.cuCtxGetDevice && real_cu.cuCtxPushCurrent_v2 && real_cu.cuCtxPopCurrent_v2 &&

@@ -200,12 +200,13 @@ static const char *const hooked[] = {"cuMemAlloc_v2",        "cuMemFree_v2",
                                      "cuIpcOpenMemHandle",    "cuIpcOpenMemHandle_v2",
                                      "cuIpcCloseMemHandle"};
 
-static const char *const unhooked[] = {"cuMemcpy",
-                                       "cuInit",
-                                       "cuMemcpyHtoD_v2",
-                                       "cuPointerSetAttribute",
-                                       "cuMemAllocFromPoolAsync",
-                                       "cucacheSimDeviceAllocs"};
+static const char *const unhooked[] = {"cuInit", "cuPointerSetAttribute", "cuMemAllocFromPoolAsync",
+                                       "cuEventRecord", "cucacheSimDeviceAllocs"};
+
+/* entry points that submit work: cucache's counting trampolines
+ * (interpose/submit.c) */
+static const char *const counted[] = {"cuMemcpy", "cuMemcpyHtoD_v2", "cuLaunchKernel", "cuMemsetD8Async_ptsz",
+                                      "cuLaunchHostFunc"};
 
 static void test_dlsym_returns_the_hooks(void **state)
 {
@@ -227,6 +228,14 @@ static void test_dlsym_returns_the_hooks(void **state)
             wrong++;
         }
     }
+    for (size_t i = 0; i < sizeof counted / sizeof counted[0]; i++) {
+        void *a = dlsym(h, counted[i]), *b = dlsym(RTLD_DEFAULT, counted[i]);
+        if (!a || a != b || !itest_fn_in(a, "libcucache.so")) {
+            print_error("dlsym(libcuda.so.1 / RTLD_DEFAULT, \"%s\") = %p / %p: not cucache's counting trampoline\n",
+                        counted[i], a, b);
+            wrong++;
+        }
+    }
     assert_int_equal(wrong, 0);
     /* RTLD_NEXT is relative to the caller, this executable: the next object
      * is the preloaded libcucache.so */
@@ -239,7 +248,7 @@ static void test_dlsym_returns_the_hooks(void **state)
     }
     void *m = dlsym(RTLD_NEXT, "cuMemcpy");
     assert_non_null(m);
-    assert_true(itest_fn_in(m, "libcuda.so.1"));
+    assert_true(itest_fn_in(m, "libcucache.so")); /* counted */
     assert_null(dlsym(h, "cuNoSuchEntryPoint"));
 
     /* what dlsym gave is cached */
@@ -317,12 +326,15 @@ static void test_get_proc_address_keeps_the_drivers_answers(void **state)
     (void)state;
     void *h = libcuda();
     const cuuint64_t dflt = CU_GET_PROC_ADDRESS_DEFAULT, pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
-    /* unhooked names: the driver's own entry points */
+    /* unhooked names: the driver's own entry points; submitting ones the
+     * counting trampoline of the exact variant the driver answered */
     void *m = lookup("cuMemcpy", 13000, dflt);
-    expect_in(m, "libcuda.so.1", "cuGetProcAddress_v2(\"cuMemcpy\")");
+    expect_in(m, "libcucache.so", "cuGetProcAddress_v2(\"cuMemcpy\")");
     assert_ptr_equal(m, dlsym(h, "cuMemcpy"));
     assert_ptr_equal(lookup("cuMemcpyAsync", 13000, pt), dlsym(h, "cuMemcpyAsync_ptsz"));
+    assert_ptr_not_equal(lookup("cuMemcpyAsync", 13000, pt), lookup("cuMemcpyAsync", 13000, dflt));
     assert_ptr_equal(lookup("cuMemAllocFromPoolAsync", 13000, dflt), dlsym(h, "cuMemAllocFromPoolAsync"));
+    expect_in(lookup("cuMemAllocFromPoolAsync", 13000, dflt), "libcuda.so.1", "cuMemAllocFromPoolAsync");
     /* not found stays not found, with the driver's status */
     void *fn = (void *)0x1;
     CUdriverProcAddressQueryResult st = (CUdriverProcAddressQueryResult)-1;
@@ -352,7 +364,9 @@ static void test_get_proc_address_self_lookup(void **state)
     expect_in(FN(gp2), "libcucache.so", "cuGetProcAddress_v2(\"cuGetProcAddress\", 12000)");
     void *a = lookup_with(gp2, "cuMemAlloc", 13000, dflt);
     expect_in(a, "libcucache.so", "cuMemAlloc through the looked-up resolver");
-    expect_in(lookup_with(gp2, "cuMemcpy", 13000, dflt), "libcuda.so.1", "cuMemcpy through the looked-up resolver");
+    expect_in(lookup_with(gp2, "cuMemcpy", 13000, dflt), "libcucache.so",
+              "cuMemcpy (counted) through the looked-up resolver");
+    expect_in(lookup_with(gp2, "cuInit", 13000, dflt), "libcuda.so.1", "cuInit through the looked-up resolver");
     /* the 11.3 form */
     getproc_fn *gp = (getproc_fn *)(uintptr_t)lookup("cuGetProcAddress", 11030, dflt);
     expect_in(FN(gp), "libcucache.so", "cuGetProcAddress_v2(\"cuGetProcAddress\", 11030)");
@@ -404,6 +418,57 @@ static void test_created_context_passes_through(void **state)
     itest_require_cucache();
     assert_int_equal(itest_stat(0, "num_cache_hits"), hits0);
     assert_int_equal(itest_stat(0, "allocation.all.current"), live0);
+}
+
+/* Every route to a submitting entry point adds exactly one to the count
+ * (cucache_stat's num_submissions, interpose/submit.c): the exported name,
+ * dlsym of the driver, cuGetProcAddress (legacy and per-thread), the
+ * runtime's own calls (which reach the driver through cuGetProcAddress);
+ * quiet calls add nothing, and nothing here makes the count blind.
+ * Seen to fail with the increment taken out of the trampolines. */
+typedef __typeof__(cuMemsetD8_v2) memset_fn;
+typedef __typeof__(cuMemsetD8Async) memset_async_fn;
+
+static int64_t submissions(void)
+{
+    return itest_stat(0, "num_submissions");
+}
+
+static void test_submissions_counted_by_every_route(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    CUdeviceptr x;
+    CU_OK(cuMemAlloc_v2(&x, 4096));
+    CUstream s;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    int64_t n = submissions();
+    CU_OK(cuMemsetD8_v2(x, 1, 4096)); /* by name */
+    assert_int_equal(submissions(), n + 1);
+    memset_fn *by_dlsym = (memset_fn *)(uintptr_t)dlsym(libcuda(), "cuMemsetD8_v2");
+    CU_OK(by_dlsym(x, 2, 4096));
+    assert_int_equal(submissions(), n + 2);
+    memset_fn *by_proc = (memset_fn *)(uintptr_t)lookup("cuMemsetD8", 13000, CU_GET_PROC_ADDRESS_DEFAULT);
+    CU_OK(by_proc(x, 3, 4096));
+    assert_int_equal(submissions(), n + 3);
+    CU_OK(cuCtxSynchronize()); /* a memset of device memory does not wait: order it before the stream's */
+    memset_async_fn *pt =
+        (memset_async_fn *)(uintptr_t)lookup("cuMemsetD8Async", 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    CU_OK(pt(x, 4, 4096, s));
+    assert_int_equal(submissions(), n + 4);
+    SIM_OK(cudaMemsetAsync((void *)x, 5, 4096, (cudaStream_t)s)); /* the runtime: through cuGetProcAddress */
+    assert_int_equal(submissions(), n + 5);
+    /* quiet calls */
+    CUevent e;
+    CU_OK(cuEventCreate(&e, 0));
+    CU_OK(cuEventRecord(e, s));
+    CU_OK(cuStreamWaitEvent(s, e, 0));
+    CU_OK(cuStreamSynchronize(s));
+    CU_OK(cuEventDestroy_v2(e));
+    assert_int_equal(submissions(), n + 5);
+    assert_int_equal(itest_stat(0, "submissions_unseen"), 0);
+    CU_OK(cuStreamDestroy_v2(s));
+    CU_OK(cuMemFree_v2(x));
 }
 
 static void test_runtime_and_driver_free_each_others_pointers(void **state)
@@ -512,6 +577,7 @@ int main(void)
         ITEST(test_get_proc_address_returns_the_hooks),
         ITEST(test_get_proc_address_keeps_the_drivers_answers),
         ITEST(test_get_proc_address_self_lookup),
+        ITEST(test_submissions_counted_by_every_route),
         ITEST(test_created_context_passes_through),
         ITEST(test_runtime_and_driver_free_each_others_pointers),
     };
