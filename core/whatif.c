@@ -189,6 +189,7 @@ typedef struct job_s {
     pthread_mutex_t lock;             /* guards current_done, current_max_seg */
     pthread_cond_t current_ready;
     bool current_done;        /* rows[0] is final */
+    bool busy_reproduced;     /* the current settings failed at the request on a busy device */
     size_t current_max_seg; /* the largest segment or reservation its replay made */
 } job_t;
 
@@ -437,6 +438,22 @@ static void *worker_busy(void *arg)
     return NULL;
 }
 
+/* The current settings on a busy device, when the idle one did not fail:
+ * on a worker thread like every replay (a replay routes its thread's
+ * allocations to its own pools, core_pool_use). */
+static void *worker_current_busy(void *arg)
+{
+    job_t *j = arg;
+    if (atomic_fetch_add(&j->next, 1) != 0)
+        return NULL;
+    core_whatif_row_t busy = j->rows[0];
+    if (replay_one(j, &j->confs[0], &busy, true, true, NULL) && busy.ooms == 1 && busy.first_oom == j->c->nrec) {
+        j->rows[0] = busy;
+        j->busy_reproduced = true;
+    }
+    return NULL;
+}
+
 /* Runs fn on up to `threads` threads over the job's rows; false when no
  * thread could be started. */
 static bool run_workers(job_t *j, int threads, void *(*fn)(void *))
@@ -558,13 +575,9 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
      * device: tried there too before giving up (the candidates must fit on
      * both anyway) */
     out->reproduced = out->rows[0].tried && out->rows[0].ooms == 1 && out->rows[0].first_oom == c.nrec;
-    if (!out->reproduced && out->rows[0].tried && !atomic_load(&j->late)) {
-        core_whatif_row_t busy = out->rows[0];
-        if (replay_one(j, &j->confs[0], &busy, true, true, NULL) && busy.ooms == 1 && busy.first_oom == c.nrec) {
-            out->rows[0] = busy;
-            out->reproduced = out->reproduced_busy = true;
-        }
-    }
+    if (!out->reproduced && out->rows[0].tried && !atomic_load(&j->late) &&
+        run_workers(j, 1, worker_current_busy) && j->busy_reproduced)
+        out->reproduced = out->reproduced_busy = true;
     for (size_t i = 1; i < n && !out->reproduced; i++)
         out->rows[i].fits = false;
     if (out->reproduced) {

@@ -146,6 +146,11 @@ static void test_busy_only_failure_is_reproduced(void **state)
     fx_open(&f, 1 * GiB, "expandable_segments:true");
     f.m.auto_complete = false;
     core_set_history(f.d, 1 << 12);
+    /* the job allocates in a private pool: the replays route their own
+     * threads to it, and the failing thread's route survives the what-if */
+    int pool = core_pool_create(f.d);
+    assert_true(pool > 0);
+    assert_int_equal(core_pool_use(f.d, pool), 0);
     core_oom_t oom;
     assert_int_equal(leak_220(&f, &oom), 0);
     core_whatif_opts_t o = {.capacity = oom.device_free + oom.reserved,
@@ -155,6 +160,8 @@ static void test_busy_only_failure_is_reproduced(void **state)
                             .conf_text = "expandable_segments:true"};
     core_whatif_t w;
     assert_int_equal(core_whatif(f.d, &oom, &o, &w), CORE_WHATIF_RAN);
+    assert_int_equal(core_pool_current(f.d), pool);
+    assert_int_equal(core_pool_use(f.d, 0), 0);
     assert_true(w.reproduced);
     assert_true(w.reproduced_busy);
     assert_true(check_rows_on(&w, o.capacity, "expandable_segments:true", leak_220) > 0);
