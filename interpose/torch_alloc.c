@@ -23,12 +23,17 @@
  * Private pools: PyTorch's begin_allocate_to_pool(device, MempoolId_t,
  * std::function<bool(cudaStream_t)> filter), end_allocate_to_pool(device,
  * MempoolId_t) and release_pool(device, MempoolId_t), which CUDA graph
- * capture and torch.cuda.MemPool call, with the semantics of PyTorch's own
- * allocator: while a pool is being allocated to, an allocation on the device
- * whose stream the filter accepts lands in that pool (a cucache private
- * pool); begin on a pool that exists shares it (a use count); release drops
- * one use, and the last one destroys the pool (its free memory goes back
- * now, the rest as its blocks are freed).  PyTorch's Python binding calls
+ * capture calls (and torch.cuda.use_mem_pool where PyTorch lets a pluggable
+ * allocator have MemPools), with the semantics of PyTorch's own allocator:
+ * while a pool is being allocated to, an allocation on the device whose
+ * stream the filter accepts lands in that pool (a cucache private pool),
+ * any other in the default pools (never the interposer's capture pool:
+ * PyTorch decides); begin on a pool that exists shares it (a use count);
+ * release drops one use, and the last one destroys the pool (its free
+ * memory goes back now, the rest as its blocks are freed).  A begin on a
+ * pool being allocated to is refused with a line but counted, as PyTorch
+ * counts it before it throws, and its end is ignored.  Filters are called
+ * with no lock held: PyTorch's may throw.  PyTorch's Python binding calls
  * the function pointer it is given as a C++ function of that type: the
  * MempoolId_t (a pair of unsigned long long, trivially copyable) comes in
  * two registers like cucache_torch_pool_id_t, and the std::function (not
@@ -72,6 +77,14 @@ typedef struct torch_filter_s {
 
 enum { TORCH_FN_CLONE = 2, TORCH_FN_DESTROY = 3 }; /* libstdc++'s _Manager_operation */
 
+/* A copy of a filter, reference counted: it is called outside every lock
+ * (PyTorch's filter may throw, and an exception must not leave a lock
+ * held), so an end or a release meanwhile only drops its reference. */
+typedef struct torch_filter_ref_s {
+    torch_filter_t f;
+    int refs; /* under torch_pools_lock */
+} torch_filter_ref_t;
+
 /* One of PyTorch's pools on one device. */
 typedef struct torch_pool_s {
     struct torch_pool_s *next;
@@ -79,13 +92,16 @@ typedef struct torch_pool_s {
     cucache_torch_pool_id_t id; /* PyTorch's MempoolId_t */
     int pool;                   /* cucache's private pool id (> 0) */
     int uses;                   /* begins not yet released (PyTorch's use_count) */
+    int refused;                /* begins refused while routing; their ends are ignored */
     bool routing;               /* between begin and end: allocations go here */
-    torch_filter_t filter;      /* which streams' allocations (a clone; valid while routing) */
+    torch_filter_ref_t *filter; /* while routing: which streams' allocations (NULL: all) */
 } torch_pool_t;
 
 static pthread_mutex_t torch_pools_lock = PTHREAD_MUTEX_INITIALIZER;
-static torch_pool_t *torch_pools;                      /* under torch_pools_lock */
-static _Atomic int torch_routing[HOOK_MAX_DEVICES];     /* pools routing, per device: the malloc fast path's test */
+static torch_pool_t *torch_pools;                  /* under torch_pools_lock */
+static _Atomic int torch_routing[HOOK_MAX_DEVICES]; /* pools routing, per device: the malloc fast path's test */
+static _Atomic bool torch_hooks_used;              /* a pool was ever begun: allocations bypass the interposer's
+                                                    * own capture routing (PyTorch decides the pools) */
 
 static torch_pool_t *torch_pool_find(int device, cucache_torch_pool_id_t id)
 {
@@ -95,34 +111,57 @@ static torch_pool_t *torch_pool_find(int device, cucache_torch_pool_id_t id)
     return NULL;
 }
 
-static void torch_filter_drop(torch_filter_t *f)
+/* Drops a reference (under the lock); the last destroys the copy. */
+static void filter_unref(torch_filter_ref_t *r)
 {
-    if (f->manager)
-        f->manager(f->functor, f->functor, TORCH_FN_DESTROY);
-    memset(f, 0, sizeof(*f));
+    if (r && --r->refs == 0) {
+        if (r->f.manager)
+            r->f.manager(r->f.functor, r->f.functor, TORCH_FN_DESTROY);
+        hostalloc_free(r);
+    }
 }
 
 /* An allocation on a device some pool is routing on: the first routing pool
- * whose filter takes the stream gets it, else the thread's own route.  The
- * filters run under torch_pools_lock, as PyTorch's run under its
- * allocator's lock (they ask CUDA about the stream, never the allocator). */
-static uintptr_t torch_malloc_routed(core_dev_t *d, int device, size_t size, void *stream, core_oom_t *oom)
+ * whose filter takes the stream gets it, else the default pools.  The
+ * filters are called without a lock held (they ask CUDA about the stream,
+ * never the allocator, and may throw). */
+enum { TORCH_MAX_ROUTING = 8 };
+
+static int torch_pick_pool(int device, void *stream)
 {
-    int pool = 0;
+    int ids[TORCH_MAX_ROUTING];
+    torch_filter_ref_t *refs[TORCH_MAX_ROUTING];
+    int n = 0;
     pthread_mutex_lock(&torch_pools_lock);
-    for (torch_pool_t *tp = torch_pools; tp && pool == 0; tp = tp->next) {
-        if (tp->device != device || !tp->routing)
-            continue;
-        void *s = stream;
-        if (!tp->filter.manager || tp->filter.invoker(tp->filter.functor, &s))
-            pool = tp->pool;
-    }
+    for (torch_pool_t *tp = torch_pools; tp && n < TORCH_MAX_ROUTING; tp = tp->next)
+        if (tp->device == device && tp->routing) {
+            ids[n] = tp->pool;
+            refs[n] = tp->filter;
+            if (refs[n])
+                refs[n]->refs++;
+            n++;
+        }
     pthread_mutex_unlock(&torch_pools_lock);
+    int pool = 0;
+    for (int i = 0; i < n && pool == 0; i++) {
+        void *s = stream;
+        if (!refs[i] || !refs[i]->f.manager || refs[i]->f.invoker(refs[i]->f.functor, &s))
+            pool = ids[i];
+    }
+    pthread_mutex_lock(&torch_pools_lock);
+    for (int i = 0; i < n; i++)
+        filter_unref(refs[i]);
+    pthread_mutex_unlock(&torch_pools_lock);
+    return pool;
+}
+
+/* An allocation in `pool` (0: the default pools) whatever the calling
+ * thread's route, which is put back after. */
+static uintptr_t torch_malloc_in(core_dev_t *d, int pool, size_t size, void *stream, core_oom_t *oom)
+{
     core_stream_t key = hook_stream_key((CUstream)stream, false);
-    if (pool == 0)
-        return core_malloc_site(d, size, key, hook_site(), oom);
     int before = core_pool_current(d);
-    if (core_pool_use(d, pool) != 0)
+    if (before == pool || core_pool_use(d, pool) != 0)
         return core_malloc_site(d, size, key, hook_site(), oom);
     uintptr_t p = core_malloc_site(d, size, key, hook_site(), oom);
     core_pool_use(d, before);
@@ -138,9 +177,30 @@ CUCACHE_EXPORT void cucache_torch_begin_allocate_to_pool(int device, cucache_tor
                   device);
         return;
     }
+    /* a copy of PyTorch's filter, made before any lock (the argument is the
+     * caller's, destroyed when this returns; a clone may throw) */
+    const torch_filter_t *theirs = filter;
+    torch_filter_ref_t *copy = NULL;
+    if (theirs && theirs->manager) {
+        copy = hostalloc_calloc(1, sizeof *copy);
+        if (copy) {
+            theirs->manager(copy->f.functor, theirs->functor, TORCH_FN_CLONE);
+            copy->f.manager = theirs->manager;
+            copy->f.invoker = theirs->invoker;
+            copy->refs = 1;
+        }
+    }
+    atomic_store(&torch_hooks_used, true);
     pthread_mutex_lock(&torch_pools_lock);
     torch_pool_t *tp = torch_pool_find(device, id);
     if (tp && tp->routing) {
+        /* PyTorch counts the use, then throws "already recording to
+         * mempool_id", so its caller neither ends nor releases what it
+         * began; here nothing throws: the use is counted as PyTorch counts
+         * it, and the end that comes is ignored */
+        tp->uses++;
+        tp->refused++;
+        filter_unref(copy);
         pthread_mutex_unlock(&torch_pools_lock);
         hook_warn(HOOK_WARN_BACKEND,
                   "cucache_torch_begin_allocate_to_pool(device %d, pool (%llu, %llu)): already allocating to this pool; "
@@ -154,6 +214,7 @@ CUCACHE_EXPORT void cucache_torch_begin_allocate_to_pool(int device, cucache_tor
         if (!tp) {
             if (pool > 0)
                 core_pool_destroy(d, pool);
+            filter_unref(copy);
             pthread_mutex_unlock(&torch_pools_lock);
             hook_warn(HOOK_WARN_BACKEND,
                       "cucache_torch_begin_allocate_to_pool(device %d, pool (%llu, %llu)): no private pool could be "
@@ -165,15 +226,7 @@ CUCACHE_EXPORT void cucache_torch_begin_allocate_to_pool(int device, cucache_tor
         torch_pools = tp;
     }
     tp->uses++;
-    /* a copy of PyTorch's filter: the argument is the caller's, destroyed
-     * when this returns */
-    const torch_filter_t *theirs = filter;
-    memset(&tp->filter, 0, sizeof(tp->filter));
-    if (theirs && theirs->manager) {
-        theirs->manager(tp->filter.functor, theirs->functor, TORCH_FN_CLONE);
-        tp->filter.manager = theirs->manager;
-        tp->filter.invoker = theirs->invoker;
-    }
+    tp->filter = copy;
     tp->routing = true;
     atomic_fetch_add_explicit(&torch_routing[device], 1, memory_order_release);
     pthread_mutex_unlock(&torch_pools_lock);
@@ -181,17 +234,25 @@ CUCACHE_EXPORT void cucache_torch_begin_allocate_to_pool(int device, cucache_tor
 
 CUCACHE_EXPORT void cucache_torch_end_allocate_to_pool(int device, cucache_torch_pool_id_t id)
 {
+    const char *why = NULL;
     pthread_mutex_lock(&torch_pools_lock);
     torch_pool_t *tp = (unsigned)device < HOOK_MAX_DEVICES ? torch_pool_find(device, id) : NULL;
-    if (tp && tp->routing) {
+    if (!tp) {
+        why = "no such pool";
+    } else if (tp->refused > 0) {
+        tp->refused--; /* the end of a refused begin */
+    } else if (!tp->routing) {
+        why = "not allocating to this pool";
+    } else {
         tp->routing = false;
-        torch_filter_drop(&tp->filter);
+        filter_unref(tp->filter);
+        tp->filter = NULL;
         atomic_fetch_sub_explicit(&torch_routing[device], 1, memory_order_release);
     }
     pthread_mutex_unlock(&torch_pools_lock);
-    if (!tp)
-        hook_warn(HOOK_WARN_BACKEND, "cucache_torch_end_allocate_to_pool(device %d, pool (%llu, %llu)): no such pool",
-                  device, id.first, id.second);
+    if (why)
+        hook_warn(HOOK_WARN_BACKEND, "cucache_torch_end_allocate_to_pool(device %d, pool (%llu, %llu)): %s", device,
+                  id.first, id.second, why);
 }
 
 CUCACHE_EXPORT void cucache_torch_release_pool(int device, cucache_torch_pool_id_t id)
@@ -204,7 +265,7 @@ CUCACHE_EXPORT void cucache_torch_release_pool(int device, cucache_torch_pool_id
     torch_pool_t *tp = *at;
     if (tp && --tp->uses <= 0) {
         if (tp->routing) {
-            torch_filter_drop(&tp->filter);
+            filter_unref(tp->filter);
             atomic_fetch_sub_explicit(&torch_routing[device], 1, memory_order_release);
         }
         *at = tp->next;
@@ -234,7 +295,9 @@ CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
     core_oom_t oom;
     uintptr_t p;
     if (HOOK_UNLIKELY(atomic_load_explicit(&torch_routing[device], memory_order_acquire) != 0))
-        p = torch_malloc_routed(d, device, size, stream, &oom);
+        p = torch_malloc_in(d, torch_pick_pool(device, stream), size, stream, &oom);
+    else if (HOOK_UNLIKELY(atomic_load_explicit(&torch_hooks_used, memory_order_relaxed)))
+        p = torch_malloc_in(d, 0, size, stream, &oom);
     else
         p = core_malloc_site(d, size, hook_stream_key((CUstream)stream, false), hook_site(), &oom);
     if (HOOK_LIKELY(p != 0))

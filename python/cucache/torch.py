@@ -8,8 +8,8 @@ pluggable allocator:
 PyTorch then calls cucache_torch_malloc and cucache_torch_free
 (interpose/torch_alloc.c) for every tensor, with its own stream semantics
 (a block freed on its stream is reusable at once there; record_stream uses
-wait), its CUDA graphs and MemPools allocate to cucache's private pools
-(the pool hooks, where this PyTorch has them), and cucache's reports, snapshots, traces, limits and replay cover
+wait), its CUDA graphs allocate to cucache's private pools (the pool
+hooks, where this PyTorch has them), and cucache's reports, snapshots, traces, limits and replay cover
 PyTorch's tensors.  The library must be loaded in the process already
 (cucache-run, or LD_PRELOAD): enable() hands PyTorch that same file.
 PyTorch allows this once per process, before its allocator has been used.
@@ -42,7 +42,7 @@ def library_path():
 # PyTorch's optional hooks (the setters of its CUDAPluggableAllocator
 # binding, which take a function's address) and cucache's entry point for
 # each: init, empty_cache, memory fraction, record_stream, and the private
-# pools of CUDA graph capture and torch.cuda.MemPool.
+# pools of CUDA graph capture.
 HOOKS = (
     ("set_init_fn", "cucache_torch_init"),
     ("set_reset_fn", "cucache_torch_empty_cache"),

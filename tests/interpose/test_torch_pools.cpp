@@ -43,7 +43,11 @@ extern "C" {  // Debian's cmocka.h has no C++ guard
 // The few runtime calls it makes, declared as CUDA's headers do
 // (include/cucache/cuda_api.h is C only: opaque enum typedefs).
 typedef struct CUstream_st *cudaStream_t;
+typedef struct CUgraph_st *cudaGraph_t;
 extern "C" {
+int cudaStreamBeginCapture(cudaStream_t stream, int mode);
+int cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph);
+int cudaGraphDestroy(cudaGraph_t graph);
 int cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned int flags);
 int cudaStreamDestroy(cudaStream_t stream);
 int cudaDeviceSynchronize(void);
@@ -261,6 +265,11 @@ void test_thread_filter_goes_to_the_pool(void **state)
     t_release(0, pool);
 }
 
+/* A second begin on a pool being allocated to is refused with a line but
+ * counted as PyTorch counts it (PyTorch then throws, and its caller never
+ * ends or releases): its end is ignored, so the first capture keeps
+ * routing, and the pool takes two releases.  Unknown pools and an end of
+ * a pool not being allocated to are named. */
 void test_refusals(void **state)
 {
     (void)state;
@@ -273,17 +282,63 @@ void test_refusals(void **state)
     std::string err = said.end();
     if (err.find("pool (11, 12)): already allocating to this pool; ignored") == std::string::npos)
         fail_msg("no refusal:\n%s", err.c_str());
+    t_end(0, pool);  // the refused begin's: ignored, the first still routes
     void *a = t_malloc(MIB, 0, s);
     t_end(0, pool);
     t_free(a, MIB, 0, s);
-    t_release(0, pool);  // one use: the refused begin added none
+    void *b = t_malloc(MIB, 0, s);  // the default pools: never a (it is the pool's)
+    assert_false(overlap(a, MIB, b, MIB));
+    t_free(b, MIB, 0, s);
+    Stderr said1;
+    t_end(0, pool);
+    err = said1.end();
+    if (err.find("cucache_torch_end_allocate_to_pool(device 0, pool (11, 12)): not allocating to this pool") ==
+        std::string::npos)
+        fail_msg("a second end not named:\n%s", err.c_str());
+    t_release(0, pool);  // two uses: one release keeps it
     Stderr said2;
     t_release(0, pool);
-    t_end(0, MempoolId_t{99, 99});
     err = said2.end();
+    if (!err.empty())
+        fail_msg("the second release was refused:\n%s", err.c_str());
+    Stderr said3;
+    t_release(0, pool);
+    t_end(0, MempoolId_t{99, 99});
+    err = said3.end();
     if (err.find("cucache_torch_release_pool(device 0, pool (11, 12)): no such pool") == std::string::npos ||
         err.find("cucache_torch_end_allocate_to_pool(device 0, pool (99, 99)): no such pool") == std::string::npos)
         fail_msg("unknown pools not named:\n%s", err.c_str());
+}
+
+/* While a stream captures under the preload, cucache routes the capturing
+ * thread's own cudaMalloc calls to its capture pool; PyTorch's allocations
+ * through these entry points follow PyTorch's pools instead: one its
+ * filter rejects goes to the default pools, reusable there after the
+ * capture (seen to fail with the thread's capture route kept). */
+void test_rejected_during_capture_goes_to_the_default_pools(void **state)
+{
+    (void)state;
+    need_entry_points();
+    cudaStream_t s = new_stream(), t = new_stream();
+    const MempoolId_t pool{21, 0};
+    assert_int_equal(cudaStreamBeginCapture(s, 0 /* global */), 0);
+    t_begin(0, pool, [s](cudaStream_t target) { return target == s; });
+    void *x = t_malloc(MIB, 0, t);  // another stream: rejected
+    assert_non_null(x);
+    t_end(0, pool);
+    void *z = t_malloc(2 * MIB, 0, t);  // no pool routing, still capturing
+    assert_non_null(z);
+    cudaGraph_t g = nullptr;
+    assert_int_equal(cudaStreamEndCapture(s, &g), 0);
+    assert_int_equal(cudaGraphDestroy(g), 0);
+    t_free(x, MIB, 0, t);
+    t_free(z, 2 * MIB, 0, t);
+    void *y = t_malloc(MIB, 0, t), *w = t_malloc(2 * MIB, 0, t);
+    assert_ptr_equal(y, x);  // freed on t, reusable at once on t: the default pools
+    assert_ptr_equal(w, z);
+    t_free(y, MIB, 0, t);
+    t_free(w, 2 * MIB, 0, t);
+    t_release(0, pool);
 }
 
 }  // namespace
@@ -294,6 +349,7 @@ int main(void)
         cmocka_unit_test_teardown(test_capture_stream_goes_to_the_pool, teardown),
         cmocka_unit_test_teardown(test_thread_filter_goes_to_the_pool, teardown),
         cmocka_unit_test_teardown(test_refusals, teardown),
+        cmocka_unit_test_teardown(test_rejected_during_capture_goes_to_the_default_pools, teardown),
     };
     return cmocka_run_group_tests_name("interpose.torch_pools", tests, pools_setup, nullptr);
 }
