@@ -141,7 +141,7 @@ SIM_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
 SIM_API CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 {
     DRV_ENTER_ANY();
-    if (!name)
+    if (!name || !hfunc)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(hfunc, SIM_MAGIC_FUNC))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -164,8 +164,11 @@ static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3],
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     if (f && f->mod->ctx != ctx)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    /* an H100's limits: grid 2^31-1 x 65535 x 65535, block 1024 x 1024 x
+     * 64 and 1024 threads */
+    static const unsigned grid_max[3] = {0x7fffffffu, 65535, 65535}, block_max[3] = {1024, 1024, 64};
     for (int i = 0; i < 3; i++)
-        if (grid[i] == 0 || block[i] == 0)
+        if (grid[i] == 0 || block[i] == 0 || grid[i] > grid_max[i] || block[i] > block_max[i])
             return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if ((uint64_t)block[0] * block[1] * block[2] > 1024)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -210,9 +213,16 @@ static uint64_t func_ns(CUfunction f)
 static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                               unsigned bz, unsigned shared, CUstream h, void **params, void **extra, bool ptds)
 {
-    (void)shared, (void)params, (void)extra;
+    (void)shared;
+    sim_lock();
+    CUresult r = sim_check_init();
+    sim_unlock();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (params && extra) /* cuda.h: one way of passing the parameters, not both */
+        return CUDA_ERROR_INVALID_VALUE;
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
     return kernel(f, func_ns(f), grid, block, h, NULL, NULL, NULL, 0, ptds);
 }

@@ -357,7 +357,7 @@ struct sim_op_s {
  * ---------------------------------------------------------------------- */
 
 #define SIM_KERNEL_TIMES 32
-#define SIM_END_RING 16 /* device times of the last ops of each slot, for what waits on them */
+#define SIM_END_RING 64 /* device times of the last ops of each slot, for what waits on them */
 
 typedef struct sim_config_s {
     int devices;

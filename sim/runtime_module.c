@@ -13,6 +13,7 @@
  * under NVIDIA's runtime.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,24 @@ cudaError_t cudaLaunchKernel(const void *func, rt_dim3_t gridDim, rt_dim3_t bloc
 cudaError_t cudaLaunchKernel_ptsz(const void *func, rt_dim3_t gridDim, rt_dim3_t blockDim, void **args,
                                   size_t sharedMem, cudaStream_t stream);
 
+/* A registered kernel: its host stub (what cudaLaunchKernel is given), its
+ * device name, and its function handle in each device's primary context
+ * (made at the first launch there, again after a device reset). */
+typedef struct rt_kernel_s {
+    void **fatbin;    /* the registration it came with (__cudaUnregisterFatBinary drops it) */
+    const void *host;
+    char *name;       /* a copy: the registering library may go */
+    struct {
+        CUcontext ctx;
+        unsigned gen;
+        CUfunction f;
+    } loaded[RT_MAX_DEVICES];
+} rt_kernel_t;
+
+static pthread_mutex_t rt_kernels_lock = PTHREAD_MUTEX_INITIALIZER;
+static rt_kernel_t *rt_kernels; /* under rt_kernels_lock */
+static size_t rt_nkernels;
+
 /* The handle a module registration returns: only its address matters. */
 RT_API void **__cudaRegisterFatBinary(void *fatCubin)
 {
@@ -77,6 +96,17 @@ RT_API void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
 
 RT_API void __cudaUnregisterFatBinary(void **fatCubinHandle)
 {
+    /* its kernels go with it (a dlclose'd library's stubs may be reused) */
+    pthread_mutex_lock(&rt_kernels_lock);
+    size_t n = 0;
+    for (size_t i = 0; i < rt_nkernels; i++) {
+        if (rt_kernels[i].fatbin == fatCubinHandle)
+            free(rt_kernels[i].name);
+        else
+            rt_kernels[n++] = rt_kernels[i];
+    }
+    rt_nkernels = n;
+    pthread_mutex_unlock(&rt_kernels_lock);
     free(fatCubinHandle);
 }
 
@@ -86,38 +116,27 @@ RT_API char __cudaInitModule(void **fatCubinHandle)
     return 1;
 }
 
-/* A registered kernel: its host stub (what cudaLaunchKernel is given), its
- * device name, and its function handle in each device's primary context
- * (made at the first launch there, again after a device reset). */
-typedef struct rt_kernel_s {
-    const void *host;
-    const char *name;
-    struct {
-        CUcontext ctx;
-        unsigned gen;
-        CUfunction f;
-    } loaded[RT_MAX_DEVICES];
-} rt_kernel_t;
-
-static pthread_mutex_t rt_kernels_lock = PTHREAD_MUTEX_INITIALIZER;
-static rt_kernel_t *rt_kernels; /* under rt_kernels_lock */
-static size_t rt_nkernels;
-
 RT_API void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, char *deviceFun, const char *deviceName,
                                    int thread_limit, void *tid, void *bid, void *bDim, void *gDim, int *wSize)
 {
-    (void)fatCubinHandle, (void)deviceFun, (void)thread_limit;
+    (void)deviceFun, (void)thread_limit;
     (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
     if (!hostFun || !deviceName)
+        return;
+    char *name = strdup(deviceName);
+    if (!name)
         return;
     pthread_mutex_lock(&rt_kernels_lock);
     rt_kernel_t *k = realloc(rt_kernels, (rt_nkernels + 1) * sizeof *k);
     if (k) {
         rt_kernels = k;
         memset(&k[rt_nkernels], 0, sizeof *k);
+        k[rt_nkernels].fatbin = fatCubinHandle;
         k[rt_nkernels].host = hostFun;
-        k[rt_nkernels].name = deviceName; /* the program's own string */
+        k[rt_nkernels].name = name;
         rt_nkernels++;
+    } else {
+        free(name);
     }
     pthread_mutex_unlock(&rt_kernels_lock);
 }
@@ -160,7 +179,7 @@ RT_API cudaError_t __cudaPopCallConfiguration(rt_dim3_t *gridDim, rt_dim3_t *blo
 
 /* The kernel func names, as a function of the current context: NULL and
  * *e set when func was never registered or its module cannot be made. */
-static CUfunction rt_function(const rt_driver_t *d, const void *func, cudaError_t *e)
+static CUfunction rt_function(const rt_driver_t *d, const void *func, bool reload, cudaError_t *e)
 {
     CUcontext ctx;
     int device;
@@ -173,7 +192,7 @@ static CUfunction rt_function(const rt_driver_t *d, const void *func, cudaError_
         rt_kernel_t *k = &rt_kernels[i];
         if (k->host != func)
             continue;
-        if (k->loaded[device].f && k->loaded[device].ctx == ctx && k->loaded[device].gen == gen) {
+        if (!reload && k->loaded[device].f && k->loaded[device].ctx == ctx && k->loaded[device].gen == gen) {
             f = k->loaded[device].f;
             *e = cudaSuccess;
             break;
@@ -213,11 +232,20 @@ static cudaError_t rt_launch_kernel(const rt_driver_t *d, const void *func, rt_d
     cudaError_t e = rt_enter();
     if (e != cudaSuccess)
         return e;
-    CUfunction f = rt_function(d, func, &e);
+    CUfunction f = rt_function(d, func, false, &e);
     if (!f)
         return e;
     CUresult r = d->cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shared_mem,
                                    stream, args, NULL);
+    if (r == CUDA_ERROR_INVALID_HANDLE) {
+        /* its module went with a driver-level reset of the context: once more
+         * with a new one (a bad stream fails the same way again) */
+        f = rt_function(d, func, true, &e);
+        if (!f)
+            return e;
+        r = d->cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shared_mem, stream,
+                              args, NULL);
+    }
     /* the runtime's codes for a bad configuration */
     if (r == CUDA_ERROR_INVALID_VALUE)
         return cudaErrorInvalidConfiguration;

@@ -36,6 +36,7 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+trap 'exit 143' INT TERM # stopped by scripts/test: purge on the way out
 failed=0
 fail() {
     echo "FAIL: $*" >&2
