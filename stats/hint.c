@@ -109,6 +109,26 @@ static bool sets_key(const char *add, const char *key, size_t kl)
     return false;
 }
 
+/* Whether every comma-separated item of a is one of b's. */
+static bool items_within(const char *a, const char *b)
+{
+    for (const char *p = a; *p;) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        bool found = false;
+        for (const char *q = b; *q && !found;) {
+            const char *f = strchr(q, ',');
+            size_t m = f ? (size_t)(f - q) : strlen(q);
+            found = m == n && strncmp(p, q, n) == 0;
+            q += m + (f != NULL);
+        }
+        if (!found)
+            return false;
+        p += n + (e != NULL);
+    }
+    return true;
+}
+
 static void conf_with(const rep_t *r, const char *add, char *out, size_t len)
 {
     const char *t = r->in->conf_text ? r->in->conf_text : "";
@@ -361,6 +381,17 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
                  secs, untried, w->nrows - 1);
     if (nfit) {
         qsort(fit, nfit, sizeof *fit, by_peak);
+        /* a setting that only adds items to one already listed, at no lower
+         * peak, says nothing more: left out (the minimal change is named) */
+        size_t kept = 0, all = nfit;
+        for (size_t i = 0; i < nfit; i++) {
+            bool extra = false;
+            for (size_t j = 0; j < kept && !extra; j++)
+                extra = items_within(fit[j]->change, fit[i]->change) && fit[j]->peak_reserved <= fit[i]->peak_reserved;
+            if (!extra)
+                fit[kept++] = fit[i];
+        }
+        nfit = kept;
         char more[96] = "";
         if (unchecked)
             snprintf(more, sizeof more, " (and %zu more on an idle device, not checked on a busy one)", unchecked);
@@ -370,7 +401,7 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
                  "busy%s%s:",
                  win, sz(w->capacity).s,
                  w->reproduced_busy ? " (on a busy device, where frees wait for the work queued before them)" : "",
-                 nfit, w->nrows - 1, more, cut);
+                 all, w->nrows - 1, more, cut);
         for (size_t i = 0; i < nfit && i < 3; i++) {
             char conf[1400];
             conf_with(r, fit[i]->change, conf, sizeof conf);

@@ -435,7 +435,7 @@ static void test_fragmented(void **state)
     assert_non_null(strstr(hints, "2 of 15 settings tried serve every allocation and this request"));
     assert_non_null(strstr(hints, "hint:   CUCACHE_CONF=reuse:fenced,expandable_segments:true (peak reserved"));
     assert_null(strstr(hints, "max_split_size_mb"));
-    assert_int_equal(apply_every_hint(&c.text, fragmented_fits_4m), 2);
+    assert_int_equal(apply_every_hint(&c.text, fragmented_fits_4m), 1); /* expandable_segments:true,reuse:sync, which fits too, adds nothing: not named */
     assert_false(fragmented_fits("reuse:fenced,max_split_size_mb:24", 4 * MiB - 100, 32, 24 * MiB));
     assert_null(strstr(hints, "roundup_power2_divisions")); /* no rounding to speak of */
     assert_true(text_has(&c.text, "      16 x   4.00 MiB = 64.00 MiB"));
@@ -453,7 +453,7 @@ static void test_fragmented(void **state)
     assert_non_null(strstr(hints, "hint: fragmentation: 64.00 MiB is free")); /* the counters still show it */
     assert_non_null(strstr(hints, "CUCACHE_CONF=reuse:fenced,expandable_segments:true"));
     golden("no_layout", &t);
-    assert_int_equal(apply_every_hint(&t, fragmented_fits_4m), 2);
+    assert_int_equal(apply_every_hint(&t, fragmented_fits_4m), 1);
     text_free(&t);
 
     /* the user's text is kept, less the keys suggested, and quoted for the shell */
@@ -461,7 +461,12 @@ static void test_fragmented(void **state)
     st_report_oom(&in, text_sink, &t);
     text_hints(&t, hints, sizeof hints);
     assert_non_null(
-        strstr(hints, "CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],expandable_segments:true,reuse:sync' (peak"));
+        strstr(hints, "CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],reuse:stream,expandable_segments:true' (peak"));
+    text_free(&t);
+    report_input(&c, "expandable_segments:false, roundup_power2_divisions:[256:1,>:2]", &in, true);
+    st_report_oom(&in, text_sink, &t);
+    text_hints(&t, hints, sizeof hints);
+    assert_non_null(strstr(hints, "CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],expandable_segments:true' (peak"));
     text_free(&t);
 
     /* the repeat: one line */
@@ -499,7 +504,7 @@ static void test_fragmented_roundup(void **state)
     assert_non_null(strstr(hints, "hint: rounding wastes 10.00 MiB of the 60.00 MiB live"));
     /* finer rounding was tried and does not serve it: not named */
     assert_null(strstr(hints, "CUCACHE_CONF=roundup_power2_divisions:4"));
-    assert_int_equal(apply_every_hint(&c.text, fragmented_fits_roundup), 2);
+    assert_int_equal(apply_every_hint(&c.text, fragmented_fits_roundup), 1);
     assert_false(fragmented_fits("roundup_power2_divisions:4", 5 * MiB, 20, 24 * MiB));
     oomcase_free(&c);
     for (size_t i = 0; i < nlive; i++)
@@ -692,7 +697,7 @@ static void test_private_pools(void **state)
     text_hints(&c.text, hints, sizeof hints);
     assert_non_null(strstr(hints, "hint: the memory is in use"));
     assert_non_null(strstr(hints, "hint: private pools (CUDA graphs, MemPool) keep 18.00 MiB free"));
-    assert_int_equal(apply_every_hint(&c.text, private_pools_fits), 3);
+    assert_int_equal(apply_every_hint(&c.text, private_pools_fits), 2);
     assert_false(private_pools_fits(""));
     oomcase_free(&c);
     fx_free(&f, x, CORE_FREE_NOW, 0);
