@@ -577,6 +577,17 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
         return CORE_NOT_MINE;
     }
     stats_block_free(d, b);
+    /* No work submitted since it was handed out: none can name it, so a
+     * plain free needs no fence (issue 14; a count the program's own
+     * ordering makes visible here, see interpose/submit.c) */
+    bool idle = false;
+    if (how == CORE_FREE_FENCED && d->conf.reuse == CONF_REUSE_FENCED && !b->nuses && b->hold == 0 &&
+        !(b->epoch & CORE_EPOCH_UNSEEN) && d->be.work_epoch &&
+        atomic_load_explicit(d->be.work_epoch, memory_order_relaxed) == b->epoch) {
+        how = CORE_FREE_NOW;
+        idle = true;
+        d->stats.num_idle_frees++;
+    }
     jr_note(d, JR_FREE, how | (b->nuses ? JR_HOW_MULTI : 0), b->pool->owner->id, b->stream, stream, b->requested,
             (b->id & ~CORE_ID_TAG) >> 6);
     if (__builtin_expect(b->hold != 0, 0)) {
@@ -593,7 +604,7 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
     if (how == CORE_FREE_AFTER_STREAM && pend_after_stream(d, b, stream) != 0)
         how = CORE_FREE_FENCED;
     if (how == CORE_FREE_NOW)
-        pool_release_block(d, b, false); /* its own stream's queued work may still use it */
+        pool_release_block(d, b, idle); /* else its own stream's queued work may still use it */
     else if (how == CORE_FREE_FENCED)
         pend_fenced(d, b);
     dev_unlock(d);

@@ -31,6 +31,8 @@ typedef enum conf_reuse_e {
     CONF_REUSE_FENCED, /* frees pend behind a shared fence (default) */
     CONF_REUSE_STREAM, /* trust stream order only */
     CONF_REUSE_SYNC,   /* synchronise the device on every free */
+    CONF_REUSE_FENCED_HOST, /* fenced, without the shortcut for blocks no submitted work can use (the rule before
+                             * issue 14, for comparison and as the fallback) */
 } conf_reuse_t;
 
 typedef enum conf_ipc_e {

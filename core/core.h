@@ -30,6 +30,7 @@
 #ifndef CUCACHE_CORE_H
 #define CUCACHE_CORE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -86,7 +87,16 @@ typedef struct core_backend_s {
     void (*va_release)(void *ctx, int device, uintptr_t addr, size_t size);
     int (*map)(void *ctx, int device, uintptr_t addr, size_t size, size_t page);
     void (*unmap)(void *ctx, int device, uintptr_t addr, size_t size);
+    /* Work submitted so far, by anyone (issue 14): a count the backend
+     * bumps before each call that may put work using device memory on a
+     * stream, with CORE_EPOCH_UNSEEN set for good once a submission may
+     * have gone unseen.  NULL: not known.  Under reuse:fenced a plain free
+     * of a block handed out at the same count is reusable at once: no work
+     * can name it. */
+    const _Atomic uint64_t *work_epoch;
 } core_backend_t;
+
+#define CORE_EPOCH_UNSEEN ((uint64_t)1 << 63)
 
 /* ------------------------------------------------------------------------
  * Devices, allocation and free

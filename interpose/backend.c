@@ -470,4 +470,5 @@ const core_backend_t hook_backend = {
     .va_release = va_release,
     .map = map,
     .unmap = unmap,
+    .work_epoch = &hook_submissions, /* interpose/submit.c */
 };

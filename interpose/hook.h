@@ -207,7 +207,7 @@ enum {
 };
 
 /* Set in hook_submissions for good once a submission may go unseen. */
-#define HOOK_SUBMIT_BLIND ((uint64_t)1 << 63)
+#define HOOK_SUBMIT_BLIND CORE_EPOCH_UNSEEN
 
 /* Calls that submitted so far (| HOOK_SUBMIT_BLIND): the core's work_epoch. */
 extern _Atomic uint64_t hook_submissions;

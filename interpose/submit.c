@@ -14,7 +14,9 @@
  *     trampoline that jumps to it.
  *
  * The runtime's own calls (cudaLaunchKernel, cudaMemcpyAsync, ...) reach the
- * driver through cuGetProcAddress, so they are counted there.
+ * driver through cuGetProcAddress, so they are counted there.  The
+ * simulated device's kernel extensions for tests are counted the same way
+ * (submit_sim.h).
  *
  * The count is what the reuse rule needs (core: work_epoch): a block freed
  * when the count has not moved since it was handed out cannot be used by
@@ -35,6 +37,7 @@
 #include <string.h>
 
 #include "hook.h"
+#include "submit_sim.h"
 #include "submit_table.h"
 
 #define HOOK_SUBMIT_POOL 64
@@ -50,11 +53,13 @@ _Atomic uint64_t hook_submissions;
  * submit_entry.S; 0 until resolved). */
 #define SLOT(name) void *hook_submit_real_##name;
 HOOK_SUBMIT_EXPORTS(SLOT)
+HOOK_SUBMIT_SIM(SLOT)
 #undef SLOT
 
 /* The trampolines themselves, by their exported names. */
 #define TRAMP(name) extern char hook_submit_tramp_##name[] __asm__(#name);
 HOOK_SUBMIT_EXPORTS(TRAMP)
+HOOK_SUBMIT_SIM(TRAMP)
 #undef TRAMP
 
 typedef struct submit_export_s {
@@ -64,7 +69,7 @@ typedef struct submit_export_s {
 } submit_export_t;
 
 #define ROW(name) {#name, &hook_submit_real_##name, hook_submit_tramp_##name},
-static const submit_export_t exports[] = {HOOK_SUBMIT_EXPORTS(ROW)};
+static const submit_export_t exports[] = {HOOK_SUBMIT_EXPORTS(ROW) HOOK_SUBMIT_SIM(ROW)};
 #undef ROW
 static const size_t nexports = sizeof exports / sizeof exports[0];
 

@@ -12,6 +12,7 @@
  * anonymous trampolines does the same for addresses cuGetProcAddress gives
  * that are no exported symbol's (hook_submit_pool_real[k]).
  */
+#include "submit_sim.h"
 #include "submit_table.h"
 
 #define HOOK_SUBMIT_POOL 64
@@ -41,6 +42,7 @@
 
     .text
 HOOK_SUBMIT_EXPORTS(TRAMP)
+HOOK_SUBMIT_SIM(TRAMP)
 
 /* r11: the slot to fill.  Saves the argument registers (and rax, the
  * vector count of a variadic call), asks C for the address, restores them
@@ -145,6 +147,7 @@ hook_submit_pool:
 
     .text
 HOOK_SUBMIT_EXPORTS(TRAMP)
+HOOK_SUBMIT_SIM(TRAMP)
 
 /* x16: the slot to fill; x0-x7 and q0-q7 saved around the call. */
     .p2align 4

@@ -149,6 +149,16 @@ SIM_API CUresult cuFuncGetName(const char **name, CUfunction hfunc)
     return drv_leave(CUDA_SUCCESS);
 }
 
+/* The runtime's private function tables: the simulated device has none
+ * (its runtime never asks). */
+SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    if (!ppExportTable || !pExportTableId)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ppExportTable = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 /* ------------------------------------------------------------------------
  * Launches
  * ---------------------------------------------------------------------- */

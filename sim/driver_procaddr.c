@@ -134,6 +134,7 @@ static const procaddr_t table[] = {
     P("cuStreamGetPriority", 5050, cuStreamGetPriority, cuStreamGetPriority_ptsz),
     P("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
     P("cuStreamAddCallback", 5000, cuStreamAddCallback, cuStreamAddCallback_ptsz),
+    E("cuGetExportTable", 3000, cuGetExportTable),
     E("cuModuleLoadData", 2000, cuModuleLoadData),
     E("cuModuleUnload", 2000, cuModuleUnload),
     E("cuModuleGetFunction", 2000, cuModuleGetFunction),

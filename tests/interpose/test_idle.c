@@ -1,0 +1,146 @@
+/*
+ * Proves the reuse rule that seeing every submission allows (issue 14;
+ * core_free's idle shortcut, interpose/submit.c): under the default
+ * reuse:fenced, a block freed with cudaFree when no work was submitted
+ * since it was handed out is reusable at once, with no fence (the next
+ * cudaMalloc of its size gets it back); a block that queued work may still
+ * use (a simulated kernel reading it behind a gate) is not, and a kernel
+ * writing the new owner's block never races the old owner's reader; work
+ * submitted by each route (the runtime, the driver by name, a kernel
+ * launched through a module) makes the next free wait behind a fence;
+ * reuse:fenced-host keeps the rule before issue 14 (a fence for every
+ * plain free).  The last test looks up cuGetExportTable, whose effects
+ * nobody documents: the count becomes unseen and every plain free waits
+ * behind a fence from then on.
+ *
+ * Seen to fail: with the trampolines' increment taken out, the kernel's
+ * block is handed out again at once and the race detector reports the new
+ * owner's memset against the old owner's reader.
+ */
+#include "itest.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t stat_of(const char *key)
+{
+    return itest_stat(0, key);
+}
+
+static bool fenced_host(void)
+{
+    const char *c = getenv("CUCACHE_CONF");
+    return c && strstr(c, "fenced-host");
+}
+
+/* No work at all: the block comes back at once, no fence recorded. */
+static void test_no_work_reuses_at_once(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    SIM_OK(cudaDeviceSynchronize());
+    int64_t fences = stat_of("num_fences"), idle = stat_of("num_idle_frees");
+    for (int i = 0; i < 100; i++) {
+        void *p = NULL, *q = NULL;
+        SIM_OK(cudaMalloc(&p, 8 * MIB));
+        SIM_OK(cudaFree(p));
+        SIM_OK(cudaMalloc(&q, 8 * MIB));
+        if (!fenced_host())
+            assert_ptr_equal(q, p);
+        SIM_OK(cudaFree(q));
+    }
+    if (fenced_host()) {
+        assert_int_equal(stat_of("num_idle_frees"), idle);
+        assert_true(stat_of("num_fences") > fences);
+    } else {
+        assert_int_equal(stat_of("num_idle_frees"), idle + 200);
+        assert_int_equal(stat_of("num_fences"), fences);
+    }
+}
+
+/* A kernel queued behind a gate reads the block when it is freed: the free
+ * waits behind a fence, the next allocation of its size is another block
+ * (or waits), and the new owner's memset never races the reader. */
+static void test_queued_reader_is_waited_for(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    cudaStream_t s, t;
+    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    SIM_OK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    void *p = NULL, *q = NULL;
+    SIM_OK(cudaMalloc(&p, 8 * MIB));
+    SIM_OK(cudaMemset(p, 1, 8 * MIB));
+    SIM_OK(cudaDeviceSynchronize());
+    simtest_gate_t *g = simtest_gate_new();
+    simtest_gate_block(g, s);
+    struct cucache_sim_access acc = {p, 8 * MIB, 0};
+    CU_OK(cucacheSimLaunch((CUstream)s, NULL, NULL, &acc, 1)); /* reads p once the gate opens */
+    int64_t idle = stat_of("num_idle_frees");
+    SIM_OK(cudaFree(p));
+    assert_int_equal(stat_of("num_idle_frees"), idle);
+    SIM_OK(cudaMalloc(&q, 8 * MIB));
+    SIM_OK(cudaMemsetAsync(q, 2, 8 * MIB, t)); /* the new owner writes its block */
+    simtest_gate_open(g);
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_races(), 0);
+    SIM_OK(cudaFree(q));
+    SIM_OK(cudaStreamDestroy(s));
+    SIM_OK(cudaStreamDestroy(t));
+}
+
+/* Work by any route between the allocation and the free: a fence. */
+static void test_any_route_makes_the_free_fenced(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    CUmodule m;
+    CUfunction f;
+    CU_OK(cuModuleLoadData(&m, CUCACHE_SIM_MODULE_MAGIC "touch\n"));
+    CU_OK(cuModuleGetFunction(&f, m, "touch"));
+    for (int route = 0; route < 3; route++) {
+        void *p = NULL;
+        SIM_OK(cudaMalloc(&p, 4 * MIB));
+        int64_t idle = stat_of("num_idle_frees");
+        if (route == 0)
+            SIM_OK(cudaMemsetAsync(p, 0, 4 * MIB, NULL)); /* the runtime */
+        else if (route == 1)
+            CU_OK(cuMemsetD8_v2((CUdeviceptr)p, 0, 4 * MIB)); /* the driver by name */
+        else
+            CU_OK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL)); /* a kernel */
+        SIM_OK(cudaFree(p));
+        if (stat_of("num_idle_frees") != idle)
+            fail_msg("route %d: the free was taken as idle after work was submitted", route);
+        SIM_OK(cudaDeviceSynchronize());
+    }
+    CU_OK(cuModuleUnload(m));
+}
+
+/* Last: a lookup of cuGetExportTable makes the count unseen for good. */
+static void test_unseen_submissions_fall_back(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    assert_non_null(h);
+    assert_int_equal(stat_of("submissions_unseen"), 0);
+    assert_non_null(dlsym(h, "cuGetExportTable"));
+    assert_int_equal(stat_of("submissions_unseen"), 1);
+    int64_t idle = stat_of("num_idle_frees");
+    void *p = NULL;
+    SIM_OK(cudaMalloc(&p, 8 * MIB));
+    SIM_OK(cudaFree(p));
+    assert_int_equal(stat_of("num_idle_frees"), idle);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        ITEST(test_no_work_reuses_at_once),
+        ITEST(test_queued_reader_is_waited_for),
+        ITEST(test_any_route_makes_the_free_fenced),
+        ITEST(test_unseen_submissions_fall_back),
+    };
+    return ITEST_RUN("interpose.idle", tests, itest_group_setup);
+}
