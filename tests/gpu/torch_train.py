@@ -45,8 +45,12 @@ def cucache_counters():
     stat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64)]
     stat.restype = ctypes.c_int
     out = {}
+    # num_submissions / submissions_unseen / num_idle_frees: whether cucache
+    # sees the real runtime's launches (issue 14; unseen once the runtime
+    # looks up cuGetExportTable, whose effects nobody documents)
     for key in ("num_cache_hits", "num_device_alloc", "num_device_free", "num_fences",
-                "num_fence_waits", "reserved_bytes.all.peak"):
+                "num_fence_waits", "reserved_bytes.all.peak", "num_submissions", "submissions_unseen",
+                "num_idle_frees"):
         v = ctypes.c_int64(-1)
         out[key] = v.value if stat(0, key.encode(), ctypes.byref(v)) == 0 else None
     return out
