@@ -43,6 +43,13 @@ static inline CUresult drv_leave(CUresult r)
 
 #define DRV_UNPAREN(...) __VA_ARGS__
 
+struct cucache_sim_access;
+/* A simulated kernel's declared ranges (cucacheSimLaunch*): each inside
+ * device memory of s's device (mapped with the access it needs). */
+CUresult drv_access_ok(const struct CUstream_st *s, const struct cucache_sim_access *acc, unsigned nacc);
+/* Gives op the ranges for the race detector. */
+void drv_access_set(sim_op_t *op, const struct cucache_sim_access *acc, unsigned nacc);
+
 /* Exports a legacy-stream entry point and its per-thread-default-stream
  * twin, both calling impl(..., ptds). */
 #define DRV_PTSZ(name, impl, params, args)                                                                             \

@@ -186,27 +186,15 @@ static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3],
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && s->ctx->dev != ctx->dev)
         r = CUDA_ERROR_INVALID_HANDLE;
-    if (r == CUDA_SUCCESS && nacc && !acc)
-        r = CUDA_ERROR_INVALID_VALUE;
-    for (unsigned i = 0; r == CUDA_SUCCESS && i < nacc; i++)
-        if (acc[i].bytes &&
-            !(sim_vmm_region((uintptr_t)acc[i].ptr)
-                  ? sim_vmm_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, acc[i].write != 0, s->ctx->dev->ordinal)
-                  : sim_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, NULL)))
-            r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        r = drv_access_ok(s, acc, nacc);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     sim_op_t *op = sim_op_new(SIM_OP_KERNEL, f ? f->name : "timed kernel");
     op->dur_ns = ns;
     op->fn = fn;
     op->arg = arg;
-    sim_range_t *rg = op->ranges;
-    if (nacc > 2)
-        rg = op->xranges = sim_xcalloc(nacc, sizeof *rg);
-    for (unsigned i = 0; i < nacc; i++)
-        rg[i] = (sim_range_t){(uintptr_t)acc[i].ptr, (uintptr_t)acc[i].ptr + acc[i].bytes, acc[i].write != 0,
-                              (uintptr_t)acc[i].ptr};
-    op->nranges = nacc;
+    drv_access_set(op, acc, nacc);
     return drv_leave(sim_enqueue(s, op));
 }
 

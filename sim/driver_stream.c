@@ -166,6 +166,30 @@ DRV_PTSZ(cuStreamGetPriority, stream_get_priority, (CUstream hStream, int *prior
  * Host functions and simulated kernels
  * ---------------------------------------------------------------------- */
 
+CUresult drv_access_ok(const struct CUstream_st *s, const struct cucache_sim_access *acc, unsigned nacc)
+{
+    if (nacc && !acc)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < nacc; i++)
+        if (acc[i].bytes &&
+            !(sim_vmm_region((uintptr_t)acc[i].ptr)
+                  ? sim_vmm_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, acc[i].write != 0, s->ctx->dev->ordinal)
+                  : sim_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, NULL)))
+            return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+void drv_access_set(sim_op_t *op, const struct cucache_sim_access *acc, unsigned nacc)
+{
+    sim_range_t *rg = op->ranges;
+    if (nacc > 2)
+        rg = op->xranges = sim_xcalloc(nacc, sizeof *rg);
+    for (unsigned i = 0; i < nacc; i++)
+        rg[i] = (sim_range_t){(uintptr_t)acc[i].ptr, (uintptr_t)acc[i].ptr + acc[i].bytes, acc[i].write != 0,
+                              (uintptr_t)acc[i].ptr};
+    op->nranges = nacc;
+}
+
 /* Queues fn(arg) with the given ranges.  A kernel (unlike a host function)
  * must go to a stream of the current device, as in CUDA. */
 static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc, unsigned nacc,
@@ -176,26 +200,14 @@ static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct c
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && kernel && s->ctx->dev != ctx->dev)
         r = CUDA_ERROR_INVALID_HANDLE;
-    if (r == CUDA_SUCCESS && nacc && !acc)
-        r = CUDA_ERROR_INVALID_VALUE;
-    for (unsigned i = 0; r == CUDA_SUCCESS && i < nacc; i++)
-        if (acc[i].bytes &&
-            !(sim_vmm_region((uintptr_t)acc[i].ptr)
-                  ? sim_vmm_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, acc[i].write != 0, s->ctx->dev->ordinal)
-                  : sim_range_ok((uintptr_t)acc[i].ptr, acc[i].bytes, NULL)))
-            r = CUDA_ERROR_INVALID_VALUE;
+    if (r == CUDA_SUCCESS)
+        r = drv_access_ok(s, acc, nacc);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     sim_op_t *op = sim_op_new(SIM_OP_HOSTFN, kernel ? "simulated kernel" : "host function");
     op->fn = fn;
     op->arg = arg;
-    sim_range_t *rg = op->ranges;
-    if (nacc > 2)
-        rg = op->xranges = sim_xcalloc(nacc, sizeof *rg);
-    for (unsigned i = 0; i < nacc; i++)
-        rg[i] = (sim_range_t){(uintptr_t)acc[i].ptr, (uintptr_t)acc[i].ptr + acc[i].bytes, acc[i].write != 0,
-                              (uintptr_t)acc[i].ptr};
-    op->nranges = nacc;
+    drv_access_set(op, acc, nacc);
     return drv_leave(sim_enqueue(s, op));
 }
 
