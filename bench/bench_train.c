@@ -1,0 +1,154 @@
+/*
+ * A GPU-bound training step on the simulated device (issue 14): each
+ * shared trace's allocation and free sequence (bench/sizes_<trace>.txt),
+ * with a timed kernel writing every block right after it is allocated, on
+ * one stream or spread over several, and one cudaDeviceSynchronize at the
+ * end of each step.  The kernels are long enough that the device is the
+ * bottleneck: the host runs ahead until the step's synchronisation, as in
+ * a real training loop.
+ *
+ *   bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a]
+ *
+ * -a allocates with cudaMallocAsync/cudaFreeAsync on the block's stream
+ * instead of cudaMalloc/cudaFree.  Run it plain (CUDA without a cache:
+ * the simulator's allocation costs) or under cucache-run --sim with the
+ * setting to compare (scripts/bench-train runs them all side by side).
+ * Prints one line:
+ *
+ *   result TRACE STREAMS MODE step_ms=MEDIAN (MIN-MAX) peak_reserved=BYTES races=N
+ *
+ * peak_reserved is cucache's reserved_bytes.all.peak when cucache is in
+ * the process, else the most device memory in use seen through
+ * cudaMemGetInfo after each allocation.  races is what the simulator's
+ * race detector reported: a reuse that let a kernel write a block another
+ * kernel still used.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench_util.h"
+#include "cucache/cuda_api.h"
+#include "cucache/sim.h"
+
+#define MAX_STREAMS 8
+
+const char bench_prog[] = "bench_train";
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+#define CHECK(x)                                                                                                       \
+    do {                                                                                                               \
+        int e_ = (int)(x);                                                                                             \
+        if (e_ != 0)                                                                                                   \
+            bench_die("%s: error %d", #x, e_);                                                                         \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    const char *trace = "bcrafton_cs336";
+    int nstreams = 1, steps = 5;
+    unsigned kernel_us = 50;
+    bool async = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-t") == 0 && i + 1 < argc)
+            trace = argv[++i];
+        else if (strcmp(argv[i], "-S") == 0 && i + 1 < argc)
+            nstreams = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-k") == 0 && i + 1 < argc)
+            kernel_us = (unsigned)atoi(argv[++i]);
+        else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc)
+            steps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "-a") == 0)
+            async = true;
+        else
+            bench_die("usage: bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a]");
+    }
+    if (nstreams < 1 || nstreams > MAX_STREAMS || steps < 2)
+        bench_die("-S 1..%d and -n 2 or more", MAX_STREAMS);
+    char path[512];
+    snprintf(path, sizeof path, "%s/sizes_%s.txt", BENCH_SIZES_DIR, trace);
+    bench_trace_t t;
+    if (!bench_trace_load(&t, path, trace))
+        bench_die("cannot read %s", path);
+    int (*stat)(int, const char *, int64_t *) =
+        (int (*)(int, const char *, int64_t *))dlsym(RTLD_DEFAULT, "cucache_stat");
+
+    cudaStream_t s[MAX_STREAMS];
+    for (int i = 0; i < nstreams; i++)
+        CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+    int *on = calloc(t.nalloc, sizeof *on);
+    size_t *bytes = calloc(t.nalloc, sizeof *bytes);
+    double *step_ms = calloc((size_t)steps, sizeof *step_ms);
+    if (!on || !bytes || !step_ms)
+        bench_die("out of memory");
+    size_t free0 = 0, total = 0, peak_used = 0;
+    CHECK(cudaMemGetInfo(&free0, &total));
+    for (int step = 0; step < steps; step++) {
+        double t0 = now_ms();
+        size_t k = 0;
+        for (size_t i = 0; i < t.nops; i++) {
+            int64_t op = t.ops[i];
+            if (op > 0) {
+                int si = (int)(k % (size_t)nstreams);
+                void *p = NULL;
+                if (async)
+                    CHECK(cudaMallocAsync(&p, (size_t)op, s[si]));
+                else
+                    CHECK(cudaMalloc(&p, (size_t)op));
+                t.live[k] = p;
+                on[k] = si;
+                bytes[k] = (size_t)op;
+                struct cucache_sim_access w = {p, (size_t)op, 1};
+                CHECK(cucacheSimLaunchTimed((CUstream)s[si], kernel_us, NULL, NULL, &w, 1));
+                if (!stat) {
+                    size_t f = 0, tot = 0;
+                    CHECK(cudaMemGetInfo(&f, &tot));
+                    if (free0 - f > peak_used && f <= free0)
+                        peak_used = free0 - f;
+                }
+                k++;
+            } else {
+                size_t j = (size_t)(-op);
+                if (!t.live[j])
+                    continue;
+                if (async)
+                    CHECK(cudaFreeAsync(t.live[j], s[on[j]]));
+                else
+                    CHECK(cudaFree(t.live[j]));
+                t.live[j] = NULL;
+            }
+        }
+        /* what the trace keeps live is freed at the step's end, as a
+         * training step's activations are */
+        for (size_t j = 0; j < k; j++)
+            if (t.live[j]) {
+                if (async)
+                    CHECK(cudaFreeAsync(t.live[j], s[on[j]]));
+                else
+                    CHECK(cudaFree(t.live[j]));
+                t.live[j] = NULL;
+            }
+        CHECK(cudaDeviceSynchronize());
+        step_ms[step] = now_ms() - t0;
+    }
+    bench_series_t ser = {0};
+    for (int i = 1; i < steps && ser.n < BENCH_MAX_RUNS; i++) /* the first step warms the cache up */
+        ser.v[ser.n++] = step_ms[i];
+    char fmt[96];
+    bench_series_fmt(fmt, sizeof fmt, &ser);
+    int64_t peak = (int64_t)peak_used;
+    if (stat && stat(0, "reserved_bytes.all.peak", &peak) != 0)
+        peak = -1;
+    const char *mode = async ? "async" : "plain";
+    printf("result %s %d %s step_ms=%s peak_reserved=%lld races=%lu\n", trace, nstreams, mode, fmt, (long long)peak,
+           cucacheSimRaceCount());
+    return 0;
+}
