@@ -465,6 +465,11 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
         if (pend_poll(d) && (b = pool_find_free(d, pool, stream, rounded)))
             TAKE(b, rounded, size);
     }
+    /* 1b. frees still behind fences: handed out now, the device ordered
+     * after their fences, instead of growing the cache or waiting on the
+     * host (reuse:ordered; issue 14) */
+    if (d->pending_bytes >= rounded && pend_hand_off(d) && (b = pool_find_free(d, pool, stream, rounded)))
+        TAKE(b, rounded, size);
     /* 2. garbage collection above the threshold */
     if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
         gc_collect(d);
@@ -581,7 +586,8 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
      * plain free needs no fence (issue 14; a count the program's own
      * ordering makes visible here, see interpose/submit.c) */
     bool idle = false;
-    if (how == CORE_FREE_FENCED && d->conf.reuse == CONF_REUSE_FENCED && !b->nuses && b->hold == 0 &&
+    if (how == CORE_FREE_FENCED && (d->conf.reuse == CONF_REUSE_FENCED || d->conf.reuse == CONF_REUSE_ORDERED) &&
+        !b->nuses && b->hold == 0 &&
         !(b->epoch & CORE_EPOCH_UNSEEN) && d->be.work_epoch &&
         atomic_load_explicit(d->be.work_epoch, memory_order_relaxed) == b->epoch) {
         how = CORE_FREE_NOW;

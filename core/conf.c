@@ -718,7 +718,7 @@ static void conf_show_divs(const conf_opt_t *o, const conf_t *c, char *buf, size
 }
 
 static const char *const conf_strategy_names[] = {"auto_growth", "preallocate", NULL};
-static const char *const conf_reuse_names[] = {"fenced", "stream", "sync", "fenced-host", NULL};
+static const char *const conf_reuse_names[] = {"fenced", "stream", "sync", "fenced-host", "ordered", NULL};
 static const char *const conf_ipc_names[] = {"peer", "strict", NULL};
 
 #define CONF_DIVS_RANGE                                                                                                \
@@ -764,7 +764,7 @@ static const conf_opt_t conf_opts[] = {
     {"fraction", "fraction", "0.92", "more than 0, at most 1",
      "strategy:preallocate: share of free memory reserved at first use",
      conf_set_frac, conf_show_frac, .off = F(fraction), .lo = 0, .hi = 1, .flags = CONF_F_HI_CLOSED},
-    {"reuse", "choice", "fenced", "fenced, stream, sync or fenced-host",
+    {"reuse", "choice", "fenced", "fenced, stream, sync, fenced-host or ordered",
      "a freed block serves other streams behind a shared fence, by stream order only, or after a device sync",
      conf_set_choice, conf_show_choice, .off = F(reuse), .names = conf_reuse_names},
     {"max_pending_mb", "MiB", "256M", "0 or at least 1M",

@@ -94,6 +94,13 @@ typedef struct core_backend_s {
      * of a block handed out at the same count is reusable at once: no work
      * can name it. */
     const _Atomic uint64_t *work_epoch;
+    /* Orders, on the device, everything submitted from now on after the
+     * fence (an event_record on stream 0): every stream that could use the
+     * device's memory, and those created later until the fence completes,
+     * waits for it.  The fence's blocks can then be handed out at once
+     * (reuse:ordered, issue 14).  CORE_OK, or CORE_EFAIL when it cannot (a
+     * capture, an error: nothing changed).  NULL: not possible. */
+    int (*fence_order)(void *ctx, int device, uint64_t fence);
 } core_backend_t;
 
 #define CORE_EPOCH_UNSEEN ((uint64_t)1 << 63)

@@ -220,6 +220,31 @@ bool pend_wait_oldest(core_dev_t *d)
     return waited;
 }
 
+bool pend_hand_off(core_dev_t *d)
+{
+    if (!d->be.fence_order || d->capturing || d->conf.reuse != CONF_REUSE_ORDERED)
+        return false;
+    pend_close(d); /* the frees since the last fence get theirs */
+    bool any = false;
+    while (d->fences && d->be.fence_order(d->be.ctx, d->device, d->fences->event) == CORE_OK) {
+        fence_batch_t *f = d->fences;
+        d->fences = f->next;
+        if (!d->fences)
+            d->fences_tail = NULL;
+        for (block_t *b = f->blocks, *next; b; b = next) {
+            next = b->pend_next;
+            b->pend_next = NULL;
+            d->pending_bytes -= b->size;
+            pool_release_block(d, b, false); /* work before the fence may still run */
+        }
+        d->be.event_release(d->be.ctx, d->device, f->event);
+        hostalloc_free(f);
+        d->stats.num_fence_handoffs++;
+        any = true;
+    }
+    return any;
+}
+
 /* Everything pending becomes free: after waiting for each fence and event
  * (wait), or because the device is known idle (the program synchronised).
  * Held blocks stay held, unless their hold is over (asked now). */

@@ -364,6 +364,11 @@ size_t pend_poll(core_dev_t *d);
 void pend_close(core_dev_t *d);
 /* Waits for the oldest fence or event; false when nothing is pending. */
 bool pend_wait_oldest(core_dev_t *d);
+/* reuse:ordered with a backend that can order the device after a fence:
+ * records the open batch's fence, then, oldest first, orders the device
+ * after each fence and makes its blocks free (not idle: work before the
+ * fence may still run).  False when nothing was handed out. */
+bool pend_hand_off(core_dev_t *d);
 /* Everything pending becomes free (the device is idle). */
 void pend_release_all(core_dev_t *d, bool wait);
 

@@ -307,6 +307,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
             core_free_t h = (core_free_t)(how & ~JR_HOW_MULTI);
             if (s2 == 0 && h != CORE_FREE_AFTER_STREAM) /* a plain free: the setting's reuse rule */
                 h = conf->reuse == CONF_REUSE_FENCED || conf->reuse == CONF_REUSE_FENCED_HOST ||
+                            conf->reuse == CONF_REUSE_ORDERED ||
                             (conf->reuse == CONF_REUSE_SYNC && capturing)
                         ? CORE_FREE_FENCED
                                                                                                       : CORE_FREE_NOW;

@@ -281,10 +281,12 @@ static void device_sync(void *ctx, int device)
  * ---------------------------------------------------------------------- */
 
 typedef struct fence_s {
-    size_t n;     /* events */
-    size_t owned; /* ev[0..owned) are the fence's; the rest are retired
-                       streams' events it holds a reference on */
-    CUevent ev[]; /* all must complete */
+    size_t n;      /* events */
+    size_t owned;  /* ev[0..owned) are the fence's; the rest are retired
+                        streams' events it holds a reference on */
+    bool ordered;  /* on hd->ordered: the device waits for it (fence_order) */
+    bool released; /* the core released it: freed once it completes */
+    CUevent ev[];  /* all must complete */
 } fence_t;
 
 /* Called with hd->lock held: forgets retired events that completed and
@@ -364,7 +366,7 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
         for (size_t i = 0; i < hd->nretired; i++)
             borrowed += !hd->retired[i].done;
     }
-    fence_t *f = hostalloc_malloc(sizeof *f + (n + borrowed) * sizeof f->ev[0]);
+    fence_t *f = hostalloc_calloc(1, sizeof *f + (n + borrowed) * sizeof f->ev[0]);
     int rc = f ? CORE_OK : CORE_EFAIL;
     size_t done = 0;
     for (; rc == CORE_OK && done < n; done++) {
@@ -425,12 +427,9 @@ static void event_wait(void *ctx, int device, uint64_t event)
         real_cu.cuEventSynchronize(f->ev[i]);
 }
 
-static void event_release(void *ctx, int device, uint64_t event)
+/* Called with hd->lock held: gives the fence's events back and frees it. */
+static void fence_free(hook_dev_t *hd, fence_t *f)
 {
-    (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
-    fence_t *f = (fence_t *)(uintptr_t)event;
-    pthread_mutex_lock(&hd->lock);
     for (size_t i = 0; i < f->owned; i++) {
         if (hd->primary)
             event_put(hd, f->ev[i]);
@@ -443,8 +442,127 @@ static void event_release(void *ctx, int device, uint64_t event)
             }
     if (f->n > f->owned)
         retired_sweep(hd);
-    pthread_mutex_unlock(&hd->lock);
     hostalloc_free(f);
+}
+
+/* Called with hd->lock held: whether every event of f completed (an error,
+ * a faulted context, counts as completed). */
+static bool fence_done(const fence_t *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        if (real_cu.cuEventQuery(f->ev[i]) == CUDA_ERROR_NOT_READY)
+            return false;
+    return true;
+}
+
+/* Called with hd->lock held: forgets ordered fences that completed. */
+static void ordered_sweep(hook_dev_t *hd)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < hd->nordered; i++) {
+        fence_t *f = hd->ordered[i];
+        if (fence_done(f)) {
+            f->ordered = false;
+            if (f->released)
+                fence_free(hd, f);
+        } else {
+            hd->ordered[j++] = f;
+        }
+    }
+    hd->nordered = j;
+}
+
+static void event_release(void *ctx, int device, uint64_t event)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    fence_t *f = (fence_t *)(uintptr_t)event;
+    pthread_mutex_lock(&hd->lock);
+    f->released = true;
+    if (!f->ordered)
+        fence_free(hd, f); /* else when it completes (ordered_sweep) */
+    pthread_mutex_unlock(&hd->lock);
+}
+
+/* Makes stream s wait for every event of f; false on an error. */
+static bool wait_fence(CUstream s, const fence_t *f)
+{
+    for (size_t i = 0; i < f->n; i++) {
+        CUresult r = real_cu.cuStreamWaitEvent(s, f->ev[i], 0);
+        if (r != CUDA_SUCCESS) {
+            hook_backend_error = r;
+            return false;
+        }
+    }
+    return true;
+}
+
+/* reuse:ordered hands out the blocks behind a fence at once (issue 14):
+ * from now on the legacy stream (which orders every blocking and
+ * per-thread default stream's later work) and every known non-blocking
+ * stream wait on the device for the fence's events, and so does a
+ * non-blocking stream created before it completes.  Not during a capture:
+ * a wait there would join the graph. */
+static int fence_order(void *ctx, int device, uint64_t event)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    fence_t *f = (fence_t *)(uintptr_t)event;
+    if (atomic_load(&hd->capturing))
+        return CORE_EFAIL;
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
+        return CORE_EFAIL;
+    pthread_mutex_lock(&hd->lock);
+    int rc = CORE_OK;
+    if (hd->ncaptures || !real_cu.cuStreamWaitEvent)
+        rc = CORE_EFAIL;
+    if (rc == CORE_OK && hd->nordered == hd->ordered_cap) {
+        size_t cap = hd->ordered_cap ? hd->ordered_cap * 2 : 16;
+        fence_t **n = hostalloc_realloc(hd->ordered, cap * sizeof *n);
+        if (n) {
+            hd->ordered = n;
+            hd->ordered_cap = cap;
+        } else {
+            rc = CORE_EFAIL;
+        }
+    }
+    /* waits already placed when a later one fails only order more */
+    if (rc == CORE_OK && !wait_fence(CU_STREAM_LEGACY, f))
+        rc = CORE_EFAIL;
+    for (size_t i = 0; rc == CORE_OK && i < hd->nstreams; i++)
+        if (!wait_fence(hd->streams[i], f))
+            rc = CORE_EFAIL;
+    if (rc == CORE_OK) {
+        f->ordered = true;
+        hd->ordered[hd->nordered++] = f;
+    }
+    pthread_mutex_unlock(&hd->lock);
+    hook_ctx_leave(pushed);
+    return rc;
+}
+
+void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s)
+{
+    if (!hd->nordered)
+        return;
+    ordered_sweep(hd);
+    for (size_t i = 0; i < hd->nordered; i++)
+        if (!wait_fence(s, hd->ordered[i]))
+            hook_warn(HOOK_WARN_BACKEND,
+                      "a new stream could not be made to wait for memory handed out before its earlier work "
+                      "completed (error %d); it may see that memory early",
+                      (int)hook_backend_error);
+}
+
+void hook_backend_wait_ordered(hook_dev_t *hd)
+{
+    pthread_mutex_lock(&hd->lock);
+    for (size_t i = 0; i < hd->nordered; i++)
+        for (size_t k = 0; k < hd->ordered[i]->n; k++)
+            real_cu.cuEventSynchronize(hd->ordered[i]->ev[k]);
+    ordered_sweep(hd);
+    pthread_mutex_unlock(&hd->lock);
 }
 
 static int hold_query(void *ctx, int device, uint64_t token)
@@ -471,4 +589,5 @@ const core_backend_t hook_backend = {
     .map = map,
     .unmap = unmap,
     .work_epoch = &hook_submissions, /* interpose/submit.c */
+    .fence_order = fence_order,
 };

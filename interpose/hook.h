@@ -103,6 +103,7 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cuThreadExchangeStreamCaptureMode)                                                                               \
     X(cuEventCreate)                                                                                                   \
     X(cuEventRecord)                                                                                                   \
+    X(cuStreamWaitEvent)                                                                                               \
     X(cuEventQuery)                                                                                                    \
     X(cuEventSynchronize)                                                                                              \
     X(cuEventDestroy_v2)                                                                                               \
@@ -288,10 +289,21 @@ typedef struct hook_dev_s {
     /* spare events for fences (created disabled-timing, in `primary`) */
     CUevent *spare_events;
     size_t nspare, spare_cap;
+    /* fences the device was ordered after (fence_order) that may not have
+     * completed: a stream created meanwhile waits for them too */
+    struct fence_s **ordered;
+    size_t nordered, ordered_cap;
 } hook_dev_t;
 
 extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];
 extern conf_t hook_conf;
+
+/* A non-blocking stream created on hd's device waits for the fences the
+ * device was ordered after (backend.c; called with hd->lock held). */
+void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s);
+/* Waits on the host for the fences the device was ordered after: before
+ * memory leaves this process's streams (an IPC export). */
+void hook_backend_wait_ordered(hook_dev_t *hd);
 
 /* The device of a runtime call (cudaGetDevice), with its allocator, or NULL
  * when the call must pass through (no runtime or driver, bad device).

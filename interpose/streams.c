@@ -53,6 +53,8 @@ void hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)
     else if (!known)
         hook_warn(HOOK_WARN_BACKEND, "out of host memory: a non-blocking stream is not fenced; "
                                      "cudaFree'd memory it uses may be reused too early");
+    if (!known)
+        hook_backend_order_new_stream(hd, s); /* memory handed out ahead of its fence */
     pthread_mutex_unlock(&hd->lock);
 }
 

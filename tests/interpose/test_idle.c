@@ -70,6 +70,8 @@ static void test_queued_reader_is_waited_for(void **state)
     SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     SIM_OK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
     void *p = NULL, *q = NULL;
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0); /* nothing cached: the miss must use p's fence */
     SIM_OK(cudaMalloc(&p, 8 * MIB));
     SIM_OK(cudaMemset(p, 1, 8 * MIB));
     SIM_OK(cudaDeviceSynchronize());
@@ -117,6 +119,56 @@ static void test_any_route_makes_the_free_fenced(void **state)
     CU_OK(cuModuleUnload(m));
 }
 
+static bool ordered(void)
+{
+    const char *c = getenv("CUCACHE_CONF");
+    return c && strstr(c, "reuse:ordered");
+}
+
+/* reuse:ordered: a block freed while a kernel behind a gate still reads
+ * it is handed out at once on the next miss, and the device is ordered
+ * after its fence instead of the host waiting: the new owner's memset on
+ * another stream, and on a stream created after the hand-out, waits on the
+ * device for the reader (the host goes on), and the race detector sees no
+ * race.  Seen to fail (a race) with fence_order placing no waits, and with
+ * new streams not made to wait. */
+static void test_ordered_hands_out_behind_the_fence(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    if (!ordered())
+        skip();
+    cudaStream_t s, t, u;
+    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    SIM_OK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    void *p = NULL, *q = NULL;
+    SIM_OK(cudaMalloc(&p, 12 * MIB));
+    SIM_OK(cudaMemset(p, 1, 12 * MIB));
+    SIM_OK(cudaDeviceSynchronize());
+    simtest_gate_t *g = simtest_gate_new();
+    simtest_gate_block(g, s);
+    struct cucache_sim_access acc = {p, 12 * MIB, 0};
+    CU_OK(cucacheSimLaunch((CUstream)s, NULL, NULL, &acc, 1)); /* reads p once the gate opens */
+    int64_t handoffs = stat_of("num_fence_handoffs");
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaMalloc(&q, 12 * MIB));
+    assert_ptr_equal(q, p); /* handed out at once */
+    assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+    SIM_OK(cudaMemsetAsync(q, 2, 6 * MIB, t));
+    SIM_OK(cudaStreamCreateWithFlags(&u, cudaStreamNonBlocking)); /* after the hand-out */
+    SIM_OK(cudaMemsetAsync((char *)q + 6 * MIB, 3, 6 * MIB, u));
+    /* the writers wait on the device, the host does not */
+    assert_int_equal(cudaStreamQuery(t), cudaErrorNotReady);
+    assert_int_equal(cudaStreamQuery(u), cudaErrorNotReady);
+    simtest_gate_open(g);
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_races(), 0);
+    SIM_OK(cudaFree(q));
+    SIM_OK(cudaStreamDestroy(s));
+    SIM_OK(cudaStreamDestroy(t));
+    SIM_OK(cudaStreamDestroy(u));
+}
+
 /* Last: a lookup of cuGetExportTable makes the count unseen for good. */
 static void test_unseen_submissions_fall_back(void **state)
 {
@@ -140,6 +192,7 @@ int main(void)
         ITEST(test_no_work_reuses_at_once),
         ITEST(test_queued_reader_is_waited_for),
         ITEST(test_any_route_makes_the_free_fenced),
+        ITEST(test_ordered_hands_out_behind_the_fence),
         ITEST(test_unseen_submissions_fall_back),
     };
     return ITEST_RUN("interpose.idle", tests, itest_group_setup);

@@ -37,7 +37,7 @@
 #define LEGACY ((cudaStream_t)0)
 
 typedef enum reuse_policy_e {
-    REUSE_FENCED, /* the default */
+    REUSE_FENCED, /* the default (and fenced-host: the same for these tests, which submit work) */
     REUSE_STREAM, /* trusts stream order: unsafe across streams */
     REUSE_SYNC,   /* synchronises the device on every free */
 } reuse_policy_t;
