@@ -59,6 +59,24 @@ static void test_no_work_reuses_at_once(void **state)
     }
 }
 
+/* A block of `size` that a simulated kernel on `*s` reads once gate `*g`
+ * opens (both streams non-blocking, created here); the block's contents
+ * are set first. */
+static void *gated_reader(size_t size, cudaStream_t *s, cudaStream_t *t, simtest_gate_t **g)
+{
+    void *p = NULL;
+    SIM_OK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+    SIM_OK(cudaStreamCreateWithFlags(t, cudaStreamNonBlocking));
+    SIM_OK(cudaMalloc(&p, size));
+    SIM_OK(cudaMemset(p, 1, size));
+    SIM_OK(cudaDeviceSynchronize());
+    *g = simtest_gate_new();
+    simtest_gate_block(*g, *s);
+    struct cucache_sim_access acc = {p, size, 0};
+    CU_OK(cucacheSimLaunch((CUstream)*s, NULL, NULL, &acc, 1));
+    return p;
+}
+
 /* A kernel queued behind a gate reads the block when it is freed: the free
  * waits behind a fence, the next allocation of its size is another block
  * (or waits), and the new owner's memset never races the reader. */
@@ -67,18 +85,8 @@ static void test_queued_reader_is_waited_for(void **state)
     (void)state;
     itest_require_cucache();
     cudaStream_t s, t;
-    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    SIM_OK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
-    void *p = NULL, *q = NULL;
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_empty_cache(0), 0); /* nothing cached: the miss must use p's fence */
-    SIM_OK(cudaMalloc(&p, 8 * MIB));
-    SIM_OK(cudaMemset(p, 1, 8 * MIB));
-    SIM_OK(cudaDeviceSynchronize());
-    simtest_gate_t *g = simtest_gate_new();
-    simtest_gate_block(g, s);
-    struct cucache_sim_access acc = {p, 8 * MIB, 0};
-    CU_OK(cucacheSimLaunch((CUstream)s, NULL, NULL, &acc, 1)); /* reads p once the gate opens */
+    simtest_gate_t *g;
+    void *p = gated_reader(8 * MIB, &s, &t, &g), *q = NULL;
     int64_t idle = stat_of("num_idle_frees");
     SIM_OK(cudaFree(p));
     assert_int_equal(stat_of("num_idle_frees"), idle);
@@ -138,17 +146,13 @@ static void test_ordered_hands_out_behind_the_fence(void **state)
     itest_require_cucache();
     if (!ordered())
         skip();
-    cudaStream_t s, t, u;
-    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    SIM_OK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
-    void *p = NULL, *q = NULL;
-    SIM_OK(cudaMalloc(&p, 12 * MIB));
-    SIM_OK(cudaMemset(p, 1, 12 * MIB));
     SIM_OK(cudaDeviceSynchronize());
-    simtest_gate_t *g = simtest_gate_new();
-    simtest_gate_block(g, s);
-    struct cucache_sim_access acc = {p, 12 * MIB, 0};
-    CU_OK(cucacheSimLaunch((CUstream)s, NULL, NULL, &acc, 1)); /* reads p once the gate opens */
+    /* nothing cached, and 12 MiB is a segment of its own: the miss must use
+     * p's fence */
+    assert_int_equal(itest_empty_cache(0), 0);
+    cudaStream_t s, t, u;
+    simtest_gate_t *g;
+    void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
     int64_t handoffs = stat_of("num_fence_handoffs");
     SIM_OK(cudaFree(p));
     SIM_OK(cudaMalloc(&q, 12 * MIB));
