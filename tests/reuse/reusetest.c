@@ -26,6 +26,8 @@ reuse_policy_t reuse_policy(void)
             p = REUSE_STREAM;
         else if (len == 4 && strncmp(v, "sync", 4) == 0)
             p = REUSE_SYNC;
+        else if (len == 7 && strncmp(v, "ordered", 7) == 0)
+            p = REUSE_ORDERED;
         else
             p = REUSE_FENCED;
     }
@@ -34,7 +36,7 @@ reuse_policy_t reuse_policy(void)
 
 const char *reuse_policy_name(void)
 {
-    static const char *const names[] = {"fenced", "stream", "sync"};
+    static const char *const names[] = {"fenced", "stream", "sync", "ordered"};
     return names[reuse_policy()];
 }
 
@@ -331,13 +333,23 @@ void reuse_fill(cudaStream_t s, bool async)
 void reuse_realloc_twice(const void *a, size_t an, size_t n, void (*write)(void *p, size_t n, cudaStream_t s),
                          cudaStream_t writer, void **b, void **c)
 {
-    int64_t fences = stat_or_zero("num_fences");
+    int64_t fences = stat_or_zero("num_fences"), handoffs = stat_or_zero("num_fence_handoffs");
     SIM_OK(cudaMalloc(b, n));
     reuse_track(*b);
     reuse_expect_disjoint(*b, n, a, an);
     if (reuse_policy() == REUSE_FENCED && !reuse_bare() && stat_or_zero("num_fences") == fences)
         fail_msg("%s", "reuse:fenced: cudaMalloc(B) recorded no fence: the test did not exercise the fence");
+    if (reuse_policy() == REUSE_ORDERED && !reuse_bare() && stat_or_zero("num_fence_handoffs") == handoffs)
+        fail_msg("%s", "reuse:ordered: cudaMalloc(B) handed nothing out behind a fence: the test did not exercise it");
     write(*b, n, writer);
+    if (reuse_policy() == REUSE_ORDERED) {
+        /* the writer may wait on the device for the held readers: C is
+         * allocated and written while they still are */
+        SIM_OK(cudaMalloc(c, n));
+        reuse_track(*c);
+        write(*c, n, writer);
+        return;
+    }
     SIM_OK(simtest_stream_wait_idle(writer));
     /* every fence event on a stream the test does not hold has completed */
     reuse_drain_unheld();

@@ -40,6 +40,9 @@ typedef enum reuse_policy_e {
     REUSE_FENCED, /* the default (and fenced-host: the same for these tests, which submit work) */
     REUSE_STREAM, /* trusts stream order: unsafe across streams */
     REUSE_SYNC,   /* synchronises the device on every free */
+    REUSE_ORDERED, /* hands a freed block out behind its fence with the device ordered after it: the new owner's
+                    * work waits on the device for the old owner's, so the tests never wait for it while the old
+                    * owner's readers are held; the race detector and the readers' data judge */
 } reuse_policy_t;
 
 typedef enum reuse_expect_e {
