@@ -19,9 +19,9 @@ cucache_say() {
     printf '==> %s\n' "$*"
 }
 
-# What scripts/deb needs besides the build's dependencies: the Debian
-# packaging tools and lintian.
-CUCACHE_DEB_TOOLS=(debhelper dh-python dpkg-dev lintian)
+# What scripts/deb and tests/run/check_deb.sh need besides the build's dependencies: the Debian
+# packaging tools, lintian, and man for the installed pages.
+CUCACHE_DEB_TOOLS=(debhelper dh-python dpkg-dev lintian man-db)
 
 # Install the packaging tools when missing (as root), or say what to install.
 cucache_ensure_deb_deps() {
