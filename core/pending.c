@@ -134,7 +134,9 @@ void pend_close(core_dev_t *d)
     close_batch(d);
 }
 
-static size_t release_list(core_dev_t *d, block_t *b)
+/* idle: their fence or event completed (else the device is only ordered
+ * after it: work before it may still run) */
+static size_t release_list(core_dev_t *d, block_t *b, bool idle)
 {
     size_t bytes = 0;
     while (b) {
@@ -142,21 +144,22 @@ static size_t release_list(core_dev_t *d, block_t *b)
         b->pend_next = NULL;
         bytes += b->size;
         d->pending_bytes -= b->size;
-        pool_release_block(d, b, true); /* its fence or event completed */
+        pool_release_block(d, b, idle);
         b = next;
     }
     return bytes;
 }
 
-/* Releases the oldest closed batch (its fence completed or was waited). */
-static size_t release_oldest_batch(core_dev_t *d)
+/* Releases the oldest closed batch: its fence completed or was waited
+ * (idle), or the device was ordered after it (pend_hand_off). */
+static size_t release_oldest_batch(core_dev_t *d, bool idle)
 {
     fence_batch_t *f = d->fences;
     d->fences = f->next;
     if (!d->fences)
         d->fences_tail = NULL;
     d->be.event_release(d->be.ctx, d->device, f->event);
-    size_t bytes = release_list(d, f->blocks);
+    size_t bytes = release_list(d, f->blocks, idle);
     hostalloc_free(f);
     return bytes;
 }
@@ -190,7 +193,7 @@ size_t pend_poll(core_dev_t *d)
     if (d->held && poll_held(d))
         close_batch(d); /* their fence: they are released once it completes */
     while (d->fences && d->be.event_query(d->be.ctx, d->device, d->fences->event) == 1)
-        bytes += release_oldest_batch(d);
+        bytes += release_oldest_batch(d, true);
     if (d->event_pending)
         bytes += poll_events(d, false);
     return bytes;
@@ -203,7 +206,7 @@ bool pend_wait_oldest(core_dev_t *d)
     bool waited = false;
     if (d->fences) {
         d->be.event_wait(d->be.ctx, d->device, d->fences->event);
-        release_oldest_batch(d);
+        release_oldest_batch(d, true);
         waited = true;
     } else if (d->event_pending) {
         block_t *oldest = d->event_pending;
@@ -227,18 +230,7 @@ bool pend_hand_off(core_dev_t *d)
     pend_close(d); /* the frees since the last fence get theirs */
     bool any = false;
     while (d->fences && d->be.fence_order(d->be.ctx, d->device, d->fences->event) == CORE_OK) {
-        fence_batch_t *f = d->fences;
-        d->fences = f->next;
-        if (!d->fences)
-            d->fences_tail = NULL;
-        for (block_t *b = f->blocks, *next; b; b = next) {
-            next = b->pend_next;
-            b->pend_next = NULL;
-            d->pending_bytes -= b->size;
-            pool_release_block(d, b, false); /* work before the fence may still run */
-        }
-        d->be.event_release(d->be.ctx, d->device, f->event);
-        hostalloc_free(f);
+        release_oldest_batch(d, false);
         d->stats.num_fence_handoffs++;
         any = true;
     }
@@ -257,7 +249,7 @@ void pend_release_all(core_dev_t *d, bool wait)
     while (d->fences) {
         if (wait)
             d->be.event_wait(d->be.ctx, d->device, d->fences->event);
-        release_oldest_batch(d);
+        release_oldest_batch(d, true);
     }
     poll_events(d, true);
     block_t *open = d->open.blocks;
@@ -266,7 +258,7 @@ void pend_release_all(core_dev_t *d, bool wait)
         d->be.device_sync(d->be.ctx, d->device);
         any = true;
     }
-    release_list(d, open);
+    release_list(d, open, true);
     if (wait && any) {
         d->stats.num_sync_all_streams++;
         d->stats.fence_wait_ns += now_ns() - t0;

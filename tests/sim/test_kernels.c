@@ -86,6 +86,30 @@ static double now_ms(void)
 
 #define assert_ms(got, want) assert_float_equal((got), (want), 0.01)
 
+/* n launches of f on a new stream between two events, all queued while a
+ * gate holds the stream: the device time between the events, and (when
+ * host_ms) the host's time from opening the gate to seeing the end. */
+static float chain_ms(CUfunction f, int n, double *host_ms)
+{
+    CUstream s = stream();
+    CUevent a = event(), b = event();
+    simtest_gate_t *g = simtest_gate_new();
+    simtest_gate_block(g, (cudaStream_t)s);
+    CU_OK(cuEventRecord(a, s));
+    for (int i = 0; i < n; i++)
+        launch(f, s);
+    CU_OK(cuEventRecord(b, s));
+    double t0 = now_ms();
+    simtest_gate_open(g);
+    float ms = elapsed_ms(a, b);
+    if (host_ms)
+        *host_ms = now_ms() - t0;
+    CU_OK(cuEventDestroy_v2(a));
+    CU_OK(cuEventDestroy_v2(b));
+    CU_OK(cuStreamDestroy_v2(s));
+    return ms;
+}
+
 static void test_modules_and_errors(void **state)
 {
     (void)state;
@@ -128,21 +152,9 @@ static void test_modules_and_errors(void **state)
 static void test_chain_takes_the_sum(void **state)
 {
     (void)state;
-    CUstream s = stream();
-    CUevent a = event(), b = event();
-    simtest_gate_t *g = simtest_gate_new();
-    simtest_gate_block(g, (cudaStream_t)s);
-    CU_OK(cuEventRecord(a, s));
-    for (int i = 0; i < 20; i++)
-        launch(k2, s);
-    CU_OK(cuEventRecord(b, s));
-    double t0 = now_ms();
-    simtest_gate_open(g);
-    assert_ms(elapsed_ms(a, b), 40.0);
-    assert_true(now_ms() - t0 >= 40.0); /* the host saw it done no earlier */
-    CU_OK(cuEventDestroy_v2(a));
-    CU_OK(cuEventDestroy_v2(b));
-    CU_OK(cuStreamDestroy_v2(s));
+    double host_ms = 0;
+    assert_ms(chain_ms(k2, 20, &host_ms), 40.0);
+    assert_true(host_ms >= 40.0); /* the host saw it done no earlier */
 }
 
 /* Two streams released by one event run side by side (10 ms each, 10 ms
@@ -204,16 +216,7 @@ static void test_graph_replays_kernels(void **state)
 static void test_default_time_and_host_wait(void **state)
 {
     (void)state;
-    CUstream s = stream();
-    CUevent a = event(), b = event();
-    simtest_gate_t *g = simtest_gate_new();
-    simtest_gate_block(g, (cudaStream_t)s);
-    CU_OK(cuEventRecord(a, s));
-    for (int i = 0; i < 100; i++)
-        launch(kshort, s);
-    CU_OK(cuEventRecord(b, s));
-    simtest_gate_open(g);
-    assert_ms(elapsed_ms(a, b), 0.1);
+    assert_ms(chain_ms(kshort, 100, NULL), 0.1);
     void *fn = NULL;
     CUdriverProcAddressQueryResult q;
     CU_OK(cuGetProcAddress_v2("cuLaunchKernel", &fn, 13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q));
@@ -222,7 +225,6 @@ static void test_default_time_and_host_wait(void **state)
     CU_OK(cuLaunchKernel_ptsz(k10, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL));
     CU_OK(cuStreamSynchronize_ptsz(NULL));
     assert_true(now_ms() - t0 >= 10.0);
-    CU_OK(cuStreamDestroy_v2(s));
 }
 
 /* A timed kernel writing a buffer and an unordered copy reading it on
