@@ -7,7 +7,13 @@
  * bottleneck: the host runs ahead until the step's synchronisation, as in
  * a real training loop.
  *
- *   bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a]
+ *   bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US]
+ *
+ * -c adds a communication stream, as data-parallel training has: after
+ * every 16th allocation it waits for the compute stream's work so far (an
+ * event) and runs a kernel of COMM_US on a buffer of its own, which the
+ * compute streams never wait for; its work overlaps theirs, and a step
+ * ends when both are done.
  *
  * -a allocates with cudaMallocAsync/cudaFreeAsync on the block's stream
  * instead of cudaMalloc/cudaFree.  Run it plain (CUDA without a cache:
@@ -57,6 +63,7 @@ int main(int argc, char **argv)
     int nstreams = 1, steps = 5;
     unsigned kernel_us = 50;
     bool async = false;
+    unsigned comm_us = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc)
             trace = argv[++i];
@@ -68,8 +75,10 @@ int main(int argc, char **argv)
             steps = atoi(argv[++i]);
         else if (strcmp(argv[i], "-a") == 0)
             async = true;
+        else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
+            comm_us = (unsigned)atoi(argv[++i]);
         else
-            bench_die("usage: bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a]");
+            bench_die("usage: bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US]");
     }
     if (nstreams < 1 || nstreams > MAX_STREAMS || steps < 2)
         bench_die("-S 1..%d and -n 2 or more", MAX_STREAMS);
@@ -84,6 +93,15 @@ int main(int argc, char **argv)
     cudaStream_t s[MAX_STREAMS];
     for (int i = 0; i < nstreams; i++)
         CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+    cudaStream_t comm = NULL;
+    cudaEvent_t ready = NULL;
+    void *comm_buf = NULL;
+    const size_t comm_bytes = 1 << 20;
+    if (comm_us) {
+        CHECK(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking));
+        CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+        CHECK(cudaMalloc(&comm_buf, comm_bytes));
+    }
     int *on = calloc(t.nalloc, sizeof *on);
     size_t *bytes = calloc(t.nalloc, sizeof *bytes);
     double *step_ms = calloc((size_t)steps, sizeof *step_ms);
@@ -108,6 +126,12 @@ int main(int argc, char **argv)
                 bytes[k] = (size_t)op;
                 struct cucache_sim_access w = {p, (size_t)op, 1};
                 CHECK(cucacheSimLaunchTimed((CUstream)s[si], kernel_us, NULL, NULL, &w, 1));
+                if (comm_us && k % 16 == 15) {
+                    struct cucache_sim_access c = {comm_buf, comm_bytes, 1};
+                    CHECK(cudaEventRecord(ready, s[si]));
+                    CHECK(cudaStreamWaitEvent(comm, ready, 0));
+                    CHECK(cucacheSimLaunchTimed((CUstream)comm, comm_us, NULL, NULL, &c, 1));
+                }
                 if (!stat) {
                     size_t f = 0, tot = 0;
                     CHECK(cudaMemGetInfo(&f, &tot));
@@ -148,6 +172,11 @@ int main(int argc, char **argv)
     if (stat && stat(0, "reserved_bytes.all.peak", &peak) != 0)
         peak = -1;
     const char *mode = async ? "async" : "plain";
+    if (comm_us) {
+        CHECK(cudaFree(comm_buf));
+        CHECK(cudaEventDestroy(ready));
+        CHECK(cudaStreamDestroy(comm));
+    }
     printf("result %s %d %s step_ms=%s peak_reserved=%lld races=%lu\n", trace, nstreams, mode, fmt, (long long)peak,
            cucacheSimRaceCount());
     return 0;

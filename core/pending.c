@@ -228,13 +228,15 @@ bool pend_hand_off(core_dev_t *d)
     if (!d->be.fence_order || d->capturing || d->conf.reuse != CONF_REUSE_ORDERED)
         return false;
     pend_close(d); /* the frees since the last fence get theirs */
-    bool any = false;
-    while (d->fences && d->be.fence_order(d->be.ctx, d->device, d->fences->event) == CORE_OK) {
+    /* The newest fence was recorded on every stream after the older ones:
+     * the device ordered after it is ordered after them all. */
+    if (!d->fences || d->be.fence_order(d->be.ctx, d->device, d->fences_tail->event) != CORE_OK)
+        return false;
+    while (d->fences) {
         release_oldest_batch(d, false);
         d->stats.num_fence_handoffs++;
-        any = true;
     }
-    return any;
+    return true;
 }
 
 /* Everything pending becomes free: after waiting for each fence and event

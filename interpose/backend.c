@@ -286,6 +286,8 @@ typedef struct fence_s {
                         streams' events it holds a reference on */
     bool ordered;  /* on hd->ordered: the device waits for it (fence_order) */
     bool released; /* the core released it: freed once it completes */
+    CUevent hub;   /* ordered: recorded on the hub stream after it waited for
+                      every event (NULL: each stream waits for every event) */
     CUevent ev[];  /* all must complete */
 } fence_t;
 
@@ -434,6 +436,8 @@ static void fence_free(hook_dev_t *hd, fence_t *f)
         if (hd->primary)
             event_put(hd, f->ev[i]);
     }
+    if (f->hub && hd->primary)
+        event_put(hd, f->hub);
     for (size_t i = f->owned; i < f->n; i++)
         for (size_t k = 0; k < hd->nretired; k++)
             if (hd->retired[k].ev == f->ev[i] && hd->retired[k].refs) {
@@ -484,11 +488,14 @@ static void event_release(void *ctx, int device, uint64_t event)
     pthread_mutex_unlock(&hd->lock);
 }
 
-/* Makes stream s wait for every event of f; false on an error. */
+/* Makes stream s wait for fence f on the device: for its hub event when it
+ * has one, else for every event; false on an error. */
 static bool wait_fence(CUstream s, const fence_t *f)
 {
-    for (size_t i = 0; i < f->n; i++) {
-        CUresult r = real_cu.cuStreamWaitEvent(s, f->ev[i], 0);
+    const CUevent *ev = f->hub ? &f->hub : f->ev;
+    size_t n = f->hub ? 1 : f->n;
+    for (size_t i = 0; i < n; i++) {
+        CUresult r = real_cu.cuStreamWaitEvent(s, ev[i], 0);
         if (r != CUDA_SUCCESS) {
             hook_backend_error = r;
             return false;
@@ -497,12 +504,36 @@ static bool wait_fence(CUstream s, const fence_t *f)
     return true;
 }
 
+/* Called with hd->lock held and the primary context current: gathers f's
+ * events into one on the hub, a non-blocking stream of cucache's own that
+ * waits for each of them and then records f->hub, so that ordering each of
+ * n streams after f costs one wait instead of n (3n + 1 calls in all, not
+ * n * n).  Leaves f->hub NULL when that fails: each stream then waits for
+ * every event. */
+static void fence_gather(hook_dev_t *hd, fence_t *f)
+{
+    if (f->n < 2)
+        return;
+    if (!hd->hub && real_cu.cuStreamCreate(&hd->hub, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        hd->hub = NULL;
+        return;
+    }
+    CUevent h = event_get(hd);
+    if (!h)
+        return;
+    if (!wait_fence(hd->hub, f) || real_cu.cuEventRecord(h, hd->hub) != CUDA_SUCCESS) {
+        event_put(hd, h);
+        return;
+    }
+    f->hub = h;
+}
+
 /* reuse:ordered hands out the blocks behind a fence at once (issue 14):
  * from now on the legacy stream (which orders every blocking and
  * per-thread default stream's later work) and every known non-blocking
- * stream wait on the device for the fence's events, and so does a
- * non-blocking stream created before it completes.  Not during a capture:
- * a wait there would join the graph. */
+ * stream wait on the device for the fence, and so does a non-blocking
+ * stream created before it completes.  Not during a capture: a wait there
+ * would join the graph. */
 static int fence_order(void *ctx, int device, uint64_t event)
 {
     (void)ctx;
@@ -527,6 +558,8 @@ static int fence_order(void *ctx, int device, uint64_t event)
             rc = CORE_EFAIL;
         }
     }
+    if (rc == CORE_OK && !f->hub)
+        fence_gather(hd, f);
     /* waits already placed when a later one fails only order more */
     if (rc == CORE_OK && !wait_fence(CU_STREAM_LEGACY, f))
         rc = CORE_EFAIL;

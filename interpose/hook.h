@@ -293,6 +293,9 @@ typedef struct hook_dev_s {
      * completed: a stream created meanwhile waits for them too */
     struct fence_s **ordered;
     size_t nordered, ordered_cap;
+    /* cucache's own non-blocking stream that gathers an ordered fence's
+     * events into one (backend.c: fence_gather); NULL until needed */
+    CUstream hub;
 } hook_dev_t;
 
 extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];

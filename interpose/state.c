@@ -153,6 +153,7 @@ void hook_dev_drop(hook_dev_t *hd)
     /* the spare and retired events died with the context */
     hd->nspare = 0;
     hd->nretired = 0;
+    hd->hub = NULL; /* and the hub stream */
     hd->primary = NULL;
     pthread_mutex_unlock(&hd->lock);
     pthread_mutex_unlock(&open_lock);
