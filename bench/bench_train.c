@@ -15,6 +15,9 @@
  * compute streams never wait for; its work overlaps theirs, and a step
  * ends when both are done.
  *
+ * -S 0 runs the kernels on the legacy default stream: the program creates
+ * no stream of its own.
+ *
  * -a allocates with cudaMallocAsync/cudaFreeAsync on the block's stream
  * instead of cudaMalloc/cudaFree.  Run it plain (CUDA without a cache:
  * the simulator's allocation costs) or under cucache-run --sim with the
@@ -80,8 +83,12 @@ int main(int argc, char **argv)
         else
             bench_die("usage: bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US]");
     }
-    if (nstreams < 1 || nstreams > MAX_STREAMS || steps < 2)
-        bench_die("-S 1..%d and -n 2 or more", MAX_STREAMS);
+    if (nstreams < 0 || nstreams > MAX_STREAMS || steps < 2)
+        bench_die("-S 0..%d and -n 2 or more", MAX_STREAMS);
+    /* -S 0: the legacy default stream, no stream of the program's own */
+    bool legacy = nstreams == 0;
+    if (legacy)
+        nstreams = 1;
     char path[512];
     snprintf(path, sizeof path, "%s/sizes_%s.txt", BENCH_SIZES_DIR, trace);
     bench_trace_t t;
@@ -91,8 +98,11 @@ int main(int argc, char **argv)
         (int (*)(int, const char *, int64_t *))dlsym(RTLD_DEFAULT, "cucache_stat");
 
     cudaStream_t s[MAX_STREAMS];
-    for (int i = 0; i < nstreams; i++)
-        CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+    for (int i = 0; i < nstreams; i++) {
+        s[i] = NULL;
+        if (!legacy)
+            CHECK(cudaStreamCreateWithFlags(&s[i], cudaStreamNonBlocking));
+    }
     cudaStream_t comm = NULL;
     cudaEvent_t ready = NULL;
     void *comm_buf = NULL;
@@ -177,6 +187,8 @@ int main(int argc, char **argv)
         CHECK(cudaEventDestroy(ready));
         CHECK(cudaStreamDestroy(comm));
     }
+    if (legacy)
+        nstreams = 0;
     printf("result %s %d %s step_ms=%s peak_reserved=%lld races=%lu\n", trace, nstreams, mode, fmt, (long long)peak,
            cucacheSimRaceCount());
     return 0;

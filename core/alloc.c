@@ -466,8 +466,12 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     }
     /* 1b. frees still behind fences: handed out now, the device ordered
      * after their fences, instead of growing the cache or waiting on the
-     * host (reuse:ordered; issue 14) */
-    if (d->pending_bytes >= rounded && pend_hand_off(d) && (b = pool_find_free(d, pool, stream, rounded)))
+     * host (reuse:ordered, and reuse:fenced while the program has no
+     * stream of its own; issue 14).  Whatever their bytes: merged with free
+     * neighbours they may serve a larger request, and a replay, whose idle
+     * device completes every fence at step 1, finds the same blocks free
+     * whether or not the live run's fences had completed. */
+    if (d->pending_bytes && pend_hand_off(d) && (b = pool_find_free(d, pool, stream, rounded)))
         TAKE(b, rounded, size);
     /* 2. garbage collection above the threshold */
     if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
@@ -526,19 +530,24 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
     return core_malloc_site(d, size, stream, 0, oom);
 }
 
-/* reuse:ordered: the share of the reserved bytes that fenced frees may
- * hold before a hit that would split a block (or take a larger one) hands
- * them out, the device ordered after their fence (issue 14).  Each hand-out
- * makes every stream wait for every stream's earlier work: handing out at
- * every such hit takes the blocks reuse:stream would take (the same peak),
- * but it serialises the streams of a multi-stream program; waiting until a
- * sixteenth of the cache is behind fences costs 0.4-10% of reuse:stream's
- * peak reserved and 0-9% of its step time (docs/performance.md). */
+/* When a hit that would split a block (or take one larger than asked for)
+ * hands out the frees behind fences instead, the device ordered after
+ * their fence (issue 14).  With no stream of the program's own the
+ * ordering holds back nothing (the fence already orders the default
+ * streams): any pending free that could serve the request is handed out,
+ * which takes the blocks reuse:stream would take (the same peak on the
+ * shared traces).  Under reuse:ordered with streams of its own each
+ * hand-out makes every stream wait for every stream's earlier work, which
+ * serialises streams that overlap: the frees wait until they hold a
+ * sixteenth of the reserved bytes, which costs 6-11% of reuse:stream's
+ * peak reserved and 0.6-11% of its step time (docs/performance.md). */
 #define HANDOFF_SHARE 16
 
 static inline bool handoff_due(const core_dev_t *d, size_t rounded)
 {
-    return (d->open.blocks || d->fences) && d->pending_bytes >= rounded &&
+    if (!(d->open.blocks || d->fences) || d->pending_bytes < rounded)
+        return false;
+    return d->streams == 0 ||
            d->pending_bytes >= (uint64_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_SHARE;
 }
 
@@ -571,8 +580,7 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
     uintptr_t addr = 0;
     if (__builtin_expect(d->map.count < d->map.mask, 1)) {
         block_t *b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
-        if (__builtin_expect(d->conf.reuse == CONF_REUSE_ORDERED, 0) && b && b->size != rounded &&
-            handoff_due(d, rounded) && pend_hand_off(d))
+        if (b && b->size != rounded && handoff_due(d, rounded) && pend_hand_off_allowed(d) && pend_hand_off(d))
             b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
         if (__builtin_expect(b != NULL, 1) && (addr = take(d, b, rounded, size))) {
             d->stats.num_cache_hits++;
@@ -750,6 +758,16 @@ void core_fence(core_dev_t *d)
     dev_lock(d);
     jr_note(d, JR_FENCE, 0, 0, 0, 0, 0, 0);
     pend_close(d); /* nothing while capturing */
+    dev_unlock(d);
+}
+
+void core_set_streams(core_dev_t *d, unsigned n)
+{
+    dev_lock(d);
+    if (n != d->streams) {
+        jr_note(d, JR_STREAMS, 0, 0, 0, 0, n, d->streams);
+        d->streams = n;
+    }
     dev_unlock(d);
 }
 

@@ -310,6 +310,17 @@ void mem_backend_complete_all(mem_backend_t *m)
     mb_unlock(m);
 }
 
+static int fence_order(void *ctx, int device, uint64_t fence)
+{
+    (void)device;
+    (void)fence;
+    mem_backend_t *m = ctx;
+    mb_lock(m);
+    m->n_order++;
+    mb_unlock(m);
+    return CORE_OK;
+}
+
 core_backend_t mem_backend_vtable(mem_backend_t *m)
 {
     return (core_backend_t){
@@ -328,5 +339,6 @@ core_backend_t mem_backend_vtable(mem_backend_t *m)
         .va_release = va_release,
         .map = map,
         .unmap = unmap,
+        .fence_order = m->orders ? fence_order : NULL,
     };
 }

@@ -10,6 +10,10 @@
  * A hold (core_hold) with token t is over once holds_over >= t: tests raise
  * it as another process would close what it had open.
  *
+ * With `orders` the backend can order the device after a fence
+ * (fence_order), as the interposer's does: the replays that model a live
+ * run set it.
+ *
  * Virtual memory: reservations take addresses only; map charges its pages
  * against the capacity like segments, page by page (one physical
  * allocation each), and unmap gives them back; unmapping a page that is
@@ -35,6 +39,9 @@ typedef struct mem_backend_s {
     uint64_t completed;  /* events up to this handle have completed */
     bool auto_complete;  /* events complete as they are recorded */
     bool solo;           /* one thread only (a what-if replay): the lock is not taken */
+    bool orders;         /* has fence_order, as the interposer's backend has (set before mem_backend_vtable):
+                          * ordering the device after a fence always succeeds, and is counted */
+    uint64_t n_order;
     int fail_allocs;     /* the next N seg_alloc calls fail ... */
     int fail_code;       /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
     uint64_t holds_over; /* core_hold tokens up to this one are released (tests raise it) */

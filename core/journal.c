@@ -233,8 +233,17 @@ int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
         jr_copy_free(out);
         return -1;
     }
-    for (uint64_t i = 0; i < n; i++)
-        out->rec[i] = j->ring[(first + i) & (j->cap - 1)];
+    out->streams = d->streams;
+    out->orders = d->be.fence_order != NULL;
+    bool seen = false; /* the first count change in the window says the count before it */
+    for (uint64_t i = 0; i < n; i++) {
+        jr_rec_t r = j->ring[(first + i) & (j->cap - 1)];
+        out->rec[i] = r;
+        if (!seen && (r.w & 0xFF) == JR_STREAMS) {
+            seen = true;
+            out->streams = (unsigned)r.id;
+        }
+    }
     out->nrec = n;
     out->first = first;
     out->keys[0] = 0;

@@ -225,7 +225,7 @@ bool pend_wait_oldest(core_dev_t *d)
 
 bool pend_hand_off(core_dev_t *d)
 {
-    if (!d->be.fence_order || d->capturing || d->conf.reuse != CONF_REUSE_ORDERED)
+    if (!pend_hand_off_allowed(d))
         return false;
     pend_close(d); /* the frees since the last fence get theirs */
     /* The newest fence was recorded on every stream after the older ones:

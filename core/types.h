@@ -149,6 +149,7 @@ typedef enum jr_op_e {
     JR_POOL_CREATE = 9, /* pool: its id */
     JR_POOL_DESTROY = 10,
     JR_RECORD_STREAM = 11, /* id: the allocation; s2: the stream */
+    JR_STREAMS = 12,       /* size: the program's live streams after (core_set_streams); id: before */
 } jr_op_t;
 
 /* w: op (8 bits) | how (8) | pool (16) | s1 (16) | s2 (16); streams as
@@ -196,6 +197,8 @@ typedef struct jr_copy_s {
     size_t nkeys;
     jr_live_t *live; /* by allocation number */
     size_t nlive;
+    unsigned streams; /* the program's live streams when the window begins (core_set_streams) */
+    bool orders;      /* the device's backend has fence_order: the replays' has it too */
 } jr_copy_t;
 
 struct core_dev_s {
@@ -233,6 +236,9 @@ struct core_dev_s {
     /* a CUDA graph capture is in progress on the device: no fence, wait,
      * sync or release call may be made (core_set_capturing) */
     bool capturing;
+    /* the program's live streams (core_set_streams): while 0, reuse:fenced
+     * hands out frees behind fences with the device ordered after them */
+    unsigned streams;
     /* statistics and observation */
     core_stats_t stats;
     core_observer_fn observer;
@@ -369,6 +375,14 @@ bool pend_wait_oldest(core_dev_t *d);
  * after each fence and makes its blocks free (not idle: work before the
  * fence may still run).  False when nothing was handed out. */
 bool pend_hand_off(core_dev_t *d);
+/* Whether frees behind fences may be handed out now, the device ordered
+ * after them (pend_hand_off): reuse:ordered, or reuse:fenced while the
+ * program has no stream of its own; never during a capture. */
+static inline bool pend_hand_off_allowed(const core_dev_t *d)
+{
+    return d->be.fence_order && !d->capturing &&
+           (d->conf.reuse == CONF_REUSE_ORDERED || (d->conf.reuse == CONF_REUSE_FENCED && d->streams == 0));
+}
 /* Everything pending becomes free (the device is idle). */
 void pend_release_all(core_dev_t *d, bool wait);
 

@@ -247,10 +247,13 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
     m.total = j->o->total;
     m.auto_complete = !busy;
     m.solo = true; /* this thread's alone, as is the device */
+    m.orders = c->orders; /* as the device's backend: hand-outs behind fences (issue 14) */
     core_backend_t be = mem_backend_vtable(&m);
     core_dev_t *d = core_dev_new(&be, j->device, conf);
-    if (d)
+    if (d) {
         core_dev_solo(d);
+        d->streams = c->streams;
+    }
     addr_tab_t tab = {0};
     pools_t pools = {.n = 0};
     bool ok = d && tab_init(&tab, c->nlive);
@@ -321,6 +324,9 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
             break;
         case JR_FENCE:
             core_fence(d);
+            break;
+        case JR_STREAMS:
+            core_set_streams(d, (unsigned)r->size);
             break;
         case JR_SYNC:
             if (busy)

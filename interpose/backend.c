@@ -548,7 +548,15 @@ static int fence_order(void *ctx, int device, uint64_t event)
     int rc = CORE_OK;
     if (hd->ncaptures || !real_cu.cuStreamWaitEvent)
         rc = CORE_EFAIL;
+    /* forget the ordered fences that completed before the list grows: with
+     * a hand-out at most allocations, it would otherwise keep every fence
+     * (and its events) of the run */
+    bool grow = false;
     if (rc == CORE_OK && hd->nordered == hd->ordered_cap) {
+        ordered_sweep(hd);
+        grow = hd->ordered_cap == 0 || hd->nordered > hd->ordered_cap / 2;
+    }
+    if (grow) {
         size_t cap = hd->ordered_cap ? hd->ordered_cap * 2 : 16;
         fence_t **n = hostalloc_realloc(hd->ordered, cap * sizeof *n);
         if (n) {

@@ -276,6 +276,13 @@ typedef struct hook_dev_s {
      * one event on each */
     CUstream *streams;
     size_t nstreams, streams_cap;
+    /* live blocking streams the program created in the primary context:
+     * with the non-blocking ones, the count the core is told
+     * (core_set_streams; count_lock orders the updates) */
+    CUstream *blocking;
+    size_t nblocking, blocking_cap;
+    size_t nlost; /* streams no list could take (out of host memory): counted as alive for good */
+    pthread_mutex_t count_lock;
     /* captures in progress; while any, the core makes no fence, sync or
      * release call (core_set_capturing) */
     CUstream captures[HOOK_MAX_CAPTURES]; /* capturing streams (a per-thread one as its key) */
@@ -427,8 +434,10 @@ static inline void *hook_trace_stream(void *s, bool per_thread)
 }
 
 /* A stream was created in the device's primary context with these flags. */
-void hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags);
-void hook_stream_destroyed(CUstream s);
+/* A stream the program created in hd's primary context (true: counted,
+ * the core told), or destroyed (the device it was counted on, or -1). */
+bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags);
+int hook_stream_destroyed(CUstream s);
 /* A stream is about to be destroyed: if it is a known non-blocking stream,
  * an event recorded on it now joins every later fence until it completes
  * (the destroyed stream's queued work still runs and may read memory the

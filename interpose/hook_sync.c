@@ -127,15 +127,25 @@ static hook_dev_t *call_device(bool runtime)
     return runtime ? hook_rt_device(true) : hook_cu_device(true);
 }
 
+/* A stream's creation or destruction in the trace: counted on `device`
+ * (TRACE_REC_COUNTED: the core was told, and a replay tells its own), or
+ * not (device -1: a created context's stream, or one cucache never saw). */
+static void traced_stream(unsigned kind, CUstream s, unsigned flags, int device)
+{
+    if (HOOK_UNLIKELY(hook_trace_on()))
+        hook_trace_put_flags(kind, TRACE_API_NONE, device >= 0 ? device : hook_last_dev, (uintptr_t)s, 0, flags, 0,
+                             device >= 0 ? TRACE_REC_COUNTED : 0);
+}
+
 /* After a stream creation: ok when the program's own call succeeded.  The
  * runtime's cudaStreamNonBlocking is CU_STREAM_NON_BLOCKING. */
 static void created(bool ok, bool runtime, CUstream *ps, unsigned flags)
 {
-    hook_dev_t *hd;
-    if (ok && (flags & CU_STREAM_NON_BLOCKING) && (hd = call_device(runtime)))
-        hook_stream_created(hd, *ps, flags);
-    if (ok)
-        traced(TRACE_STREAM_CREATE, *ps, flags);
+    if (!ok)
+        return;
+    hook_dev_t *hd = call_device(runtime);
+    bool counted = hd && hook_stream_created(hd, *ps, flags);
+    traced_stream(TRACE_STREAM_CREATE, *ps, flags, counted ? hd->ordinal : -1);
 }
 
 HOOK_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
@@ -174,26 +184,22 @@ HOOK_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int fl
 HOOK_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
     bool mine = !hook_bypass();
-    if (mine) {
-        traced(TRACE_STREAM_DESTROY, stream, 0);
+    if (mine)
         hook_stream_retiring(stream);
-    }
     cudaError_t e = RT_REAL(cudaStreamDestroy, stream);
     if (mine && e == cudaSuccess)
-        hook_stream_destroyed(stream);
+        traced_stream(TRACE_STREAM_DESTROY, stream, 0, hook_stream_destroyed(stream));
     return e;
 }
 
 HOOK_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     bool mine = !hook_bypass();
-    if (mine) {
-        traced(TRACE_STREAM_DESTROY, hStream, 0);
+    if (mine)
         hook_stream_retiring(hStream);
-    }
     CUresult r = CU_REAL(cuStreamDestroy_v2, hStream);
     if (mine && r == CUDA_SUCCESS)
-        hook_stream_destroyed(hStream);
+        traced_stream(TRACE_STREAM_DESTROY, hStream, 0, hook_stream_destroyed(hStream));
     return r;
 }
 

@@ -37,6 +37,7 @@ static void devices_init(void)
         hook_dev_t *hd = &hook_devs[i];
         memset(hd, 0, sizeof *hd);
         pthread_mutex_init(&hd->lock, NULL);
+        pthread_mutex_init(&hd->count_lock, NULL);
         hd->ordinal = i;
     }
 }
@@ -124,6 +125,10 @@ hook_dev_t *hook_dev_open(int ordinal)
                           "are plain cudaMalloc allocations",
                           ordinal);
             if (d) {
+                pthread_mutex_lock(&hd->lock);
+                size_t n = hd->nstreams + hd->nblocking + hd->nlost; /* none, unless a list outlived a core */
+                pthread_mutex_unlock(&hd->lock);
+                core_set_streams(d, n > UINT32_MAX ? UINT32_MAX : (unsigned)n);
                 hook_diag_dev_opened(ordinal, d);
                 hook_trace_device(ordinal);
             } else
@@ -147,6 +152,7 @@ void hook_dev_drop(hook_dev_t *hd)
     }
     pthread_mutex_lock(&hd->lock);
     hd->nstreams = 0;
+    hd->nblocking = 0;
     hd->ncaptures = 0;
     atomic_store(&hd->capturing, 0);
     hd->capture_pool = 0;

@@ -32,30 +32,78 @@ core_stream_t hook_key_ptds_new(void)
     return hook_ptds_key;
 }
 
-void hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)
+/* Called with hd->lock held: adds s to a list of streams (false when the
+ * list cannot grow). */
+static bool list_add(CUstream **list, size_t *n, size_t *cap, CUstream s)
 {
-    if (!(flags & CU_STREAM_NON_BLOCKING) || !s)
-        return;
-    pthread_mutex_lock(&hd->lock);
-    bool known = false;
-    for (size_t i = 0; i < hd->nstreams && !known; i++)
-        known = hd->streams[i] == s;
-    if (!known && hd->nstreams == hd->streams_cap) {
-        size_t cap = hd->streams_cap ? hd->streams_cap * 2 : 16;
-        CUstream *n = hostalloc_realloc(hd->streams, cap * sizeof *n);
-        if (n) {
-            hd->streams = n;
-            hd->streams_cap = cap;
-        }
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 16;
+        CUstream *g = hostalloc_realloc(*list, c * sizeof *g);
+        if (!g)
+            return false;
+        *list = g;
+        *cap = c;
     }
-    if (!known && hd->nstreams < hd->streams_cap)
-        hd->streams[hd->nstreams++] = s;
-    else if (!known)
-        hook_warn(HOOK_WARN_BACKEND, "out of host memory: a non-blocking stream is not fenced; "
-                                     "cudaFree'd memory it uses may be reused too early");
-    if (!known)
-        hook_backend_order_new_stream(hd, s); /* memory handed out ahead of its fence */
+    (*list)[(*n)++] = s;
+    return true;
+}
+
+/* Called with hd->lock held: removes s from a list; whether it was there. */
+static bool list_remove(CUstream *list, size_t *n, CUstream s)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (list[i] == s) {
+            list[i] = list[--*n];
+            return true;
+        }
+    return false;
+}
+
+static bool list_has(const CUstream *list, size_t n, CUstream s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (list[i] == s)
+            return true;
+    return false;
+}
+
+/* Called with hd->count_lock held and hd->lock not: tells the core how many
+ * streams the program has on the device (it hands out frees behind fences
+ * with the device ordered after them while there are none). */
+static void tell_core(hook_dev_t *hd)
+{
+    core_dev_t *d = hook_dev_core(hd);
+    pthread_mutex_lock(&hd->lock);
+    size_t n = hd->nstreams + hd->nblocking + hd->nlost;
     pthread_mutex_unlock(&hd->lock);
+    if (d)
+        core_set_streams(d, n > UINT32_MAX ? UINT32_MAX : (unsigned)n);
+}
+
+bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)
+{
+    if (!s)
+        return false;
+    bool nonblocking = (flags & CU_STREAM_NON_BLOCKING) != 0, added = false;
+    pthread_mutex_lock(&hd->count_lock);
+    pthread_mutex_lock(&hd->lock);
+    bool known = list_has(hd->streams, hd->nstreams, s) || list_has(hd->blocking, hd->nblocking, s);
+    if (!known) {
+        added = nonblocking ? list_add(&hd->streams, &hd->nstreams, &hd->streams_cap, s)
+                            : list_add(&hd->blocking, &hd->nblocking, &hd->blocking_cap, s);
+        if (!added && nonblocking)
+            hook_warn(HOOK_WARN_BACKEND, "out of host memory: a non-blocking stream is not fenced; "
+                                         "cudaFree'd memory it uses may be reused too early");
+        if (nonblocking)
+            hook_backend_order_new_stream(hd, s); /* memory handed out ahead of its fence */
+    }
+    if (!added && !known)
+        hd->nlost++; /* not on a list: counted as alive for good */
+    pthread_mutex_unlock(&hd->lock);
+    if (!known)
+        tell_core(hd);
+    pthread_mutex_unlock(&hd->count_lock);
+    return !known;
 }
 
 /* Bumped by every stream destruction: a handle may name a new stream after. */
@@ -103,23 +151,27 @@ hook_dev_t *hook_stream_device(CUstream s, bool runtime)
     return hd;
 }
 
-void hook_stream_destroyed(CUstream s)
+int hook_stream_destroyed(CUstream s)
 {
     if (!s)
-        return;
+        return -1;
     atomic_fetch_add_explicit(&streams_gen, 1, memory_order_release);
-    for (int d = 0; d < HOOK_MAX_DEVICES; d++) {
+    int found = -1;
+    for (int d = 0; d < HOOK_MAX_DEVICES && found < 0; d++) {
         hook_dev_t *hd = &hook_devs[d];
         if (!hook_dev_core(hd))
             continue;
+        pthread_mutex_lock(&hd->count_lock);
         pthread_mutex_lock(&hd->lock);
-        for (size_t i = 0; i < hd->nstreams; i++)
-            if (hd->streams[i] == s) {
-                hd->streams[i] = hd->streams[--hd->nstreams];
-                break;
-            }
+        bool was = list_remove(hd->streams, &hd->nstreams, s) || list_remove(hd->blocking, &hd->nblocking, s);
         pthread_mutex_unlock(&hd->lock);
+        if (was) {
+            tell_core(hd);
+            found = d;
+        }
+        pthread_mutex_unlock(&hd->count_lock);
     }
+    return found;
 }
 
 void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread)

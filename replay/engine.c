@@ -188,6 +188,7 @@ typedef struct rdev_s {
     uint64_t allocated, reserved; /* followed through the observer */
     int device;
     uint64_t va_next; /* expandable segments' addresses: a range of their own */
+    unsigned streams; /* the program's streams the recording counted (TRACE_REC_COUNTED) */
     rp_result_t *res; /* for the virtual memory call counts */
 } rdev_t;
 
@@ -317,6 +318,14 @@ static void dev_event_release(void *ctx, int device, uint64_t event)
     rd->mem.event_release(rd->mem.ctx, device, event);
 }
 
+/* The interposer orders the device after a fence (issue 14); an idle or
+ * busy device here has no streams to order: it always can. */
+static int dev_fence_order(void *ctx, int device, uint64_t fence)
+{
+    rdev_t *rd = ctx;
+    return rd->mem.fence_order(rd->mem.ctx, device, fence);
+}
+
 static void dev_sync(void *ctx, int device)
 {
     rdev_t *rd = ctx;
@@ -396,6 +405,7 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
     uint64_t capacity = capacity_of(r, device);
     mem_backend_init(&rd->mb, capacity);
     rd->mb.auto_complete = !r->opts->busy;
+    rd->mb.orders = true;
     rd->mem = mem_backend_vtable(&rd->mb);
     if (r->cfg->mode == RP_MODE_CORE) {
         core_backend_t be = {.ctx = rd,
@@ -407,6 +417,7 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
                              .event_wait = dev_event_wait,
                              .event_release = dev_event_release,
                              .device_sync = dev_sync,
+                             .fence_order = dev_fence_order,
                              .vmm_granularity = dev_vmm_granularity,
                              .va_reserve = dev_va_reserve,
                              .va_release = dev_va_release,
@@ -422,6 +433,9 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
             return NULL;
         }
         core_set_observer(rd->core, observe, r);
+        /* a trace that does not say which streams cucache counted: taken
+         * as having some (no hand-outs under reuse:fenced) */
+        core_set_streams(rd->core, r->in->streams_unknown ? 1 : 0);
         if (r->opts->history)
             core_set_history(rd->core, r->opts->history);
     }
@@ -698,7 +712,18 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
     case TRACE_CAPTURE_END:
         capture_end(rd, e);
         return 0;
-    default: /* stream creation and destruction: nothing for an idle device */
+    case TRACE_STREAM_CREATE:
+    case TRACE_STREAM_DESTROY:
+        /* the streams the recording cucache counted on the device */
+        if ((e->flags & TRACE_REC_COUNTED) && !r->in->streams_unknown && rd->core) {
+            if (e->kind == TRACE_STREAM_CREATE)
+                rd->streams++;
+            else if (rd->streams)
+                rd->streams--;
+            core_set_streams(rd->core, rd->streams);
+        }
+        return 0;
+    default:
         return 0;
     }
 }

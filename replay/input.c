@@ -100,6 +100,7 @@ static void conf_done(rp_input_t *out, const conf_asm_t *a, bool seen)
 int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen)
 {
     out->format = RP_FORMAT_CUCACHE;
+    out->streams_unknown = t->header.version < 3;
     out->ev = malloc((t->nevents ? t->nevents : 1) * sizeof *out->ev);
     if (!out->ev) {
         snprintf(err, errlen, "out of host memory for %zu events", t->nevents);

@@ -32,7 +32,7 @@
 
 #define TRACE_MAGIC "CUCTRACE"  /* 8 bytes, no terminator in the file */
 #define TRACE_CHUNK_MAGIC 0x4B4E4843u /* "CHNK" */
-#define TRACE_VERSION 2               /* 1: no TRACE_DEVICE, TRACE_CONF or flags (still read) */
+#define TRACE_VERSION 3 /* 1: no TRACE_DEVICE, TRACE_CONF or flags; 2: no TRACE_REC_COUNTED (both still read) */
 
 enum {
     TRACE_HEADER_SIZE = 64,
@@ -65,6 +65,13 @@ typedef enum trace_kind_e {
 /* trace_rec_t.flags of an ALLOC (version 2). */
 enum {
     TRACE_REC_FALLBACK = 1, /* cucache's own path failed and the CUDA runtime's (or driver's) allocator served it */
+};
+
+/* trace_rec_t.flags of a STREAM_CREATE / STREAM_DESTROY (version 3). */
+enum {
+    TRACE_REC_COUNTED = 2, /* a stream of the device's primary context (the record's device), which cucache
+                            * counts: while the device has none, reuse:fenced hands out frees behind fences
+                            * with the device ordered after them (a replay needs the count to agree) */
 };
 
 /* trace_rec_t.flags of a CONF piece: the text's last piece (the rest of

@@ -308,6 +308,89 @@ static void test_ordered_not_during_capture(void **state)
     SIM_OK(cudaStreamDestroy(c));
 }
 
+/* The default rule with no stream of the program's own (issue 14): the
+ * program's work runs on the default streams, which a fence already
+ * orders, so a free behind a fence is handed out at once, the device
+ * ordered after it.  The reader here ran on a stream the program created
+ * and destroyed before the free (its last work still queued, behind a
+ * gate): the new owner's memset on the legacy stream must wait on the
+ * device for it, and the host must not.  Under fenced-host nothing is
+ * handed out.  Seen to fail (a race) with fence_order placing no waits. */
+static void test_no_stream_of_its_own_hands_out(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0);
+    cudaStream_t s, t;
+    simtest_gate_t *g;
+    void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
+    SIM_OK(cudaStreamDestroy(s)); /* its reader still queued */
+    SIM_OK(cudaStreamDestroy(t));
+    int64_t handoffs = stat_of("num_fence_handoffs");
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaMalloc(&q, 12 * MIB));
+    if (fenced_host()) {
+        assert_ptr_not_equal(q, p);
+        assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
+    } else {
+        assert_ptr_equal(q, p);
+        assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+    }
+    SIM_OK(cudaMemsetAsync(q, 2, 12 * MIB, NULL));
+    if (!fenced_host())
+        assert_int_equal(cudaStreamQuery(NULL), cudaErrorNotReady); /* behind the reader, on the device */
+    simtest_gate_open(g);
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_races(), 0);
+    SIM_OK(cudaFree(q));
+}
+
+/* The default rule while the program has a stream of its own: nothing is
+ * handed out ahead of its fence (a wait there could hold back work that
+ * runs beside it); reuse:ordered hands out anyway.  Once the stream is
+ * destroyed the default hands out again. */
+static void test_a_stream_of_its_own_keeps_the_fence(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0);
+    cudaStream_t s, t;
+    simtest_gate_t *g;
+    void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
+    int64_t handoffs = stat_of("num_fence_handoffs");
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaMalloc(&q, 12 * MIB));
+    if (ordered()) {
+        assert_ptr_equal(q, p);
+        assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+    } else {
+        assert_ptr_not_equal(q, p);
+        assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
+    }
+    SIM_OK(cudaMemsetAsync(q, 2, 12 * MIB, t));
+    simtest_gate_open(g);
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_races(), 0);
+    SIM_OK(cudaFree(q));
+    /* the streams gone: the next fenced free is handed out (not under
+     * fenced-host) */
+    SIM_OK(cudaStreamDestroy(s));
+    SIM_OK(cudaStreamDestroy(t));
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0);
+    void *r = NULL, *u = NULL;
+    SIM_OK(cudaMalloc(&r, 12 * MIB));
+    SIM_OK(cudaMemsetAsync(r, 1, 12 * MIB, NULL));
+    handoffs = stat_of("num_fence_handoffs");
+    SIM_OK(cudaFree(r));
+    SIM_OK(cudaMalloc(&u, 12 * MIB));
+    assert_int_equal(stat_of("num_fence_handoffs"), handoffs + !fenced_host());
+    SIM_OK(cudaFree(u));
+    SIM_OK(cudaDeviceSynchronize());
+}
+
 /* Last: a lookup of cuGetExportTable makes the count unseen for good. */
 static void test_unseen_submissions_fall_back(void **state)
 {
@@ -335,6 +418,8 @@ int main(void)
         ITEST(test_ordered_hands_out_on_a_hit),
         ITEST(test_ordered_graph_launches),
         ITEST(test_ordered_not_during_capture),
+        ITEST(test_no_stream_of_its_own_hands_out),
+        ITEST(test_a_stream_of_its_own_keeps_the_fence),
         ITEST(test_unseen_submissions_fall_back),
     };
     return ITEST_RUN("interpose.idle", tests, itest_group_setup);

@@ -29,11 +29,24 @@
  * failures the program saw; fallbacks: cucache's statistic
  * num_fallback_served) and the program goes on.
  *
- * Usage: rt_prog SEED STEPS [oom]
+ * With "nostreams" (issue 14): one device, cudaMalloc/cudaFree only, each
+ * allocation written by a cudaMemsetAsync on the legacy stream (submitted
+ * work, so its free waits behind a fence) and no synchronisation before
+ * the allocations: under reuse:fenced with no stream of the program's own,
+ * cucache hands the frees behind fences out at once, the device ordered
+ * after them, which does not depend on thread timing (every fence is
+ * handed out or completed at a miss, and at a hit that hands out).  The
+ * middle third creates a stream (counted: no hand-outs), synchronises
+ * before each allocation as above and writes on that stream, and destroys
+ * it.  The line per device adds the hand-outs (num_fence_handoffs), which
+ * the round trip requires to be some.
+ *
+ * Usage: rt_prog SEED STEPS [oom|nostreams]
  */
 #include "cucache/cucache.h"
 #include "cucache/cuda_api.h"
 
+#include <stdbool.h>
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,7 +62,7 @@ typedef struct live_s {
 } live_t;
 
 static uint64_t rng;
-static int oom_mode;
+static int oom_mode, nostreams_mode;
 static long ooms[MAX_DEV];
 
 static uint64_t next(void)
@@ -103,13 +116,59 @@ static void do_free(live_t *l, cudaStream_t *streams)
         CHECK(cudaFreeAsync(l->p, stream_of(streams, l->dev, k > NSTREAMS ? NSTREAMS : k)));
 }
 
+static void print_stats(int ndev, const long *nooms, bool handoffs);
+
+/* rt_prog SEED STEPS nostreams (above). */
+static int no_streams(uint64_t seed, long steps)
+{
+    rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    CHECK(cudaSetDevice(0));
+    void *live[MAX_LIVE];
+    int nlive = 0;
+    cudaStream_t own = NULL;
+    for (long i = 0; i < steps; i++) {
+        bool middle = i >= steps / 3 && i < 2 * steps / 3;
+        if (i == steps / 3)
+            CHECK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
+        if (i == 2 * steps / 3) {
+            CHECK(cudaDeviceSynchronize());
+            CHECK(cudaStreamDestroy(own));
+            own = NULL;
+        }
+        uint64_t r = next() % 100;
+        if (r < 50 && nlive < MAX_LIVE) {
+            if (middle)
+                CHECK(cudaDeviceSynchronize());
+            size_t size = pick_size();
+            CHECK(cudaMalloc(&live[nlive], size));
+            CHECK(cudaMemsetAsync(live[nlive], 0, size < 4096 ? size : 4096, middle ? own : NULL));
+            nlive++;
+        } else if (r < 95 && nlive > 0) {
+            int k = (int)(next() % (uint64_t)nlive);
+            CHECK(cudaFree(live[k]));
+            live[k] = live[--nlive];
+        } else {
+            CHECK(cudaDeviceSynchronize());
+        }
+    }
+    while (nlive > 0)
+        CHECK(cudaFree(live[--nlive]));
+    CHECK(cudaDeviceSynchronize());
+    long none[MAX_DEV] = {0};
+    print_stats(1, none, true);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "oom") == 0)) {
-        fprintf(stderr, "usage: rt_prog SEED STEPS [oom]\n");
+    if (argc != 3 && !(argc == 4 && (strcmp(argv[3], "oom") == 0 || strcmp(argv[3], "nostreams") == 0))) {
+        fprintf(stderr, "usage: rt_prog SEED STEPS [oom|nostreams]\n");
         return 2;
     }
-    oom_mode = argc == 4;
+    oom_mode = argc == 4 && strcmp(argv[3], "oom") == 0;
+    nostreams_mode = argc == 4 && !oom_mode;
+    if (nostreams_mode)
+        return no_streams(strtoull(argv[1], NULL, 0), strtol(argv[2], NULL, 0));
     rng = strtoull(argv[1], NULL, 0) * 0x9E3779B97F4A7C15ull + 1;
     long steps = strtol(argv[2], NULL, 0);
     int ndev = 0;
@@ -196,25 +255,34 @@ int main(int argc, char **argv)
         CHECK(cudaSetDevice(d));
         CHECK(cudaDeviceSynchronize());
     }
-    int (*stat)(int, const char *, int64_t *) = (int (*)(int, const char *, int64_t *))dlsym(RTLD_DEFAULT,
-                                                                                              "cucache_stat");
-    if (!stat) {
-        fprintf(stderr, "rt_prog: cucache is not loaded\n");
-        return 1;
-    }
-    for (int d = 0; d < ndev; d++) {
-        int64_t pa = -1, pr = -1, da = -1, fb = -1;
-        stat(d, "allocated_bytes.all.peak", &pa);
-        stat(d, "reserved_bytes.all.peak", &pr);
-        stat(d, "num_device_alloc", &da);
-        stat(d, "num_fallback_served", &fb);
-        printf("device %d peak_allocated %lld peak_reserved %lld device_allocs %lld ooms %ld fallbacks %lld\n", d,
-               (long long)pa, (long long)pr, (long long)da, ooms[d], (long long)fb);
-    }
+    print_stats(ndev, ooms, false);
     for (int d = 0; d < ndev; d++) {
         CHECK(cudaSetDevice(d));
         for (int k = 0; k < NSTREAMS; k++)
             CHECK(cudaStreamDestroy(streams[d * NSTREAMS + k]));
     }
     return 0;
+}
+
+static void print_stats(int ndev, const long *nooms, bool handoffs)
+{
+    int (*stat)(int, const char *, int64_t *) = (int (*)(int, const char *, int64_t *))dlsym(RTLD_DEFAULT,
+                                                                                              "cucache_stat");
+    if (!stat) {
+        fprintf(stderr, "rt_prog: cucache is not loaded\n");
+        exit(1);
+    }
+    for (int d = 0; d < ndev; d++) {
+        int64_t pa = -1, pr = -1, da = -1, fb = -1, ho = -1;
+        stat(d, "allocated_bytes.all.peak", &pa);
+        stat(d, "reserved_bytes.all.peak", &pr);
+        stat(d, "num_device_alloc", &da);
+        stat(d, "num_fallback_served", &fb);
+        stat(d, "num_fence_handoffs", &ho);
+        printf("device %d peak_allocated %lld peak_reserved %lld device_allocs %lld ooms %ld fallbacks %lld", d,
+               (long long)pa, (long long)pr, (long long)da, nooms[d], (long long)fb);
+        if (handoffs)
+            printf(" handoffs %lld", (long long)ho);
+        printf("\n");
+    }
 }

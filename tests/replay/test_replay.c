@@ -296,10 +296,14 @@ static void test_paged_device(void **state)
 }
 
 /* --busy: a fenced free waits for the job's next synchronisation; on the
- * idle device it is reusable at once. */
+ * idle device it is reusable at once.  The job has a stream of its own (a
+ * counted creation), as under reuse:fenced nothing is handed out ahead of
+ * its fence then. */
 static void test_busy_device(void **state)
 {
     build_t b = {0};
+    add(&b, TRACE_STREAM_CREATE, 0, 1, 0x77, 0, 1);
+    b.in.ev[0].flags = TRACE_REC_COUNTED;
     add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 30 * MiB);
     add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0);
     add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 30 * MiB); /* before any synchronisation */
@@ -327,6 +331,39 @@ static void test_busy_device(void **state)
     rp_result_free(&idle);
     rp_result_free(&busy);
     rp_result_free(&tight);
+    /* the stream destroyed (a counted destruction): the job's work is on
+     * the default streams again, and the busy device hands the free out at
+     * once, ordered after its fence, as the interposer does (issue 14) */
+    add(&b, TRACE_STREAM_DESTROY, 0, 1, 0x77, 0, 0);
+    b.in.ev[b.in.nev - 1].flags = TRACE_REC_COUNTED;
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x3000, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x4000, 30 * MiB);
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x4000, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x5000, 30 * MiB);
+    o.capacity = 1ull << 34;
+    assert_int_equal(rp_replay(&b.in, &cfg, &o, &busy, err, sizeof err), 0);
+    assert_int_equal(busy.device_allocs, 2); /* as before the destruction, and none after */
+    rp_result_free(&busy);
+    /* a trace that does not say which streams were counted (version 2):
+     * taken as having some */
+    b.in.streams_unknown = true;
+    b.in.nev = 1; /* the creation only, as in a version 2 trace that recorded it uncounted */
+    b.in.ev[0].flags = 0;
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 30 * MiB);
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 30 * MiB);
+    assert_int_equal(rp_replay(&b.in, &cfg, &o, &busy, err, sizeof err), 0);
+    assert_int_equal(busy.device_allocs, 2);
+    b.in.streams_unknown = false;
+    b.in.nev = 0; /* no stream at all */
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 30 * MiB);
+    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0);
+    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 30 * MiB);
+    rp_result_t none;
+    assert_int_equal(rp_replay(&b.in, &cfg, &o, &none, err, sizeof err), 0);
+    assert_int_equal(none.device_allocs, 1);
+    rp_result_free(&busy);
+    rp_result_free(&none);
     free(b.in.ev);
 }
 
@@ -603,11 +640,11 @@ static void test_detection(void **state)
     assert_non_null(strstr(err, "x: not a trace this tool reads"));
     /* a cucache trace header of another version */
     uint8_t hdr[64] = "CUCTRACE";
-    hdr[8] = 3;
+    hdr[8] = 4;
     hdr[10] = 64, hdr[12] = 32, hdr[14] = 40;
-    assert_int_equal(rp_input_parse("v3", hdr, sizeof hdr, &in, err, sizeof err), -1);
-    assert_non_null(strstr(err, "v3: cucache trace:"));
-    assert_non_null(strstr(err, "version 3"));
+    assert_int_equal(rp_input_parse("v4", hdr, sizeof hdr, &in, err, sizeof err), -1);
+    assert_non_null(strstr(err, "v4: cucache trace:"));
+    assert_non_null(strstr(err, "version 4"));
     /* a pickle that is not a snapshot */
     static const uint8_t list[] = {0x80, 0x02, ']', 0x71, 0x00, '.'};
     assert_int_equal(rp_input_parse("l", list, sizeof list, &in, err, sizeof err), -1);

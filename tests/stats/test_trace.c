@@ -222,8 +222,8 @@ static void test_corruptions_name_their_offset(void **state)
 
     enc_header(e, false, 0, 0);
     enc_chunk(e, 1, t, 2, 5, 5);
-    e->buf[8] = 3;
-    parse_fails(e, "offset 8: trace format version 3; this reader reads versions 1 to 2");
+    e->buf[8] = 4;
+    parse_fails(e, "offset 8: trace format version 4; this reader reads versions 1 to 3");
 
     enc_header(e, false, 0, 0);
     enc_chunk(e, 1, t, 2, 5, 5);
