@@ -566,10 +566,15 @@ static int fence_order(void *ctx, int device, uint64_t event)
             rc = CORE_EFAIL;
         }
     }
-    if (rc == CORE_OK && !f->hub)
+    /* A fence of one event, on the legacy stream, with no non-blocking
+     * stream alive: the legacy stream is in order after it, and so is
+     * every blocking and per-thread default stream's later work (it waits
+     * for the legacy stream's earlier work): nothing needs to wait. */
+    bool only_legacy = f->n == 1 && f->owned == 1 && hd->nstreams == 0;
+    if (rc == CORE_OK && !f->hub && !only_legacy)
         fence_gather(hd, f);
     /* waits already placed when a later one fails only order more */
-    if (rc == CORE_OK && !wait_fence(CU_STREAM_LEGACY, f))
+    if (rc == CORE_OK && !only_legacy && !wait_fence(CU_STREAM_LEGACY, f))
         rc = CORE_EFAIL;
     for (size_t i = 0; rc == CORE_OK && i < hd->nstreams; i++)
         if (!wait_fence(hd->streams[i], f))

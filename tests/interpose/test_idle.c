@@ -77,6 +77,23 @@ static void *gated_reader(size_t size, cudaStream_t *s, cudaStream_t *t, simtest
     return p;
 }
 
+/* Lets the gated reader run, waits for the device, and requires that the
+ * race detector saw no race. */
+static void open_and_check(simtest_gate_t *g)
+{
+    simtest_gate_open(g);
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_races(), 0);
+}
+
+/* An idle device and an empty cache: the next allocation of 12 MiB is a
+ * segment of its own. */
+static void start_empty(void)
+{
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0);
+}
+
 /* A kernel queued behind a gate reads the block when it is freed: the free
  * waits behind a fence, the next allocation of its size is another block
  * (or waits), and the new owner's memset never races the reader. */
@@ -92,9 +109,7 @@ static void test_queued_reader_is_waited_for(void **state)
     assert_int_equal(stat_of("num_idle_frees"), idle);
     SIM_OK(cudaMalloc(&q, 8 * MIB));
     SIM_OK(cudaMemsetAsync(q, 2, 8 * MIB, t)); /* the new owner writes its block */
-    simtest_gate_open(g);
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_races(), 0);
+    open_and_check(g);
     SIM_OK(cudaFree(q));
     SIM_OK(cudaStreamDestroy(s));
     SIM_OK(cudaStreamDestroy(t));
@@ -164,9 +179,7 @@ static void test_ordered_hands_out_behind_the_fence(void **state)
     /* the writers wait on the device, the host does not */
     assert_int_equal(cudaStreamQuery(t), cudaErrorNotReady);
     assert_int_equal(cudaStreamQuery(u), cudaErrorNotReady);
-    simtest_gate_open(g);
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_races(), 0);
+    open_and_check(g);
     SIM_OK(cudaFree(q));
     SIM_OK(cudaStreamDestroy(s));
     SIM_OK(cudaStreamDestroy(t));
@@ -183,8 +196,7 @@ static void test_ordered_hands_out_on_a_hit(void **state)
 {
     (void)state;
     itest_require_cucache();
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_empty_cache(0), 0);
+    start_empty();
     cudaStream_t s, t;
     simtest_gate_t *g;
     /* 4 MiB of a 20 MiB segment: 16 MiB stay free beside it */
@@ -203,9 +215,7 @@ static void test_ordered_hands_out_on_a_hit(void **state)
     SIM_OK(cudaMemsetAsync(q, 2, 4 * MIB, t));
     if (ordered())
         assert_int_equal(cudaStreamQuery(t), cudaErrorNotReady); /* behind the reader, on the device */
-    simtest_gate_open(g);
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_races(), 0);
+    open_and_check(g);
     SIM_OK(cudaFree(q));
     SIM_OK(cudaStreamDestroy(s));
     SIM_OK(cudaStreamDestroy(t));
@@ -222,8 +232,7 @@ static void test_ordered_graph_launches(void **state)
     itest_require_cucache();
     if (!ordered())
         skip();
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_empty_cache(0), 0);
+    start_empty();
     cudaStream_t s, t;
     void *p = NULL, *q = NULL, *other = NULL;
     SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -252,9 +261,7 @@ static void test_ordered_graph_launches(void **state)
     assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
     SIM_OK(cudaGraphLaunch(writer, t));
     assert_int_equal(cudaStreamQuery(t), cudaErrorNotReady);
-    simtest_gate_open(g);
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_races(), 0);
+    open_and_check(g);
     SIM_OK(cudaGraphExecDestroy(reader));
     SIM_OK(cudaGraphExecDestroy(writer));
     SIM_OK(cudaGraphDestroy(rg));
@@ -279,8 +286,7 @@ static void test_ordered_not_during_capture(void **state)
     itest_require_cucache();
     if (!ordered())
         skip();
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_empty_cache(0), 0);
+    start_empty();
     cudaStream_t s, t, c;
     simtest_gate_t *g;
     void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
@@ -297,9 +303,7 @@ static void test_ordered_not_during_capture(void **state)
     assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
     SIM_OK(cudaGraphInstantiate(&exec, graph, 0));
     SIM_OK(cudaGraphLaunch(exec, c));
-    simtest_gate_open(g);
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_races(), 0);
+    open_and_check(g);
     SIM_OK(cudaGraphExecDestroy(exec));
     SIM_OK(cudaGraphDestroy(graph));
     SIM_OK(cudaFree(q));
@@ -320,8 +324,7 @@ static void test_no_stream_of_its_own_hands_out(void **state)
 {
     (void)state;
     itest_require_cucache();
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_empty_cache(0), 0);
+    start_empty();
     cudaStream_t s, t;
     simtest_gate_t *g;
     void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
@@ -340,9 +343,56 @@ static void test_no_stream_of_its_own_hands_out(void **state)
     SIM_OK(cudaMemsetAsync(q, 2, 12 * MIB, NULL));
     if (!fenced_host())
         assert_int_equal(cudaStreamQuery(NULL), cudaErrorNotReady); /* behind the reader, on the device */
-    simtest_gate_open(g);
+    open_and_check(g);
+    SIM_OK(cudaFree(q));
+}
+
+/* A reader of `bytes` at `p` on the calling thread's per-thread default
+ * stream, behind gate `g` (a helper thread's body). */
+typedef struct ptds_reader_s {
+    void *p;
+    size_t bytes;
+    simtest_gate_t *g;
+} ptds_reader_t;
+
+static void read_on_own_ptds(void *arg)
+{
+    ptds_reader_t *r = arg;
+    simtest_gate_block_ptsz(r->g, NULL);
+    struct cucache_sim_access acc = {r->p, r->bytes, 0};
+    CU_OK(cucacheSimLaunch(CU_STREAM_PER_THREAD, NULL, NULL, &acc, 1));
+}
+
+/* No stream of the program's own, and the fence needs no wait at all: the
+ * old owner's reader runs on another thread's per-thread default stream
+ * (behind a gate) and the new owner writes on this thread's; the fence's
+ * event on the legacy stream waits for the reader and the writer waits for
+ * it, so the hand-out is safe with nothing but the fence.  Seen to fail (a
+ * race) with the fence recorded on a stream of cucache's own instead of
+ * the legacy stream. */
+static void test_no_stream_of_its_own_per_thread_streams(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    start_empty();
+    void *p = NULL, *q = NULL;
+    SIM_OK(cudaMalloc(&p, 12 * MIB));
+    SIM_OK(cudaMemset(p, 1, 12 * MIB));
     SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_races(), 0);
+    ptds_reader_t r = {p, 12 * MIB, simtest_gate_new()};
+    simtest_thread_t *th = simtest_thread_start(read_on_own_ptds, &r); /* stays alive */
+    int64_t handoffs = stat_of("num_fence_handoffs");
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaMalloc(&q, 12 * MIB));
+    if (fenced_host()) {
+        assert_ptr_not_equal(q, p);
+    } else {
+        assert_ptr_equal(q, p);
+        assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+    }
+    SIM_OK(cudaMemsetAsync_ptsz(q, 2, 12 * MIB, NULL)); /* this thread's per-thread stream */
+    open_and_check(r.g);
+    simtest_thread_finish(th);
     SIM_OK(cudaFree(q));
 }
 
@@ -354,8 +404,7 @@ static void test_a_stream_of_its_own_keeps_the_fence(void **state)
 {
     (void)state;
     itest_require_cucache();
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_empty_cache(0), 0);
+    start_empty();
     cudaStream_t s, t;
     simtest_gate_t *g;
     void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
@@ -370,9 +419,7 @@ static void test_a_stream_of_its_own_keeps_the_fence(void **state)
         assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
     }
     SIM_OK(cudaMemsetAsync(q, 2, 12 * MIB, t));
-    simtest_gate_open(g);
-    SIM_OK(cudaDeviceSynchronize());
-    assert_int_equal(itest_races(), 0);
+    open_and_check(g);
     SIM_OK(cudaFree(q));
     /* the streams gone: the next fenced free is handed out (not under
      * fenced-host); a blocking stream made by cudaStreamCreate (the
@@ -436,6 +483,7 @@ int main(void)
         ITEST(test_ordered_graph_launches),
         ITEST(test_ordered_not_during_capture),
         ITEST(test_no_stream_of_its_own_hands_out),
+        ITEST(test_no_stream_of_its_own_per_thread_streams),
         ITEST(test_a_stream_of_its_own_keeps_the_fence),
         ITEST(test_unseen_submissions_fall_back),
     };
