@@ -466,11 +466,10 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     }
     /* 1b. frees still behind fences: handed out now, the device ordered
      * after their fences, instead of growing the cache or waiting on the
-     * host (reuse:ordered, and reuse:fenced while the program has no
-     * stream of its own; issue 14).  Whatever their bytes: merged with free
-     * neighbours they may serve a larger request, and a replay, whose idle
-     * device completes every fence at step 1, finds the same blocks free
-     * whether or not the live run's fences had completed. */
+     * host (reuse:ordered; issue 14).  Whatever their bytes: merged with
+     * free neighbours they may serve a larger request, and a replay, whose
+     * idle device completes every fence at step 1, finds the same blocks
+     * free whether or not the live run's fences had completed. */
     if (d->pending_bytes && pend_hand_off(d) && (b = pool_find_free(d, pool, stream, rounded)))
         TAKE(b, rounded, size);
     /* 2. garbage collection above the threshold */
@@ -530,17 +529,17 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
     return core_malloc_site(d, size, stream, 0, oom);
 }
 
-/* When a hit that would split a block (or take one larger than asked for)
- * hands out the frees behind fences instead, the device ordered after
- * their fence (issue 14).  With no stream of the program's own the
- * ordering holds back nothing (the fence already orders the default
- * streams): any pending free that could serve the request is handed out,
- * which takes the blocks reuse:stream would take (the same peak on the
- * shared traces).  Under reuse:ordered with streams of its own each
- * hand-out makes every stream wait for every stream's earlier work, which
- * serialises streams that overlap: the frees wait until they hold a
- * sixteenth of the reserved bytes, which costs 6-11% of reuse:stream's
- * peak reserved and 0.6-11% of its step time (docs/performance.md). */
+/* reuse:ordered: when a hit that would split a block (or take one larger
+ * than asked for) hands out the frees behind fences instead, the device
+ * ordered after their fence (issue 14).  With no stream of the program's
+ * own the ordering holds back nothing (the fence already orders the
+ * default streams): any pending free that could serve the request is
+ * handed out, which takes the blocks reuse:stream would take (the same
+ * peak on the shared traces).  With streams of its own each hand-out makes
+ * every stream wait for every stream's earlier work, which serialises
+ * streams that overlap: the frees wait until they hold a sixteenth of the
+ * reserved bytes, which costs 6-11% of reuse:stream's peak reserved and
+ * 0.1-12% of its step time (docs/performance.md). */
 #define HANDOFF_SHARE 16
 
 static inline bool handoff_due(const core_dev_t *d, size_t rounded)
@@ -580,8 +579,13 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
     uintptr_t addr = 0;
     if (__builtin_expect(d->map.count < d->map.mask, 1)) {
         block_t *b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
-        if (b && b->size != rounded && handoff_due(d, rounded) && pend_hand_off_allowed(d) && pend_hand_off(d))
+        if (b && b->size != rounded && handoff_due(d, rounded) && pend_hand_off_allowed(d)) {
+            /* found again whatever happened: a hand-out that could not
+             * record its fence released the pending blocks (pend_close),
+             * merging b away perhaps */
+            pend_hand_off(d);
             b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
+        }
         if (__builtin_expect(b != NULL, 1) && (addr = take(d, b, rounded, size))) {
             d->stats.num_cache_hits++;
             jr_note(d, JR_ALLOC, 0, pp->id, asked, 0, size, d->next_id);

@@ -34,8 +34,7 @@ typedef enum conf_reuse_e {
     CONF_REUSE_FENCED_HOST, /* fenced, without the shortcut for blocks no submitted work can use (the rule before
                              * issue 14, for comparison and as the fallback) */
     CONF_REUSE_ORDERED,     /* fenced, and blocks behind fences are handed out at once with the device ordered
-                             * after the fences instead of waiting or growing, whatever streams the program
-                             * has (fenced does it only while it has none of its own; issue 14) */
+                             * after the fences instead of waiting or growing (issue 14) */
 } conf_reuse_t;
 
 typedef enum conf_ipc_e {

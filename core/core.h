@@ -98,8 +98,7 @@ typedef struct core_backend_s {
      * fence (an event_record on stream 0): every stream that could use the
      * device's memory, and those created later until the fence completes,
      * waits for it.  The fence's blocks can then be handed out at once
-     * (reuse:ordered, and reuse:fenced while the program has no stream of
-     * its own: core_set_streams; issue 14).  CORE_OK, or CORE_EFAIL when it cannot (a
+     * (reuse:ordered, issue 14).  CORE_OK, or CORE_EFAIL when it cannot (a
      * capture, an error: nothing changed).  NULL: not possible. */
     int (*fence_order)(void *ctx, int device, uint64_t fence);
 } core_backend_t;
@@ -243,8 +242,9 @@ void core_set_capturing(core_dev_t *d, bool on);
  * orders (a fence records an event on the legacy stream, which waits for
  * them and which their later work waits for): handing out frees behind
  * fences with the device ordered after them then holds back no work that
- * could have run beside it, and reuse:fenced does it (issue 14).  Unknown
- * counts as some (a replay of a trace that does not say). */
+ * could have run beside it, and reuse:ordered hands out any that could
+ * serve a hit, not only once they hold a share of the cache (issue 14).
+ * Unknown counts as some (a replay of a trace that does not say). */
 void core_set_streams(core_dev_t *d, unsigned n);
 
 /* Releases every free segment to the device (pool_id < 0: all pools). */

@@ -233,18 +233,21 @@ int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
         jr_copy_free(out);
         return -1;
     }
-    out->streams = d->streams;
     out->orders = d->be.fence_order != NULL;
-    bool seen = false; /* the first count change in the window says the count before it */
-    for (uint64_t i = 0; i < n; i++) {
-        jr_rec_t r = j->ring[(first + i) & (j->cap - 1)];
-        out->rec[i] = r;
-        if (!seen && (r.w & 0xFF) == JR_STREAMS) {
-            seen = true;
+    for (uint64_t i = 0; i < n; i++)
+        out->rec[i] = j->ring[(first + i) & (j->cap - 1)];
+    out->nrec = n;
+    /* the count when the window begins: the one before the first change
+     * from there on (to the journal's head: another thread may have
+     * changed it after the failure), else the current one */
+    out->streams = d->streams;
+    for (uint64_t k = first; k < j->head; k++) {
+        jr_rec_t r = j->ring[k & (j->cap - 1)];
+        if ((r.w & 0xFF) == JR_STREAMS) {
             out->streams = (unsigned)r.id;
+            break;
         }
     }
-    out->nrec = n;
     out->first = first;
     out->keys[0] = 0;
     if (j->nkeys)

@@ -236,8 +236,8 @@ struct core_dev_s {
     /* a CUDA graph capture is in progress on the device: no fence, wait,
      * sync or release call may be made (core_set_capturing) */
     bool capturing;
-    /* the program's live streams (core_set_streams): while 0, reuse:fenced
-     * hands out frees behind fences with the device ordered after them */
+    /* the program's live streams (core_set_streams): while 0, reuse:ordered
+     * hands out any frees behind fences that could serve a hit */
     unsigned streams;
     /* statistics and observation */
     core_stats_t stats;
@@ -376,12 +376,14 @@ bool pend_wait_oldest(core_dev_t *d);
  * fence may still run).  False when nothing was handed out. */
 bool pend_hand_off(core_dev_t *d);
 /* Whether frees behind fences may be handed out now, the device ordered
- * after them (pend_hand_off): reuse:ordered, or reuse:fenced while the
- * program has no stream of its own; never during a capture. */
+ * after them (pend_hand_off): under reuse:ordered, never during a capture.
+ * Not under the default reuse:fenced: the ordering reaches the device's
+ * streams only, and a new owner may also reach its block from outside them
+ * (another device's stream, a NIC by GPUDirect RDMA, a CPU mapping) before
+ * the old owner's work is done, which cudaFree never allows. */
 static inline bool pend_hand_off_allowed(const core_dev_t *d)
 {
-    return d->be.fence_order && !d->capturing &&
-           (d->conf.reuse == CONF_REUSE_ORDERED || (d->conf.reuse == CONF_REUSE_FENCED && d->streams == 0));
+    return d->be.fence_order && !d->capturing && d->conf.reuse == CONF_REUSE_ORDERED;
 }
 /* Everything pending becomes free (the device is idle). */
 void pend_release_all(core_dev_t *d, bool wait);

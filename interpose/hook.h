@@ -434,10 +434,16 @@ static inline void *hook_trace_stream(void *s, bool per_thread)
 }
 
 /* A stream was created in the device's primary context with these flags. */
-/* A stream the program created in hd's primary context (true: counted,
- * the core told), or destroyed (the device it was counted on, or -1). */
+/* A stream the program created in hd's primary context: true when counted
+ * (the core told, and the trace given a counted record). */
 bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags);
-int hook_stream_destroyed(CUstream s);
+/* A stream about to be destroyed leaves the lists before the real call, so
+ * that a creation on another thread that gets the same handle back is
+ * counted and fenced: the device it was counted on (its flags set), or -1.
+ * If the destruction fails, hook_stream_created puts it back. */
+int hook_stream_forget(CUstream s, unsigned *flags);
+/* After a successful destruction. */
+void hook_stream_destroyed(CUstream s);
 /* A stream is about to be destroyed: if it is a known non-blocking stream,
  * an event recorded on it now joins every later fence until it completes
  * (the destroyed stream's queued work still runs and may read memory the

@@ -127,25 +127,38 @@ static hook_dev_t *call_device(bool runtime)
     return runtime ? hook_rt_device(true) : hook_cu_device(true);
 }
 
-/* A stream's creation or destruction in the trace: counted on `device`
- * (TRACE_REC_COUNTED: the core was told, and a replay tells its own), or
- * not (device -1: a created context's stream, or one cucache never saw). */
-static void traced_stream(unsigned kind, CUstream s, unsigned flags, int device)
-{
-    if (HOOK_UNLIKELY(hook_trace_on()))
-        hook_trace_put_flags(kind, TRACE_API_NONE, device >= 0 ? device : hook_last_dev, (uintptr_t)s, 0, flags, 0,
-                             device >= 0 ? TRACE_REC_COUNTED : 0);
-}
-
 /* After a stream creation: ok when the program's own call succeeded.  The
- * runtime's cudaStreamNonBlocking is CU_STREAM_NON_BLOCKING. */
+ * runtime's cudaStreamNonBlocking is CU_STREAM_NON_BLOCKING.  A counted
+ * stream gets its trace record (TRACE_REC_COUNTED) in streams.c, before the
+ * core sees the new count; any other is recorded here, with the thread's
+ * last device. */
 static void created(bool ok, bool runtime, CUstream *ps, unsigned flags)
 {
     if (!ok)
         return;
     hook_dev_t *hd = call_device(runtime);
-    bool counted = hd && hook_stream_created(hd, *ps, flags);
-    traced_stream(TRACE_STREAM_CREATE, *ps, flags, counted ? hd->ordinal : -1);
+    if (!(hd && hook_stream_created(hd, *ps, flags)))
+        traced(TRACE_STREAM_CREATE, *ps, flags);
+}
+
+/* Before a stream's destruction: its last work remembered, and the stream
+ * out of the lists (its counted trace record written there). */
+static int destroying(CUstream s, unsigned *flags)
+{
+    hook_stream_retiring(s);
+    int dev = hook_stream_forget(s, flags);
+    if (dev < 0)
+        traced(TRACE_STREAM_DESTROY, s, 0);
+    return dev;
+}
+
+/* After it: a failed destruction puts a counted stream back. */
+static void destroyed(bool ok, CUstream s, int dev, unsigned flags)
+{
+    if (ok)
+        hook_stream_destroyed(s);
+    else if (dev >= 0)
+        hook_stream_created(&hook_devs[dev], s, flags);
 }
 
 HOOK_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
@@ -184,22 +197,22 @@ HOOK_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int fl
 HOOK_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
     bool mine = !hook_bypass();
-    if (mine)
-        hook_stream_retiring(stream);
+    unsigned flags = 0;
+    int dev = mine ? destroying(stream, &flags) : -1;
     cudaError_t e = RT_REAL(cudaStreamDestroy, stream);
-    if (mine && e == cudaSuccess)
-        traced_stream(TRACE_STREAM_DESTROY, stream, 0, hook_stream_destroyed(stream));
+    if (mine)
+        destroyed(e == cudaSuccess, stream, dev, flags);
     return e;
 }
 
 HOOK_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     bool mine = !hook_bypass();
-    if (mine)
-        hook_stream_retiring(hStream);
+    unsigned flags = 0;
+    int dev = mine ? destroying(hStream, &flags) : -1;
     CUresult r = CU_REAL(cuStreamDestroy_v2, hStream);
-    if (mine && r == CUDA_SUCCESS)
-        traced_stream(TRACE_STREAM_DESTROY, hStream, 0, hook_stream_destroyed(hStream));
+    if (mine)
+        destroyed(r == CUDA_SUCCESS, hStream, dev, flags);
     return r;
 }
 

@@ -12,6 +12,7 @@
 
 #include "hook.h"
 #include "hostalloc.h"
+#include "trace.h"
 
 /* A per-thread default stream handle names a different stream in each
  * thread: remember it by the thread's key. */
@@ -100,8 +101,12 @@ bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)
     if (!added && !known)
         hd->nlost++; /* not on a list: counted as alive for good */
     pthread_mutex_unlock(&hd->lock);
-    if (!known)
+    if (!known) {
+        if (hook_trace_on()) /* before the core sees the count: allocations that do come after it */
+            hook_trace_put_flags(TRACE_STREAM_CREATE, TRACE_API_NONE, hd->ordinal, (uintptr_t)s, 0, flags, 0,
+                                 TRACE_REC_COUNTED);
         tell_core(hd);
+    }
     pthread_mutex_unlock(&hd->count_lock);
     return !known;
 }
@@ -151,11 +156,10 @@ hook_dev_t *hook_stream_device(CUstream s, bool runtime)
     return hd;
 }
 
-int hook_stream_destroyed(CUstream s)
+int hook_stream_forget(CUstream s, unsigned *flags)
 {
     if (!s)
         return -1;
-    atomic_fetch_add_explicit(&streams_gen, 1, memory_order_release);
     int found = -1;
     for (int d = 0; d < HOOK_MAX_DEVICES && found < 0; d++) {
         hook_dev_t *hd = &hook_devs[d];
@@ -163,15 +167,26 @@ int hook_stream_destroyed(CUstream s)
             continue;
         pthread_mutex_lock(&hd->count_lock);
         pthread_mutex_lock(&hd->lock);
-        bool was = list_remove(hd->streams, &hd->nstreams, s) || list_remove(hd->blocking, &hd->nblocking, s);
+        bool nonblocking = list_remove(hd->streams, &hd->nstreams, s);
+        bool was = nonblocking || list_remove(hd->blocking, &hd->nblocking, s);
         pthread_mutex_unlock(&hd->lock);
         if (was) {
-            tell_core(hd);
+            *flags = nonblocking ? CU_STREAM_NON_BLOCKING : 0;
             found = d;
+            if (hook_trace_on()) /* before the core sees the count: allocations that do come after it */
+                hook_trace_put_flags(TRACE_STREAM_DESTROY, TRACE_API_NONE, d, (uintptr_t)s, 0, 0, 0,
+                                     TRACE_REC_COUNTED);
+            tell_core(hd);
         }
         pthread_mutex_unlock(&hd->count_lock);
     }
     return found;
+}
+
+void hook_stream_destroyed(CUstream s)
+{
+    if (s)
+        atomic_fetch_add_explicit(&streams_gen, 1, memory_order_release);
 }
 
 void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread)
@@ -256,9 +271,9 @@ void hook_stream_retiring(CUstream s)
         if (!hook_dev_core(hd))
             continue;
         pthread_mutex_lock(&hd->lock);
-        bool known = false;
-        for (size_t i = 0; i < hd->nstreams && !known; i++)
-            known = hd->streams[i] == s;
+        /* a blocking stream too: that a later legacy-stream operation waits
+         * for a destroyed stream's queued work is not documented */
+        bool known = list_has(hd->streams, hd->nstreams, s) || list_has(hd->blocking, hd->nblocking, s);
         if (known && hd->nretired == hd->retired_cap) {
             size_t cap = hd->retired_cap ? hd->retired_cap * 2 : 8;
             hook_retired_t *n = hostalloc_realloc(hd->retired, cap * sizeof *n);

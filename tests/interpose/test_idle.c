@@ -312,15 +312,22 @@ static void test_ordered_not_during_capture(void **state)
     SIM_OK(cudaStreamDestroy(c));
 }
 
-/* The default rule with no stream of the program's own (issue 14): the
- * program's work runs on the default streams, which a fence already
- * orders, so a free behind a fence is handed out at once, the device
- * ordered after it.  The reader here ran on a stream the program created
- * and destroyed before the free (its last work still queued, behind a
- * gate): the new owner's memset on the legacy stream must wait on the
- * device for it, and the host must not.  Under fenced-host nothing is
- * handed out.  Seen to fail (a race) with fence_order placing no waits. */
-static void test_no_stream_of_its_own_hands_out(void **state)
+/* Whether this run's rule hands out frees behind fences (reuse:ordered;
+ * never the default, whose new owner may reach its block from outside the
+ * device's streams). */
+static bool hands_out(void)
+{
+    return ordered();
+}
+
+/* No stream of the program's own left: the old owner's reader ran on a
+ * stream the program created and destroyed before the free (its last work
+ * still queued, behind a gate).  reuse:ordered hands the block out at
+ * once, and the new owner's memset on the legacy stream waits on the
+ * device for the reader (the fence holds the destroyed stream's last
+ * event), the host does not; the other rules hand nothing out ahead of the
+ * fence.  Seen to fail (a race) with fence_order placing no waits. */
+static void test_no_stream_of_its_own_destroyed_reader(void **state)
 {
     (void)state;
     itest_require_cucache();
@@ -333,15 +340,15 @@ static void test_no_stream_of_its_own_hands_out(void **state)
     int64_t handoffs = stat_of("num_fence_handoffs");
     SIM_OK(cudaFree(p));
     SIM_OK(cudaMalloc(&q, 12 * MIB));
-    if (fenced_host()) {
-        assert_ptr_not_equal(q, p);
-        assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
-    } else {
+    if (hands_out()) {
         assert_ptr_equal(q, p);
         assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+    } else {
+        assert_ptr_not_equal(q, p);
+        assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
     }
     SIM_OK(cudaMemsetAsync(q, 2, 12 * MIB, NULL));
-    if (!fenced_host())
+    if (hands_out())
         assert_int_equal(cudaStreamQuery(NULL), cudaErrorNotReady); /* behind the reader, on the device */
     open_and_check(g);
     SIM_OK(cudaFree(q));
@@ -363,13 +370,13 @@ static void read_on_own_ptds(void *arg)
     CU_OK(cucacheSimLaunch(CU_STREAM_PER_THREAD, NULL, NULL, &acc, 1));
 }
 
-/* No stream of the program's own, and the fence needs no wait at all: the
- * old owner's reader runs on another thread's per-thread default stream
- * (behind a gate) and the new owner writes on this thread's; the fence's
- * event on the legacy stream waits for the reader and the writer waits for
- * it, so the hand-out is safe with nothing but the fence.  Seen to fail (a
- * race) with the fence recorded on a stream of cucache's own instead of
- * the legacy stream. */
+/* No stream of the program's own, and under reuse:ordered the fence needs
+ * no wait at all: the old owner's reader runs on another thread's
+ * per-thread default stream (behind a gate) and the new owner writes on
+ * this thread's; the fence's event on the legacy stream waits for the
+ * reader and the writer waits for it.  Seen to fail (a race) with the
+ * fence recorded on a stream of cucache's own instead of the legacy
+ * stream. */
 static void test_no_stream_of_its_own_per_thread_streams(void **state)
 {
     (void)state;
@@ -384,11 +391,11 @@ static void test_no_stream_of_its_own_per_thread_streams(void **state)
     int64_t handoffs = stat_of("num_fence_handoffs");
     SIM_OK(cudaFree(p));
     SIM_OK(cudaMalloc(&q, 12 * MIB));
-    if (fenced_host()) {
-        assert_ptr_not_equal(q, p);
-    } else {
+    if (hands_out()) {
         assert_ptr_equal(q, p);
         assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+    } else {
+        assert_ptr_not_equal(q, p);
     }
     SIM_OK(cudaMemsetAsync_ptsz(q, 2, 12 * MIB, NULL)); /* this thread's per-thread stream */
     open_and_check(r.g);
@@ -396,63 +403,53 @@ static void test_no_stream_of_its_own_per_thread_streams(void **state)
     SIM_OK(cudaFree(q));
 }
 
-/* The default rule while the program has a stream of its own: nothing is
- * handed out ahead of its fence (a wait there could hold back work that
- * runs beside it); reuse:ordered hands out anyway.  Once the stream is
- * destroyed the default hands out again. */
-static void test_a_stream_of_its_own_keeps_the_fence(void **state)
+/* reuse:ordered at a hit that would split a block: with a stream of the
+ * program's own alive, a free behind a fence holding less than a sixteenth
+ * of the cache stays behind it (the hit splits the free rest); with none
+ * (blocking or not, made by the runtime or the driver), it is handed out
+ * (the ordering holds back nothing).  The writer on the legacy stream
+ * waits for the gated memset either way.  Under the other rules nothing is
+ * handed out. */
+static void test_ordered_hit_follows_the_streams(void **state)
 {
     (void)state;
     itest_require_cucache();
     start_empty();
-    cudaStream_t s, t;
-    simtest_gate_t *g;
-    void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
-    int64_t handoffs = stat_of("num_fence_handoffs");
-    SIM_OK(cudaFree(p));
-    SIM_OK(cudaMalloc(&q, 12 * MIB));
-    if (ordered()) {
-        assert_ptr_equal(q, p);
-        assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
-    } else {
-        assert_ptr_not_equal(q, p);
-        assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
-    }
-    SIM_OK(cudaMemsetAsync(q, 2, 12 * MIB, t));
-    open_and_check(g);
-    SIM_OK(cudaFree(q));
-    /* the streams gone: the next fenced free is handed out (not under
-     * fenced-host); a blocking stream made by cudaStreamCreate (the
-     * runtime reaches the driver's cuStreamCreate) counts as one of its
-     * own, and so does one made through the driver */
-    SIM_OK(cudaStreamDestroy(s));
-    SIM_OK(cudaStreamDestroy(t));
+    void *big = NULL;
+    SIM_OK(cudaMalloc(&big, 100 * MIB)); /* cached, free: a sixteenth of the cache is > 7 MiB */
+    SIM_OK(cudaFree(big));
     cudaStream_t b = NULL;
     CUstream c = NULL;
     for (int round = 0; round < 4; round++) {
         if (round == 1)
-            SIM_OK(cudaStreamCreate(&b));
+            SIM_OK(cudaStreamCreate(&b)); /* blocking, by the runtime */
         if (round == 2) {
             SIM_OK(cudaStreamDestroy(b));
-            CU_OK(cuStreamCreate(&c, CU_STREAM_NON_BLOCKING));
+            CU_OK(cuStreamCreate(&c, CU_STREAM_NON_BLOCKING)); /* by the driver */
         }
         if (round == 3)
             CU_OK(cuStreamDestroy_v2(c));
-        SIM_OK(cudaDeviceSynchronize());
-        assert_int_equal(itest_empty_cache(0), 0);
-        void *r = NULL, *u = NULL;
-        SIM_OK(cudaMalloc(&r, 12 * MIB));
-        SIM_OK(cudaMemsetAsync(r, 1, 12 * MIB, NULL));
-        handoffs = stat_of("num_fence_handoffs");
-        SIM_OK(cudaFree(r));
-        SIM_OK(cudaMalloc(&u, 12 * MIB));
-        bool own = round == 1 || round == 2;
-        if (stat_of("num_fence_handoffs") != handoffs + (ordered() || (!own && !fenced_host())))
-            fail_msg("round %d (%s): %lld hand-outs", round, own ? "a stream of its own" : "none of its own",
-                     (long long)(stat_of("num_fence_handoffs") - handoffs));
-        SIM_OK(cudaFree(u));
+        /* 4 MiB of a 20 MiB segment, written behind a gate on the legacy
+         * stream, then freed: 4 MiB behind a fence, 16 MiB free beside it */
+        void *p = NULL, *q = NULL;
+        SIM_OK(cudaMalloc(&p, 4 * MIB));
+        simtest_gate_t *g = simtest_gate_new();
+        simtest_gate_block(g, NULL);
+        SIM_OK(cudaMemsetAsync(p, 1, 4 * MIB, NULL));
+        int64_t handoffs = stat_of("num_fence_handoffs");
+        SIM_OK(cudaFree(p));
+        SIM_OK(cudaMalloc(&q, 4 * MIB));
+        bool own = round == 1 || round == 2, out = hands_out() && !own;
+        if (stat_of("num_fence_handoffs") != handoffs + out || (q == p) != out)
+            fail_msg("round %d (%s): %lld hand-outs, %s", round, own ? "a stream of its own" : "none of its own",
+                     (long long)(stat_of("num_fence_handoffs") - handoffs), q == p ? "the freed block" : "another");
+        SIM_OK(cudaMemsetAsync(q, 2, 4 * MIB, NULL));
+        open_and_check(g);
+        SIM_OK(cudaFree(q));
+        start_empty();
+        SIM_OK(cudaMalloc(&big, 100 * MIB));
+        SIM_OK(cudaFree(big));
     }
-    SIM_OK(cudaDeviceSynchronize());
 }
 
 /* Last: a lookup of cuGetExportTable makes the count unseen for good. */
@@ -482,9 +479,9 @@ int main(void)
         ITEST(test_ordered_hands_out_on_a_hit),
         ITEST(test_ordered_graph_launches),
         ITEST(test_ordered_not_during_capture),
-        ITEST(test_no_stream_of_its_own_hands_out),
+        ITEST(test_no_stream_of_its_own_destroyed_reader),
         ITEST(test_no_stream_of_its_own_per_thread_streams),
-        ITEST(test_a_stream_of_its_own_keeps_the_fence),
+        ITEST(test_ordered_hit_follows_the_streams),
         ITEST(test_unseen_submissions_fall_back),
     };
     return ITEST_RUN("interpose.idle", tests, itest_group_setup);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/replay/roundtrip.sh SEED STEPS DEVICES CAPACITY [CONF [oom|nostreams]]: the
+# tests/replay/roundtrip.sh SEED STEPS DEVICES CAPACITY [CONF [oom|handouts]]: the
 # round trip of issue 6.  rt_prog runs under cucache-run --sim=CAPACITY
 # --trace with CONF on DEVICES simulated devices and prints, per device, the
 # peaks of cucache's own statistics; cucache-replay replays the trace with
@@ -26,8 +26,8 @@ replay_args=(--capacity "$capacity")
 if [ "$mode" = oom ]; then
     prog_args+=(oom)
     replay_args=()
-elif [ "$mode" = nostreams ]; then
-    prog_args+=(nostreams)
+elif [ "$mode" = handouts ]; then
+    prog_args+=(handouts)
 fi
 CUCACHE_WHATIF_MS=0 CUCACHE_SIM_DEVICES=$devices "$CUCACHE_RUN" --sim="$capacity" "${conf_args[@]}" \
     --trace "$tmp/job.trace" "$RT_PROG" "${prog_args[@]}" > "$tmp/live.txt" 2> "$tmp/live.err" || {
@@ -75,8 +75,8 @@ if oom_mode:
     caps = {d["device"]: d["capacity"] for d in r["per_device"]}
     if any(c == 80 << 30 for c in caps.values()):
         bad.append(f"the replay did not take the recorded capacity: {caps}")
-if sys.argv[3] == "nostreams" and not all(v["handoffs"] for v in live.values()):
-    bad.append("the nostreams run handed nothing out behind a fence: make it")
+if sys.argv[3] == "handouts" and not all(v["handoffs"] for v in live.values()):
+    bad.append("the handouts run handed nothing out behind a fence: make it")
 if not r["reserved_covers_allocated"]:
     bad.append("reserved fell below allocated in the replay")
 per = {d["device"]: d for d in r["per_device"]}

@@ -29,19 +29,21 @@
  * failures the program saw; fallbacks: cucache's statistic
  * num_fallback_served) and the program goes on.
  *
- * With "nostreams" (issue 14): one device, cudaMalloc/cudaFree only, each
- * allocation written by a cudaMemsetAsync on the legacy stream (submitted
- * work, so its free waits behind a fence) and no synchronisation before
- * the allocations: under reuse:fenced with no stream of the program's own,
- * cucache hands the frees behind fences out at once, the device ordered
- * after them, which does not depend on thread timing (every fence is
- * handed out or completed at a miss, and at a hit that hands out).  The
- * middle third creates a stream (counted: no hand-outs), synchronises
- * before each allocation as above and writes on that stream, and destroys
- * it.  The line per device adds the hand-outs (num_fence_handoffs), which
- * the round trip requires to be some.
+ * With "handouts" (issue 14; run it under reuse:ordered): one device,
+ * cudaMalloc/cudaFree only, each allocation written by a cudaMemsetAsync
+ * (submitted work, so its free waits behind a fence) and no
+ * synchronisation before the allocations: cucache hands the frees behind
+ * fences out, the device ordered after them, which does not depend on
+ * thread timing (at a miss every fence is handed out or completed, and a
+ * hit hands out or not by the pending bytes and the program's streams).
+ * The first and last thirds have no stream of the program's own (a hit
+ * hands out any pending free that could serve it) and write on the legacy
+ * stream; the middle third creates one (a hit hands out once the pending
+ * frees hold a sixteenth of the cache) and writes on it.  The line per
+ * device adds the hand-outs (num_fence_handoffs), which the round trip
+ * requires to be some.
  *
- * Usage: rt_prog SEED STEPS [oom|nostreams]
+ * Usage: rt_prog SEED STEPS [oom|handouts]
  */
 #include "cucache/cucache.h"
 #include "cucache/cuda_api.h"
@@ -62,7 +64,7 @@ typedef struct live_s {
 } live_t;
 
 static uint64_t rng;
-static int oom_mode, nostreams_mode;
+static int oom_mode;
 static long ooms[MAX_DEV];
 
 static uint64_t next(void)
@@ -118,8 +120,8 @@ static void do_free(live_t *l, cudaStream_t *streams)
 
 static void print_stats(int ndev, const long *nooms, bool handoffs);
 
-/* rt_prog SEED STEPS nostreams (above). */
-static int no_streams(uint64_t seed, long steps)
+/* rt_prog SEED STEPS handouts (above). */
+static int handouts(uint64_t seed, long steps)
 {
     rng = seed * 0x9E3779B97F4A7C15ull + 1;
     CHECK(cudaSetDevice(0));
@@ -137,8 +139,6 @@ static int no_streams(uint64_t seed, long steps)
         }
         uint64_t r = next() % 100;
         if (r < 50 && nlive < MAX_LIVE) {
-            if (middle)
-                CHECK(cudaDeviceSynchronize());
             size_t size = pick_size();
             CHECK(cudaMalloc(&live[nlive], size));
             CHECK(cudaMemsetAsync(live[nlive], 0, size < 4096 ? size : 4096, middle ? own : NULL));
@@ -161,14 +161,13 @@ static int no_streams(uint64_t seed, long steps)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3 && !(argc == 4 && (strcmp(argv[3], "oom") == 0 || strcmp(argv[3], "nostreams") == 0))) {
-        fprintf(stderr, "usage: rt_prog SEED STEPS [oom|nostreams]\n");
+    if (argc != 3 && !(argc == 4 && (strcmp(argv[3], "oom") == 0 || strcmp(argv[3], "handouts") == 0))) {
+        fprintf(stderr, "usage: rt_prog SEED STEPS [oom|handouts]\n");
         return 2;
     }
     oom_mode = argc == 4 && strcmp(argv[3], "oom") == 0;
-    nostreams_mode = argc == 4 && !oom_mode;
-    if (nostreams_mode)
-        return no_streams(strtoull(argv[1], NULL, 0), strtol(argv[2], NULL, 0));
+    if (argc == 4 && !oom_mode)
+        return handouts(strtoull(argv[1], NULL, 0), strtol(argv[2], NULL, 0));
     rng = strtoull(argv[1], NULL, 0) * 0x9E3779B97F4A7C15ull + 1;
     long steps = strtol(argv[2], NULL, 0);
     int ndev = 0;

@@ -296,14 +296,10 @@ static void test_paged_device(void **state)
 }
 
 /* --busy: a fenced free waits for the job's next synchronisation; on the
- * idle device it is reusable at once.  The job has a stream of its own (a
- * counted creation), as under reuse:fenced nothing is handed out ahead of
- * its fence then. */
+ * idle device it is reusable at once. */
 static void test_busy_device(void **state)
 {
     build_t b = {0};
-    add(&b, TRACE_STREAM_CREATE, 0, 1, 0x77, 0, 1);
-    b.in.ev[0].flags = TRACE_REC_COUNTED;
     add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 30 * MiB);
     add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0);
     add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 30 * MiB); /* before any synchronisation */
@@ -331,39 +327,6 @@ static void test_busy_device(void **state)
     rp_result_free(&idle);
     rp_result_free(&busy);
     rp_result_free(&tight);
-    /* the stream destroyed (a counted destruction): the job's work is on
-     * the default streams again, and the busy device hands the free out at
-     * once, ordered after its fence, as the interposer does (issue 14) */
-    add(&b, TRACE_STREAM_DESTROY, 0, 1, 0x77, 0, 0);
-    b.in.ev[b.in.nev - 1].flags = TRACE_REC_COUNTED;
-    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x3000, 0);
-    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x4000, 30 * MiB);
-    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x4000, 0);
-    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x5000, 30 * MiB);
-    o.capacity = 1ull << 34;
-    assert_int_equal(rp_replay(&b.in, &cfg, &o, &busy, err, sizeof err), 0);
-    assert_int_equal(busy.device_allocs, 2); /* as before the destruction, and none after */
-    rp_result_free(&busy);
-    /* a trace that does not say which streams were counted (version 2):
-     * taken as having some */
-    b.in.streams_unknown = true;
-    b.in.nev = 1; /* the creation only, as in a version 2 trace that recorded it uncounted */
-    b.in.ev[0].flags = 0;
-    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 30 * MiB);
-    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0);
-    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 30 * MiB);
-    assert_int_equal(rp_replay(&b.in, &cfg, &o, &busy, err, sizeof err), 0);
-    assert_int_equal(busy.device_allocs, 2);
-    b.in.streams_unknown = false;
-    b.in.nev = 0; /* no stream at all */
-    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 30 * MiB);
-    add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0);
-    add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 30 * MiB);
-    rp_result_t none;
-    assert_int_equal(rp_replay(&b.in, &cfg, &o, &none, err, sizeof err), 0);
-    assert_int_equal(none.device_allocs, 1);
-    rp_result_free(&busy);
-    rp_result_free(&none);
     free(b.in.ev);
 }
 
