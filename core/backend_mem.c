@@ -114,6 +114,11 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
     mem_backend_t *m = ctx;
     (void)device;
     mb_lock(m);
+    if (m->fail_records > 0) {
+        m->fail_records--;
+        mb_unlock(m);
+        return CORE_EFAIL;
+    }
     *event = ++m->next_event;
     if (m->auto_complete)
         m->completed = m->next_event;

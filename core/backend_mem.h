@@ -44,6 +44,7 @@ typedef struct mem_backend_s {
     uint64_t n_order;
     int fail_allocs;     /* the next N seg_alloc calls fail ... */
     int fail_code;       /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
+    int fail_records;    /* the next N event_record calls fail (a capture began, a faulted context) */
     uint64_t holds_over; /* core_hold tokens up to this one are released (tests raise it) */
     /* virtual memory (expandable segments) */
     size_t granularity; /* vmm_granularity's answer; 0: no virtual memory (2 MiB by default) */
