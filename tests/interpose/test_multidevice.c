@@ -270,6 +270,39 @@ static void test_threads_on_both_devices(void **state)
     itest_require_cucache();
 }
 
+/* A block freed while device 0's queued reader still uses it, whose new
+ * owner's first write comes from device 1 (peer access, which no ordering
+ * of device 0's streams covers): the default never hands such a block out
+ * before its fence completed, so device 1's write cannot race the reader.
+ * Seen to fail (a race) under reuse:ordered, whose documented caveat this
+ * is (CUCACHE_CONF=reuse:ordered on this test). */
+static void test_new_owner_on_another_device(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    const size_t n = 12 * MIB;
+    void *p = NULL, *q = NULL;
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaMalloc(&p, n));
+    SIM_OK(cudaMemset(p, 1, n));
+    SIM_OK(cudaDeviceSynchronize());
+    simtest_gate_t *g = simtest_gate_new();
+    simtest_gate_block(g, NULL); /* device 0's legacy stream */
+    struct cucache_sim_access rd = {p, n, 0};
+    CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &rd, 1)); /* the old owner's reader, queued */
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaMalloc(&q, n));
+    SIM_OK(cudaSetDevice(1));
+    struct cucache_sim_access wr = {q, n, 1};
+    CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &wr, 1)); /* the new owner writes from device 1 */
+    SIM_OK(cudaDeviceSynchronize());
+    simtest_gate_open(g);
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_races(), 0);
+    SIM_OK(cudaFree(q));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -279,6 +312,7 @@ int main(void)
         ITEST(test_malloc_async_on_a_device_1_stream),
         ITEST(test_meminfo_per_device),
         ITEST(test_threads_on_both_devices),
+        ITEST(test_new_owner_on_another_device),
     };
     return ITEST_RUN("interpose.multidevice", tests, multidevice_setup);
 }
