@@ -158,14 +158,20 @@ static void event_release(void *ctx, int device, uint64_t event)
     (void)ctx, (void)device, (void)event;
 }
 
-static void device_sync(void *ctx, int device)
+static int device_sync(void *ctx, int device)
 {
     mem_backend_t *m = ctx;
     (void)device;
     mb_lock(m);
+    if (m->fail_syncs > 0) {
+        m->fail_syncs--;
+        mb_unlock(m);
+        return CORE_EFAIL;
+    }
     m->n_sync++;
     m->completed = m->next_event;
     mb_unlock(m);
+    return CORE_OK;
 }
 
 static int hold_query(void *ctx, int device, uint64_t token)

@@ -45,6 +45,7 @@ typedef struct mem_backend_s {
     int fail_allocs;     /* the next N seg_alloc calls fail ... */
     int fail_code;       /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
     int fail_records;    /* the next N event_record calls fail (a capture began, a faulted context) */
+    int fail_syncs;      /* the next N device_sync calls fail (a capture began) */
     uint64_t holds_over; /* core_hold tokens up to this one are released (tests raise it) */
     /* virtual memory (expandable segments) */
     size_t granularity; /* vmm_granularity's answer; 0: no virtual memory (2 MiB by default) */

@@ -65,8 +65,10 @@ typedef struct core_backend_s {
     int (*event_query)(void *ctx, int device, uint64_t event);
     void (*event_wait)(void *ctx, int device, uint64_t event);
     void (*event_release)(void *ctx, int device, uint64_t event);
-    /* Waits for all work on the device. */
-    void (*device_sync)(void *ctx, int device);
+    /* Waits for all work on the device: CORE_OK, or CORE_EFAIL when it
+     * could not (a capture began, no context): then nothing may be taken
+     * as done. */
+    int (*device_sync)(void *ctx, int device);
     /* 1 when nothing outside this process uses the freed block held with
      * `token` any more (core_hold), 0 while something may; NULL: holds
      * never end.  Called under the device lock, at the free and at polls. */

@@ -430,10 +430,9 @@ size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want)
     }
     if (!any)
         return 0;
-    if (busy && !d->capturing) {
-        d->be.device_sync(d->be.ctx, d->device);
+    if (busy && !d->capturing && d->be.device_sync(d->be.ctx, d->device) == CORE_OK) {
         d->stats.num_sync_all_streams++;
-        exp_all_idle(d);
+        exp_all_idle(d); /* else only the idle pages go */
     }
     size_t released = 0;
     for (seg_t *s = d->segs, *next; s; s = next) {

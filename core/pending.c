@@ -102,10 +102,13 @@ static void close_batch(core_dev_t *d)
         return;
     uint64_t ev = 0;
     if (d->be.event_record(d->be.ctx, d->device, 0, &ev) != CORE_OK) {
-        /* No fence: the only safe thing is to wait for the device. */
-        d->be.device_sync(d->be.ctx, d->device);
-        d->stats.num_sync_all_streams++;
-        pend_release_all(d, false);
+        /* No fence: the only safe thing is to wait for the device; when
+         * even that cannot be done (a capture began on another thread),
+         * the batch stays open, its blocks pending. */
+        if (d->be.device_sync(d->be.ctx, d->device) == CORE_OK) {
+            d->stats.num_sync_all_streams++;
+            pend_release_all(d, false);
+        }
         return;
     }
     fence_batch_t *f = hostalloc_malloc(sizeof *f);
@@ -255,12 +258,15 @@ void pend_release_all(core_dev_t *d, bool wait)
     }
     poll_events(d, true);
     block_t *open = d->open.blocks;
-    d->open.blocks = NULL;
     if (open && wait) {
-        d->be.device_sync(d->be.ctx, d->device);
+        if (d->be.device_sync(d->be.ctx, d->device) != CORE_OK)
+            open = NULL; /* not synchronised (a capture began): the open batch stays pending */
         any = true;
     }
-    release_list(d, open, true);
+    if (open) {
+        d->open.blocks = NULL;
+        release_list(d, open, true);
+    }
     if (wait && any) {
         d->stats.num_sync_all_streams++;
         d->stats.fence_wait_ns += now_ns() - t0;

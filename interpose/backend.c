@@ -265,15 +265,20 @@ static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
     return CORE_OK;
 }
 
-static void device_sync(void *ctx, int device)
+static int device_sync(void *ctx, int device)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
     bool pushed;
     if (atomic_load(&hd->capturing) || !hook_ctx_enter(hd, &pushed))
-        return;
-    real_cu.cuCtxSynchronize();
+        return CORE_EFAIL; /* a capture began on another thread (the core learns it next), or no context */
+    CUresult r = real_cu.cuCtxSynchronize();
     hook_ctx_leave(pushed);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_ILLEGAL_ADDRESS && r != CUDA_ERROR_LAUNCH_FAILED) {
+        hook_backend_error = r;
+        return CORE_EFAIL;
+    }
+    return CORE_OK; /* a faulted context runs nothing any more */
 }
 
 /* ------------------------------------------------------------------------

@@ -261,10 +261,9 @@ core_free_t hook_free_policy(hook_dev_t *hd)
     case CONF_REUSE_STREAM:
         return CORE_FREE_NOW;
     case CONF_REUSE_SYNC:
-        if (atomic_load(&hd->capturing) == 0 && hook_dev_core(hd)) {
-            hook_backend.device_sync(hook_backend.ctx, hd->ordinal);
+        if (atomic_load(&hd->capturing) == 0 && hook_dev_core(hd) &&
+            hook_backend.device_sync(hook_backend.ctx, hd->ordinal) == CORE_OK)
             return CORE_FREE_NOW;
-        }
         return CORE_FREE_FENCED;
     case CONF_REUSE_FENCED:
     default:

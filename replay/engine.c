@@ -326,10 +326,10 @@ static int dev_fence_order(void *ctx, int device, uint64_t fence)
     return rd->mem.fence_order(rd->mem.ctx, device, fence);
 }
 
-static void dev_sync(void *ctx, int device)
+static int dev_sync(void *ctx, int device)
 {
     rdev_t *rd = ctx;
-    rd->mem.device_sync(rd->mem.ctx, device);
+    return rd->mem.device_sync(rd->mem.ctx, device);
 }
 
 /* Virtual memory, as the simulated device has it: 2 MiB granularity,

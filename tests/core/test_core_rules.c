@@ -1157,6 +1157,39 @@ static void test_stream_record_stream(void **state)
     fx_close(&f);
 }
 
+/* A fence that cannot be recorded, and a device that cannot be
+ * synchronised either (a capture began on another thread, which the core
+ * learns a moment later): the frees stay pending; nothing is released as
+ * if the device had been waited for.  Seen to fail (the pending free
+ * released, with nothing waited for) with close_batch releasing whatever
+ * the synchronisation answered. */
+static void test_no_fence_no_sync_keeps_pending(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, GiB, "reuse:fenced");
+    f.m.auto_complete = false; /* fences stay pending */
+    uintptr_t x = core_malloc(f.d, 12 * MiB, 0, NULL);
+    assert_int_equal(core_free(f.d, x, CORE_FREE_FENCED, 0), CORE_FREED);
+    f.m.fail_records = 1;
+    f.m.fail_syncs = 1;
+    uintptr_t y = core_malloc(f.d, 12 * MiB, 0, NULL); /* a miss: the fence is tried */
+    assert_true(y != 0 && y != x);
+    CHECK(f.d);
+    core_usage_t u;
+    core_usage(f.d, &u);
+    assert_int_equal(u.pending, 12 * MiB);
+    /* the next try records the fence; once it completes, x is free again */
+    core_fence(f.d);
+    mem_backend_complete_all(&f.m);
+    core_poll(f.d);
+    core_usage(f.d, &u);
+    assert_int_equal(u.pending, 0);
+    assert_int_equal(core_free(f.d, y, CORE_FREE_NOW, 0), CORE_FREED);
+    CHECK(f.d);
+    fx_close(&f);
+}
+
 /* reuse:ordered: a hit that would split a block hands out the pending
  * frees, but their fence cannot be recorded (a capture beginning on another
  * thread, a faulted context): close_batch then releases them after a
@@ -1491,6 +1524,7 @@ int main(void)
         cmocka_unit_test(test_stream_synchronized),
         cmocka_unit_test(test_stream_record_stream),
         cmocka_unit_test(test_empty_cache_waits_for_pending),
+        cmocka_unit_test(test_no_fence_no_sync_keeps_pending),
         cmocka_unit_test(test_ordered_hand_out_without_a_fence),
         cmocka_unit_test(test_dev_destroy_returns_everything),
         cmocka_unit_test(test_bad_free_and_lookup),
