@@ -579,7 +579,7 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
     uintptr_t addr = 0;
     if (__builtin_expect(d->map.count < d->map.mask, 1)) {
         block_t *b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
-        if (b && b->size != rounded && handoff_due(d, rounded) && pend_hand_off_allowed(d)) {
+        if (b && b->size != rounded && pend_hand_off_allowed(d) && handoff_due(d, rounded)) {
             /* found again whatever happened: a hand-out that could not
              * record its fence released the pending blocks (pend_close),
              * merging b away perhaps */

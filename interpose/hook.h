@@ -437,6 +437,9 @@ static inline void *hook_trace_stream(void *s, bool per_thread)
 /* A stream the program created in hd's primary context: true when counted
  * (the core told, and the trace given a counted record). */
 bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags);
+/* Called with hd->lock held: the streams the program has on the device
+ * (core_set_streams' count). */
+unsigned hook_live_streams(const hook_dev_t *hd);
 /* A stream about to be destroyed leaves the lists before the real call, so
  * that a creation on another thread that gets the same handle back is
  * counted and fenced: the device it was counted on (its flags set), or -1.

@@ -126,9 +126,9 @@ hook_dev_t *hook_dev_open(int ordinal)
                           ordinal);
             if (d) {
                 pthread_mutex_lock(&hd->lock);
-                size_t n = hd->nstreams + hd->nblocking + hd->nlost; /* none, unless a list outlived a core */
+                unsigned n = hook_live_streams(hd); /* none, unless a list outlived a core */
                 pthread_mutex_unlock(&hd->lock);
-                core_set_streams(d, n > UINT32_MAX ? UINT32_MAX : (unsigned)n);
+                core_set_streams(d, n);
                 hook_diag_dev_opened(ordinal, d);
                 hook_trace_device(ordinal);
             } else

@@ -68,17 +68,24 @@ static bool list_has(const CUstream *list, size_t n, CUstream s)
     return false;
 }
 
-/* Called with hd->count_lock held and hd->lock not: tells the core how many
- * streams the program has on the device (it hands out frees behind fences
- * with the device ordered after them while there are none). */
-static void tell_core(hook_dev_t *hd)
+unsigned hook_live_streams(const hook_dev_t *hd)
 {
-    core_dev_t *d = hook_dev_core(hd);
-    pthread_mutex_lock(&hd->lock);
     size_t n = hd->nstreams + hd->nblocking + hd->nlost;
-    pthread_mutex_unlock(&hd->lock);
+    return n > UINT32_MAX ? UINT32_MAX : (unsigned)n;
+}
+
+/* Called with hd->count_lock held and hd->lock not: stream s was counted
+ * in (TRACE_STREAM_CREATE) or out, and the device now has n.  The trace's
+ * counted record goes first, so that every allocation the core decides
+ * under the new count comes after it; then the core is told
+ * (reuse:ordered hands out at hits as the count says). */
+static void count_changed(hook_dev_t *hd, unsigned kind, CUstream s, unsigned flags, unsigned n)
+{
+    if (hook_trace_on())
+        hook_trace_put_flags(kind, TRACE_API_NONE, hd->ordinal, (uintptr_t)s, 0, flags, 0, TRACE_REC_COUNTED);
+    core_dev_t *d = hook_dev_core(hd);
     if (d)
-        core_set_streams(d, n > UINT32_MAX ? UINT32_MAX : (unsigned)n);
+        core_set_streams(d, n);
 }
 
 bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)
@@ -100,13 +107,10 @@ bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)
     }
     if (!added && !known)
         hd->nlost++; /* not on a list: counted as alive for good */
+    unsigned n = hook_live_streams(hd);
     pthread_mutex_unlock(&hd->lock);
-    if (!known) {
-        if (hook_trace_on()) /* before the core sees the count: allocations that do come after it */
-            hook_trace_put_flags(TRACE_STREAM_CREATE, TRACE_API_NONE, hd->ordinal, (uintptr_t)s, 0, flags, 0,
-                                 TRACE_REC_COUNTED);
-        tell_core(hd);
-    }
+    if (!known)
+        count_changed(hd, TRACE_STREAM_CREATE, s, flags, n);
     pthread_mutex_unlock(&hd->count_lock);
     return !known;
 }
@@ -169,14 +173,12 @@ int hook_stream_forget(CUstream s, unsigned *flags)
         pthread_mutex_lock(&hd->lock);
         bool nonblocking = list_remove(hd->streams, &hd->nstreams, s);
         bool was = nonblocking || list_remove(hd->blocking, &hd->nblocking, s);
+        unsigned n = hook_live_streams(hd);
         pthread_mutex_unlock(&hd->lock);
         if (was) {
             *flags = nonblocking ? CU_STREAM_NON_BLOCKING : 0;
             found = d;
-            if (hook_trace_on()) /* before the core sees the count: allocations that do come after it */
-                hook_trace_put_flags(TRACE_STREAM_DESTROY, TRACE_API_NONE, d, (uintptr_t)s, 0, 0, 0,
-                                     TRACE_REC_COUNTED);
-            tell_core(hd);
+            count_changed(hd, TRACE_STREAM_DESTROY, s, 0, n);
         }
         pthread_mutex_unlock(&hd->count_lock);
     }

@@ -94,6 +94,23 @@ static void start_empty(void)
     assert_int_equal(itest_empty_cache(0), 0);
 }
 
+/* Frees p (queued work still uses it) and allocates n bytes: with `out`,
+ * p's block comes back at once, handed out ahead of its fence (one
+ * hand-out more); without, another block and no hand-out. */
+static void *free_and_realloc(void *p, size_t n, bool out)
+{
+    void *q = NULL;
+    int64_t handoffs = stat_of("num_fence_handoffs");
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaMalloc(&q, n));
+    if (out)
+        assert_ptr_equal(q, p);
+    else
+        assert_ptr_not_equal(q, p);
+    assert_int_equal(stat_of("num_fence_handoffs"), handoffs + out);
+    return q;
+}
+
 /* A kernel queued behind a gate reads the block when it is freed: the free
  * waits behind a fence, the next allocation of its size is another block
  * (or waits), and the new owner's memset never races the reader. */
@@ -167,12 +184,8 @@ static void test_ordered_hands_out_behind_the_fence(void **state)
     assert_int_equal(itest_empty_cache(0), 0);
     cudaStream_t s, t, u;
     simtest_gate_t *g;
-    void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
-    int64_t handoffs = stat_of("num_fence_handoffs");
-    SIM_OK(cudaFree(p));
-    SIM_OK(cudaMalloc(&q, 12 * MIB));
-    assert_ptr_equal(q, p); /* handed out at once */
-    assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+    void *p = gated_reader(12 * MIB, &s, &t, &g);
+    void *q = free_and_realloc(p, 12 * MIB, true); /* handed out at once */
     SIM_OK(cudaMemsetAsync(q, 2, 6 * MIB, t));
     SIM_OK(cudaStreamCreateWithFlags(&u, cudaStreamNonBlocking)); /* after the hand-out */
     SIM_OK(cudaMemsetAsync((char *)q + 6 * MIB, 3, 6 * MIB, u));
@@ -254,11 +267,7 @@ static void test_ordered_graph_launches(void **state)
     simtest_gate_t *g = simtest_gate_new();
     simtest_gate_block(g, s);
     SIM_OK(cudaGraphLaunch(reader, s));
-    int64_t handoffs = stat_of("num_fence_handoffs");
-    SIM_OK(cudaFree(p));
-    SIM_OK(cudaMalloc(&q, 12 * MIB));
-    assert_ptr_equal(q, p);
-    assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+    q = free_and_realloc(p, 12 * MIB, true);
     SIM_OK(cudaGraphLaunch(writer, t));
     assert_int_equal(cudaStreamQuery(t), cudaErrorNotReady);
     open_and_check(g);
@@ -312,14 +321,6 @@ static void test_ordered_not_during_capture(void **state)
     SIM_OK(cudaStreamDestroy(c));
 }
 
-/* Whether this run's rule hands out frees behind fences (reuse:ordered;
- * never the default, whose new owner may reach its block from outside the
- * device's streams). */
-static bool hands_out(void)
-{
-    return ordered();
-}
-
 /* No stream of the program's own left: the old owner's reader ran on a
  * stream the program created and destroyed before the free (its last work
  * still queued, behind a gate).  reuse:ordered hands the block out at
@@ -337,18 +338,9 @@ static void test_no_stream_of_its_own_destroyed_reader(void **state)
     void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
     SIM_OK(cudaStreamDestroy(s)); /* its reader still queued */
     SIM_OK(cudaStreamDestroy(t));
-    int64_t handoffs = stat_of("num_fence_handoffs");
-    SIM_OK(cudaFree(p));
-    SIM_OK(cudaMalloc(&q, 12 * MIB));
-    if (hands_out()) {
-        assert_ptr_equal(q, p);
-        assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
-    } else {
-        assert_ptr_not_equal(q, p);
-        assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
-    }
+    q = free_and_realloc(p, 12 * MIB, ordered());
     SIM_OK(cudaMemsetAsync(q, 2, 12 * MIB, NULL));
-    if (hands_out())
+    if (ordered())
         assert_int_equal(cudaStreamQuery(NULL), cudaErrorNotReady); /* behind the reader, on the device */
     open_and_check(g);
     SIM_OK(cudaFree(q));
@@ -391,7 +383,7 @@ static void test_no_stream_of_its_own_per_thread_streams(void **state)
     int64_t handoffs = stat_of("num_fence_handoffs");
     SIM_OK(cudaFree(p));
     SIM_OK(cudaMalloc(&q, 12 * MIB));
-    if (hands_out()) {
+    if (ordered()) {
         assert_ptr_equal(q, p);
         assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
     } else {
@@ -439,7 +431,7 @@ static void test_ordered_hit_follows_the_streams(void **state)
         int64_t handoffs = stat_of("num_fence_handoffs");
         SIM_OK(cudaFree(p));
         SIM_OK(cudaMalloc(&q, 4 * MIB));
-        bool own = round == 1 || round == 2, out = hands_out() && !own;
+        bool own = round == 1 || round == 2, out = ordered() && !own;
         if (stat_of("num_fence_handoffs") != handoffs + out || (q == p) != out)
             fail_msg("round %d (%s): %lld hand-outs, %s", round, own ? "a stream of its own" : "none of its own",
                      (long long)(stat_of("num_fence_handoffs") - handoffs), q == p ? "the freed block" : "another");
