@@ -775,6 +775,15 @@ void core_set_streams(core_dev_t *d, unsigned n)
     dev_unlock(d);
 }
 
+void core_stop_hand_outs(core_dev_t *d)
+{
+    dev_lock(d);
+    if (!d->no_hand_out)
+        jr_note(d, JR_NO_HAND_OUTS, 0, 0, 0, 0, 0, 0);
+    d->no_hand_out = true;
+    dev_unlock(d);
+}
+
 void core_set_capturing(core_dev_t *d, bool on)
 {
     dev_lock(d);

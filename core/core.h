@@ -249,6 +249,15 @@ void core_set_capturing(core_dev_t *d, bool on);
  * Unknown counts as some (a replay of a trace that does not say). */
 void core_set_streams(core_dev_t *d, unsigned n);
 
+/* Stops handing out frees behind fences on the device for good
+ * (reuse:ordered): something the device's ordering does not reach may now
+ * touch its memory (a second CUDA context in the process, whose streams do
+ * not wait for this device's fences; a CPU that reads device memory
+ * coherently).  The frees already handed out are the caller's to wait for;
+ * the backend's fence_order is what refuses at once, this spares the core
+ * the attempts. */
+void core_stop_hand_outs(core_dev_t *d);
+
 /* Releases every free segment to the device (pool_id < 0: all pools). */
 void core_empty_cache(core_dev_t *d, int pool_id);
 

@@ -150,6 +150,7 @@ typedef enum jr_op_e {
     JR_POOL_DESTROY = 10,
     JR_RECORD_STREAM = 11, /* id: the allocation; s2: the stream */
     JR_STREAMS = 12,       /* size: the program's live streams after (core_set_streams); id: before */
+    JR_NO_HAND_OUTS = 13,  /* core_stop_hand_outs */
 } jr_op_t;
 
 /* w: op (8 bits) | how (8) | pool (16) | s1 (16) | s2 (16); streams as
@@ -199,6 +200,7 @@ typedef struct jr_copy_s {
     size_t nlive;
     unsigned streams; /* the program's live streams when the window begins (core_set_streams) */
     bool orders;      /* the device's backend has fence_order: the replays' has it too */
+    bool no_hand_out; /* hand-outs were stopped when the window begins (core_stop_hand_outs) */
 } jr_copy_t;
 
 struct core_dev_s {
@@ -239,6 +241,9 @@ struct core_dev_s {
     /* the program's live streams (core_set_streams): while 0, reuse:ordered
      * hands out any frees behind fences that could serve a hit */
     unsigned streams;
+    /* hand-outs behind fences stopped for good (core_stop_hand_outs): an
+     * agent the ordering does not reach may touch the device's memory */
+    bool no_hand_out;
     /* statistics and observation */
     core_stats_t stats;
     core_observer_fn observer;
@@ -376,14 +381,15 @@ bool pend_wait_oldest(core_dev_t *d);
  * fence may still run).  False when nothing was handed out. */
 bool pend_hand_off(core_dev_t *d);
 /* Whether frees behind fences may be handed out now, the device ordered
- * after them (pend_hand_off): under reuse:ordered, never during a capture.
- * Not under the default reuse:fenced: the ordering reaches the device's
- * streams only, and a new owner may also reach its block from outside them
- * (another device's stream, a NIC by GPUDirect RDMA, a CPU mapping) before
- * the old owner's work is done, which cudaFree never allows. */
+ * after them (pend_hand_off): under reuse:ordered, never during a capture,
+ * never once stopped (core_stop_hand_outs).  Not under the default
+ * reuse:fenced: the ordering reaches the device's streams only, and a new
+ * owner may also reach its block from outside them (a NIC by GPUDirect
+ * RDMA with no CUDA call in between) before the old owner's work is done,
+ * which cudaFree never allows. */
 static inline bool pend_hand_off_allowed(const core_dev_t *d)
 {
-    return d->be.fence_order && !d->capturing && d->conf.reuse == CONF_REUSE_ORDERED;
+    return d->be.fence_order && !d->capturing && !d->no_hand_out && d->conf.reuse == CONF_REUSE_ORDERED;
 }
 /* Everything pending becomes free (the device is idle). */
 void pend_release_all(core_dev_t *d, bool wait);

@@ -253,6 +253,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
     if (d) {
         core_dev_solo(d);
         d->streams = c->streams;
+        d->no_hand_out = c->no_hand_out;
     }
     addr_tab_t tab = {0};
     pools_t pools = {.n = 0};
@@ -327,6 +328,9 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
             break;
         case JR_STREAMS:
             core_set_streams(d, (unsigned)r->size);
+            break;
+        case JR_NO_HAND_OUTS:
+            core_stop_hand_outs(d);
             break;
         case JR_SYNC:
             if (busy)

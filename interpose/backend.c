@@ -29,6 +29,7 @@
 
 #include "hook.h"
 #include "hostalloc.h"
+#include "trace.h"
 
 HOOK_TLS CUresult hook_backend_error;
 
@@ -551,7 +552,10 @@ static int fence_order(void *ctx, int device, uint64_t event)
         return CORE_EFAIL;
     pthread_mutex_lock(&hd->lock);
     int rc = CORE_OK;
-    if (hd->ncaptures || !real_cu.cuStreamWaitEvent)
+    /* under the lock: a second context stops the hand-outs and then waits
+     * for the fences on hd->ordered (hook_ctx.c), so a fence ordered here
+     * either is on that list by then or is refused */
+    if (hd->ncaptures || !real_cu.cuStreamWaitEvent || atomic_load(&hook_many_contexts) || hd->coherent)
         rc = CORE_EFAIL;
     /* forget the ordered fences that completed before the list grows: with
      * a hand-out at most allocations, it would otherwise keep every fence
@@ -608,12 +612,29 @@ void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s)
 
 void hook_backend_wait_ordered(hook_dev_t *hd)
 {
+    if (!hd->primary)
+        return;
+    bool pushed;
+    bool entered = hook_ctx_enter(hd, &pushed);
     pthread_mutex_lock(&hd->lock);
     for (size_t i = 0; i < hd->nordered; i++)
         for (size_t k = 0; k < hd->ordered[i]->n; k++)
             real_cu.cuEventSynchronize(hd->ordered[i]->ev[k]);
     ordered_sweep(hd);
     pthread_mutex_unlock(&hd->lock);
+    if (entered)
+        hook_ctx_leave(pushed);
+}
+
+void hook_stop_hand_outs(hook_dev_t *hd)
+{
+    core_dev_t *d = hook_dev_core(hd);
+    if (!d)
+        return;
+    if (hook_trace_on())
+        hook_trace_put_flags(TRACE_NO_HAND_OUTS, TRACE_API_NONE, hd->ordinal, 0, 0, 0, 0, 0);
+    core_stop_hand_outs(d);
+    hook_backend_wait_ordered(hd);
 }
 
 static int hold_query(void *ctx, int device, uint64_t token)

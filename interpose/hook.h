@@ -75,6 +75,9 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cuDevicePrimaryCtxRetain)                                                                                        \
     X(cuDevicePrimaryCtxReset_v2)                                                                                      \
     X(cuCtxDestroy_v2)                                                                                                 \
+    X(cuCtxCreate_v2)                                                                                                  \
+    X(cuCtxCreate_v3)                                                                                                  \
+    X(cuCtxCreate_v4)                                                                                                  \
     X(cuCtxGetCurrent)                                                                                                 \
     X(cuCtxGetDevice)                                                                                                  \
     X(cuCtxPushCurrent_v2)                                                                                             \
@@ -110,6 +113,7 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cuDeviceGetMemPool)                                                                                              \
     X(cuPointerGetAttribute)                                                                                           \
     X(cuPointerGetAttributes)                                                                                          \
+    X(cuPointerSetAttribute)                                                                                           \
     X(cuMemGetAddressRange_v2)                                                                                         \
     X(cuIpcGetMemHandle)                                                                                               \
     X(cuIpcOpenMemHandle_v2)                                                                                           \
@@ -303,6 +307,10 @@ typedef struct hook_dev_s {
     /* cucache's own non-blocking stream that gathers an ordered fence's
      * events into one (backend.c: fence_gather); NULL until needed */
     CUstream hub;
+    /* the CPU reads and writes the device's memory coherently (address
+     * translation services, as on Grace Hopper): a new owner's CPU access
+     * would not wait for the device's ordering, so no hand-outs */
+    bool coherent;
 } hook_dev_t;
 
 extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];
@@ -314,6 +322,12 @@ void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s);
 /* Waits on the host for the fences the device was ordered after: before
  * memory leaves this process's streams (an IPC export). */
 void hook_backend_wait_ordered(hook_dev_t *hd);
+/* Stops the device's hand-outs for good (core_stop_hand_outs, and a trace
+ * record), then waits for the fences handed out so far (backend.c). */
+void hook_stop_hand_outs(hook_dev_t *hd);
+/* Set for good once the program has a second CUDA context (hook_ctx.c):
+ * the backend's fence_order then refuses. */
+extern atomic_bool hook_many_contexts;
 
 /* The device of a runtime call (cudaGetDevice), with its allocator, or NULL
  * when the call must pass through (no runtime or driver, bad device).

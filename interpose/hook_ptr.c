@@ -1,5 +1,6 @@
 /*
  * Pointer queries: cuPointerGetAttribute, cuPointerGetAttributes,
+ * cuPointerSetAttribute,
  * cuMemGetAddressRange_v2 and cudaPointerGetAttributes.  Communication
  * libraries register buffers by the range these answer and drop stale
  * registrations when the buffer id changes, so a cucache block must be
@@ -20,6 +21,15 @@
  *     cuPointerGetAttributes, CUDA_ERROR_NOT_FOUND, "unregistered").
  *   - anywhere else: the real call answers.
  * A peer's blocks opened by IPC answer the same way (hook_describe).
+ *
+ * The questions a library asks before something other than the device's
+ * streams reaches a buffer (a NIC by GPUDirect RDMA, a CPU mapping by
+ * GDRCopy: P2P tokens, SYNC_MEMOPS, the buffer id and range its
+ * registration cache keys on, RDMA capability) first wait on the host for
+ * the fences the device was ordered after (reuse:ordered hands blocks out
+ * ahead of them, and that agent does not wait for the device's ordering),
+ * as an IPC export does.  The questions every framework asks (type,
+ * device, context, device pointer) do not wait.
  */
 #include <string.h>
 
@@ -74,6 +84,33 @@ static int block_attr(void *data, CUpointer_attribute attr, const core_ptr_info_
     default:
         return 0;
     }
+}
+
+/* Whether the attribute is one a library asks before an agent outside the
+ * device's streams reaches the memory (see the top of this file). */
+static bool reveals(CUpointer_attribute attr)
+{
+    switch ((int)attr) {
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* A live block is about to be reached from outside the device's streams. */
+static void revealed(hook_dev_t *hd)
+{
+    if (hd)
+        hook_backend_wait_ordered(hd);
 }
 
 /* What cuPointerGetAttributes answers for memory the driver does not know
@@ -140,6 +177,8 @@ HOOK_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribut
         return CUDA_ERROR_INVALID_CONTEXT;
     if (info.where == CORE_WHERE_DEAD)
         return CUDA_ERROR_INVALID_VALUE; /* freed memory */
+    if (reveals(attribute))
+        revealed(hd);
     CUresult r;
     if (block_attr(data, attribute, &info, hd, &r))
         return r;
@@ -154,6 +193,11 @@ HOOK_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_a
     if (hook_bypass() || !attributes || !data || hook_describe((uintptr_t)ptr, &info, &hd) == CORE_WHERE_NONE)
         return CU_REAL(cuPointerGetAttributes, numAttributes, attributes, data, ptr);
     CUresult r = CUDA_SUCCESS;
+    for (unsigned i = 0; info.where == CORE_WHERE_LIVE && i < numAttributes; i++)
+        if (data[i] && reveals(attributes[i])) {
+            revealed(hd);
+            break;
+        }
     if (info.where == CORE_WHERE_LIVE)
         r = CU_REAL(cuPointerGetAttributes, numAttributes, attributes, data, ptr); /* the segment's answers */
     for (unsigned i = 0; r == CUDA_SUCCESS && i < numAttributes; i++) {
@@ -175,11 +219,28 @@ HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUd
         return CU_REAL(cuMemGetAddressRange_v2, pbase, psize, dptr);
     if (info.where == CORE_WHERE_DEAD)
         return CUDA_ERROR_NOT_FOUND;
+    revealed(hd); /* what registration caches key on */
     if (pbase)
         *pbase = (CUdeviceptr)info.base;
     if (psize)
         *psize = info.requested;
     return CUDA_SUCCESS;
+}
+
+/* SYNC_MEMOPS is set by libraries that let a NIC or the CPU reach the
+ * buffer (GPUDirect RDMA, GDRCopy); it applies to the whole allocation,
+ * here the segment, which is at least as strict.  Freed memory is memory
+ * the driver does not know. */
+HOOK_API CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    core_ptr_info_t info;
+    hook_dev_t *hd;
+    if (hook_bypass() || hook_describe((uintptr_t)ptr, &info, &hd) == CORE_WHERE_NONE)
+        return CU_REAL(cuPointerSetAttribute, value, attribute, ptr);
+    if (info.where == CORE_WHERE_DEAD)
+        return CUDA_ERROR_INVALID_VALUE;
+    revealed(hd);
+    return CU_REAL(cuPointerSetAttribute, value, attribute, ptr);
 }
 
 /* The runtime's query, for runtimes that do not ask the driver hooks: a

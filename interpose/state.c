@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hook.h"
+#include "trace.h"
 
 conf_t hook_conf;
 atomic_bool hook_off;
@@ -131,6 +132,16 @@ hook_dev_t *hook_dev_open(int ordinal)
                 core_set_streams(d, n);
                 hook_diag_dev_opened(ordinal, d);
                 hook_trace_device(ordinal);
+                int ats = 0;
+                hd->coherent = real_cu.cuDeviceGetAttribute(
+                                   &ats, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, h) ==
+                                   CUDA_SUCCESS &&
+                               ats;
+                if (hd->coherent || atomic_load(&hook_many_contexts)) { /* no hand-outs (hook_ctx.c) */
+                    if (hook_trace_on())
+                        hook_trace_put_flags(TRACE_NO_HAND_OUTS, TRACE_API_NONE, ordinal, 0, 0, 0, 0, 0);
+                    core_stop_hand_outs(d);
+                }
             } else
                 hook_warn(HOOK_WARN_BACKEND, "device %d: out of host memory for the allocator; not caching", ordinal);
         }

@@ -723,6 +723,10 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
             core_set_streams(rd->core, rd->streams);
         }
         return 0;
+    case TRACE_NO_HAND_OUTS:
+        if (rd && rd->core)
+            core_stop_hand_outs(rd->core);
+        return 0;
     default:
         return 0;
     }

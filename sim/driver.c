@@ -272,6 +272,14 @@ static int attribute_value(CUdevice_attribute a, CUdevice dev, bool *known)
         return 0x18 + dev;
     case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID:
         return dev;
+    /* a hardware-coherent CPU and GPU (CUCACHE_SIM_COHERENT=1): the GPU
+     * uses the host's page tables, the CPU reaches managed memory in place
+     * and both have native atomics over the link */
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS:
+    case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
+    case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST:
+    case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED:
+        return sim.cfg.coherent;
     default:
         break;
     }
@@ -371,10 +379,11 @@ SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
  * Contexts and the per-thread context stack
  * ---------------------------------------------------------------------- */
 
-SIM_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+/* Creates a context on dev and pushes it on this thread's stack.  Called
+ * with the lock held; leaves it. */
+static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
 {
     CUresult r;
-    sim_lock();
     sim_device_t *d = device_get(dev, &r);
     if (!d)
         return drv_leave(r);
@@ -387,6 +396,46 @@ SIM_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
     t->ctx_stack[t->depth++] = ctx;
     *pctx = ctx;
     return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    (void)flags;
+    sim_lock();
+    return ctx_create(pctx, dev);
+}
+
+/* Execution affinity (a share of the SMs) needs MPS, which the simulated
+ * device does not run: asked for, it is unsupported, as on a GPU without
+ * MPS. */
+SIM_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+                                CUdevice dev)
+{
+    (void)flags;
+    sim_lock();
+    if (numParams < 0 || (numParams > 0 && !paramsArray))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (numParams > 0)
+        return drv_leave(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+    return ctx_create(pctx, dev);
+}
+
+/* The same, and CIG (a graphics client's shared context) is not simulated. */
+SIM_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
+                                CUdevice dev)
+{
+    (void)flags;
+    sim_lock();
+    if (ctxCreateParams) {
+        if (ctxCreateParams->numExecAffinityParams < 0 ||
+            (ctxCreateParams->numExecAffinityParams > 0 && !ctxCreateParams->execAffinityParams))
+            return drv_leave(CUDA_ERROR_INVALID_VALUE);
+        if (ctxCreateParams->numExecAffinityParams > 0)
+            return drv_leave(CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+        if (ctxCreateParams->cigParams)
+            return drv_leave(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    return ctx_create(pctx, dev);
 }
 
 SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)

@@ -51,6 +51,8 @@ static const procaddr_t table[] = {
     E("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
     E("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2),
     E("cuCtxCreate", 3020, cuCtxCreate_v2),
+    E("cuCtxCreate", 11040, cuCtxCreate_v3),
+    E("cuCtxCreate", 12050, cuCtxCreate_v4),
     E("cuCtxDestroy", 4000, cuCtxDestroy_v2),
     E("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
     E("cuCtxSetCurrent", 4000, cuCtxSetCurrent),

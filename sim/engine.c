@@ -396,8 +396,18 @@ static CUresult config_read(sim_config_t *cfg)
             goto bad_spin_us;
         cfg->spin_us = (unsigned)u;
     }
+    if ((v = secure_getenv("CUCACHE_SIM_COHERENT"))) {
+        if (!parse_uint(v, 1, &u))
+            goto bad_coherent;
+        cfg->coherent = u == 1;
+    }
     return CUDA_SUCCESS;
 
+bad_coherent:
+    sim_log("CUCACHE_SIM_COHERENT=%s: expected 0 (a discrete GPU) or 1 (the CPU shares device memory coherently, "
+            "as on Grace Hopper)",
+            v);
+    return CUDA_ERROR_INVALID_VALUE;
 bad_kernel_us:
     sim_log("CUCACHE_SIM_KERNEL_US=%s: expected DEFAULT and/or NAME=MICROSECONDS,... (for example 5,gemm=300: "
             "kernels whose name contains gemm take 300 us, others 5 us; at most %d names of 1-63 bytes)",

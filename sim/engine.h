@@ -377,6 +377,7 @@ typedef struct sim_config_s {
     } kernels[SIM_KERNEL_TIMES];
     unsigned nkernels;
     unsigned spin_us; /* CUCACHE_SIM_SPIN_US: a worker spins this close to an op's end instead of sleeping */
+    bool coherent;    /* CUCACHE_SIM_COHERENT: the devices say the CPU shares their memory coherently (ATS) */
 } sim_config_t;
 
 /* The calls of the virtual memory API that cost time (CUCACHE_SIM_VMM_US)

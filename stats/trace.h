@@ -32,7 +32,8 @@
 
 #define TRACE_MAGIC "CUCTRACE"  /* 8 bytes, no terminator in the file */
 #define TRACE_CHUNK_MAGIC 0x4B4E4843u /* "CHNK" */
-#define TRACE_VERSION 3 /* 1: no TRACE_DEVICE, TRACE_CONF or flags; 2: no TRACE_REC_COUNTED (both still read) */
+#define TRACE_VERSION 4 /* 1: no TRACE_DEVICE, TRACE_CONF or flags; 2: no TRACE_REC_COUNTED; 3: no \
+                         * TRACE_NO_HAND_OUTS (all still read) */
 
 enum {
     TRACE_HEADER_SIZE = 64,
@@ -59,7 +60,10 @@ typedef enum trace_kind_e {
                         * TRACE_CONF_LAST), 24 at most, in stream, addr, size (little-endian byte order,
                         * NUL-padded); device -1.  Written once, at the start, as consecutive records of one
                         * thread, the last with TRACE_CONF_LAST; one empty piece when unset */
-    TRACE_KIND_MAX = 12,
+    /* version 4 */
+    TRACE_NO_HAND_OUTS = 13, /* the device stopped handing out frees behind fences for good (reuse:ordered; a second
+                              * CUDA context appeared in the process, or the CPU reads device memory coherently) */
+    TRACE_KIND_MAX = 13,
 } trace_kind_t;
 
 /* trace_rec_t.flags of an ALLOC (version 2). */

@@ -37,7 +37,7 @@ const char *trace_kind_name(unsigned kind)
     static const char *const names[] = {
         "?",           "alloc",      "alloc_fail",    "free",           "stream_sync",
         "device_sync", "event_sync", "stream_create", "stream_destroy", "capture_begin",
-        "capture_end", "device",     "conf",
+        "capture_end", "device",     "conf",          "no_hand_outs",
     };
     return kind <= TRACE_KIND_MAX ? names[kind] : "?";
 }
@@ -204,7 +204,9 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
             size_t at = rec_off + i * TRACE_REC_SIZE;
             trace_rec_t r;
             memcpy(&r, d + at, sizeof r);
-            unsigned kind_max = h.version == 1 ? TRACE_CAPTURE_END : TRACE_KIND_MAX;
+            unsigned kind_max = h.version == 1   ? TRACE_CAPTURE_END
+                                : h.version < 4 ? TRACE_CONF
+                                                : TRACE_KIND_MAX;
             if (r.kind < 1 || r.kind > kind_max) {
                 errf(err, errlen, "offset %zu: record %zu of chunk %zu has kind %u, expected 1 to %u (version %u)", at,
                      i, out->nchunks, r.kind, kind_max, h.version);

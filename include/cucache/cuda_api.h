@@ -95,6 +95,10 @@ typedef struct cudaIpcMemHandle_st cudaIpcMemHandle_t;
 typedef struct CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_v1;
 typedef CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_v1 CUDA_POINTER_ATTRIBUTE_P2P_TOKENS;
 typedef struct CUDA_MEMCPY2D_st CUDA_MEMCPY2D_v2;
+typedef struct CUexecAffinityParam_st CUexecAffinityParam_v1;
+typedef CUexecAffinityParam_v1 CUexecAffinityParam;
+typedef struct CUctxCigParam_st CUctxCigParam;
+typedef struct CUctxCreateParams_st CUctxCreateParams;
 typedef CUDA_MEMCPY2D_v2 CUDA_MEMCPY2D;
 
 /* Special stream handles (driver and runtime agree on the values). */
@@ -151,6 +155,7 @@ enum cudaError_enum {
     CUDA_ERROR_CONTEXT_ALREADY_CURRENT = 202,
     CUDA_ERROR_INVALID_IMAGE = 200,
     CUDA_ERROR_MAP_FAILED = 205,
+    CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY = 224,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_FOUND = 500,
@@ -591,6 +596,14 @@ struct CUipcMemHandle_st {
     char reserved[64];
 };
 
+/* cuCtxCreate_v4's parameters (the execution affinities and CIG data are
+ * only passed through). */
+struct CUctxCreateParams_st {
+    CUexecAffinityParam *execAffinityParams;
+    int numExecAffinityParams;
+    CUctxCigParam *cigParams;
+};
+
 struct cudaIpcMemHandle_st {
     char reserved[64];
 };
@@ -829,6 +842,9 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active);
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+                        CUdevice dev);
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuCtxGetCurrent(CUcontext *pctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);

@@ -198,9 +198,11 @@ static const char *const hooked[] = {"cuMemAlloc_v2",        "cuMemFree_v2",
                                      "cuPointerGetAttribute", "cuPointerGetAttributes",
                                      "cuMemGetAddressRange_v2", "cuIpcGetMemHandle",
                                      "cuIpcOpenMemHandle",    "cuIpcOpenMemHandle_v2",
-                                     "cuIpcCloseMemHandle"};
+                                     "cuIpcCloseMemHandle",   "cuPointerSetAttribute",
+                                     "cuDevicePrimaryCtxRetain", "cuCtxCreate_v2",
+                                     "cuCtxCreate_v3",        "cuCtxCreate_v4"};
 
-static const char *const unhooked[] = {"cuInit", "cuPointerSetAttribute", "cuMemAllocFromPoolAsync",
+static const char *const unhooked[] = {"cuInit", "cuDevicePrimaryCtxRelease_v2", "cuMemAllocFromPoolAsync",
                                        "cuEventRecord", "cucacheSimDeviceAllocs"};
 
 /* entry points that submit work: cucache's counting trampolines

@@ -159,10 +159,14 @@ static void test_any_route_makes_the_free_fenced(void **state)
     CU_OK(cuModuleUnload(m));
 }
 
+/* Whether blocks behind fences are handed out: reuse:ordered, unless the
+ * device says the CPU shares its memory coherently (CUCACHE_SIM_COHERENT=1:
+ * a CPU access would not wait for the device's ordering, so cucache hands
+ * nothing out and every test expects the default's behaviour). */
 static bool ordered(void)
 {
-    const char *c = getenv("CUCACHE_CONF");
-    return c && strstr(c, "reuse:ordered");
+    const char *c = getenv("CUCACHE_CONF"), *coherent = getenv("CUCACHE_SIM_COHERENT");
+    return c && strstr(c, "reuse:ordered") && !(coherent && strcmp(coherent, "1") == 0);
 }
 
 /* reuse:ordered: a block freed while a kernel behind a gate still reads
@@ -232,6 +236,69 @@ static void test_ordered_hands_out_on_a_hit(void **state)
     SIM_OK(cudaFree(q));
     SIM_OK(cudaStreamDestroy(s));
     SIM_OK(cudaStreamDestroy(t));
+}
+
+/* reuse:ordered and the questions a library asks before something outside
+ * the device's streams reaches a block (a NIC by GPUDirect RDMA, a CPU
+ * mapping by GDRCopy): a handed-out block's buffer id, its range (by
+ * cuPointerGetAttributes and by cuMemGetAddressRange), its P2P tokens and
+ * setting SYNC_MEMOPS each wait on the host for the old owner's reader
+ * first.  The questions every framework asks (the device pointer, the
+ * memory type; Triton asks before each launch) do not wait.  Seen to fail
+ * with hook_ptr.c's revealed() doing nothing. */
+static void test_ordered_outside_agents_wait(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    if (!ordered())
+        skip();
+    for (int how = 0; how < 5; how++) {
+        start_empty();
+        cudaStream_t s, t;
+        simtest_gate_t *g;
+        void *p = gated_reader(12 * MIB, &s, &t, &g);
+        CUdeviceptr q = (CUdeviceptr)free_and_realloc(p, 12 * MIB, true);
+        CUdeviceptr dp = 0, base = 0;
+        unsigned type = 0;
+        CU_OK(cuPointerGetAttribute(&dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, q));
+        CU_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, q));
+        assert_false(simtest_gate_passed(g));
+        simtest_gate_open_after(g, 200);
+        unsigned long long id = 0;
+        size_t size = 0;
+        CUDA_POINTER_ATTRIBUTE_P2P_TOKENS tokens;
+        switch (how) {
+        case 0:
+            CU_OK(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, q));
+            break;
+        case 1: {
+            CUpointer_attribute a[2] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR};
+            void *v[2] = {&type, &base};
+            CU_OK(cuPointerGetAttributes(2, a, v, q));
+            assert_true(base == q);
+            break;
+        }
+        case 2:
+            CU_OK(cuMemGetAddressRange_v2(&base, &size, q));
+            assert_int_equal(size, 12 * MIB);
+            break;
+        case 3:
+            CU_OK(cuPointerGetAttribute(&tokens, CU_POINTER_ATTRIBUTE_P2P_TOKENS, q));
+            break;
+        default: {
+            unsigned one = 1;
+            CU_OK(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, q));
+            break;
+        }
+        }
+        if (!simtest_gate_passed(g))
+            fail_msg("question %d answered before the old owner's reader finished", how);
+        SIM_OK(cudaDeviceSynchronize());
+        assert_int_equal(itest_races(), 0);
+        SIM_OK(cudaFree((void *)q));
+        SIM_OK(cudaStreamDestroy(s));
+        SIM_OK(cudaStreamDestroy(t));
+    }
 }
 
 /* reuse:ordered and graph launches: the old owner reads the block in a
@@ -470,6 +537,7 @@ int main(void)
         ITEST(test_ordered_hands_out_behind_the_fence),
         ITEST(test_ordered_hands_out_on_a_hit),
         ITEST(test_ordered_graph_launches),
+        ITEST(test_ordered_outside_agents_wait),
         ITEST(test_ordered_not_during_capture),
         ITEST(test_no_stream_of_its_own_destroyed_reader),
         ITEST(test_no_stream_of_its_own_per_thread_streams),

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int device_of(const void *p)
 {
@@ -305,8 +306,91 @@ static void test_new_owner_on_another_device(void **state)
     SIM_OK(cudaFree(q));
 }
 
-int main(void)
+/* ---- a second context after a hand-out (run as `late`) ---------------- */
+
+static bool ordered(void)
 {
+    const char *c = getenv("CUCACHE_CONF");
+    return c && strstr(c, "reuse:ordered");
+}
+
+/* Only device 0 has a context (the group setup touches no other). */
+static int late_setup(void **state)
+{
+    return itest_group_setup_devices(state, 2);
+}
+
+/* The old owner's reader queued behind a gate on device 0's legacy stream,
+ * its block freed and asked for again: under reuse:ordered the new owner
+ * gets it at once (a hand-out, the device ordered after the reader). */
+static void *handed_out(size_t n, simtest_gate_t **g, void **old)
+{
+    void *p = NULL, *q = NULL;
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaMalloc(&p, n));
+    SIM_OK(cudaMemset(p, 1, n));
+    SIM_OK(cudaDeviceSynchronize());
+    *g = simtest_gate_new();
+    simtest_gate_block(*g, NULL);
+    struct cucache_sim_access rd = {p, n, 0};
+    CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &rd, 1));
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaMalloc(&q, n));
+    *old = p;
+    return q;
+}
+
+/* reuse:ordered hands a block out; then device 1 gets its first context
+ * and writes the block (peer access).  Device 1's streams never waited for
+ * device 0's ordering, so the retain of its primary context waits on the
+ * host for the fences handed out (the gate opens 300 ms later, the write
+ * comes after it), and from then on device 0 hands nothing out.  Seen to
+ * fail (a race, then a hand-out) with hook_ctx.c's context_seen doing
+ * nothing. */
+static void test_second_context_after_a_hand_out(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    if (itest_expandable())
+        skip(); /* its pages are mapped for device 0 only */
+    const size_t n = 12 * MIB;
+    simtest_gate_t *g;
+    void *old;
+    int64_t handoffs = itest_stat(0, "num_fence_handoffs");
+    void *q = handed_out(n, &g, &old);
+    assert_int_equal(itest_stat(0, "num_fence_handoffs"), handoffs + (ordered() ? 1 : 0));
+    if (!ordered())
+        simtest_gate_open(g); /* the default waited for the fence before reusing: nothing to hold */
+    else
+        simtest_gate_open_after(g, 300);
+    SIM_OK(cudaSetDevice(1)); /* device 1's primary context: the second one */
+    if (ordered())
+        assert_true(simtest_gate_passed(g)); /* waited for the reader */
+    struct cucache_sim_access wr = {q, n, 1};
+    CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &wr, 1)); /* the new owner writes from device 1 */
+    SIM_OK(cudaDeviceSynchronize());
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_races(), 0);
+    SIM_OK(cudaFree(q));
+    SIM_OK(cudaDeviceSynchronize());
+    /* no hand-out any more: the next free waits behind its fence */
+    handoffs = itest_stat(0, "num_fence_handoffs");
+    q = handed_out(n, &g, &old);
+    simtest_gate_open(g);
+    assert_int_equal(itest_stat(0, "num_fence_handoffs"), handoffs);
+    SIM_OK(cudaDeviceSynchronize());
+    SIM_OK(cudaFree(q));
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "late") == 0) {
+        const struct CMUnitTest late[] = {
+            ITEST(test_second_context_after_a_hand_out),
+        };
+        return ITEST_RUN("interpose.multidevice.late", late, late_setup);
+    }
     const struct CMUnitTest tests[] = {
         ITEST(test_allocations_land_on_the_current_device),
         ITEST(test_caches_do_not_mix),

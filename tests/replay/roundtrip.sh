@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/replay/roundtrip.sh SEED STEPS DEVICES CAPACITY [CONF [oom|handouts]]: the
+# tests/replay/roundtrip.sh SEED STEPS DEVICES CAPACITY [CONF [oom|handouts|handouts-late]]: the
 # round trip of issue 6.  rt_prog runs under cucache-run --sim=CAPACITY
 # --trace with CONF on DEVICES simulated devices and prints, per device, the
 # peaks of cucache's own statistics; cucache-replay replays the trace with
@@ -26,8 +26,8 @@ replay_args=(--capacity "$capacity")
 if [ "$mode" = oom ]; then
     prog_args+=(oom)
     replay_args=()
-elif [ "$mode" = handouts ]; then
-    prog_args+=(handouts)
+elif [ "$mode" = handouts ] || [ "$mode" = handouts-late ]; then
+    prog_args+=("$mode")
 fi
 CUCACHE_WHATIF_MS=0 CUCACHE_SIM_DEVICES=$devices "$CUCACHE_RUN" --sim="$capacity" "${conf_args[@]}" \
     --trace "$tmp/job.trace" "$RT_PROG" "${prog_args[@]}" > "$tmp/live.txt" 2> "$tmp/live.err" || {
@@ -39,6 +39,15 @@ cat "$tmp/live.txt"
 
 "$CUCACHE_REPLAY" --json --no-reference "${replay_args[@]}" --conf "${conf:-default}" "$tmp/job.trace" \
     > "$tmp/replay.json"
+if [ "$mode" = handouts-late ]; then
+    # the second context stopped the hand-outs: the trace says where
+    n=$("$CUCACHE_REPLAY" --dump "$tmp/job.trace" | grep -c 'no_hand_outs' || true)
+    if [ "$n" != 1 ]; then
+        echo "FAIL: the trace has $n no_hand_outs records; expected 1 (device 1's context)"
+        exit 1
+    fi
+    echo "the trace records the hand-outs' stop"
+fi
 python3 - "$tmp/live.txt" "$tmp/replay.json" "$mode" <<'PY'
 import json, sys
 live = {}
@@ -75,7 +84,7 @@ if oom_mode:
     caps = {d["device"]: d["capacity"] for d in r["per_device"]}
     if any(c == 80 << 30 for c in caps.values()):
         bad.append(f"the replay did not take the recorded capacity: {caps}")
-if sys.argv[3] == "handouts" and not all(v["handoffs"] for v in live.values()):
+if sys.argv[3].startswith("handouts") and not all(v["handoffs"] for v in live.values()):
     bad.append("the handouts run handed nothing out behind a fence: make it")
 if not r["reserved_covers_allocated"]:
     bad.append("reserved fell below allocated in the replay")

@@ -41,9 +41,14 @@
  * stream; the middle third creates one (a hit hands out once the pending
  * frees hold a sixteenth of the cache) and writes on it.  The line per
  * device adds the hand-outs (num_fence_handoffs), which the round trip
- * requires to be some.
+ * requires to be some.  With "handouts-late" (two devices), the last third
+ * begins by giving device 1 its context: the process has two, cucache
+ * hands nothing out from then on and the trace (version 4) records where;
+ * the round trip requires that record.  That third synchronises before
+ * each allocation: without hand-outs, what a free behind a fence serves
+ * would depend on when the simulated device ran its work.
  *
- * Usage: rt_prog SEED STEPS [oom|handouts]
+ * Usage: rt_prog SEED STEPS [oom|handouts|handouts-late]
  */
 #include "cucache/cucache.h"
 #include "cucache/cuda_api.h"
@@ -120,8 +125,8 @@ static void do_free(live_t *l, cudaStream_t *streams)
 
 static void print_stats(int ndev, const long *nooms, bool handoffs);
 
-/* rt_prog SEED STEPS handouts (above). */
-static int handouts(uint64_t seed, long steps)
+/* rt_prog SEED STEPS handouts|handouts-late (above). */
+static int handouts(uint64_t seed, long steps, bool late)
 {
     rng = seed * 0x9E3779B97F4A7C15ull + 1;
     CHECK(cudaSetDevice(0));
@@ -136,10 +141,17 @@ static int handouts(uint64_t seed, long steps)
             CHECK(cudaDeviceSynchronize());
             CHECK(cudaStreamDestroy(own));
             own = NULL;
+            if (late) {
+                CHECK(cudaSetDevice(1));
+                CHECK(cudaFree(NULL)); /* device 1's context */
+                CHECK(cudaSetDevice(0));
+            }
         }
         uint64_t r = next() % 100;
         if (r < 50 && nlive < MAX_LIVE) {
             size_t size = pick_size();
+            if (late && i >= 2 * steps / 3)
+                CHECK(cudaDeviceSynchronize());
             CHECK(cudaMalloc(&live[nlive], size));
             CHECK(cudaMemsetAsync(live[nlive], 0, size < 4096 ? size : 4096, middle ? own : NULL));
             nlive++;
@@ -161,13 +173,14 @@ static int handouts(uint64_t seed, long steps)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3 && !(argc == 4 && (strcmp(argv[3], "oom") == 0 || strcmp(argv[3], "handouts") == 0))) {
-        fprintf(stderr, "usage: rt_prog SEED STEPS [oom|handouts]\n");
+    if (argc != 3 && !(argc == 4 && (strcmp(argv[3], "oom") == 0 || strcmp(argv[3], "handouts") == 0 ||
+                                     strcmp(argv[3], "handouts-late") == 0))) {
+        fprintf(stderr, "usage: rt_prog SEED STEPS [oom|handouts|handouts-late]\n");
         return 2;
     }
     oom_mode = argc == 4 && strcmp(argv[3], "oom") == 0;
     if (argc == 4 && !oom_mode)
-        return handouts(strtoull(argv[1], NULL, 0), strtol(argv[2], NULL, 0));
+        return handouts(strtoull(argv[1], NULL, 0), strtol(argv[2], NULL, 0), strcmp(argv[3], "handouts-late") == 0);
     rng = strtoull(argv[1], NULL, 0) * 0x9E3779B97F4A7C15ull + 1;
     long steps = strtol(argv[2], NULL, 0);
     int ndev = 0;

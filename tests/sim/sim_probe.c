@@ -6,6 +6,8 @@
  *   total=<bytes, device 0> free=<bytes>
  *   malloc=<rc of a 1 MiB cudaMalloc>
  *   total<d>=<bytes of device d> for every device
+ *   ats=<CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
+ *        of device 0>
  *
  * Exit status 0 whatever the answers; the test judges them.
  */
@@ -31,6 +33,10 @@ int main(void)
         if (cudaGetDeviceProperties(&prop, d) == cudaSuccess)
             printf("total%d=%zu\n", d, prop.totalGlobalMem);
     }
+    int ats = -1;
+    if (cuDeviceGetAttribute(&ats, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0) != CUDA_SUCCESS)
+        ats = -1;
+    printf("ats=%d\n", ats);
     fflush(stdout);
     return 0;
 }

@@ -124,6 +124,17 @@ static void test_defaults_one_device_of_80g(void **state)
     assert_int_equal(field(r.out, "total"), 80 * GIB);
     assert_int_equal(field(r.out, "total0"), 80 * GIB);
     assert_int_equal(field(r.out, "malloc"), cudaSuccess);
+    assert_int_equal(field(r.out, "ats"), 0); /* a discrete GPU */
+}
+
+/* CUCACHE_SIM_COHERENT=1: the device says the CPU shares its memory. */
+static void test_coherent(void **state)
+{
+    (void)state;
+    static struct run r;
+    const char *const set[] = {"CUCACHE_SIM_COHERENT=1", "CUCACHE_SIM_CAPACITY=1G", NULL};
+    probe(set, &r);
+    assert_int_equal(field(r.out, "ats"), 1);
 }
 
 static void test_device_count(void **state)
@@ -177,6 +188,7 @@ static void test_bad_values_fail_init_naming_the_variable(void **state)
         "CUCACHE_SIM_KERNEL_US=",           "CUCACHE_SIM_KERNEL_US=fast",      "CUCACHE_SIM_KERNEL_US=gemm=",
         "CUCACHE_SIM_KERNEL_US==5",         "CUCACHE_SIM_KERNEL_US=5,",        "CUCACHE_SIM_KERNEL_US=-1",
         "CUCACHE_SIM_KERNEL_US=gemm=20000000", "CUCACHE_SIM_SPIN_US=always",
+        "CUCACHE_SIM_COHERENT=yes",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *const set[] = {bad[i], NULL};
@@ -205,6 +217,7 @@ static void test_good_values(void **state)
         "CUCACHE_SIM_KERNEL_US=2.5,gemm=300,_Z7softmaxPfi=12.25",
         "CUCACHE_SIM_KERNEL_US=gemm=300",
         "CUCACHE_SIM_SPIN_US=0",
+        "CUCACHE_SIM_COHERENT=0",
     };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         const char *const set[] = {good[i], "CUCACHE_SIM_CAPACITY=1G", NULL};
@@ -251,6 +264,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_one_device_of_80g),
+        cmocka_unit_test(test_coherent),
         cmocka_unit_test(test_device_count),
         cmocka_unit_test(test_capacity_units),
         cmocka_unit_test(test_bad_values_fail_init_naming_the_variable),

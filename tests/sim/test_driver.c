@@ -130,6 +130,39 @@ static void *proc(const char *name, int version, cuuint64_t flags, CUresult want
 
 #define FN(f) ((void *)(uintptr_t)(f))
 
+/* cuCtxCreate's three ABIs: each pushes a new (not primary) context;
+ * execution affinity needs MPS and is unsupported, CIG is not simulated. */
+static void test_created_contexts(void **state)
+{
+    (void)state;
+    CUcontext c[3] = {NULL, NULL, NULL}, top = NULL;
+    CU_OK(cuCtxCreate_v2(&c[0], 0, dev));
+    CU_OK(cuCtxCreate_v3(&c[1], NULL, 0, 0, dev));
+    CUctxCreateParams none = {NULL, 0, NULL};
+    CU_OK(cuCtxCreate_v4(&c[2], &none, 0, dev));
+    assert_true(c[0] && c[1] && c[2] && c[0] != c[1] && c[1] != c[2] && c[0] != ctx);
+    CU_OK(cuCtxGetCurrent(&top));
+    assert_ptr_equal(top, c[2]);
+    for (int i = 2; i >= 0; i--) {
+        CU_OK(cuCtxPopCurrent_v2(&top));
+        assert_ptr_equal(top, c[i]);
+        CU_OK(cuCtxDestroy_v2(c[i]));
+    }
+    CUcontext x = NULL;
+    CU_OK(cuCtxCreate_v4(&x, NULL, 0, dev)); /* no parameters: as _v2 */
+    CU_OK(cuCtxPopCurrent_v2(&top));
+    CU_OK(cuCtxDestroy_v2(x));
+    CUexecAffinityParam *aff = (CUexecAffinityParam *)&none; /* never read: refused first */
+    CU_EXPECT(cuCtxCreate_v3(&x, aff, 1, 0, dev), CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+    CU_EXPECT(cuCtxCreate_v3(&x, NULL, 1, 0, dev), CUDA_ERROR_INVALID_VALUE);
+    CUctxCreateParams some = {aff, 1, NULL};
+    CU_EXPECT(cuCtxCreate_v4(&x, &some, 0, dev), CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+    CU_EXPECT(cuCtxCreate_v4(NULL, &none, 0, dev), CUDA_ERROR_INVALID_VALUE);
+    CU_EXPECT(cuCtxCreate_v4(&x, &none, 0, 7), CUDA_ERROR_INVALID_DEVICE);
+    CU_OK(cuCtxGetCurrent(&top));
+    assert_ptr_equal(top, ctx);
+}
+
 static void test_get_proc_address(void **state)
 {
     (void)state;
@@ -153,6 +186,9 @@ static void test_get_proc_address(void **state)
     assert_ptr_equal(proc("cuStreamSynchronize", 13000, pt, ok, found), FN(cuStreamSynchronize_ptsz));
     assert_ptr_equal(proc("cuStreamDestroy", 13000, dflt, ok, found), FN(cuStreamDestroy_v2));
     assert_ptr_equal(proc("cuEventDestroy", 13000, dflt, ok, found), FN(cuEventDestroy_v2));
+    assert_ptr_equal(proc("cuCtxCreate", 11000, dflt, ok, found), FN(cuCtxCreate_v2));
+    assert_ptr_equal(proc("cuCtxCreate", 12000, dflt, ok, found), FN(cuCtxCreate_v3));
+    assert_ptr_equal(proc("cuCtxCreate", 13000, dflt, ok, found), FN(cuCtxCreate_v4));
     /* introduced in 11.2: not there for a CUDA 10 caller */
     assert_null(proc("cuMemAllocAsync", 10000, dflt, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT));
     assert_null(proc("cuNoSuchEntryPoint", 13000, dflt, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND));
@@ -242,6 +278,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         SIMTEST(test_device_and_context),
         SIMTEST(test_mem_alloc_copy_free),
+        SIMTEST(test_created_contexts),
         SIMTEST(test_get_proc_address),
         SIMTEST(test_error_strings),
         SIMTEST(test_streams_events_and_async_alloc),

@@ -214,6 +214,7 @@ static void test_corruptions_name_their_offset(void **state)
     enc_t *e = malloc(sizeof *e);
     const uint64_t t[] = {1, 2};
     size_t chunk_at = TRACE_HEADER_SIZE, rec_at = chunk_at + TRACE_CHUNK_SIZE;
+    char says[128];
 
     enc_header(e, false, 0, 0);
     enc_chunk(e, 1, t, 2, 5, 5);
@@ -222,8 +223,16 @@ static void test_corruptions_name_their_offset(void **state)
 
     enc_header(e, false, 0, 0);
     enc_chunk(e, 1, t, 2, 5, 5);
-    e->buf[8] = 4;
-    parse_fails(e, "offset 8: trace format version 4; this reader reads versions 1 to 3");
+    e->buf[8] = 5;
+    parse_fails(e, "offset 8: trace format version 5; this reader reads versions 1 to 4");
+
+    /* a kind of version 4 in a version 3 trace */
+    enc_header(e, false, 0, 0);
+    enc_chunk(e, 1, t, 2, 5, 5);
+    e->buf[8] = 3;
+    e->buf[rec_at] = TRACE_NO_HAND_OUTS;
+    snprintf(says, sizeof says, "offset %zu: record 0 of chunk 0 has kind 13, expected 1 to 12 (version 3)", rec_at);
+    parse_fails(e, says);
 
     enc_header(e, false, 0, 0);
     enc_chunk(e, 1, t, 2, 5, 5);
@@ -233,7 +242,6 @@ static void test_corruptions_name_their_offset(void **state)
     enc_header(e, false, 0, 0);
     enc_chunk(e, 1, t, 2, 5, 5);
     e->buf[chunk_at] = 'X';
-    char says[64];
     snprintf(says, sizeof says, "offset %zu: chunk 0 has magic", chunk_at);
     parse_fails(e, says);
 

@@ -1,0 +1,94 @@
+/*
+ * Context creation: cuDevicePrimaryCtxRetain (which the runtime calls for
+ * each device it uses), cuCtxCreate_v2, _v3 and _v4.
+ *
+ * reuse:ordered hands a block out before the old owner's work on it is
+ * done, with the device's streams made to wait for that work (issue 14).
+ * The waits reach the primary context's streams only.  Work in any other
+ * context could reach the block first: another device's kernel by peer
+ * access, a copy between devices queued on the other device's stream, a
+ * created context's copy by unified addressing.  So the hand-outs go on
+ * only while the process has one context, the primary context of one
+ * device.  The call that gives it a second one stops them on every device,
+ * for good, and first waits on the host for the fences handed out so far:
+ * the new context's first work may be about to reach those blocks, and
+ * nothing orders it after them.  A context that was destroyed since still
+ * counts (it is cheaper to stay safe than to track which contexts touched
+ * what).
+ *
+ * Green contexts (cuGreenCtxCreate) are not seen here: the simulator does
+ * not model them yet, and their streams are neither fenced nor ordered
+ * (docs/interposer.md lists the gap).
+ */
+#include "hook.h"
+
+/* The hooks note a context even inside cucache's own call into the real
+ * runtime (hook_depth > 0: a cudaFree(NULL) passed through initialises the
+ * device's context there); cucache's own driver calls use real_cu and
+ * never come here. */
+
+atomic_bool hook_many_contexts;
+
+/* Bit d: the program retained device d's primary context (d < 64). */
+static _Atomic uint64_t primaries;
+
+/* Called with no lock held. */
+static void stop_everywhere(void)
+{
+    if (atomic_exchange(&hook_many_contexts, true))
+        return;
+    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+        hook_dev_t *hd = &hook_devs[i];
+        if (hook_dev_core(hd))
+            hook_stop_hand_outs(hd);
+    }
+}
+
+/* A context the program now has: the primary context of dev (is_primary),
+ * or one it created. */
+static void context_seen(bool is_primary, CUdevice dev)
+{
+    if (atomic_load(&hook_many_contexts))
+        return;
+    if (is_primary && dev >= 0 && dev < 64) {
+        uint64_t bit = (uint64_t)1 << dev;
+        uint64_t before = atomic_fetch_or(&primaries, bit);
+        if ((before | bit) == bit)
+            return; /* still the one */
+    }
+    stop_everywhere();
+}
+
+HOOK_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUresult r = CU_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
+    if (r == CUDA_SUCCESS)
+        context_seen(true, dev);
+    return r;
+}
+
+HOOK_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    CUresult r = CU_REAL(cuCtxCreate_v2, pctx, flags, dev);
+    if (r == CUDA_SUCCESS)
+        context_seen(false, dev);
+    return r;
+}
+
+HOOK_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                                 unsigned int flags, CUdevice dev)
+{
+    CUresult r = CU_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev);
+    if (r == CUDA_SUCCESS)
+        context_seen(false, dev);
+    return r;
+}
+
+HOOK_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
+                                 CUdevice dev)
+{
+    CUresult r = CU_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev);
+    if (r == CUDA_SUCCESS)
+        context_seen(false, dev);
+    return r;
+}
