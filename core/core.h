@@ -48,6 +48,7 @@ enum {
     CORE_OK = 0,
     CORE_ENOMEM = 1, /* the device has no room: the retry ladder goes on */
     CORE_EFAIL = 2,  /* any other failure: reported as is */
+    CORE_ESTOP = 3,  /* fence_order: never again on this device (core_stop_hand_outs) */
 };
 
 typedef struct core_backend_s {
@@ -100,8 +101,11 @@ typedef struct core_backend_s {
      * fence (an event_record on stream 0): every stream that could use the
      * device's memory, and those created later until the fence completes,
      * waits for it.  The fence's blocks can then be handed out at once
-     * (reuse:ordered, issue 14).  CORE_OK, or CORE_EFAIL when it cannot (a
-     * capture, an error: nothing changed).  NULL: not possible. */
+     * (reuse:ordered, issue 14).  CORE_OK, CORE_EFAIL when it cannot now (a
+     * capture, an error: nothing changed), CORE_ESTOP when it never will
+     * (something the ordering does not reach may touch the device's memory:
+     * the core stops asking, as after core_stop_hand_outs).  NULL: not
+     * possible. */
     int (*fence_order)(void *ctx, int device, uint64_t fence);
 } core_backend_t;
 

@@ -233,7 +233,14 @@ bool pend_hand_off(core_dev_t *d)
     pend_close(d); /* the frees since the last fence get theirs */
     /* The newest fence was recorded on every stream after the older ones:
      * the device ordered after it is ordered after them all. */
-    if (!d->fences || d->be.fence_order(d->be.ctx, d->device, d->fences_tail->event) != CORE_OK)
+    if (!d->fences)
+        return false;
+    int rc = d->be.fence_order(d->be.ctx, d->device, d->fences_tail->event);
+    if (rc == CORE_ESTOP && !d->no_hand_out) {
+        jr_note(d, JR_NO_HAND_OUTS, 0, 0, 0, 0, 0, 0);
+        d->no_hand_out = true;
+    }
+    if (rc != CORE_OK)
         return false;
     while (d->fences) {
         release_oldest_batch(d, false);

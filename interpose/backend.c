@@ -534,6 +534,37 @@ static void fence_gather(hook_dev_t *hd, fence_t *f)
     f->hub = h;
 }
 
+/* Called with hd->lock held: the trace's record that the device stopped
+ * handing out, once. */
+static void note_stopped(hook_dev_t *hd)
+{
+    if (!atomic_exchange(&hd->stopped, true) && hook_trace_on())
+        hook_trace_put_flags(TRACE_NO_HAND_OUTS, TRACE_API_NONE, hd->ordinal, 0, 0, 0, 0, 0);
+}
+
+/* Whether another device's primary context is active: the runtime made it
+ * (or the program retained it) by a path hook_ctx.c did not see.  Only
+ * with more than one device; two driver calls per other device. */
+static bool other_primary_active(const hook_dev_t *hd)
+{
+    static atomic_int ndev = -1;
+    int n = atomic_load(&ndev);
+    if (n < 0) {
+        if (real_cu.cuDeviceGetCount(&n) != CUDA_SUCCESS)
+            n = 0;
+        atomic_store(&ndev, n);
+    }
+    for (int i = 0; i < n && real_cu.cuDevicePrimaryCtxGetState; i++) {
+        CUdevice dev;
+        unsigned flags = 0;
+        int active = 0;
+        if (i != hd->ordinal && real_cu.cuDeviceGet(&dev, i) == CUDA_SUCCESS &&
+            real_cu.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active)
+            return true;
+    }
+    return false;
+}
+
 /* reuse:ordered hands out the blocks behind a fence at once (issue 14):
  * from now on the legacy stream (which orders every blocking and
  * per-thread default stream's later work) and every known non-blocking
@@ -550,13 +581,22 @@ static int fence_order(void *ctx, int device, uint64_t event)
     bool pushed;
     if (!hook_ctx_enter(hd, &pushed))
         return CORE_EFAIL;
+    /* a context the hooks did not see (a runtime that creates it by a
+     * path no interposer reaches) is caught here, before the lock */
+    bool unseen = !atomic_load(&hook_many_contexts) && other_primary_active(hd);
+    if (unseen)
+        atomic_store(&hook_many_contexts, true);
     pthread_mutex_lock(&hd->lock);
     int rc = CORE_OK;
     /* under the lock: a second context stops the hand-outs and then waits
      * for the fences on hd->ordered (hook_ctx.c), so a fence ordered here
      * either is on that list by then or is refused */
-    if (hd->ncaptures || !real_cu.cuStreamWaitEvent || atomic_load(&hook_many_contexts) || hd->coherent)
+    if (atomic_load(&hook_many_contexts) || hd->coherent) {
+        note_stopped(hd);
+        rc = CORE_ESTOP;
+    } else if (hd->ncaptures || !real_cu.cuStreamWaitEvent) {
         rc = CORE_EFAIL;
+    }
     /* forget the ordered fences that completed before the list grows: with
      * a hand-out at most allocations, it would otherwise keep every fence
      * (and its events) of the run */
@@ -594,6 +634,10 @@ static int fence_order(void *ctx, int device, uint64_t event)
     }
     pthread_mutex_unlock(&hd->lock);
     hook_ctx_leave(pushed);
+    if (unseen) /* its first work may reach blocks handed out so far, on any device */
+        for (int i = 0; i < HOOK_MAX_DEVICES; i++)
+            if (hook_dev_core(&hook_devs[i]))
+                hook_backend_wait_ordered(&hook_devs[i]);
     return rc;
 }
 
@@ -631,8 +675,9 @@ void hook_stop_hand_outs(hook_dev_t *hd)
     core_dev_t *d = hook_dev_core(hd);
     if (!d)
         return;
-    if (hook_trace_on())
-        hook_trace_put_flags(TRACE_NO_HAND_OUTS, TRACE_API_NONE, hd->ordinal, 0, 0, 0, 0, 0);
+    pthread_mutex_lock(&hd->lock);
+    note_stopped(hd);
+    pthread_mutex_unlock(&hd->lock);
     core_stop_hand_outs(d);
     hook_backend_wait_ordered(hd);
 }

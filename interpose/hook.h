@@ -74,6 +74,7 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cuDeviceGetCount)                                                                                                \
     X(cuDevicePrimaryCtxRetain)                                                                                        \
     X(cuDevicePrimaryCtxReset_v2)                                                                                      \
+    X(cuDevicePrimaryCtxGetState)                                                                                      \
     X(cuCtxDestroy_v2)                                                                                                 \
     X(cuCtxCreate_v2)                                                                                                  \
     X(cuCtxCreate_v3)                                                                                                  \
@@ -311,6 +312,8 @@ typedef struct hook_dev_s {
      * translation services, as on Grace Hopper): a new owner's CPU access
      * would not wait for the device's ordering, so no hand-outs */
     bool coherent;
+    /* its hand-outs stopped for good, and the trace says so (backend.c) */
+    atomic_bool stopped;
 } hook_dev_t;
 
 extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];

@@ -138,7 +138,7 @@ hook_dev_t *hook_dev_open(int ordinal)
                                    CUDA_SUCCESS &&
                                ats;
                 if (hd->coherent || atomic_load(&hook_many_contexts)) { /* no hand-outs (hook_ctx.c) */
-                    if (hook_trace_on())
+                    if (!atomic_exchange(&hd->stopped, true) && hook_trace_on())
                         hook_trace_put_flags(TRACE_NO_HAND_OUTS, TRACE_API_NONE, ordinal, 0, 0, 0, 0, 0);
                     core_stop_hand_outs(d);
                 }

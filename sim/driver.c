@@ -306,7 +306,7 @@ SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
  * Primary contexts
  * ---------------------------------------------------------------------- */
 
-SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
 {
     CUresult r;
     sim_lock();
@@ -320,6 +320,18 @@ SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     d->primary_refs++;
     *pctx = d->primary;
     return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    return primary_retain(pctx, dev);
+}
+
+/* Test extension: the same retain under a name no interposer hooks, as a
+ * runtime that reaches the driver by a private path would make it. */
+SIM_API CUresult cucacheSimPrimaryCtxRetainUnseen(CUcontext *pctx, CUdevice dev)
+{
+    return primary_retain(pctx, dev);
 }
 
 SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)

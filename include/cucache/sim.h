@@ -53,6 +53,11 @@ unsigned long cucacheSimRaceCount(void);
 size_t cucacheSimLastRace(char *buf, size_t len);
 void cucacheSimRaceReset(void);
 
+/* cuDevicePrimaryCtxRetain under a name no interposer hooks: the context a
+ * runtime makes by a private path to the driver (tests of what an
+ * interposer can still learn, from cuDevicePrimaryCtxGetState). */
+CUresult cucacheSimPrimaryCtxRetainUnseen(CUcontext *pctx, CUdevice dev);
+
 /* Number of device allocations and frees the driver has served (cuMemAlloc,
  * cuMemFree, the stream-ordered pools' device-level growth, and physical
  * allocations of the virtual memory API: cuMemCreate, and their memory given
