@@ -470,7 +470,7 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
      * free neighbours they may serve a larger request, and a replay, whose
      * idle device completes every fence at step 1, finds the same blocks
      * free whether or not the live run's fences had completed. */
-    if (d->pending_bytes && pend_hand_off(d) && (b = pool_find_free(d, pool, stream, rounded)))
+    if (d->pending_bytes && pend_hand_off(d, 0) && (b = pool_find_free(d, pool, stream, rounded)))
         TAKE(b, rounded, size);
     /* 2. garbage collection above the threshold */
     if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
@@ -529,25 +529,24 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
     return core_malloc_site(d, size, stream, 0, oom);
 }
 
-/* reuse:ordered: when a hit that would split a block (or take one larger
- * than asked for) hands out the frees behind fences instead, the device
- * ordered after their fence (issue 14).  With no stream of the program's
- * own the ordering holds back nothing (the fence already orders the
- * default streams): any pending free that could serve the request is
- * handed out, which takes the blocks reuse:stream would take (the same
- * peak on the shared traces).  With streams of its own each hand-out makes
- * every stream wait for every stream's earlier work, which serialises
- * streams that overlap: the frees wait until they hold a sixteenth of the
- * reserved bytes, which costs 6-11% of reuse:stream's peak reserved and
- * 0.1-12% of its step time (docs/performance.md). */
-#define HANDOFF_SHARE 16
-
+/* reuse:ordered: whether a hit that would split a block (or take one
+ * larger than asked for) hands out the frees behind fences instead, the
+ * device ordered after their fence (issue 14; HANDOFF_SHARE in types.h). */
 static inline bool handoff_due(const core_dev_t *d, size_t rounded)
 {
     if (!(d->open.blocks || d->fences) || d->pending_bytes < rounded)
         return false;
     return d->streams == 0 ||
            d->pending_bytes >= (uint64_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_SHARE;
+}
+
+/* What a hit's hand-out leaves pending: nothing while the program has no
+ * stream of its own; else the newest frees, up to a third of the share
+ * that triggered it, so that the streams wait for the older fences only
+ * (their work is the likeliest to have run). */
+static inline size_t handoff_keep(const core_dev_t *d)
+{
+    return d->streams == 0 ? 0 : (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_KEEP;
 }
 
 uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_oom_t *oom)
@@ -583,7 +582,7 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
             /* found again whatever happened: a hand-out that could not
              * record its fence released the pending blocks (pend_close),
              * merging b away perhaps */
-            pend_hand_off(d);
+            pend_hand_off(d, handoff_keep(d));
             b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
         }
         if (__builtin_expect(b != NULL, 1) && (addr = take(d, b, rounded, size))) {

@@ -324,10 +324,11 @@ void mem_backend_complete_all(mem_backend_t *m)
 static int fence_order(void *ctx, int device, uint64_t fence)
 {
     (void)device;
-    (void)fence;
     mem_backend_t *m = ctx;
     mb_lock(m);
     m->n_order++;
+    if (fence > m->ordered)
+        m->ordered = fence;
     mb_unlock(m);
     return CORE_OK;
 }

@@ -42,6 +42,7 @@ typedef struct mem_backend_s {
     bool orders;         /* has fence_order, as the interposer's backend has (set before mem_backend_vtable):
                           * ordering the device after a fence always succeeds, and is counted */
     uint64_t n_order;
+    uint64_t ordered;    /* the newest fence the device was ordered after (fence_order) */
     int fail_allocs;     /* the next N seg_alloc calls fail ... */
     int fail_code;       /* ... with this (CORE_ENOMEM or CORE_EFAIL) */
     int fail_records;    /* the next N event_record calls fail (a capture began, a faulted context) */

@@ -156,11 +156,20 @@ static size_t pending_listed(const core_dev_t *d, size_t *bytes)
 {
     size_t n = 0;
     *bytes = 0;
-    for (const fence_batch_t *f = d->fences; f; f = f->next)
+    for (const fence_batch_t *f = d->fences; f; f = f->next) {
+        size_t mine = 0;
         for (const block_t *b = f->blocks; b; b = b->pend_next, n++)
-            *bytes += b->size;
+            mine += b->size;
+        if (mine != f->bytes)
+            return SIZE_MAX; /* a batch's byte count is wrong */
+        *bytes += mine;
+    }
+    size_t open = 0;
     for (const block_t *b = d->open.blocks; b; b = b->pend_next, n++)
-        *bytes += b->size;
+        open += b->size;
+    if (open != d->open.bytes)
+        return SIZE_MAX;
+    *bytes += open;
     for (const block_t *b = d->held; b; b = b->pend_next, n++)
         *bytes += b->size;
     for (const block_t *b = d->event_pending; b; b = b->pend_next, n++)
@@ -197,6 +206,8 @@ int core_check_locked(const core_dev_t *d, char *why, size_t len)
             return fail(why, len, "held block 0x%lx: state %d, hold %llu (a held block is pending with a hold)",
                         (unsigned long)b->addr, (int)b->state, (unsigned long long)b->hold);
     size_t pbytes = 0, plisted = pending_listed(d, &pbytes);
+    if (plisted == SIZE_MAX)
+        return fail(why, len, "a fence batch's byte count differs from its blocks'");
     if (plisted != t.pending_blocks || pbytes != t.pending_bytes || d->pending_bytes != t.pending_bytes)
         return fail(why, len, "pending lists hold %zu blocks (%zu bytes, counter %zu), segments have %zu (%zu bytes)",
                     plisted, pbytes, d->pending_bytes, t.pending_blocks, t.pending_bytes);

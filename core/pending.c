@@ -33,13 +33,22 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static void close_batch(core_dev_t *d);
+
 void pend_fenced(core_dev_t *d, block_t *b)
 {
     b->state = BLOCK_PENDING;
     b->event = 0;
     b->pend_next = d->open.blocks;
     d->open.blocks = b;
+    d->open.bytes += b->size;
     d->pending_bytes += b->size;
+    /* reuse:ordered with streams of the program's own: the open batch gets
+     * its fence once it holds a slice of the cache, so that a hand-out can
+     * take the older frees and leave the newest (pend_hand_off's keep) */
+    if (d->conf.reuse == CONF_REUSE_ORDERED && d->streams &&
+        d->open.bytes >= (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / FENCE_SLICE)
+        close_batch(d);
 }
 
 /* Whether the hold on b is over (the backend is asked). */
@@ -127,6 +136,7 @@ static void close_batch(core_dev_t *d)
         d->fences = f;
     d->fences_tail = f;
     d->open.blocks = NULL;
+    d->open.bytes = 0;
     d->stats.num_fences++;
 }
 
@@ -226,23 +236,39 @@ bool pend_wait_oldest(core_dev_t *d)
     return waited;
 }
 
-bool pend_hand_off(core_dev_t *d)
+bool pend_hand_off(core_dev_t *d, size_t keep)
 {
     if (!pend_hand_off_allowed(d))
         return false;
-    pend_close(d); /* the frees since the last fence get theirs */
-    /* The newest fence was recorded on every stream after the older ones:
-     * the device ordered after it is ordered after them all. */
+    /* The oldest fences first: their work is the likeliest to have run, so
+     * the streams ordered after them wait least.  Enough of them to leave
+     * at most `keep` bytes pending; with too few closed, the frees since the
+     * last fence get theirs, and all are handed out. */
+    size_t closed = 0;
+    for (const fence_batch_t *f = d->fences; f; f = f->next)
+        closed += f->bytes;
+    if (keep == 0 || d->pending_bytes - closed > keep)
+        pend_close(d);
     if (!d->fences)
         return false;
-    int rc = d->be.fence_order(d->be.ctx, d->device, d->fences_tail->event);
+    /* The fence that covers the older ones: the device ordered after it is
+     * ordered after them all (each was recorded on every stream after the
+     * one before). */
+    fence_batch_t *upto = d->fences;
+    size_t left = d->pending_bytes - upto->bytes;
+    while (upto->next && left > keep) {
+        upto = upto->next;
+        left -= upto->bytes;
+    }
+    int rc = d->be.fence_order(d->be.ctx, d->device, upto->event);
     if (rc == CORE_ESTOP && !d->no_hand_out) {
         jr_note(d, JR_NO_HAND_OUTS, 0, 0, 0, 0, 0, 0);
         d->no_hand_out = true;
     }
     if (rc != CORE_OK)
         return false;
-    while (d->fences) {
+    for (bool last = false; !last;) {
+        last = d->fences == upto;
         release_oldest_batch(d, false);
         d->stats.num_fence_handoffs++;
     }
@@ -272,6 +298,7 @@ void pend_release_all(core_dev_t *d, bool wait)
     }
     if (open) {
         d->open.blocks = NULL;
+        d->open.bytes = 0;
         release_list(d, open, true);
     }
     if (wait && any) {

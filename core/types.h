@@ -124,6 +124,7 @@ struct ppool_s {
 typedef struct fence_batch_s {
     uint64_t event;  /* the fence; 0 while the batch is open (not recorded yet) */
     block_t *blocks; /* pend_next list */
+    size_t bytes;    /* of the blocks */
     struct fence_batch_s *next; /* older to newer */
 } fence_batch_t;
 
@@ -375,11 +376,34 @@ size_t pend_poll(core_dev_t *d);
 void pend_close(core_dev_t *d);
 /* Waits for the oldest fence or event; false when nothing is pending. */
 bool pend_wait_oldest(core_dev_t *d);
+/* reuse:ordered, issue 14.  With no stream of the program's own the
+ * ordering holds back nothing (the fence already orders the default
+ * streams): a hit hands out any pending free that could serve it, which
+ * takes the blocks reuse:stream would take (the same peak on the shared
+ * traces).  With streams of its own each hand-out makes every stream wait
+ * for every stream's work before the fence, which serialises streams that
+ * overlap, so:
+ *   - a hit hands out only once the frees behind fences hold an eighth of
+ *     the reserved bytes (HANDOFF_SHARE);
+ *   - it hands out the oldest fences' frees and leaves the newest, up to a
+ *     24th of the reserved bytes (HANDOFF_KEEP): their work is the
+ *     likeliest to have run, so the streams wait least;
+ *   - for that the open batch gets its fence once it holds a 96th of the
+ *     reserved bytes (FENCE_SLICE), not only when an allocation needs it.
+ * Chosen on scripts/bench-train's four-stream and communication-stream
+ * runs (docs/performance.md): a sixteenth and everything handed out cost
+ * 6-12% of reuse:stream's step time there; this costs 1.3-5%, for a peak
+ * reserved 1.06-1.19 times reuse:stream's instead of 1.06-1.11. */
+#define HANDOFF_SHARE 8
+#define HANDOFF_KEEP 24
+#define FENCE_SLICE 96
+
 /* reuse:ordered with a backend that can order the device after a fence:
- * records the open batch's fence, then, oldest first, orders the device
- * after each fence and makes its blocks free (not idle: work before the
- * fence may still run).  False when nothing was handed out. */
-bool pend_hand_off(core_dev_t *d);
+ * orders the device after the oldest fences that leave at most `keep`
+ * bytes pending (0: all, the open batch's fence recorded first) and makes
+ * their blocks free (not idle: work before the fence may still run).
+ * False when nothing was handed out. */
+bool pend_hand_off(core_dev_t *d, size_t keep);
 /* Whether frees behind fences may be handed out now, the device ordered
  * after them (pend_hand_off): under reuse:ordered, never during a capture,
  * never once stopped (core_stop_hand_outs).  Not under the default

@@ -53,11 +53,14 @@ static inline void fx_observe(void *ctx, const core_event_t *e)
 
 /* A device of `capacity` bytes configured by conf_parse(conf_text), its
  * history kept (core_set_history). */
-static inline void fx_open(fx_t *f, size_t capacity, const char *conf_text)
+/* orders: the backend can order the device after a fence (fence_order), as
+ * the interposer's can: reuse:ordered hands frees behind fences out. */
+static inline void fx_open_orders(fx_t *f, size_t capacity, const char *conf_text, bool orders)
 {
     char err[256];
     memset(f, 0, sizeof *f);
     mem_backend_init(&f->m, capacity);
+    f->m.orders = orders;
     conf_defaults(&f->conf);
     if (conf_parse(&f->conf, conf_text, err, sizeof err) != 0)
         fail_msg("conf_parse(%s): %s", conf_text ? conf_text : "(null)", err);
@@ -68,6 +71,11 @@ static inline void fx_open(fx_t *f, size_t capacity, const char *conf_text)
     core_set_observer(f->d, fx_observe, f);
     assert_int_equal(core_pool_use(f->d, 0), 0); /* this thread routes to the default pools */
     CHECK(f->d);
+}
+
+static inline void fx_open(fx_t *f, size_t capacity, const char *conf_text)
+{
+    fx_open_orders(f, capacity, conf_text, false);
 }
 
 static inline void fx_close(fx_t *f)

@@ -1228,6 +1228,62 @@ static void test_ordered_hand_out_without_a_fence(void **state)
     mem_backend_fini(&m);
 }
 
+/* reuse:ordered with streams of the program's own: each free of a slice
+ * of the cache gets its fence at once, and a hit hands out the oldest
+ * fences' frees and leaves the newest pending, the device ordered after the
+ * newest fence it handed out, not after all of them (its work is the
+ * likeliest to have run).  Four 4 MiB frees of a 120 MiB cache: an eighth
+ * is 15 MiB, so the fourth free makes the next hit hand out; a 24th is
+ * 5 MiB, so the fourth stays.  Seen to fail with pend_hand_off handing
+ * everything out (the fourth free released, ordered after its fence). */
+static void test_ordered_hit_hands_out_the_oldest(void **state)
+{
+    (void)state;
+    mem_backend_t m;
+    mem_backend_init(&m, GiB);
+    m.auto_complete = false; /* fences stay pending */
+    m.orders = true;
+    conf_t c;
+    conf_defaults(&c);
+    char err[256];
+    assert_int_equal(conf_parse(&c, "reuse:ordered", err, sizeof err), 0);
+    core_backend_t be = mem_backend_vtable(&m);
+    core_dev_t *d = core_dev_new(&be, 0, &c);
+    assert_non_null(d);
+    core_set_streams(d, 2);
+    uintptr_t all = core_malloc(d, 120 * MiB, 0, NULL);
+    assert_int_equal(core_free(d, all, CORE_FREE_NOW, 0), CORE_FREED); /* one free 120 MiB segment */
+    uintptr_t a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = core_malloc(d, 4 * MiB, 0, NULL);
+        assert_int_equal(a[i], all + (uintptr_t)i * 4 * MiB);
+    }
+    uint64_t fence[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(core_free(d, a[i], CORE_FREE_FENCED, 0), CORE_FREED);
+        fence[i] = m.next_event; /* a slice: its fence recorded at the free */
+        assert_int_equal(fence[i], (uint64_t)i + 1);
+    }
+    CHECK(d);
+    uintptr_t q = core_malloc(d, 4 * MiB, 0, NULL);
+    assert_int_equal(q, a[0]);
+    assert_int_equal(m.n_order, 1);
+    assert_int_equal(m.ordered, fence[2]); /* not fence[3] */
+    core_stats_t st;
+    core_stats_get(d, &st);
+    assert_int_equal(st.num_fence_handoffs, 3);
+    CHECK(d);
+    /* the fourth stays behind its fence: the next 4 MiB hit splits the rest */
+    uintptr_t r = core_malloc(d, 4 * MiB, 0, NULL);
+    assert_int_equal(r, a[1]);
+    m.completed = m.next_event;
+    assert_int_equal(core_free(d, q, CORE_FREE_NOW, 0), CORE_FREED);
+    assert_int_equal(core_free(d, r, CORE_FREE_NOW, 0), CORE_FREED);
+    CHECK(d);
+    core_dev_destroy(d);
+    mem_backend_fini(&m);
+}
+
 /* empty_cache first waits for every pending free (the open batch by a
  * device synchronisation, fences and events by waiting on them), then
  * returns every whole free segment. */
@@ -1526,6 +1582,7 @@ int main(void)
         cmocka_unit_test(test_empty_cache_waits_for_pending),
         cmocka_unit_test(test_no_fence_no_sync_keeps_pending),
         cmocka_unit_test(test_ordered_hand_out_without_a_fence),
+        cmocka_unit_test(test_ordered_hit_hands_out_the_oldest),
         cmocka_unit_test(test_dev_destroy_returns_everything),
         cmocka_unit_test(test_bad_free_and_lookup),
         cmocka_unit_test(test_stats_keys),

@@ -203,7 +203,7 @@ static void test_ordered_hands_out_behind_the_fence(void **state)
     SIM_OK(cudaStreamDestroy(u));
 }
 
-/* reuse:ordered on the hit path: with a sixteenth of the cache behind a
+/* reuse:ordered on the hit path: with an eighth of the cache behind a
  * fence, an allocation that would split a larger free block takes the
  * freed block instead (merged with its free neighbour), the device ordered
  * after the fence: the new owner's memset waits on the device for the
@@ -463,7 +463,7 @@ static void test_no_stream_of_its_own_per_thread_streams(void **state)
 }
 
 /* reuse:ordered at a hit that would split a block: with a stream of the
- * program's own alive, a free behind a fence holding less than a sixteenth
+ * program's own alive, a free behind a fence holding less than an eighth
  * of the cache stays behind it (the hit splits the free rest); with none
  * (blocking or not, made by the runtime or the driver), it is handed out
  * (the ordering holds back nothing).  The writer on the legacy stream
@@ -475,7 +475,7 @@ static void test_ordered_hit_follows_the_streams(void **state)
     itest_require_cucache();
     start_empty();
     void *big = NULL;
-    SIM_OK(cudaMalloc(&big, 100 * MIB)); /* cached, free: a sixteenth of the cache is > 7 MiB */
+    SIM_OK(cudaMalloc(&big, 100 * MIB)); /* cached, free: an eighth of the cache is 15 MiB */
     SIM_OK(cudaFree(big));
     cudaStream_t b = NULL;
     CUstream c = NULL;

@@ -39,7 +39,7 @@
  * The first and last thirds have no stream of the program's own (a hit
  * hands out any pending free that could serve it) and write on the legacy
  * stream; the middle third creates one (a hit hands out once the pending
- * frees hold a sixteenth of the cache) and writes on it.  The line per
+ * frees hold an eighth of the cache, and leaves the newest) and writes on it.  The line per
  * device adds the hand-outs (num_fence_handoffs), which the round trip
  * requires to be some.  With "handouts-late" (two devices), the last third
  * begins by giving device 1 its context: the process has two, cucache
