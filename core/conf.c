@@ -764,7 +764,7 @@ static const conf_opt_t conf_opts[] = {
     {"fraction", "fraction", "0.92", "more than 0, at most 1",
      "strategy:preallocate: share of free memory reserved at first use",
      conf_set_frac, conf_show_frac, .off = F(fraction), .lo = 0, .hi = 1, .flags = CONF_F_HI_CLOSED},
-    {"reuse", "choice", "fenced", "fenced, stream, sync, fenced-host or ordered",
+    {"reuse", "choice", "ordered", "ordered, fenced, stream, sync or fenced-host",
      "a freed block serves other streams behind a shared fence, by stream order only, or after a device sync",
      conf_set_choice, conf_show_choice, .off = F(reuse), .names = conf_reuse_names},
     {"max_pending_mb", "MiB", "256M", "0 or at least 1M",
@@ -915,7 +915,7 @@ void conf_defaults(conf_t *c)
     c->limit = 0;
     c->strategy = CONF_STRATEGY_AUTO_GROWTH;
     c->fraction = 0.92;
-    c->reuse = CONF_REUSE_FENCED;
+    c->reuse = CONF_REUSE_ORDERED;
     c->max_pending = 256 * MiB;
     c->ipc = CONF_IPC_PEER;
 }

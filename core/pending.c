@@ -46,7 +46,7 @@ void pend_fenced(core_dev_t *d, block_t *b)
     /* reuse:ordered with streams of the program's own: the open batch gets
      * its fence once it holds a slice of the cache, so that a hand-out can
      * take the older frees and leave the newest (pend_hand_off's keep) */
-    if (d->conf.reuse == CONF_REUSE_ORDERED && d->streams &&
+    if (d->streams && pend_hand_off_allowed(d) &&
         d->open.bytes >= (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / FENCE_SLICE)
         close_batch(d);
 }

@@ -73,6 +73,14 @@ static inline void fx_open_orders(fx_t *f, size_t capacity, const char *conf_tex
     CHECK(f->d);
 }
 
+/* What the interposer makes of a plain cudaFree under the setting's reuse
+ * rule (interpose/state.c): behind the fence, except under reuse:stream and
+ * reuse:sync (which synchronised first). */
+static inline core_free_t conf_plain_free(const conf_t *c)
+{
+    return c->reuse == CONF_REUSE_STREAM || c->reuse == CONF_REUSE_SYNC ? CORE_FREE_NOW : CORE_FREE_FENCED;
+}
+
 static inline void fx_open(fx_t *f, size_t capacity, const char *conf_text)
 {
     fx_open_orders(f, capacity, conf_text, false);

@@ -310,7 +310,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.limit, 0);
     assert_int_equal(c.strategy, CONF_STRATEGY_AUTO_GROWTH);
     assert_true(c.fraction == 0.92);
-    assert_int_equal(c.reuse, CONF_REUSE_FENCED);
+    assert_int_equal(c.reuse, CONF_REUSE_ORDERED);
 }
 
 static void test_empty_text(void **state)
@@ -441,7 +441,7 @@ static void test_error_quotes_safely(void **state)
     if (!strstr(err, want))
         fail_msg("\"%s\" lacks \"%s\"", err, want);
     assert_true(strlen(err) < 200);
-    ERR("reuse:a\nb", "reuse:a?b: expected fenced, stream, sync, fenced-host or ordered");
+    ERR("reuse:a\nb", "reuse:a?b: expected ordered, fenced, stream, sync or fenced-host");
     ERR("reuse:a\001b", "reuse:a?b: expected");
 }
 
@@ -698,8 +698,8 @@ static void test_key_reuse(void **state)
     assert_int_equal(parse_ok("ipc:peer").ipc, CONF_IPC_PEER);
     assert_int_equal(parse_ok("reuse:sync,reuse:fenced").reuse, CONF_REUSE_FENCED);
     assert_int_equal(parse_ok("reuse:fenced-host").reuse, CONF_REUSE_FENCED_HOST);
-    ERR("reuse:fence", "reuse:fence: expected fenced, stream, sync, fenced-host or ordered");
-    ERR("reuse:1", "reuse:1: expected fenced, stream, sync, fenced-host or ordered");
+    ERR("reuse:fence", "reuse:fence: expected ordered, fenced, stream, sync or fenced-host");
+    ERR("reuse:1", "reuse:1: expected ordered, fenced, stream, sync or fenced-host");
     ERR("ipc:none", "ipc:none: expected peer or strict");
 }
 

@@ -12,7 +12,7 @@
  * (fenced) free and a 3 MiB buffer kept; then one large request. */
 static uintptr_t leak_loop(fx_t *f, int steps, size_t last, core_oom_t *oom)
 {
-    core_free_t plain = f->conf.reuse == CONF_REUSE_FENCED ? CORE_FREE_FENCED : CORE_FREE_NOW;
+    core_free_t plain = conf_plain_free(&f->conf);
     for (int i = 0; i < steps; i++) {
         uintptr_t t = core_malloc(f->d, 3 * MiB, 0, NULL);
         uintptr_t k = core_malloc(f->d, 3 * MiB, 0, NULL);

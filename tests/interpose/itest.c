@@ -37,6 +37,15 @@ bool itest_expandable(void)
     return itest_have_cucache() && c && strstr(c, "expandable_segments:true");
 }
 
+bool itest_hands_out(void)
+{
+    const char *c = getenv("CUCACHE_CONF"), *coherent = getenv("CUCACHE_SIM_COHERENT");
+    if (!itest_have_cucache() || (coherent && strcmp(coherent, "1") == 0))
+        return false;
+    const char *r = c ? strstr(c, "reuse:") : NULL;
+    return !r || strncmp(r, "reuse:ordered", 13) == 0;
+}
+
 void itest_require_cucache_at(const char *file, int line)
 {
     if (itest_have_cucache())

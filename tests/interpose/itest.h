@@ -39,6 +39,11 @@ bool itest_have_cucache(void);
 /* Whether cucache runs with expandable segments (CUCACHE_CONF has
  * expandable_segments:true): its segments are then CUDA virtual memory. */
 bool itest_expandable(void);
+/* Whether cucache hands out frees behind fences with the device ordered
+ * after them (reuse:ordered, the default; CUCACHE_CONF names no other reuse
+ * rule), on a device whose memory the CPU does not share
+ * (CUCACHE_SIM_COHERENT). */
+bool itest_hands_out(void);
 /* Fails the current test, saying that cucache is not preloaded, unless it is. */
 void itest_require_cucache_at(const char *file, int line);
 #define itest_require_cucache() itest_require_cucache_at(__FILE__, __LINE__)

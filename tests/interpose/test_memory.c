@@ -144,11 +144,13 @@ static void test_malloc_free_loop_hits(void **state)
     assert_int_equal(itest_stat(0, "allocation.all.current"), live0);
 }
 
-/* When memory is short, the allocator waits for the fence of a pending
- * block, as cudaFree would have, and reuses the block rather than failing:
- * a 600 MiB block is freed while a stream still writes it (behind a gate
- * that opens by itself after 300 ms), and the next 600 MiB request on the
- * 1 GiB device can only be that block. */
+/* When memory is short, the allocator reuses a pending block rather than
+ * failing: a 600 MiB block is freed while a stream still writes it (behind
+ * a gate that opens by itself after 300 ms), and the next 600 MiB request
+ * on the 1 GiB device can only be that block.  Under reuse:fenced it
+ * waits for the block's fence on the host, as cudaFree would have; under
+ * reuse:ordered (the default) it hands the block out at once, the device
+ * ordered after the fence (the new owner's copy waits for the writer). */
 static void test_pending_block_is_waited_for_when_memory_is_short(void **state)
 {
     (void)state;
@@ -166,9 +168,13 @@ static void test_pending_block_is_waited_for_when_memory_is_short(void **state)
     simtest_gate_open_after(g, 300);
     SIM_OK(cudaFree(p));
     unsigned long allocs0 = itest_dev_allocs();
+    int64_t handoffs0 = itest_have_cucache() ? itest_stat(0, "num_fence_handoffs") : 0;
     SIM_OK(cudaMalloc(&q, n));
     itest_defer_free(q);
-    assert_true(simtest_gate_passed(g)); /* it waited for the stream's work */
+    if (itest_hands_out())
+        assert_int_equal(itest_stat(0, "num_fence_handoffs"), handoffs0 + 1);
+    else
+        assert_true(simtest_gate_passed(g)); /* it waited for the stream's work */
     itest_put(q, 4096, 33);
     itest_expect(q, 4096, 33);
     SIM_OK(cudaFree(q));

@@ -306,7 +306,18 @@ static void test_busy_device(void **state)
     add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 0);
     add(&b, TRACE_DEVICE_SYNC, 0, 1, 0, 0, 0);
     add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x3000, 30 * MiB); /* after it */
-    rp_config_t cfg = core_cfg("");
+    /* the default hands the pending block out at the miss, the device
+     * ordered after its fence: one segment, busy or not */
+    rp_config_t dflt = core_cfg("");
+    rp_opts_t ob = {.capacity = 1ull << 34, .busy = true};
+    rp_result_t handed;
+    char err0[256];
+    assert_int_equal(rp_replay(&b.in, &dflt, &ob, &handed, err0, sizeof err0), 0);
+    assert_int_equal(handed.device_allocs, 1);
+    assert_int_equal(handed.peak_reserved, 30 * MiB);
+    rp_result_free(&handed);
+    /* reuse:fenced waits instead, or grows while there is room */
+    rp_config_t cfg = core_cfg("reuse:fenced");
     rp_result_t idle = run(&b.in, cfg, 1ull << 34);
     assert_int_equal(idle.device_allocs, 1);
     assert_int_equal(idle.peak_reserved, 30 * MiB);

@@ -281,7 +281,7 @@ static bool fragmented_fits(const char *conf_text, size_t block_req, size_t coun
 {
     fx_t g;
     fx_open(&g, 128 * MiB, conf_text);
-    core_free_t plain = g.conf.reuse == CONF_REUSE_FENCED ? CORE_FREE_FENCED : CORE_FREE_NOW;
+    core_free_t plain = conf_plain_free(&g.conf);
     uintptr_t p[32] = {0}, r = 0;
     bool ok = true;
     for (int i = 0; i < 4 && ok; i++)
@@ -310,7 +310,7 @@ static bool preallocate_fits(const char *conf_text)
 {
     fx_t g;
     fx_open(&g, 128 * MiB, conf_text);
-    core_free_t plain = g.conf.reuse == CONF_REUSE_FENCED ? CORE_FREE_FENCED : CORE_FREE_NOW;
+    core_free_t plain = conf_plain_free(&g.conf);
     uintptr_t p[29] = {0}, r = 0;
     bool ok = true;
     for (int i = 0; i < 29 && ok; i++)
@@ -348,7 +348,7 @@ static bool private_pools_fits(const char *conf_text)
 {
     fx_t g;
     fx_open(&g, 128 * MiB, conf_text);
-    core_free_t plain = g.conf.reuse == CONF_REUSE_FENCED ? CORE_FREE_FENCED : CORE_FREE_NOW;
+    core_free_t plain = conf_plain_free(&g.conf);
     int pool = core_pool_create(g.d);
     assert_true(pool > 0);
     assert_int_equal(core_pool_use(g.d, pool), 0);
