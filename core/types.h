@@ -392,7 +392,8 @@ bool pend_wait_oldest(core_dev_t *d);
  *     reserved bytes (FENCE_SLICE), not only when an allocation needs it.
  * Chosen on scripts/bench-train's four-stream and communication-stream
  * runs (docs/performance.md): a sixteenth and everything handed out cost
- * 6-12% of reuse:stream's step time there; this costs 1.3-5%, for a peak
+ * 5.6-9.1% of reuse:stream's step time beside the communication stream and
+ * 6-12% on four streams; this costs 1.4-2.0% and 1.8-7.7%, for a peak
  * reserved 1.06-1.19 times reuse:stream's instead of 1.06-1.11. */
 #define HANDOFF_SHARE 8
 #define HANDOFF_KEEP 24
