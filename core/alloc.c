@@ -534,10 +534,10 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
  * device ordered after their fence (issue 14; HANDOFF_SHARE in types.h). */
 static inline bool handoff_due(const core_dev_t *d, size_t rounded)
 {
-    if (!(d->open.blocks || d->fences) || d->pending_bytes < rounded)
+    if (d->fenced_bytes < rounded)
         return false;
     return d->streams == 0 ||
-           d->pending_bytes >= (uint64_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_SHARE;
+           d->fenced_bytes >= (uint64_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_SHARE;
 }
 
 /* What a hit's hand-out leaves pending: nothing while the program has no
@@ -640,8 +640,10 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
         how = CORE_FREE_FENCED;
     if (how == CORE_FREE_NOW)
         pool_release_block(d, b, idle); /* else its own stream's queued work may still use it */
-    else if (how == CORE_FREE_FENCED)
+    else if (how == CORE_FREE_FENCED) {
         pend_fenced(d, b);
+        pend_slice(d);
+    }
     dev_unlock(d);
     return CORE_FREED;
 }

@@ -321,9 +321,10 @@ void mem_backend_complete_all(mem_backend_t *m)
     mb_unlock(m);
 }
 
-static int fence_order(void *ctx, int device, uint64_t fence)
+static int fence_order(void *ctx, int device, uint64_t fence, uint64_t first_alloc)
 {
     (void)device;
+    (void)first_alloc;
     mem_backend_t *m = ctx;
     mb_lock(m);
     m->n_order++;

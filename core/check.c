@@ -167,7 +167,7 @@ static size_t pending_listed(const core_dev_t *d, size_t *bytes)
     size_t open = 0;
     for (const block_t *b = d->open.blocks; b; b = b->pend_next, n++)
         open += b->size;
-    if (open != d->open.bytes)
+    if (open != d->open.bytes || *bytes + open != d->fenced_bytes)
         return SIZE_MAX;
     *bytes += open;
     for (const block_t *b = d->held; b; b = b->pend_next, n++)
@@ -207,7 +207,7 @@ int core_check_locked(const core_dev_t *d, char *why, size_t len)
                         (unsigned long)b->addr, (int)b->state, (unsigned long long)b->hold);
     size_t pbytes = 0, plisted = pending_listed(d, &pbytes);
     if (plisted == SIZE_MAX)
-        return fail(why, len, "a fence batch's byte count differs from its blocks'");
+        return fail(why, len, "a fence batch's byte count differs from its blocks' (or fenced_bytes from the batches')");
     if (plisted != t.pending_blocks || pbytes != t.pending_bytes || d->pending_bytes != t.pending_bytes)
         return fail(why, len, "pending lists hold %zu blocks (%zu bytes, counter %zu), segments have %zu (%zu bytes)",
                     plisted, pbytes, d->pending_bytes, t.pending_blocks, t.pending_bytes);

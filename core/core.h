@@ -101,12 +101,16 @@ typedef struct core_backend_s {
      * fence (an event_record on stream 0): every stream that could use the
      * device's memory, and those created later until the fence completes,
      * waits for it.  The fence's blocks can then be handed out at once
-     * (reuse:ordered, issue 14).  CORE_OK, CORE_EFAIL when it cannot now (a
-     * capture, an error: nothing changed), CORE_ESTOP when it never will
-     * (something the ordering does not reach may touch the device's memory:
-     * the core stops asking, as after core_stop_hand_outs).  NULL: not
-     * possible. */
-    int (*fence_order)(void *ctx, int device, uint64_t fence);
+     * (reuse:ordered, issue 14).  first_alloc: the number the next
+     * allocation will get (core_ptr_info_t.id's, (id & ~CORE_ID_TAG) >> 6):
+     * only blocks from that one on can hold memory handed out now, so only
+     * they need the host to wait for the fence before something outside
+     * the device's streams reaches them.  CORE_OK, CORE_EFAIL when it
+     * cannot now (a capture, an error: nothing changed), CORE_ESTOP when it
+     * never will (something the ordering does not reach may touch the
+     * device's memory: the core stops asking, as after
+     * core_stop_hand_outs).  NULL: not possible. */
+    int (*fence_order)(void *ctx, int device, uint64_t fence, uint64_t first_alloc);
 } core_backend_t;
 
 #define CORE_EPOCH_UNSEEN ((uint64_t)1 << 63)

@@ -33,8 +33,6 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void close_batch(core_dev_t *d);
-
 void pend_fenced(core_dev_t *d, block_t *b)
 {
     b->state = BLOCK_PENDING;
@@ -42,13 +40,8 @@ void pend_fenced(core_dev_t *d, block_t *b)
     b->pend_next = d->open.blocks;
     d->open.blocks = b;
     d->open.bytes += b->size;
+    d->fenced_bytes += b->size;
     d->pending_bytes += b->size;
-    /* reuse:ordered with streams of the program's own: the open batch gets
-     * its fence once it holds a slice of the cache, so that a hand-out can
-     * take the older frees and leave the newest (pend_hand_off's keep) */
-    if (d->streams && pend_hand_off_allowed(d) &&
-        d->open.bytes >= (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / FENCE_SLICE)
-        close_batch(d);
 }
 
 /* Whether the hold on b is over (the backend is asked). */
@@ -140,6 +133,18 @@ static void close_batch(core_dev_t *d)
     d->stats.num_fences++;
 }
 
+void pend_slice(core_dev_t *d)
+{
+    /* reuse:ordered with streams of the program's own: the open batch gets
+     * its fence once it holds a slice of the cache, so that a hand-out can
+     * take the older frees and leave the newest (pend_hand_off's keep).
+     * Not from pend_fenced: poll_held calls that while walking its list,
+     * and a fence that cannot be recorded releases everything. */
+    if (d->streams && d->open.blocks && pend_hand_off_allowed(d) &&
+        d->open.bytes >= (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / FENCE_SLICE)
+        close_batch(d);
+}
+
 void pend_close(core_dev_t *d)
 {
     if (d->held && !d->capturing)
@@ -172,6 +177,7 @@ static size_t release_oldest_batch(core_dev_t *d, bool idle)
     if (!d->fences)
         d->fences_tail = NULL;
     d->be.event_release(d->be.ctx, d->device, f->event);
+    d->fenced_bytes -= f->bytes;
     size_t bytes = release_list(d, f->blocks, idle);
     hostalloc_free(f);
     return bytes;
@@ -242,12 +248,10 @@ bool pend_hand_off(core_dev_t *d, size_t keep)
         return false;
     /* The oldest fences first: their work is the likeliest to have run, so
      * the streams ordered after them wait least.  Enough of them to leave
-     * at most `keep` bytes pending; with too few closed, the frees since the
-     * last fence get theirs, and all are handed out. */
-    size_t closed = 0;
-    for (const fence_batch_t *f = d->fences; f; f = f->next)
-        closed += f->bytes;
-    if (keep == 0 || d->pending_bytes - closed > keep)
+     * at most `keep` bytes behind fences; with too few closed, the frees
+     * since the last fence get theirs, and all are handed out.  (Held and
+     * event-pending blocks are not handed out, and not counted.) */
+    if (keep == 0 || d->open.bytes > keep)
         pend_close(d);
     if (!d->fences)
         return false;
@@ -255,12 +259,12 @@ bool pend_hand_off(core_dev_t *d, size_t keep)
      * ordered after them all (each was recorded on every stream after the
      * one before). */
     fence_batch_t *upto = d->fences;
-    size_t left = d->pending_bytes - upto->bytes;
+    size_t left = d->fenced_bytes - upto->bytes;
     while (upto->next && left > keep) {
         upto = upto->next;
         left -= upto->bytes;
     }
-    int rc = d->be.fence_order(d->be.ctx, d->device, upto->event);
+    int rc = d->be.fence_order(d->be.ctx, d->device, upto->event, d->next_id + 1);
     if (rc == CORE_ESTOP && !d->no_hand_out) {
         jr_note(d, JR_NO_HAND_OUTS, 0, 0, 0, 0, 0, 0);
         d->no_hand_out = true;
@@ -298,6 +302,7 @@ void pend_release_all(core_dev_t *d, bool wait)
     }
     if (open) {
         d->open.blocks = NULL;
+        d->fenced_bytes -= d->open.bytes;
         d->open.bytes = 0;
         release_list(d, open, true);
     }

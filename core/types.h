@@ -242,6 +242,9 @@ struct core_dev_s {
     /* the program's live streams (core_set_streams): while 0, reuse:ordered
      * hands out any frees behind fences that could serve a hit */
     unsigned streams;
+    /* bytes of the open batch and the closed ones (what pend_hand_off can
+     * hand out; pending_bytes also counts held and event-pending blocks) */
+    size_t fenced_bytes;
     /* hand-outs behind fences stopped for good (core_stop_hand_outs): an
      * agent the ordering does not reach may touch the device's memory */
     bool no_hand_out;
@@ -405,9 +408,13 @@ bool pend_wait_oldest(core_dev_t *d);
  * their blocks free (not idle: work before the fence may still run).
  * False when nothing was handed out. */
 bool pend_hand_off(core_dev_t *d, size_t keep);
+/* After a fenced free (core_free): with streams of the program's own and
+ * hand-outs allowed, the open batch gets its fence once it holds
+ * FENCE_SLICE of the cache. */
+void pend_slice(core_dev_t *d);
 /* Whether frees behind fences may be handed out now, the device ordered
- * after them (pend_hand_off): under reuse:ordered, never during a capture,
- * never once stopped (core_stop_hand_outs).  Not under the default
+ * after them (pend_hand_off): under reuse:ordered (the default), never
+ * during a capture, never once stopped (core_stop_hand_outs).  Not under
  * reuse:fenced: the ordering reaches the device's streams only, and a new
  * owner may also reach its block from outside them (a NIC by GPUDirect
  * RDMA with no CUDA call in between) before the old owner's work is done,

@@ -294,6 +294,8 @@ typedef struct fence_s {
     bool released; /* the core released it: freed once it completes */
     CUevent hub;   /* ordered: recorded on the hub stream after it waited for
                       every event (NULL: each stream waits for every event) */
+    uint64_t first_alloc; /* ordered: the number of the first allocation after
+                             the hand-out (core.h, fence_order) */
     CUevent ev[];  /* all must complete */
 } fence_t;
 
@@ -543,23 +545,31 @@ static void note_stopped(hook_dev_t *hd)
 }
 
 /* Whether another device's primary context is active: the runtime made it
- * (or the program retained it) by a path hook_ctx.c did not see.  Only
- * with more than one device; two driver calls per other device. */
+ * (or the program retained it) by a path hook_ctx.c did not see (the real
+ * runtime may reach the driver's context calls through cuGetExportTable's
+ * private interface).  Only with more than one device: one driver call per
+ * other device (cuDevicePrimaryCtxGetState answers for this process). */
 static bool other_primary_active(const hook_dev_t *hd)
 {
     static atomic_int ndev = -1;
+    static CUdevice handles[HOOK_MAX_DEVICES];
     int n = atomic_load(&ndev);
     if (n < 0) {
         if (real_cu.cuDeviceGetCount(&n) != CUDA_SUCCESS)
-            n = 0;
+            return true; /* cannot tell: as if there were one */
+        if (n > HOOK_MAX_DEVICES)
+            n = HOOK_MAX_DEVICES;
+        for (int i = 0; i < n; i++)
+            if (real_cu.cuDeviceGet(&handles[i], i) != CUDA_SUCCESS)
+                return true;
         atomic_store(&ndev, n);
     }
-    for (int i = 0; i < n && real_cu.cuDevicePrimaryCtxGetState; i++) {
-        CUdevice dev;
+    if (n > 1 && !real_cu.cuDevicePrimaryCtxGetState)
+        return true;
+    for (int i = 0; i < n; i++) {
         unsigned flags = 0;
         int active = 0;
-        if (i != hd->ordinal && real_cu.cuDeviceGet(&dev, i) == CUDA_SUCCESS &&
-            real_cu.cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && active)
+        if (i != hd->ordinal && (real_cu.cuDevicePrimaryCtxGetState(handles[i], &flags, &active) != CUDA_SUCCESS || active))
             return true;
     }
     return false;
@@ -571,7 +581,7 @@ static bool other_primary_active(const hook_dev_t *hd)
  * stream wait on the device for the fence, and so does a non-blocking
  * stream created before it completes.  Not during a capture: a wait there
  * would join the graph. */
-static int fence_order(void *ctx, int device, uint64_t event)
+static int fence_order(void *ctx, int device, uint64_t event, uint64_t first_alloc)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
@@ -630,6 +640,7 @@ static int fence_order(void *ctx, int device, uint64_t event)
             rc = CORE_EFAIL;
     if (rc == CORE_OK) {
         f->ordered = true;
+        f->first_alloc = first_alloc;
         hd->ordered[hd->nordered++] = f;
     }
     pthread_mutex_unlock(&hd->lock);
@@ -637,7 +648,7 @@ static int fence_order(void *ctx, int device, uint64_t event)
     if (unseen) /* its first work may reach blocks handed out so far, on any device */
         for (int i = 0; i < HOOK_MAX_DEVICES; i++)
             if (hook_dev_core(&hook_devs[i]))
-                hook_backend_wait_ordered(&hook_devs[i]);
+                hook_backend_wait_ordered(&hook_devs[i], UINT64_MAX);
     return rc;
 }
 
@@ -654,18 +665,22 @@ void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s)
                       (int)hook_backend_error);
 }
 
-void hook_backend_wait_ordered(hook_dev_t *hd)
+void hook_backend_wait_ordered(hook_dev_t *hd, uint64_t alloc)
 {
     if (!hd->primary)
         return;
     bool pushed;
     bool entered = hook_ctx_enter(hd, &pushed);
+    CUstreamCaptureMode mode;
+    bool relaxed = relax(hd, &mode); /* a library may ask while the program captures */
     pthread_mutex_lock(&hd->lock);
     for (size_t i = 0; i < hd->nordered; i++)
-        for (size_t k = 0; k < hd->ordered[i]->n; k++)
-            real_cu.cuEventSynchronize(hd->ordered[i]->ev[k]);
+        if (hd->ordered[i]->first_alloc <= alloc)
+            for (size_t k = 0; k < hd->ordered[i]->n; k++)
+                real_cu.cuEventSynchronize(hd->ordered[i]->ev[k]);
     ordered_sweep(hd);
     pthread_mutex_unlock(&hd->lock);
+    unrelax(relaxed, &mode);
     if (entered)
         hook_ctx_leave(pushed);
 }
@@ -679,7 +694,7 @@ void hook_stop_hand_outs(hook_dev_t *hd)
     note_stopped(hd);
     pthread_mutex_unlock(&hd->lock);
     core_stop_hand_outs(d);
-    hook_backend_wait_ordered(hd);
+    hook_backend_wait_ordered(hd, UINT64_MAX);
 }
 
 static int hold_query(void *ctx, int device, uint64_t token)

@@ -322,12 +322,25 @@ extern conf_t hook_conf;
 /* A non-blocking stream created on hd's device waits for the fences the
  * device was ordered after (backend.c; called with hd->lock held). */
 void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s);
-/* Waits on the host for the fences the device was ordered after: before
- * memory leaves this process's streams (an IPC export). */
-void hook_backend_wait_ordered(hook_dev_t *hd);
+/* Waits on the host for the fences the device was ordered after that may
+ * have handed out memory of allocation number `alloc` (core_ptr_info_t.id's
+ * number; UINT64_MAX: all of them): before memory leaves this process's
+ * streams (an IPC export, a library's question before RDMA, a second
+ * context). */
+void hook_backend_wait_ordered(hook_dev_t *hd, uint64_t alloc);
+/* The allocation number of a block id (core_ptr_info_t.id). */
+static inline uint64_t hook_alloc_number(uint64_t id)
+{
+    return (id & ~CORE_ID_TAG) >> 6;
+}
 /* Stops the device's hand-outs for good (core_stop_hand_outs, and a trace
- * record), then waits for the fences handed out so far (backend.c). */
+ * record, once), then waits for the fences handed out so far (backend.c);
+ * every call waits. */
 void hook_stop_hand_outs(hook_dev_t *hd);
+/* The process has (or may have) a second CUDA context: stops the hand-outs
+ * on every device and waits for those made (hook_ctx.c); every call waits,
+ * so that no context's creator returns before the fences completed. */
+void hook_second_context(void);
 /* Set for good once the program has a second CUDA context (hook_ctx.c):
  * the backend's fence_order then refuses. */
 extern atomic_bool hook_many_contexts;

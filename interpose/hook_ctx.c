@@ -1,6 +1,5 @@
 /*
- * Context creation: cuDevicePrimaryCtxRetain (which the runtime calls for
- * each device it uses), cuCtxCreate_v2, _v3 and _v4.
+ * Context creation: cuDevicePrimaryCtxRetain, cuCtxCreate_v2, _v3 and _v4.
  *
  * reuse:ordered hands a block out before the old owner's work on it is
  * done, with the device's streams made to wait for that work (issue 14).
@@ -9,12 +8,20 @@
  * access, a copy between devices queued on the other device's stream, a
  * created context's copy by unified addressing.  So the hand-outs go on
  * only while the process has one context, the primary context of one
- * device.  The call that gives it a second one stops them on every device,
- * for good, and first waits on the host for the fences handed out so far:
- * the new context's first work may be about to reach those blocks, and
- * nothing orders it after them.  A context that was destroyed since still
- * counts (it is cheaper to stay safe than to track which contexts touched
- * what).
+ * device.  What gives it a second one stops them on every device, for
+ * good, and then waits on the host for the fences handed out so far (the
+ * new context's first work may be about to reach those blocks, and nothing
+ * orders it after them) before it returns:
+ *   - these hooks: a retain of another device's primary context (the
+ *     runtime's, when it reaches the driver by the public entry point; the
+ *     real runtime may use a private one instead), any created context;
+ *   - cucache opening its allocator on a second device (state.c: the
+ *     program made a call there: an allocation, a stream, a query);
+ *   - the backend's next hand-out, which asks the driver whether another
+ *     device's primary context is active (backend.c: a context nothing
+ *     above saw; work it queued before that hand-out is not covered).
+ * A context that was destroyed since still counts (it is cheaper to stay
+ * safe than to track which contexts touched what).
  *
  * Green contexts (cuGreenCtxCreate) are not seen here: the simulator does
  * not model them yet, and their streams are neither fenced nor ordered
@@ -32,11 +39,11 @@ atomic_bool hook_many_contexts;
 /* Bit d: the program retained device d's primary context (d < 64). */
 static _Atomic uint64_t primaries;
 
-/* Called with no lock held. */
-static void stop_everywhere(void)
+/* Called with no lock held.  Every call waits: a second thread making a
+ * context while the first still waits must not return earlier. */
+void hook_second_context(void)
 {
-    if (atomic_exchange(&hook_many_contexts, true))
-        return;
+    atomic_store(&hook_many_contexts, true);
     for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
         hook_dev_t *hd = &hook_devs[i];
         if (hook_dev_core(hd))
@@ -48,15 +55,13 @@ static void stop_everywhere(void)
  * or one it created. */
 static void context_seen(bool is_primary, CUdevice dev)
 {
-    if (atomic_load(&hook_many_contexts))
-        return;
-    if (is_primary && dev >= 0 && dev < 64) {
+    if (is_primary && dev >= 0 && dev < 64 && !atomic_load(&hook_many_contexts)) {
         uint64_t bit = (uint64_t)1 << dev;
         uint64_t before = atomic_fetch_or(&primaries, bit);
         if ((before | bit) == bit)
             return; /* still the one */
     }
-    stop_everywhere();
+    hook_second_context();
 }
 
 HOOK_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)

@@ -106,11 +106,12 @@ static bool reveals(CUpointer_attribute attr)
     }
 }
 
-/* A live block is about to be reached from outside the device's streams. */
-static void revealed(hook_dev_t *hd)
+/* A live block is about to be reached from outside the device's streams:
+ * the fences that may have handed out its memory complete first. */
+static void revealed(hook_dev_t *hd, const core_ptr_info_t *info)
 {
     if (hd)
-        hook_backend_wait_ordered(hd);
+        hook_backend_wait_ordered(hd, hook_alloc_number(info->id));
 }
 
 /* What cuPointerGetAttributes answers for memory the driver does not know
@@ -178,7 +179,7 @@ HOOK_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribut
     if (info.where == CORE_WHERE_DEAD)
         return CUDA_ERROR_INVALID_VALUE; /* freed memory */
     if (reveals(attribute))
-        revealed(hd);
+        revealed(hd, &info);
     CUresult r;
     if (block_attr(data, attribute, &info, hd, &r))
         return r;
@@ -195,7 +196,7 @@ HOOK_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_a
     CUresult r = CUDA_SUCCESS;
     for (unsigned i = 0; info.where == CORE_WHERE_LIVE && i < numAttributes; i++)
         if (data[i] && reveals(attributes[i])) {
-            revealed(hd);
+            revealed(hd, &info);
             break;
         }
     if (info.where == CORE_WHERE_LIVE)
@@ -219,7 +220,7 @@ HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUd
         return CU_REAL(cuMemGetAddressRange_v2, pbase, psize, dptr);
     if (info.where == CORE_WHERE_DEAD)
         return CUDA_ERROR_NOT_FOUND;
-    revealed(hd); /* what registration caches key on */
+    revealed(hd, &info); /* what registration caches key on */
     if (pbase)
         *pbase = (CUdeviceptr)info.base;
     if (psize)
@@ -239,7 +240,7 @@ HOOK_API CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute a
         return CU_REAL(cuPointerSetAttribute, value, attribute, ptr);
     if (info.where == CORE_WHERE_DEAD)
         return CUDA_ERROR_INVALID_VALUE;
-    revealed(hd);
+    revealed(hd, &info);
     return CU_REAL(cuPointerSetAttribute, value, attribute, ptr);
 }
 

@@ -109,6 +109,7 @@ hook_dev_t *hook_dev_open(int ordinal)
         return hd;
     if (!hook_real_driver())
         return NULL;
+    bool second = false;
     pthread_mutex_lock(&open_lock);
     if (!hook_dev_core(hd)) {
         CUdevice h;
@@ -146,8 +147,12 @@ hook_dev_t *hook_dev_open(int ordinal)
                 hook_warn(HOOK_WARN_BACKEND, "device %d: out of host memory for the allocator; not caching", ordinal);
         }
         atomic_store_explicit(&hd->core, d, memory_order_release);
+        for (int i = 0; d && i < HOOK_MAX_DEVICES && !second; i++)
+            second = i != ordinal && hook_dev_core(&hook_devs[i]);
     }
     pthread_mutex_unlock(&open_lock);
+    if (second)
+        hook_second_context(); /* the program uses two devices: no hand-outs (hook_ctx.c) */
     return hook_dev_core(hd) ? hd : NULL;
 }
 

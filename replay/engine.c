@@ -320,10 +320,10 @@ static void dev_event_release(void *ctx, int device, uint64_t event)
 
 /* The interposer orders the device after a fence (issue 14); an idle or
  * busy device here has no streams to order: it always can. */
-static int dev_fence_order(void *ctx, int device, uint64_t fence)
+static int dev_fence_order(void *ctx, int device, uint64_t fence, uint64_t first_alloc)
 {
     rdev_t *rd = ctx;
-    return rd->mem.fence_order(rd->mem.ctx, device, fence);
+    return rd->mem.fence_order(rd->mem.ctx, device, fence, first_alloc);
 }
 
 static int dev_sync(void *ctx, int device)

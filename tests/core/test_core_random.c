@@ -854,14 +854,20 @@ static void test_check_catches_states(void **state)
     assert_int_equal(pb->addr, b);
     f.d->open.blocks = NULL;
     f.d->open.bytes -= pb->size;
+    f.d->fenced_bytes -= pb->size;
     expect_broken(f.d, "a pending block in no list", "pending lists");
     f.d->open.blocks = pb;
     f.d->open.bytes += pb->size;
+    f.d->fenced_bytes += pb->size;
     CHECK(f.d);
     /* a batch's byte count skewed (what a hand-out counts to leave some) */
     f.d->open.bytes += 512;
     expect_broken(f.d, "the open batch's bytes skewed", "byte count");
     f.d->open.bytes -= 512;
+    CHECK(f.d);
+    f.d->fenced_bytes += 512;
+    expect_broken(f.d, "the fenced byte counter skewed", "byte count");
+    f.d->fenced_bytes -= 512;
     CHECK(f.d);
     f.d->pending_bytes += 512;
     expect_broken(f.d, "the pending counter skewed", "pending lists");

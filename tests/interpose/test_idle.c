@@ -244,8 +244,11 @@ static void test_ordered_hands_out_on_a_hit(void **state)
  * cuPointerGetAttributes and by cuMemGetAddressRange), its P2P tokens and
  * setting SYNC_MEMOPS each wait on the host for the old owner's reader
  * first.  The questions every framework asks (the device pointer, the
- * memory type; Triton asks before each launch) do not wait.  Seen to fail
- * with hook_ptr.c's revealed() doing nothing. */
+ * memory type; Triton asks before each launch) do not wait, and neither
+ * does a question about a block allocated before the hand-out (its memory
+ * cannot be what was handed out).  Seen to fail with hook_ptr.c's
+ * revealed() doing nothing, and (the older block waited) with every
+ * ordered fence waited for. */
 static void test_ordered_outside_agents_wait(void **state)
 {
     (void)state;
@@ -256,15 +259,18 @@ static void test_ordered_outside_agents_wait(void **state)
         start_empty();
         cudaStream_t s, t;
         simtest_gate_t *g;
+        void *older = NULL;
+        SIM_OK(cudaMalloc(&older, MIB));
         void *p = gated_reader(12 * MIB, &s, &t, &g);
         CUdeviceptr q = (CUdeviceptr)free_and_realloc(p, 12 * MIB, true);
         CUdeviceptr dp = 0, base = 0;
         unsigned type = 0;
+        unsigned long long id = 0;
         CU_OK(cuPointerGetAttribute(&dp, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, q));
         CU_OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, q));
+        CU_OK(cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)older));
         assert_false(simtest_gate_passed(g));
         simtest_gate_open_after(g, 200);
-        unsigned long long id = 0;
         size_t size = 0;
         CUDA_POINTER_ATTRIBUTE_P2P_TOKENS tokens;
         switch (how) {
@@ -297,6 +303,7 @@ static void test_ordered_outside_agents_wait(void **state)
         SIM_OK(cudaDeviceSynchronize());
         assert_int_equal(itest_races(), 0);
         SIM_OK(cudaFree((void *)q));
+        SIM_OK(cudaFree(older));
         SIM_OK(cudaStreamDestroy(s));
         SIM_OK(cudaStreamDestroy(t));
     }

@@ -420,8 +420,47 @@ static void test_unseen_second_context(void **state)
     CU_OK(cuDevicePrimaryCtxRelease_v2(dev1));
 }
 
+/* The same unseen context, then the program allocates on device 1 (the
+ * driver API, with that context current): cucache opening its allocator
+ * there stops the hand-outs and waits for them before the allocation
+ * returns, before any further hand-out on device 0 (state.c).  Seen to
+ * fail (the gate still closed) with hook_dev_open not calling
+ * hook_second_context. */
+static void test_second_device_opened(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    if (!ordered())
+        skip();
+    const size_t n = 12 * MIB;
+    simtest_gate_t *g;
+    void *old;
+    void *q = handed_out(n, &g, &old);
+    CUdevice dev1;
+    CUcontext c1, popped;
+    CU_OK(cuDeviceGet(&dev1, 1));
+    CU_OK(cucacheSimPrimaryCtxRetainUnseen(&c1, dev1));
+    simtest_gate_open_after(g, 300);
+    CU_OK(cuCtxPushCurrent_v2(c1));
+    CUdeviceptr on1 = 0;
+    CU_OK(cuMemAlloc_v2(&on1, MIB)); /* cucache opens device 1 */
+    assert_true(simtest_gate_passed(g));
+    CU_OK(cuMemFree_v2(on1));
+    CU_OK(cuCtxPopCurrent_v2(&popped));
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_races(), 0);
+    SIM_OK(cudaFree(q));
+    CU_OK(cuDevicePrimaryCtxRelease_v2(dev1));
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "opened") == 0) {
+        const struct CMUnitTest opened[] = {
+            ITEST(test_second_device_opened),
+        };
+        return ITEST_RUN("interpose.multidevice.opened", opened, late_setup);
+    }
     if (argc > 1 && strcmp(argv[1], "unseen") == 0) {
         const struct CMUnitTest unseen[] = {
             ITEST(test_unseen_second_context),
