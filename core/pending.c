@@ -268,6 +268,7 @@ bool pend_hand_off(core_dev_t *d, size_t keep)
     if (rc == CORE_ESTOP && !d->no_hand_out) {
         jr_note(d, JR_NO_HAND_OUTS, 0, 0, 0, 0, 0, 0);
         d->no_hand_out = true;
+        d->stats.num_hand_out_stops = 1;
     }
     if (rc != CORE_OK)
         return false;

@@ -43,6 +43,7 @@
     X(num_fences)           /* fences recorded (each shared by every free since the last) */                            \
     X(num_idle_frees)       /* plain frees reusable at once: no work submitted since the block was handed out */       \
     X(num_fence_handoffs)   /* fences whose blocks were handed out with the device ordered after them, not waited */  \
+    X(num_hand_out_stops)   /* 1 once hand-outs stopped for good (a second CUDA context, a coherent CPU) */           \
     X(num_fence_waits)      /* times an allocation waited for a fence or event */                                       \
     X(fence_wait_ns)        /* time spent in those waits */
 

@@ -198,9 +198,15 @@ static void sum_cucache(const core_stats_t *s, st_sink_fn sink, void *ctx)
                  (unsigned long long)s->num_fallback_served,
                  plural(s->num_fallback_served, "allocation", "allocations"));
     fmt_ns(t, sizeof t, s->fence_wait_ns);
-    st_linef(sink, ctx, "fences: %llu recorded, %llu %s for a fence or event, %s waiting",
-             (unsigned long long)s->num_fences, (unsigned long long)s->num_fence_waits,
-             plural(s->num_fence_waits, "wait", "waits"), t);
+    st_linef(sink, ctx, "fences: %llu recorded, %llu handed out before they completed (the device ordered after them), "
+             "%llu %s for a fence or event, %s waiting",
+             (unsigned long long)s->num_fences, (unsigned long long)s->num_fence_handoffs,
+             (unsigned long long)s->num_fence_waits, plural(s->num_fence_waits, "wait", "waits"), t);
+    if (s->num_hand_out_stops)
+        st_linef(sink, ctx,
+                 "hand-outs stopped: a second CUDA context appeared in the process (or the CPU shares this device's "
+                 "memory), which the device's ordering does not reach; later frees waited for their fences, as under "
+                 "reuse:fenced");
     int64_t live = s->allocation[CORE_POOL_ALL].current;
     if (live <= 0) {
         st_linef(sink, ctx, "verdict: everything freed");

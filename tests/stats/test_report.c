@@ -908,8 +908,21 @@ static void test_summary_units(void **state)
     st_summary(0, &s, text_sink, &t);
     assert_string_equal(text_line(&t, "cache hit rate:"),
                         "cache hit rate: n/a (0 of 0 allocations served from cached blocks)");
-    assert_string_equal(text_line(&t, "fences:"), "fences: 0 recorded, 0 waits for a fence or event, 0.000 ms waiting");
+    assert_string_equal(text_line(&t, "fences:"), "fences: 0 recorded, 0 handed out before they completed (the device "
+                                                  "ordered after them), 0 waits for a fence or event, 0.000 ms waiting");
+    assert_false(text_has(&t, "hand-outs stopped:"));
     assert_string_equal(text_line(&t, "verdict:"), "verdict: everything freed");
+    text_free(&t);
+
+    /* reuse:ordered's hand-outs, and their stop (a second context) */
+    s.num_fences = 40;
+    s.num_fence_handoffs = 12;
+    s.num_hand_out_stops = 1;
+    st_summary(0, &s, text_sink, &t);
+    assert_string_equal(text_line(&t, "fences:"), "fences: 40 recorded, 12 handed out before they completed (the "
+                                                  "device ordered after them), 0 waits for a fence or event, 0.000 ms "
+                                                  "waiting");
+    assert_true(text_has(&t, "hand-outs stopped: a second CUDA context appeared in the process"));
     text_free(&t);
 }
 
