@@ -51,6 +51,8 @@ static void process_keys(void (*fn)(void *ctx, const char *key, int64_t value), 
     uint64_t n = hook_submit_count();
     fn(ctx, "num_submissions", (int64_t)(n & ~HOOK_SUBMIT_BLIND));
     fn(ctx, "submissions_unseen", (n & HOOK_SUBMIT_BLIND) != 0);
+    fn(ctx, "contexts_seen", (int64_t)atomic_load(&hook_contexts_seen));
+    fn(ctx, "contexts_many", atomic_load(&hook_many_contexts));
 }
 
 CUCACHE_EXPORT int cucache_stats_foreach(int device, void (*fn)(void *ctx, const char *key, int64_t value), void *ctx)

@@ -344,6 +344,9 @@ void hook_second_context(void);
 /* Set for good once the program has a second CUDA context (hook_ctx.c):
  * the backend's fence_order then refuses. */
 extern atomic_bool hook_many_contexts;
+/* Context creations and primary-context retains the hooks saw (a process
+ * statistic, contexts_seen: whether the runtime's reach these hooks). */
+extern atomic_ulong hook_contexts_seen;
 
 /* The device of a runtime call (cudaGetDevice), with its allocator, or NULL
  * when the call must pass through (no runtime or driver, bad device).

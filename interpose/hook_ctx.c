@@ -35,6 +35,7 @@
  * never come here. */
 
 atomic_bool hook_many_contexts;
+atomic_ulong hook_contexts_seen;
 
 /* Bit d: the program retained device d's primary context (d < 64). */
 static _Atomic uint64_t primaries;
@@ -55,6 +56,7 @@ void hook_second_context(void)
  * or one it created. */
 static void context_seen(bool is_primary, CUdevice dev)
 {
+    atomic_fetch_add(&hook_contexts_seen, 1);
     if (is_primary && dev >= 0 && dev < 64 && !atomic_load(&hook_many_contexts)) {
         uint64_t bit = (uint64_t)1 << dev;
         uint64_t before = atomic_fetch_or(&primaries, bit);

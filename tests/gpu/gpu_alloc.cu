@@ -699,9 +699,11 @@ static void cucache_counters(void)
         }
         return;
     }
-    static const char *const keys[] = {"num_cache_hits",    "num_device_alloc", "num_device_free",
-                                       "num_fences",        "num_fence_waits",  "fence_wait_ns",
-                                       "num_alloc_retries", "num_ooms",         "reserved_bytes.all.peak"};
+    static const char *const keys[] = {"num_cache_hits",     "num_device_alloc",   "num_device_free",
+                                       "num_fences",         "num_fence_waits",    "fence_wait_ns",
+                                       "num_alloc_retries",  "num_ooms",           "reserved_bytes.all.peak",
+                                       "num_fence_handoffs", "num_hand_out_stops", "contexts_seen",
+                                       "contexts_many",      "submissions_unseen"};
     int64_t hits = -1;
     printf("cucache: loaded, version %s; device 0:", ver ? ver() : "?");
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {

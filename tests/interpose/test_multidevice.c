@@ -367,6 +367,8 @@ static void test_second_context_after_a_hand_out(void **state)
     if (ordered())
         assert_true(simtest_gate_passed(g)); /* waited for the reader */
     assert_int_equal(itest_stat(0, "num_hand_out_stops"), ordered() ? 1 : 0);
+    assert_true(itest_stat(0, "contexts_seen") >= 2); /* the runtime's retains reached the hook */
+    assert_int_equal(itest_stat(0, "contexts_many"), 1);
     struct cucache_sim_access wr = {q, n, 1};
     CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &wr, 1)); /* the new owner writes from device 1 */
     SIM_OK(cudaDeviceSynchronize());
