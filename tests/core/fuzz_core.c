@@ -33,7 +33,10 @@
  *   8 pool destroy private pool b
  *   9 fail         the backend's next a % 4 segment allocations fail, with
  *                  CORE_EFAIL when b & 1, else CORE_ENOMEM
- *  10 idle         a & 1: events complete as recorded (auto_complete)
+ *  10 idle         a & 1: events complete as recorded (auto_complete);
+ *                  (a >> 1) & 3: the program's live streams (core_set_streams:
+ *                  under the default reuse:ordered, 0 hands out any pending
+ *                  free at a hit, more paces the hand-outs)
  *  11 lookup       an address inside live allocation b (offset from c):
  *                  core_lookup and core_describe agree with the model
  *  12 bad free     an interior or foreign address: must be refused
@@ -392,6 +395,7 @@ static void step(fuzz_t *f, const uint8_t *r)
         pthread_mutex_lock(&f->mem.lock);
         f->mem.auto_complete = a & 1;
         pthread_mutex_unlock(&f->mem.lock);
+        core_set_streams(f->d, (a >> 1) & 3);
         break;
     case 11:
         op_lookup(f, b, c);
@@ -435,6 +439,7 @@ static void setup(fuzz_t *f, uint8_t confbits, uint8_t cap)
         fuzz_fail(f, "configuration \"%s\" refused: %s", text, err);
     f->capacity = (1 + (size_t)(cap % 32)) * 16 * MiB;
     mem_backend_init(&f->mem, f->capacity);
+    f->mem.orders = true; /* as the interposer's backend: reuse:ordered hands frees behind fences out */
     core_backend_t be = mem_backend_vtable(&f->mem);
     f->d = core_dev_new(&be, 0, &conf);
     if (!f->d)
