@@ -1239,49 +1239,35 @@ static void test_ordered_hand_out_without_a_fence(void **state)
 static void test_ordered_hit_hands_out_the_oldest(void **state)
 {
     (void)state;
-    mem_backend_t m;
-    mem_backend_init(&m, GiB);
-    m.auto_complete = false; /* fences stay pending */
-    m.orders = true;
-    conf_t c;
-    conf_defaults(&c);
-    char err[256];
-    assert_int_equal(conf_parse(&c, "reuse:ordered", err, sizeof err), 0);
-    core_backend_t be = mem_backend_vtable(&m);
-    core_dev_t *d = core_dev_new(&be, 0, &c);
-    assert_non_null(d);
-    core_set_streams(d, 2);
-    uintptr_t all = core_malloc(d, 120 * MiB, 0, NULL);
-    assert_int_equal(core_free(d, all, CORE_FREE_NOW, 0), CORE_FREED); /* one free 120 MiB segment */
+    fx_t f;
+    fx_open_orders(&f, GiB, "reuse:ordered", true);
+    f.m.auto_complete = false; /* fences stay pending */
+    core_set_streams(f.d, 2);
+    uintptr_t all = fx_alloc(&f, 120 * MiB, 0);
+    fx_free(&f, all, CORE_FREE_NOW, 0); /* one free 120 MiB segment */
     uintptr_t a[4];
     for (int i = 0; i < 4; i++) {
-        a[i] = core_malloc(d, 4 * MiB, 0, NULL);
+        a[i] = fx_alloc(&f, 4 * MiB, 0);
         assert_int_equal(a[i], all + (uintptr_t)i * 4 * MiB);
     }
     uint64_t fence[4];
     for (int i = 0; i < 4; i++) {
-        assert_int_equal(core_free(d, a[i], CORE_FREE_FENCED, 0), CORE_FREED);
-        fence[i] = m.next_event; /* a slice: its fence recorded at the free */
+        fx_free(&f, a[i], CORE_FREE_FENCED, 0);
+        fence[i] = f.m.next_event; /* a slice: its fence recorded at the free */
         assert_int_equal(fence[i], (uint64_t)i + 1);
     }
-    CHECK(d);
-    uintptr_t q = core_malloc(d, 4 * MiB, 0, NULL);
+    uintptr_t q = fx_alloc(&f, 4 * MiB, 0);
     assert_int_equal(q, a[0]);
-    assert_int_equal(m.n_order, 1);
-    assert_int_equal(m.ordered, fence[2]); /* not fence[3] */
-    core_stats_t st;
-    core_stats_get(d, &st);
-    assert_int_equal(st.num_fence_handoffs, 3);
-    CHECK(d);
+    assert_int_equal(f.m.n_order, 1);
+    assert_int_equal(f.m.ordered, fence[2]); /* not fence[3] */
+    assert_int_equal(fx_stats(&f).num_fence_handoffs, 3);
     /* the fourth stays behind its fence: the next 4 MiB hit splits the rest */
-    uintptr_t r = core_malloc(d, 4 * MiB, 0, NULL);
+    uintptr_t r = fx_alloc(&f, 4 * MiB, 0);
     assert_int_equal(r, a[1]);
-    m.completed = m.next_event;
-    assert_int_equal(core_free(d, q, CORE_FREE_NOW, 0), CORE_FREED);
-    assert_int_equal(core_free(d, r, CORE_FREE_NOW, 0), CORE_FREED);
-    CHECK(d);
-    core_dev_destroy(d);
-    mem_backend_fini(&m);
+    mem_backend_complete_all(&f.m);
+    fx_free(&f, q, CORE_FREE_NOW, 0);
+    fx_free(&f, r, CORE_FREE_NOW, 0);
+    fx_close(&f);
 }
 
 /* empty_cache first waits for every pending free (the open batch by a

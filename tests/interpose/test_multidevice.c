@@ -386,6 +386,22 @@ static void test_second_context_after_a_hand_out(void **state)
     SIM_OK(cudaFree(q));
 }
 
+/* handed_out, then device 1's primary context retained where no hook sees
+ * it; the gate opens by itself 300 ms later.  Skips the test unless
+ * cucache hands out. */
+static void *handed_out_then_unseen(size_t n, simtest_gate_t **g, CUdevice *dev1, CUcontext *c1)
+{
+    itest_require_cucache();
+    if (!ordered())
+        skip();
+    void *old;
+    void *q = handed_out(n, g, &old);
+    CU_OK(cuDeviceGet(dev1, 1));
+    CU_OK(cucacheSimPrimaryCtxRetainUnseen(c1, *dev1));
+    simtest_gate_open_after(*g, 300);
+    return q;
+}
+
 /* A second context the hooks cannot see (a runtime that makes it by a
  * private path to the driver: cucacheSimPrimaryCtxRetainUnseen): the next
  * hand-out asks the driver whether another device's primary context is
@@ -397,19 +413,12 @@ static void test_second_context_after_a_hand_out(void **state)
 static void test_unseen_second_context(void **state)
 {
     (void)state;
-    itest_require_cucache();
-    if (!ordered())
-        skip();
     const size_t n = 12 * MIB;
     simtest_gate_t *g;
-    void *old;
-    void *q = handed_out(n, &g, &old);
     CUdevice dev1;
     CUcontext c1;
-    CU_OK(cuDeviceGet(&dev1, 1));
-    CU_OK(cucacheSimPrimaryCtxRetainUnseen(&c1, dev1));
+    void *q = handed_out_then_unseen(n, &g, &dev1, &c1);
     int64_t handoffs = itest_stat(0, "num_fence_handoffs");
-    simtest_gate_open_after(g, 300);
     void *r = NULL;
     struct cucache_sim_access rd = {q, n, 0};
     CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &rd, 1)); /* q's own reader, behind the gate too */
@@ -432,18 +441,11 @@ static void test_unseen_second_context(void **state)
 static void test_second_device_opened(void **state)
 {
     (void)state;
-    itest_require_cucache();
-    if (!ordered())
-        skip();
     const size_t n = 12 * MIB;
     simtest_gate_t *g;
-    void *old;
-    void *q = handed_out(n, &g, &old);
     CUdevice dev1;
     CUcontext c1, popped;
-    CU_OK(cuDeviceGet(&dev1, 1));
-    CU_OK(cucacheSimPrimaryCtxRetainUnseen(&c1, dev1));
-    simtest_gate_open_after(g, 300);
+    void *q = handed_out_then_unseen(n, &g, &dev1, &c1);
     CU_OK(cuCtxPushCurrent_v2(c1));
     CUdeviceptr on1 = 0;
     CU_OK(cuMemAlloc_v2(&on1, MIB)); /* cucache opens device 1 */

@@ -297,6 +297,18 @@ static void test_paged_device(void **state)
 
 /* --busy: a fenced free waits for the job's next synchronisation; on the
  * idle device it is reusable at once. */
+/* A replay on a device whose queued work completes only at the job's
+ * synchronisations (rp_opts_t.busy). */
+static rp_result_t run_busy(const rp_input_t *in, rp_config_t cfg, uint64_t capacity)
+{
+    rp_opts_t o = {.capacity = capacity, .busy = true};
+    rp_result_t r;
+    char err[256];
+    if (rp_replay(in, &cfg, &o, &r, err, sizeof err) != 0)
+        fail_msg("replay failed: %s", err);
+    return r;
+}
+
 static void test_busy_device(void **state)
 {
     build_t b = {0};
@@ -308,11 +320,7 @@ static void test_busy_device(void **state)
     add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x3000, 30 * MiB); /* after it */
     /* the default hands the pending block out at the miss, the device
      * ordered after its fence: one segment, busy or not */
-    rp_config_t dflt = core_cfg("");
-    rp_opts_t ob = {.capacity = 1ull << 34, .busy = true};
-    rp_result_t handed;
-    char err0[256];
-    assert_int_equal(rp_replay(&b.in, &dflt, &ob, &handed, err0, sizeof err0), 0);
+    rp_result_t handed = run_busy(&b.in, core_cfg(""), 1ull << 34);
     assert_int_equal(handed.device_allocs, 1);
     assert_int_equal(handed.peak_reserved, 30 * MiB);
     rp_result_free(&handed);
@@ -321,18 +329,13 @@ static void test_busy_device(void **state)
     rp_result_t idle = run(&b.in, cfg, 1ull << 34);
     assert_int_equal(idle.device_allocs, 1);
     assert_int_equal(idle.peak_reserved, 30 * MiB);
-    rp_opts_t o = {.capacity = 1ull << 34, .busy = true};
-    rp_result_t busy;
-    char err[256];
-    assert_int_equal(rp_replay(&b.in, &cfg, &o, &busy, err, sizeof err), 0);
+    rp_result_t busy = run_busy(&b.in, cfg, 1ull << 34);
     assert_int_equal(busy.device_allocs, 2);
     assert_int_equal(busy.peak_reserved, 60 * MiB);
     assert_int_equal(busy.hits, 1); /* the third allocation, after the synchronisation */
     /* without room for a second segment the core waits for the fence
      * instead: no OOM */
-    o.capacity = 40 * MiB;
-    rp_result_t tight;
-    assert_int_equal(rp_replay(&b.in, &cfg, &o, &tight, err, sizeof err), 0);
+    rp_result_t tight = run_busy(&b.in, cfg, 40 * MiB);
     assert_int_equal(tight.ooms, 0);
     assert_int_equal(tight.device_allocs, 1);
     rp_result_free(&idle);
@@ -349,8 +352,6 @@ static void test_no_hand_outs_record(void **state)
 {
     (void)state;
     rp_config_t cfg = core_cfg("reuse:ordered");
-    rp_opts_t o = {.capacity = 1ull << 34, .busy = true};
-    char err[256];
     for (int stop = 0; stop < 2; stop++) {
         build_t b = {0};
         add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 30 * MiB);
@@ -358,8 +359,7 @@ static void test_no_hand_outs_record(void **state)
         if (stop)
             add(&b, TRACE_NO_HAND_OUTS, TRACE_API_NONE, 1, 0, 0, 0);
         add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 30 * MiB);
-        rp_result_t r;
-        assert_int_equal(rp_replay(&b.in, &cfg, &o, &r, err, sizeof err), 0);
+        rp_result_t r = run_busy(&b.in, cfg, 1ull << 34);
         assert_int_equal(r.device_allocs, stop ? 2 : 1);
         assert_int_equal(r.peak_reserved, (stop ? 60 : 30) * MiB);
         rp_result_free(&r);
