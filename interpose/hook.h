@@ -116,6 +116,7 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cuPointerGetAttributes)                                                                                          \
     X(cuPointerSetAttribute)                                                                                           \
     X(cuMemGetAddressRange_v2)                                                                                         \
+    X(cuMemGetHandleForAddressRange)                                                                                   \
     X(cuIpcGetMemHandle)                                                                                               \
     X(cuIpcOpenMemHandle_v2)                                                                                           \
     X(cuIpcCloseMemHandle)                                                                                             \

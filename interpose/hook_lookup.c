@@ -55,6 +55,7 @@ route_t hook_routes[] = {
     ROUTE(cuPointerGetAttributes)
     ROUTE(cuPointerSetAttribute)
     ROUTE(cuMemGetAddressRange_v2)
+    ROUTE(cuMemGetHandleForAddressRange)
     ROUTE(cuIpcGetMemHandle)
     ROUTE(cuIpcOpenMemHandle)
     ROUTE(cuIpcOpenMemHandle_v2)

@@ -1,6 +1,6 @@
 /*
  * Pointer queries: cuPointerGetAttribute, cuPointerGetAttributes,
- * cuPointerSetAttribute,
+ * cuPointerSetAttribute, cuMemGetHandleForAddressRange,
  * cuMemGetAddressRange_v2 and cudaPointerGetAttributes.  Communication
  * libraries register buffers by the range these answer and drop stale
  * registrations when the buffer id changes, so a cucache block must be
@@ -226,6 +226,25 @@ HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUd
     if (psize)
         *psize = info.requested;
     return CUDA_SUCCESS;
+}
+
+/* A dma-buf of a range, for another driver to import (a NIC's, by
+ * GPUDirect RDMA: NCCL, UCX, libfabric): the range must lie in the block,
+ * as CUDA requires it in one allocation (the rounding CUDA would map past
+ * the requested bytes is another block's here: refused), and the fences
+ * that handed the block's memory out complete first.  Freed memory is
+ * memory the driver does not know. */
+HOOK_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
+                                                CUmemRangeHandleType handleType, unsigned long long flags)
+{
+    core_ptr_info_t info;
+    hook_dev_t *hd;
+    if (hook_bypass() || hook_describe((uintptr_t)dptr, &info, &hd) == CORE_WHERE_NONE)
+        return CU_REAL(cuMemGetHandleForAddressRange, handle, dptr, size, handleType, flags);
+    if (info.where == CORE_WHERE_DEAD || size > info.base + info.size - (uintptr_t)dptr)
+        return CUDA_ERROR_INVALID_VALUE;
+    revealed(hd, &info);
+    return CU_REAL(cuMemGetHandleForAddressRange, handle, dptr, size, handleType, flags);
 }
 
 /* SYNC_MEMOPS is set by libraries that let a NIC or the CPU reach the

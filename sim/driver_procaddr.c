@@ -72,6 +72,7 @@ static const procaddr_t table[] = {
     E("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
     E("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
     E("cuPointerSetAttribute", 6000, cuPointerSetAttribute),
+    E("cuMemGetHandleForAddressRange", 11070, cuMemGetHandleForAddressRange),
     E("cuMemHostRegister", 6050, cuMemHostRegister_v2),
     E("cuMemHostUnregister", 4000, cuMemHostUnregister),
     E("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),

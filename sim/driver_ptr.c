@@ -42,6 +42,8 @@
  */
 #include <string.h>
 
+#include <unistd.h>
+
 #include "driver.h"
 #include "engine_vmm.h"
 
@@ -204,6 +206,32 @@ SIM_API CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute at
     if (!value || !a || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     a->sync_memops = *(const unsigned char *)value != 0;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+/* A dma-buf of [dptr, dptr + size) for another driver to import (a NIC's,
+ * by GPUDirect RDMA): device memory of one allocation the program holds,
+ * both ends aligned to the host page; flags 0, or the PCIe mapping type
+ * (1, CUDA 12.8); of virtual memory, one mapping only (a simplification).
+ * The fd is the device's memory file, duplicated: its bytes are the
+ * range's at offset address - base (a real dma-buf is the range alone; no
+ * test maps it). */
+SIM_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
+                                               CUmemRangeHandleType handleType, unsigned long long flags)
+{
+    DRV_ENTER_ANY();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (!handle || handleType != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || (flags & ~1ull) || size == 0 ||
+        dptr % page || size % page)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    sim_alloc_t *a = sim_alloc_live(dptr);
+    if (!a || (a->kind != SIM_ALLOC_DEVICE && a->kind != SIM_ALLOC_POOL && a->kind != SIM_ALLOC_VMM) ||
+        size > a->addr + (a->reserved ? a->reserved : a->size) - dptr)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    int fd = dup(sim.dev[a->device].memfd);
+    if (fd < 0)
+        return drv_leave(CUDA_ERROR_OUT_OF_MEMORY);
+    *(int *)handle = fd;
     return drv_leave(CUDA_SUCCESS);
 }
 

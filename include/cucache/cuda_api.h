@@ -73,6 +73,7 @@ typedef enum CUmemorytype_enum CUmemorytype;
 typedef enum CUmemPool_attribute_enum CUmemPool_attribute;
 typedef enum CUmemAllocationType_enum CUmemAllocationType;
 typedef enum CUmemAllocationHandleType_enum CUmemAllocationHandleType;
+typedef enum CUmemRangeHandleType_enum CUmemRangeHandleType;
 typedef enum CUmemLocationType_enum CUmemLocationType;
 typedef enum CUmemAccess_flags_enum CUmemAccess_flags;
 typedef enum CUmemAllocationGranularity_flags_enum CUmemAllocationGranularity_flags;
@@ -541,6 +542,11 @@ enum CUmemAllocationType_enum {
     CU_MEM_ALLOCATION_TYPE_MAX = 0x7FFFFFFF
 };
 
+enum CUmemRangeHandleType_enum {
+    CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD = 0x1,
+    CU_MEM_RANGE_HANDLE_TYPE_MAX = 0x7FFFFFFF
+};
+
 enum CUmemAllocationHandleType_enum {
     CU_MEM_HANDLE_TYPE_NONE = 0x0,
     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 0x1,
@@ -857,6 +863,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr);
+CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType handleType,
+                                       unsigned long long flags);
 CUresult cuMemAllocHost_v2(void **pp, size_t bytesize);
 CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags);
 CUresult cuMemFreeHost(void *p);

@@ -200,7 +200,8 @@ static const char *const hooked[] = {"cuMemAlloc_v2",        "cuMemFree_v2",
                                      "cuIpcOpenMemHandle",    "cuIpcOpenMemHandle_v2",
                                      "cuIpcCloseMemHandle",   "cuPointerSetAttribute",
                                      "cuDevicePrimaryCtxRetain", "cuCtxCreate_v2",
-                                     "cuCtxCreate_v3",        "cuCtxCreate_v4"};
+                                     "cuCtxCreate_v3",        "cuCtxCreate_v4",
+                                     "cuMemGetHandleForAddressRange"};
 
 static const char *const unhooked[] = {"cuInit", "cuDevicePrimaryCtxRelease_v2", "cuMemAllocFromPoolAsync",
                                        "cuEventRecord", "cucacheSimDeviceAllocs"};

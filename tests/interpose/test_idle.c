@@ -22,6 +22,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int64_t stat_of(const char *key)
 {
@@ -241,9 +242,9 @@ static void test_ordered_hands_out_on_a_hit(void **state)
 /* reuse:ordered and the questions a library asks before something outside
  * the device's streams reaches a block (a NIC by GPUDirect RDMA, a CPU
  * mapping by GDRCopy): a handed-out block's buffer id, its range (by
- * cuPointerGetAttributes and by cuMemGetAddressRange), its P2P tokens and
- * setting SYNC_MEMOPS each wait on the host for the old owner's reader
- * first.  The questions every framework asks (the device pointer, the
+ * cuPointerGetAttributes and by cuMemGetAddressRange), its P2P tokens,
+ * setting SYNC_MEMOPS and a dma-buf of it each wait on the host for the old
+ * owner's reader first.  The questions every framework asks (the device pointer, the
  * memory type; Triton asks before each launch) do not wait, and neither
  * does a question about a block allocated before the hand-out (its memory
  * cannot be what was handed out).  Seen to fail with hook_ptr.c's
@@ -255,7 +256,7 @@ static void test_ordered_outside_agents_wait(void **state)
     itest_require_cucache();
     if (!ordered())
         skip();
-    for (int how = 0; how < 5; how++) {
+    for (int how = 0; how < 6; how++) {
         start_empty();
         cudaStream_t s, t;
         simtest_gate_t *g;
@@ -292,9 +293,17 @@ static void test_ordered_outside_agents_wait(void **state)
             CU_EXPECT(cuPointerGetAttribute(&tokens, CU_POINTER_ATTRIBUTE_P2P_TOKENS, q),
                       itest_expandable() ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
             break;
-        default: {
+        case 4: {
             unsigned one = 1;
             CU_OK(cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, q));
+            break;
+        }
+        default: { /* the simulator makes a dma-buf of one mapping only: expandable pages are several */
+            int fd = -1;
+            CUresult r = cuMemGetHandleForAddressRange(&fd, q, 12 * MIB, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+            assert_int_equal(r, itest_expandable() ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS);
+            if (r == CUDA_SUCCESS)
+                assert_int_equal(close(fd), 0);
             break;
         }
         }

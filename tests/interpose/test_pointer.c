@@ -26,6 +26,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef __typeof__(cuPointerGetAttribute) attr_fn;
 typedef __typeof__(cuPointerGetAttributes) attrs_fn;
@@ -255,6 +256,34 @@ static void test_freed_blocks_read_as_freed(void **state)
     SIM_OK(cudaFree(p));
 }
 
+/* A dma-buf of a block (cuMemGetHandleForAddressRange): its own range, or
+ * part of it, is exported; a range past its end (the rest of cucache's
+ * segment, another block's memory, which the driver would accept) and a
+ * freed block are refused as CUDA refuses a range outside an allocation.
+ * Seen to fail (the range past the end exported) without the hook. */
+static void test_dma_buf_of_a_block(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    if (itest_expandable())
+        skip(); /* the simulator exports one mapping only: expandable pages are several */
+    const CUmemRangeHandleType dmabuf = CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD;
+    void *p = NULL, *keep = NULL;
+    SIM_OK(cudaMalloc(&p, 4 * MIB));
+    SIM_OK(cudaMalloc(&keep, 4 * MIB)); /* p's neighbour in the same segment */
+    assert_ptr_equal(keep, (char *)p + 4 * MIB);
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)p;
+    int fd = -1;
+    CU_OK(cuMemGetHandleForAddressRange(&fd, d, 4 * MIB, dmabuf, 0));
+    assert_int_equal(close(fd), 0);
+    CU_OK(cuMemGetHandleForAddressRange(&fd, d + 2 * MIB, 2 * MIB, dmabuf, 0));
+    assert_int_equal(close(fd), 0);
+    CU_EXPECT(cuMemGetHandleForAddressRange(&fd, d, 8 * MIB, dmabuf, 0), CUDA_ERROR_INVALID_VALUE);
+    SIM_OK(cudaFree(p));
+    CU_EXPECT(cuMemGetHandleForAddressRange(&fd, d, 4 * MIB, dmabuf, 0), CUDA_ERROR_INVALID_VALUE);
+    SIM_OK(cudaFree(keep));
+}
+
 /* A block handed out again at the same address is a new allocation. */
 static void test_reuse_changes_the_buffer_id(void **state)
 {
@@ -359,6 +388,7 @@ int main(void)
         ITEST(test_live_blocks_by_every_route),
         ITEST(test_freed_blocks_read_as_freed),
         ITEST(test_reuse_changes_the_buffer_id),
+        ITEST(test_dma_buf_of_a_block),
         ITEST(test_stream_ordered_block),
         ITEST(test_foreign_pointers_and_bad_input),
     };

@@ -316,6 +316,37 @@ static void test_sync_memops_and_p2p_tokens(void **state)
     CU_EXPECT(cuPointerGetAttribute(&sync, (CUpointer_attribute)99, p), CUDA_ERROR_INVALID_VALUE);
 }
 
+/* cuMemGetHandleForAddressRange: a dma-buf fd of a page-aligned range of
+ * one allocation the program holds; the device says it supports them. */
+static void test_dma_buf(void **state)
+{
+    (void)state;
+    int yes = 0;
+    CU_OK(cuDeviceGetAttribute(&yes, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 0));
+    assert_int_equal(yes, 1);
+    CUdeviceptr p = 0;
+    CU_OK(cuMemAlloc_v2(&p, 4 * MIB));
+    int fd = -1;
+    const CUmemRangeHandleType dmabuf = CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD;
+    CU_OK(cuMemGetHandleForAddressRange(&fd, p, 4 * MIB, dmabuf, 0));
+    assert_true(fd >= 0);
+    assert_int_equal(close(fd), 0);
+    CU_OK(cuMemGetHandleForAddressRange(&fd, p + 4096, 8192, dmabuf, 1)); /* a part, PCIe mapping */
+    assert_int_equal(close(fd), 0);
+    CU_EXPECT(cuMemGetHandleForAddressRange(&fd, p + 100, 4096, dmabuf, 0), CUDA_ERROR_INVALID_VALUE);
+    CU_EXPECT(cuMemGetHandleForAddressRange(&fd, p, 100, dmabuf, 0), CUDA_ERROR_INVALID_VALUE);
+    CU_EXPECT(cuMemGetHandleForAddressRange(&fd, p, 8 * MIB, dmabuf, 0), CUDA_ERROR_INVALID_VALUE); /* past its end */
+    CU_EXPECT(cuMemGetHandleForAddressRange(&fd, p, 4096, (CUmemRangeHandleType)2, 0), CUDA_ERROR_INVALID_VALUE);
+    CU_EXPECT(cuMemGetHandleForAddressRange(&fd, p, 4096, dmabuf, 2), CUDA_ERROR_INVALID_VALUE);
+    CU_EXPECT(cuMemGetHandleForAddressRange(NULL, p, 4096, dmabuf, 0), CUDA_ERROR_INVALID_VALUE);
+    void *host = NULL;
+    CU_OK(cuMemAllocHost_v2(&host, 4 * MIB));
+    CU_EXPECT(cuMemGetHandleForAddressRange(&fd, (CUdeviceptr)host, 4096, dmabuf, 0), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuMemFreeHost(host));
+    CU_OK(cuMemFree_v2(p));
+    CU_EXPECT(cuMemGetHandleForAddressRange(&fd, p, 4096, dmabuf, 0), CUDA_ERROR_INVALID_VALUE); /* freed */
+}
+
 /* Real CUDA frees by address through unified addressing: no context need
  * be current. */
 static void test_free_without_context(void **state)
@@ -441,6 +472,7 @@ int main(void)
         SIMTEST(test_host_memory),
         SIMTEST(test_host_register),
         SIMTEST(test_sync_memops_and_p2p_tokens),
+        SIMTEST(test_dma_buf),
         SIMTEST(test_free_without_context),
         SIMTEST(test_stream_callback),
         SIMTEST(test_stream_callback_after_fault),
