@@ -65,11 +65,14 @@ for f in /usr/bin/cucache-run /usr/bin/cucache-replay "$lib/libcucache.so.0" "$l
     dpkg -S "$f" >/dev/null 2>&1 || fail "no package owns $f"
 done
 for f in "$lib"/libcuda.* "$lib"/libcudart.*; do
-    if dpkg -S "$f" >/dev/null 2>&1 && dpkg -S "$f" | grep -q cucache; then
+    # (whole outputs into grep: with pipefail, grep -q leaving early can
+    # kill the writer with SIGPIPE and fail the pipeline at random)
+    if dpkg -S "$f" >/dev/null 2>&1 && grep -q cucache <<<"$(dpkg -S "$f")"; then
         fail "a simulated CUDA library on the loader's path, where it would shadow the real one: $f"
     fi
 done
-ldconfig -p | grep -Eq "libcucache\.so\.0 .*=> (/usr)?/lib/$multiarch/libcucache\.so\.0$" || fail "the loader does not know libcucache.so.0"
+grep -Eq "libcucache\.so\.0 .*=> (/usr)?/lib/$multiarch/libcucache\.so\.0$" <<<"$(ldconfig -p)" ||
+    fail "the loader does not know libcucache.so.0"
 
 # 2. the demo workload under the installed cucache-run
 out=$(env -u LD_PRELOAD -u LD_LIBRARY_PATH /usr/bin/cucache-run --sim --report -- "$build/bench/alloc_workload" 2>&1)
@@ -99,7 +102,7 @@ if ! cc $(pkg-config --cflags cucache) "$tmp/api.c" -o "$tmp/api" $(pkg-config -
 else
     out=$(env -u LD_LIBRARY_PATH "$tmp/api" 2>&1)
     grep -q "^cucache $pcver," <<<"$out" || fail "the program built with pkg-config's flags: $out"
-    readelf -d "$tmp/api" | grep -q 'NEEDED.*libcucache.so.0' || fail "the program does not need libcucache.so.0"
+    grep -q 'NEEDED.*libcucache.so.0' <<<"$(readelf -d "$tmp/api")" || fail "the program does not need libcucache.so.0"
 fi
 
 # 4. record and replay

@@ -55,7 +55,7 @@ exports() { nm -D --defined-only "$1" | awk '{print $NF}' | sort; }
 if ! diff <(exports "$lib/libcucache.so.0") <(exports "$build/libcucache.so.0") >"$tmp/exports.diff"; then
     fail "the installed library exports differ from the built one: $(head -5 "$tmp/exports.diff")"
 fi
-if readelf -d "$bin/cucache-run" "$bin/cucache-replay" "$lib/libcucache.so.0" | grep -q "$build"; then
+if grep -q "$build" <<<"$(readelf -d "$bin/cucache-run" "$bin/cucache-replay" "$lib/libcucache.so.0")"; then
     fail "an installed file still points into the build tree (RPATH/RUNPATH)"
 fi
 
