@@ -765,7 +765,8 @@ static const conf_opt_t conf_opts[] = {
      "strategy:preallocate: share of free memory reserved at first use",
      conf_set_frac, conf_show_frac, .off = F(fraction), .lo = 0, .hi = 1, .flags = CONF_F_HI_CLOSED},
     {"reuse", "choice", "ordered", "ordered, fenced, stream, sync or fenced-host",
-     "a freed block serves other streams behind a shared fence, by stream order only, or after a device sync",
+     "a freed block serves again behind a shared fence (ordered: handed out early, the device ordered after it; "
+     "fenced: once it completed), by stream order only, or after a device sync",
      conf_set_choice, conf_show_choice, .off = F(reuse), .names = conf_reuse_names},
     {"max_pending_mb", "MiB", "256M", "0 or at least 1M",
      "frees still behind fences the cache may hold beyond the live bytes before a miss waits for a fence",
