@@ -779,11 +779,7 @@ void core_set_streams(core_dev_t *d, unsigned n)
 void core_stop_hand_outs(core_dev_t *d)
 {
     dev_lock(d);
-    if (!d->no_hand_out) {
-        jr_note(d, JR_NO_HAND_OUTS, 0, 0, 0, 0, 0, 0);
-        d->stats.num_hand_out_stops = d->conf.reuse == CONF_REUSE_ORDERED; /* a rule that hands out */
-    }
-    d->no_hand_out = true;
+    pend_stop_hand_outs(d);
     dev_unlock(d);
 }
 

@@ -242,15 +242,15 @@ int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out)
      * changed it after the failure), else the current one */
     out->streams = d->streams;
     out->no_hand_out = d->no_hand_out;
-    for (uint64_t k = first; k < j->head; k++)
-        if ((j->ring[k & (j->cap - 1)].w & 0xFF) == JR_NO_HAND_OUTS)
-            out->no_hand_out = false; /* stopped within the window: the replay stops there too */
+    bool streams_found = false;
     for (uint64_t k = first; k < j->head; k++) {
         jr_rec_t r = j->ring[k & (j->cap - 1)];
-        if ((r.w & 0xFF) == JR_STREAMS) {
+        if ((r.w & 0xFF) == JR_STREAMS && !streams_found) {
             out->streams = (unsigned)r.id;
-            break;
+            streams_found = true;
         }
+        if ((r.w & 0xFF) == JR_NO_HAND_OUTS)
+            out->no_hand_out = false; /* stopped within the window: the replay stops there too */
     }
     out->first = first;
     out->keys[0] = 0;

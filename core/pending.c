@@ -242,6 +242,15 @@ bool pend_wait_oldest(core_dev_t *d)
     return waited;
 }
 
+void pend_stop_hand_outs(core_dev_t *d)
+{
+    if (d->no_hand_out)
+        return;
+    jr_note(d, JR_NO_HAND_OUTS, 0, 0, 0, 0, 0, 0);
+    d->no_hand_out = true;
+    d->stats.num_hand_out_stops = d->conf.reuse == CONF_REUSE_ORDERED; /* a rule that hands out */
+}
+
 bool pend_hand_off(core_dev_t *d, size_t keep)
 {
     if (!pend_hand_off_allowed(d))
@@ -265,11 +274,8 @@ bool pend_hand_off(core_dev_t *d, size_t keep)
         left -= upto->bytes;
     }
     int rc = d->be.fence_order(d->be.ctx, d->device, upto->event, d->next_id + 1);
-    if (rc == CORE_ESTOP && !d->no_hand_out) {
-        jr_note(d, JR_NO_HAND_OUTS, 0, 0, 0, 0, 0, 0);
-        d->no_hand_out = true;
-        d->stats.num_hand_out_stops = 1;
-    }
+    if (rc == CORE_ESTOP)
+        pend_stop_hand_outs(d);
     if (rc != CORE_OK)
         return false;
     for (bool last = false; !last;) {

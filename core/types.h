@@ -412,6 +412,9 @@ bool pend_hand_off(core_dev_t *d, size_t keep);
  * hand-outs allowed, the open batch gets its fence once it holds
  * FENCE_SLICE of the cache. */
 void pend_slice(core_dev_t *d);
+/* Stops the hand-outs for good (core_stop_hand_outs, or a backend's
+ * CORE_ESTOP): journalled, and counted under a rule that hands out. */
+void pend_stop_hand_outs(core_dev_t *d);
 /* Whether frees behind fences may be handed out now, the device ordered
  * after them (pend_hand_off): under reuse:ordered (the default), never
  * during a capture, never once stopped (core_stop_hand_outs).  Not under

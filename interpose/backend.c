@@ -536,9 +536,7 @@ static void fence_gather(hook_dev_t *hd, fence_t *f)
     f->hub = h;
 }
 
-/* Called with hd->lock held: the trace's record that the device stopped
- * handing out, once. */
-static void note_stopped(hook_dev_t *hd)
+void hook_backend_note_stopped(hook_dev_t *hd)
 {
     if (!atomic_exchange(&hd->stopped, true) && hook_trace_on())
         hook_trace_put_flags(TRACE_NO_HAND_OUTS, TRACE_API_NONE, hd->ordinal, 0, 0, 0, 0, 0);
@@ -600,9 +598,11 @@ static int fence_order(void *ctx, int device, uint64_t event, uint64_t first_all
     int rc = CORE_OK;
     /* under the lock: a second context stops the hand-outs and then waits
      * for the fences on hd->ordered (hook_ctx.c), so a fence ordered here
-     * either is on that list by then or is refused */
-    if (atomic_load(&hook_many_contexts) || hd->coherent) {
-        note_stopped(hd);
+     * either is on that list by then or is refused.  (A device whose
+     * memory the CPU shares never asks: its core is stopped before it is
+     * published, state.c.) */
+    if (atomic_load(&hook_many_contexts)) {
+        hook_backend_note_stopped(hd);
         rc = CORE_ESTOP;
     } else if (hd->ncaptures || !real_cu.cuStreamWaitEvent) {
         rc = CORE_EFAIL;
@@ -690,9 +690,7 @@ void hook_stop_hand_outs(hook_dev_t *hd)
     core_dev_t *d = hook_dev_core(hd);
     if (!d)
         return;
-    pthread_mutex_lock(&hd->lock);
-    note_stopped(hd);
-    pthread_mutex_unlock(&hd->lock);
+    hook_backend_note_stopped(hd);
     core_stop_hand_outs(d);
     hook_backend_wait_ordered(hd, UINT64_MAX);
 }

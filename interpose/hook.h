@@ -309,10 +309,6 @@ typedef struct hook_dev_s {
     /* cucache's own non-blocking stream that gathers an ordered fence's
      * events into one (backend.c: fence_gather); NULL until needed */
     CUstream hub;
-    /* the CPU reads and writes the device's memory coherently (address
-     * translation services, as on Grace Hopper): a new owner's CPU access
-     * would not wait for the device's ordering, so no hand-outs */
-    bool coherent;
     /* its hand-outs stopped for good, and the trace says so (backend.c) */
     atomic_bool stopped;
 } hook_dev_t;
@@ -338,6 +334,8 @@ static inline uint64_t hook_alloc_number(uint64_t id)
  * record, once), then waits for the fences handed out so far (backend.c);
  * every call waits. */
 void hook_stop_hand_outs(hook_dev_t *hd);
+/* The trace's record that the device stopped handing out, once. */
+void hook_backend_note_stopped(hook_dev_t *hd);
 /* The process has (or may have) a second CUDA context: stops the hand-outs
  * on every device and waits for those made (hook_ctx.c); every call waits,
  * so that no context's creator returns before the fences completed. */

@@ -25,10 +25,10 @@
  * The questions a library asks before something other than the device's
  * streams reaches a buffer (a NIC by GPUDirect RDMA, a CPU mapping by
  * GDRCopy: P2P tokens, SYNC_MEMOPS, the buffer id and range its
- * registration cache keys on, RDMA capability) first wait on the host for
- * the fences the device was ordered after (reuse:ordered hands blocks out
- * ahead of them, and that agent does not wait for the device's ordering),
- * as an IPC export does.  The questions every framework asks (type,
+ * registration cache keys on, RDMA capability), and a dma-buf export,
+ * first wait on the host for the fences that may have handed the block's
+ * memory out (reuse:ordered hands blocks out ahead of them, and that agent
+ * does not wait for the device's ordering), as an IPC export does.  The questions every framework asks (type,
  * device, context, device pointer) do not wait.
  */
 #include <string.h>

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "hook.h"
-#include "trace.h"
 
 conf_t hook_conf;
 atomic_bool hook_off;
@@ -133,14 +132,19 @@ hook_dev_t *hook_dev_open(int ordinal)
                 core_set_streams(d, n);
                 hook_diag_dev_opened(ordinal, d);
                 hook_trace_device(ordinal);
+                /* no hand-outs where the CPU reads and writes the device's
+                 * memory coherently (address translation services, as on
+                 * Grace Hopper: its access would not wait for the device's
+                 * ordering), nor in a process with a second context
+                 * (hook_ctx.c); before the core is published, so it never
+                 * asks */
                 int ats = 0;
-                hd->coherent = real_cu.cuDeviceGetAttribute(
-                                   &ats, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, h) ==
-                                   CUDA_SUCCESS &&
-                               ats;
-                if (hd->coherent || atomic_load(&hook_many_contexts)) { /* no hand-outs (hook_ctx.c) */
-                    if (!atomic_exchange(&hd->stopped, true) && hook_trace_on())
-                        hook_trace_put_flags(TRACE_NO_HAND_OUTS, TRACE_API_NONE, ordinal, 0, 0, 0, 0, 0);
+                bool coherent = real_cu.cuDeviceGetAttribute(
+                                    &ats, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, h) ==
+                                    CUDA_SUCCESS &&
+                                ats;
+                if (coherent || atomic_load(&hook_many_contexts)) {
+                    hook_backend_note_stopped(hd);
                     core_stop_hand_outs(d);
                 }
             } else

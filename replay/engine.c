@@ -434,7 +434,7 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
         }
         core_set_observer(rd->core, observe, r);
         /* a trace that does not say which streams cucache counted: taken
-         * as having some (no hand-outs under reuse:fenced) */
+         * as having some (reuse:ordered's hits then hand out only a share) */
         core_set_streams(rd->core, r->in->streams_unknown ? 1 : 0);
         if (r->opts->history)
             core_set_history(rd->core, r->opts->history);
@@ -724,7 +724,7 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         }
         return 0;
     case TRACE_NO_HAND_OUTS:
-        if (rd && rd->core)
+        if (rd->core)
             core_stop_hand_outs(rd->core);
         return 0;
     default:

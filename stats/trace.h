@@ -74,8 +74,8 @@ enum {
 /* trace_rec_t.flags of a STREAM_CREATE / STREAM_DESTROY (version 3). */
 enum {
     TRACE_REC_COUNTED = 2, /* a stream of the device's primary context (the record's device), which cucache
-                            * counts: while the device has none, reuse:fenced hands out frees behind fences
-                            * with the device ordered after them (a replay needs the count to agree) */
+                            * counts: while the device has none, a hit under reuse:ordered hands out any frees
+                            * behind fences, else only a share (a replay needs the count to agree) */
 };
 
 /* trace_rec_t.flags of a CONF piece: the text's last piece (the rest of
