@@ -536,7 +536,7 @@ static inline bool handoff_due(const core_dev_t *d, size_t rounded)
 {
     if (d->fenced_bytes < rounded)
         return false;
-    return d->streams == 0 ||
+    return !handoff_paced(d) ||
            d->fenced_bytes >= (uint64_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_SHARE;
 }
 
@@ -546,7 +546,7 @@ static inline bool handoff_due(const core_dev_t *d, size_t rounded)
  * (their work is the likeliest to have run). */
 static inline size_t handoff_keep(const core_dev_t *d)
 {
-    return d->streams == 0 ? 0 : (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_KEEP;
+    return !handoff_paced(d) ? 0 : (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_KEEP;
 }
 
 uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_oom_t *oom)

@@ -140,7 +140,7 @@ void pend_slice(core_dev_t *d)
      * take the older frees and leave the newest (pend_hand_off's keep).
      * Not from pend_fenced: poll_held calls that while walking its list,
      * and a fence that cannot be recorded releases everything. */
-    if (d->streams && d->open.blocks && pend_hand_off_allowed(d) &&
+    if (handoff_paced(d) && d->open.blocks && pend_hand_off_allowed(d) &&
         d->open.bytes >= (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / FENCE_SLICE)
         close_batch(d);
 }

@@ -393,6 +393,7 @@ bool pend_wait_oldest(core_dev_t *d);
  *     likeliest to have run, so the streams wait least;
  *   - for that the open batch gets its fence once it holds a 96th of the
  *     reserved bytes (FENCE_SLICE), not only when an allocation needs it.
+ * (with one stream of its own: as with none, handoff_paced below).
  * Chosen on scripts/bench-train's four-stream and communication-stream
  * runs (docs/performance.md): a sixteenth and everything handed out cost
  * 5.6-9.1% of reuse:stream's step time beside the communication stream and
@@ -401,6 +402,15 @@ bool pend_wait_oldest(core_dev_t *d);
 #define HANDOFF_SHARE 8
 #define HANDOFF_KEEP 24
 #define FENCE_SLICE 96
+
+/* Whether hand-outs are paced as above: with two streams of the program's
+ * own or more.  With one, the fence orders that stream after its own work
+ * and the legacy stream after its own: nothing that could overlap is
+ * serialised, and a hit hands out as with none. */
+static inline bool handoff_paced(const core_dev_t *d)
+{
+    return d->streams > 1;
+}
 
 /* reuse:ordered with a backend that can order the device after a fence:
  * orders the device after the oldest fences that leave at most `keep`

@@ -34,6 +34,8 @@
 HOOK_TLS CUresult hook_backend_error;
 
 enum { SPARE_EVENTS_MAX = 256 };
+/* fence_gather: a fence of this many events or more is gathered on the hub */
+enum { HUB_MIN_EVENTS = 8 };
 
 bool hook_ctx_enter(hook_dev_t *hd, bool *pushed)
 {
@@ -296,6 +298,9 @@ typedef struct fence_s {
                       every event (NULL: each stream waits for every event) */
     uint64_t first_alloc; /* ordered: the number of the first allocation after
                              the hand-out (core.h, fence_order) */
+    uint64_t gen;  /* hd->streams_gen when recorded */
+    CUstream *on;  /* on[i]: the stream ev[i] was recorded on (NULL for a
+                      retired stream's event); after ev[] */
     CUevent ev[];  /* all must complete */
 } fence_t;
 
@@ -376,8 +381,12 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
         for (size_t i = 0; i < hd->nretired; i++)
             borrowed += !hd->retired[i].done;
     }
-    fence_t *f = hostalloc_calloc(1, sizeof *f + (n + borrowed) * sizeof f->ev[0]);
+    fence_t *f = hostalloc_calloc(1, sizeof *f + (n + borrowed) * (sizeof f->ev[0] + sizeof f->on[0]));
     int rc = f ? CORE_OK : CORE_EFAIL;
+    if (f) {
+        f->on = (CUstream *)(void *)&f->ev[n + borrowed];
+        f->gen = hd->streams_gen;
+    }
     size_t done = 0;
     for (; rc == CORE_OK && done < n; done++) {
         CUstream s = stream != 0 ? stream_handle(stream) : done == 0 ? CU_STREAM_LEGACY : hd->streams[done - 1];
@@ -395,6 +404,7 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
             break;
         }
         f->ev[done] = e;
+        f->on[done] = s;
     }
     if (rc != CORE_OK) {
         for (size_t i = 0; f && i < done; i++)
@@ -497,12 +507,18 @@ static void event_release(void *ctx, int device, uint64_t event)
 }
 
 /* Makes stream s wait for fence f on the device: for its hub event when it
- * has one, else for every event; false on an error. */
-static bool wait_fence(CUstream s, const fence_t *f)
+ * has one, else for every event but the one recorded on s itself (s is in
+ * order after its own earlier work; a stream destroyed since, whose handle
+ * a new stream may have taken, changed hd->streams_gen); false on an
+ * error.  Called with hd->lock held. */
+static bool wait_fence(const hook_dev_t *hd, CUstream s, const fence_t *f)
 {
     const CUevent *ev = f->hub ? &f->hub : f->ev;
     size_t n = f->hub ? 1 : f->n;
+    bool same = f->gen == hd->streams_gen || s == CU_STREAM_LEGACY;
     for (size_t i = 0; i < n; i++) {
+        if (!f->hub && same && f->on[i] == s)
+            continue;
         CUresult r = real_cu.cuStreamWaitEvent(s, ev[i], 0);
         if (r != CUDA_SUCCESS) {
             hook_backend_error = r;
@@ -512,15 +528,19 @@ static bool wait_fence(CUstream s, const fence_t *f)
     return true;
 }
 
-/* Called with hd->lock held and the primary context current: gathers f's
- * events into one on the hub, a non-blocking stream of cucache's own that
- * waits for each of them and then records f->hub, so that ordering each of
- * n streams after f costs one wait instead of n (3n + 1 calls in all, not
- * n * n).  Leaves f->hub NULL when that fails: each stream then waits for
- * every event. */
+/* Called with hd->lock held and the primary context current: with many
+ * events, gathers f's events into one on the hub, a non-blocking stream of
+ * cucache's own that waits for each of them and then records f->hub, so
+ * that ordering each of n streams after f costs one wait instead of n - 1
+ * (3n + 1 calls in all, not n (n - 1)).  With few, each stream waits for
+ * the others' events directly: the hub's hop delays the streams' next work
+ * (on bench_train's four streams it cost 4% of the step time on the
+ * simulated device), and n (n - 1) calls are at most twice 3n + 1 up to
+ * HUB_MIN_EVENTS - 1.  Leaves f->hub NULL when it is not used or fails:
+ * each stream then waits for every event but its own. */
 static void fence_gather(hook_dev_t *hd, fence_t *f)
 {
-    if (f->n < 2)
+    if (f->n < HUB_MIN_EVENTS)
         return;
     if (!hd->hub && real_cu.cuStreamCreate(&hd->hub, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
         hd->hub = NULL;
@@ -529,7 +549,7 @@ static void fence_gather(hook_dev_t *hd, fence_t *f)
     CUevent h = event_get(hd);
     if (!h)
         return;
-    if (!wait_fence(hd->hub, f) || real_cu.cuEventRecord(h, hd->hub) != CUDA_SUCCESS) {
+    if (!wait_fence(hd, hd->hub, f) || real_cu.cuEventRecord(h, hd->hub) != CUDA_SUCCESS) {
         event_put(hd, h);
         return;
     }
@@ -633,10 +653,10 @@ static int fence_order(void *ctx, int device, uint64_t event, uint64_t first_all
     if (rc == CORE_OK && !f->hub && !only_legacy)
         fence_gather(hd, f);
     /* waits already placed when a later one fails only order more */
-    if (rc == CORE_OK && !only_legacy && !wait_fence(CU_STREAM_LEGACY, f))
+    if (rc == CORE_OK && !only_legacy && !wait_fence(hd, CU_STREAM_LEGACY, f))
         rc = CORE_EFAIL;
     for (size_t i = 0; rc == CORE_OK && i < hd->nstreams; i++)
-        if (!wait_fence(hd->streams[i], f))
+        if (!wait_fence(hd, hd->streams[i], f))
             rc = CORE_EFAIL;
     if (rc == CORE_OK) {
         f->ordered = true;
@@ -658,7 +678,7 @@ void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s)
         return;
     ordered_sweep(hd);
     for (size_t i = 0; i < hd->nordered; i++)
-        if (!wait_fence(s, hd->ordered[i]))
+        if (!wait_fence(hd, s, hd->ordered[i]))
             hook_warn(HOOK_WARN_BACKEND,
                       "a new stream could not be made to wait for memory handed out before its earlier work "
                       "completed (error %d); it may see that memory early",

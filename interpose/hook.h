@@ -282,6 +282,10 @@ typedef struct hook_dev_s {
      * one event on each */
     CUstream *streams;
     size_t nstreams, streams_cap;
+    /* bumped as a non-blocking stream is destroyed (a new one may take its
+     * handle): a fence recorded before waits on every stream for each of its
+     * events (backend.c, wait_fence) */
+    uint64_t streams_gen;
     /* live blocking streams the program created in the primary context:
      * with the non-blocking ones, the count the core is told
      * (core_set_streams; count_lock orders the updates) */

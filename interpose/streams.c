@@ -172,6 +172,7 @@ int hook_stream_forget(CUstream s, unsigned *flags)
         pthread_mutex_lock(&hd->count_lock);
         pthread_mutex_lock(&hd->lock);
         bool nonblocking = list_remove(hd->streams, &hd->nstreams, s);
+        hd->streams_gen += nonblocking;
         bool was = nonblocking || list_remove(hd->blocking, &hd->nblocking, s);
         unsigned n = hook_live_streams(hd);
         pthread_mutex_unlock(&hd->lock);

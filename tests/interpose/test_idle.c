@@ -479,13 +479,14 @@ static void test_no_stream_of_its_own_per_thread_streams(void **state)
     SIM_OK(cudaFree(q));
 }
 
-/* reuse:ordered at a hit that would split a block: with a stream of the
+/* reuse:ordered at a hit that would split a block: with two streams of the
  * program's own alive, a free behind a fence holding less than an eighth
- * of the cache stays behind it (the hit splits the free rest); with none
- * (blocking or not, made by the runtime or the driver), it is handed out
- * (the ordering holds back nothing).  The writer on the legacy stream
- * waits for the gated memset either way.  Under the other rules nothing is
- * handed out. */
+ * of the cache stays behind it (the hit splits the free rest); with one
+ * (blocking by the runtime, or non-blocking by the driver) or none it is
+ * handed out (the ordering holds back nothing that could overlap).  The
+ * writer on the legacy stream waits for the gated memset either way.
+ * Under the other rules nothing is handed out.  Seen to fail (round 1 and
+ * 3) with the pacing applied from one stream on, as before 2026-11-27. */
 static void test_ordered_hit_follows_the_streams(void **state)
 {
     (void)state;
@@ -496,14 +497,14 @@ static void test_ordered_hit_follows_the_streams(void **state)
     SIM_OK(cudaFree(big));
     cudaStream_t b = NULL;
     CUstream c = NULL;
-    for (int round = 0; round < 4; round++) {
+    for (int round = 0; round < 5; round++) {
         if (round == 1)
             SIM_OK(cudaStreamCreate(&b)); /* blocking, by the runtime */
-        if (round == 2) {
-            SIM_OK(cudaStreamDestroy(b));
-            CU_OK(cuStreamCreate(&c, CU_STREAM_NON_BLOCKING)); /* by the driver */
-        }
+        if (round == 2)
+            CU_OK(cuStreamCreate(&c, CU_STREAM_NON_BLOCKING)); /* and one by the driver */
         if (round == 3)
+            SIM_OK(cudaStreamDestroy(b));
+        if (round == 4)
             CU_OK(cuStreamDestroy_v2(c));
         /* 4 MiB of a 20 MiB segment, written behind a gate on the legacy
          * stream, then freed: 4 MiB behind a fence, 16 MiB free beside it */
@@ -515,9 +516,10 @@ static void test_ordered_hit_follows_the_streams(void **state)
         int64_t handoffs = stat_of("num_fence_handoffs");
         SIM_OK(cudaFree(p));
         SIM_OK(cudaMalloc(&q, 4 * MIB));
-        bool own = round == 1 || round == 2, out = ordered() && !own;
+        int own = round == 1 || round == 3 ? 1 : round == 2 ? 2 : 0;
+        bool out = ordered() && own < 2;
         if (stat_of("num_fence_handoffs") != handoffs + out || (q == p) != out)
-            fail_msg("round %d (%s): %lld hand-outs, %s", round, own ? "a stream of its own" : "none of its own",
+            fail_msg("round %d (%d streams of its own): %lld hand-outs, %s", round, own,
                      (long long)(stat_of("num_fence_handoffs") - handoffs), q == p ? "the freed block" : "another");
         SIM_OK(cudaMemsetAsync(q, 2, 4 * MIB, NULL));
         open_and_check(g);
@@ -525,6 +527,52 @@ static void test_ordered_hit_follows_the_streams(void **state)
         start_empty();
         SIM_OK(cudaMalloc(&big, 100 * MIB));
         SIM_OK(cudaFree(big));
+    }
+}
+
+/* reuse:ordered with many streams (eight of the program's own, non-blocking,
+ * and the legacy stream: the fence's events are gathered on cucache's hub
+ * stream, backend.c fence_gather): a block freed while a gated kernel on
+ * one of them reads it is handed out, and a writer on each of the streams
+ * waits on the device for the reader.  With two streams (below the hub's
+ * threshold) each waits for the others' events directly, and a writer on
+ * the reader's own stream needs no wait (stream order).  Seen to fail (a
+ * race) with the hub's waits left out, and with each stream's wait for the
+ * events but its own left out. */
+static void test_ordered_many_streams(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    if (!ordered())
+        skip();
+    for (int many = 0; many < 2; many++) {
+        start_empty();
+        enum { N = 8 };
+        cudaStream_t st[N];
+        int n = many ? N : 2;
+        for (int i = 0; i < n; i++)
+            SIM_OK(cudaStreamCreateWithFlags(&st[i], cudaStreamNonBlocking));
+        void *p = NULL;
+        SIM_OK(cudaMalloc(&p, 16 * MIB));
+        SIM_OK(cudaMemset(p, 1, 16 * MIB));
+        SIM_OK(cudaDeviceSynchronize());
+        simtest_gate_t *g = simtest_gate_new();
+        simtest_gate_block(g, st[1]);
+        struct cucache_sim_access acc = {p, 16 * MIB, 0};
+        CU_OK(cucacheSimLaunch((CUstream)st[1], NULL, NULL, &acc, 1));
+        void *q = free_and_realloc(p, 16 * MIB, true); /* a miss: handed out whatever the pacing */
+        size_t slice = 16 * MIB / (size_t)(n + 1);
+        for (int i = 0; i < n; i++)
+            SIM_OK(cudaMemsetAsync((char *)q + (size_t)i * slice, 2, slice, st[i]));
+        SIM_OK(cudaMemsetAsync((char *)q + (size_t)n * slice, 3, slice, NULL));
+        for (int i = 0; i < n; i++)
+            if (cudaStreamQuery(st[i]) != cudaErrorNotReady)
+                fail_msg("%d streams: stream %d's writer ran before the reader", n, i);
+        assert_int_equal(cudaStreamQuery(NULL), cudaErrorNotReady);
+        open_and_check(g);
+        SIM_OK(cudaFree(q));
+        for (int i = 0; i < n; i++)
+            SIM_OK(cudaStreamDestroy(st[i]));
     }
 }
 
@@ -559,6 +607,7 @@ int main(void)
         ITEST(test_no_stream_of_its_own_destroyed_reader),
         ITEST(test_no_stream_of_its_own_per_thread_streams),
         ITEST(test_ordered_hit_follows_the_streams),
+        ITEST(test_ordered_many_streams),
         ITEST(test_unseen_submissions_fall_back),
     };
     return ITEST_RUN("interpose.idle", tests, itest_group_setup);
