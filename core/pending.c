@@ -262,8 +262,15 @@ bool pend_hand_off(core_dev_t *d, size_t keep)
      * event-pending blocks are not handed out, and not counted.) */
     if (keep == 0 || d->open.bytes > keep)
         pend_close(d);
-    if (!d->fences)
-        return false;
+    /* fences that completed free their blocks as idle (their pages can go
+     * back without a synchronisation) and need no ordering */
+    bool done = false;
+    while (d->fences && d->be.event_query(d->be.ctx, d->device, d->fences->event) == 1) {
+        release_oldest_batch(d, true);
+        done = true;
+    }
+    if (!d->fences || (done && d->fenced_bytes - d->open.bytes <= keep))
+        return done;
     /* The fence that covers the older ones: the device ordered after it is
      * ordered after them all (each was recorded on every stream after the
      * one before). */
