@@ -672,6 +672,16 @@ static int fence_order(void *ctx, int device, uint64_t event, uint64_t first_all
     return rc;
 }
 
+void hook_backend_drop_ordered(hook_dev_t *hd)
+{
+    /* their events die with the context, reset next: neither queried
+     * later nor put back among the spares (core_dev_destroy released
+     * them all) */
+    for (size_t i = 0; i < hd->nordered; i++)
+        hostalloc_free(hd->ordered[i]);
+    hd->nordered = 0;
+}
+
 void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s)
 {
     if (!hd->nordered)

@@ -323,6 +323,9 @@ extern conf_t hook_conf;
 /* A non-blocking stream created on hd's device waits for the fences the
  * device was ordered after (backend.c; called with hd->lock held). */
 void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s);
+/* The device's context is gone (hook_dev_drop; hd->lock held): forgets the
+ * fences the device was ordered after without touching their events. */
+void hook_backend_drop_ordered(hook_dev_t *hd);
 /* Waits on the host for the fences the device was ordered after that may
  * have handed out memory of allocation number `alloc` (core_ptr_info_t.id's
  * number; UINT64_MAX: all of them): before memory leaves this process's

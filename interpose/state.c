@@ -180,6 +180,8 @@ void hook_dev_drop(hook_dev_t *hd)
     hd->nspare = 0;
     hd->nretired = 0;
     hd->hub = NULL; /* and the hub stream */
+    hook_backend_drop_ordered(hd); /* and the events of the fences handed out */
+    hd->streams_gen++;             /* the streams are gone: new ones may take their handles */
     hd->primary = NULL;
     pthread_mutex_unlock(&hd->lock);
     pthread_mutex_unlock(&open_lock);

@@ -576,6 +576,40 @@ static void test_ordered_many_streams(void **state)
     }
 }
 
+/* reuse:ordered across a device reset: a fence handed out before the reset
+ * (its reader done, but still on the list of fences the device was ordered
+ * after) is forgotten with the context, so that the hand-outs after it
+ * work: a new stream's wait, the next fence and the next hand-out use
+ * live events.  Seen to fail (no hand-out after the reset: the dead events
+ * went back among the spares and the next fence could not be recorded)
+ * with hook_dev_drop leaving the list as it was. */
+static void test_ordered_after_device_reset(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    if (!ordered())
+        skip();
+    for (int round = 0; round < 2; round++) {
+        start_empty();
+        cudaStream_t s, t;
+        simtest_gate_t *g;
+        void *p = gated_reader(12 * MIB, &s, &t, &g);
+        void *q = free_and_realloc(p, 12 * MIB, true);
+        SIM_OK(cudaMemsetAsync(q, 2, 12 * MIB, t));
+        assert_int_equal(cudaStreamQuery(t), cudaErrorNotReady); /* behind the reader */
+        open_and_check(g);
+        SIM_OK(cudaFree(q));
+        SIM_OK(cudaStreamDestroy(s));
+        SIM_OK(cudaStreamDestroy(t));
+        if (round == 0) {
+            SIM_OK(cudaDeviceReset());
+            void *x = NULL; /* the cache opens again */
+            SIM_OK(cudaMalloc(&x, 1));
+            SIM_OK(cudaFree(x));
+        }
+    }
+}
+
 /* Last: a lookup of cuGetExportTable makes the count unseen for good. */
 static void test_unseen_submissions_fall_back(void **state)
 {
@@ -608,6 +642,7 @@ int main(void)
         ITEST(test_no_stream_of_its_own_per_thread_streams),
         ITEST(test_ordered_hit_follows_the_streams),
         ITEST(test_ordered_many_streams),
+        ITEST(test_ordered_after_device_reset),
         ITEST(test_unseen_submissions_fall_back),
     };
     return ITEST_RUN("interpose.idle", tests, itest_group_setup);
