@@ -393,7 +393,6 @@ bool pend_wait_oldest(core_dev_t *d);
  *     likeliest to have run, so the streams wait least;
  *   - for that the open batch gets its fence once it holds a 96th of the
  *     reserved bytes (FENCE_SLICE), not only when an allocation needs it.
- * (with one stream of its own: as with none, handoff_paced below).
  * Chosen on scripts/bench-train's four-stream and communication-stream
  * runs (docs/performance.md): a sixteenth and everything handed out cost
  * 5.6-9.1% of reuse:stream's step time beside the communication stream and
@@ -403,15 +402,18 @@ bool pend_wait_oldest(core_dev_t *d);
 #define HANDOFF_KEEP 24
 #define FENCE_SLICE 96
 
-/* Whether hand-outs are paced as above: with two streams of the program's
- * own or more.  With one, a hit hands out as with none.  Blocking, that
- * stream is ordered by the legacy stream's event alone; non-blocking, the
- * legacy stream and it each wait for the other's work before the fence,
- * which lines up work on the default streams beside it (bench-train's
- * 0+comm: +0.2-0.5% step time, reuse:stream's peak; its 1: +0.1-0.3%). */
+/* Whether hand-outs are paced as above: with any stream of the program's
+ * own.  Not pacing one non-blocking stream takes reuse:stream's peak when
+ * the default streams stay idle (bench-train's 1: +0.1-0.3% step time,
+ * 2026-11-27) and costs 35-41% of the step when they compute beside it
+ * (its 0+comm, data-parallel training's shape: at every hand-out the
+ * legacy stream and that stream each wait for the other's work before the
+ * fence).  Which of the two a program is cannot be told from the fences'
+ * events while the host runs a step ahead: every event is still pending,
+ * cucache's own waits included. */
 static inline bool handoff_paced(const core_dev_t *d)
 {
-    return d->streams > 1;
+    return d->streams > 0;
 }
 
 /* reuse:ordered with a backend that can order the device after a fence:
