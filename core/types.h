@@ -396,7 +396,7 @@ bool pend_wait_oldest(core_dev_t *d);
  * Chosen on scripts/bench-train's four-stream and communication-stream
  * runs (docs/performance.md): a sixteenth and everything handed out cost
  * 5.6-9.1% of reuse:stream's step time beside the communication stream and
- * 6-12% on four streams; this costs 1.6-2.1% and 2.3-4.8% (8c38946), for
+ * 6-12% on four streams; this costs 1.4-2.0% and 2.8-5.1% (e61b70a), for
  * a peak reserved 1.06-1.19 times reuse:stream's instead of 1.06-1.11. */
 #define HANDOFF_SHARE 8
 #define HANDOFF_KEEP 24
