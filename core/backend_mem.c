@@ -23,6 +23,9 @@ void mem_backend_fini(mem_backend_t *m)
     hostalloc_free(m->seg_addr);
     hostalloc_free(m->seg_size);
     hostalloc_free(m->pages);
+    hostalloc_free(m->alias_addr);
+    hostalloc_free(m->alias_from);
+    hostalloc_free(m->alias_size);
     pthread_mutex_destroy(&m->lock);
 }
 
@@ -296,14 +299,84 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
     return r;
 }
 
+/* Index of the second mapping that overlaps [addr, addr+size), or nalias. */
+static size_t alias_find(const mem_backend_t *m, uintptr_t addr, size_t size)
+{
+    for (size_t i = 0; i < m->nalias; i++)
+        if (addr < m->alias_addr[i] + m->alias_size[i] && m->alias_addr[i] < addr + size)
+            return i;
+    return m->nalias;
+}
+
 static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
 {
     mem_backend_t *m = ctx;
     (void)device;
     mb_lock(m);
     m->n_unmap++;
-    unmap_locked(m, addr, size);
+    size_t i = alias_find(m, addr, size);
+    if (i == m->nalias) {
+        unmap_locked(m, addr, size);
+    } else if (m->alias_addr[i] == addr && m->alias_size[i] == size) {
+        m->nalias--;
+        m->alias_addr[i] = m->alias_addr[m->nalias];
+        m->alias_from[i] = m->alias_from[m->nalias];
+        m->alias_size[i] = m->alias_size[m->nalias];
+    } else {
+        m->n_bad_unmap++; /* part of a second mapping, or more than it */
+    }
     mb_unlock(m);
+}
+
+static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size)
+{
+    mem_backend_t *m = ctx;
+    (void)device;
+    mb_lock(m);
+    m->n_alias++;
+    size_t g = m->granularity, i = page_lower(m, from), j = page_lower(m, addr);
+    bool mapped = g && size && size % g == 0 && i + size / g <= m->npages && m->pages[i] == from &&
+                  m->pages[i + size / g - 1] == from + size - g;
+    bool taken = (j < m->npages && m->pages[j] < addr + size) || alias_find(m, addr, size) < m->nalias;
+    int r = mapped && !taken ? CORE_OK : CORE_EFAIL;
+    if (r == CORE_OK && m->nalias == m->cap_alias) {
+        size_t cap = m->cap_alias ? m->cap_alias * 2 : 16;
+        uintptr_t *a = hostalloc_realloc(m->alias_addr, cap * sizeof *a);
+        if (a)
+            m->alias_addr = a;
+        uintptr_t *f = a ? hostalloc_realloc(m->alias_from, cap * sizeof *f) : NULL;
+        if (f)
+            m->alias_from = f;
+        size_t *z = f ? hostalloc_realloc(m->alias_size, cap * sizeof *z) : NULL;
+        if (z) {
+            m->alias_size = z;
+            m->cap_alias = cap;
+        } else {
+            r = CORE_EFAIL;
+        }
+    }
+    if (r == CORE_OK) {
+        m->alias_addr[m->nalias] = addr;
+        m->alias_from[m->nalias] = from;
+        m->alias_size[m->nalias] = size;
+        m->nalias++;
+    } else {
+        m->n_bad_alias++;
+    }
+    mb_unlock(m);
+    return r;
+}
+
+uintptr_t mem_backend_resolve(mem_backend_t *m, uintptr_t addr)
+{
+    mb_lock(m);
+    for (size_t i = 0; i < m->nalias; i++)
+        if (addr >= m->alias_addr[i] && addr - m->alias_addr[i] < m->alias_size[i]) {
+            addr = m->alias_from[i] + (addr - m->alias_addr[i]);
+            break;
+        }
+    mb_unlock(m);
+    return addr;
 }
 
 size_t mem_backend_mapped(mem_backend_t *m)
@@ -352,6 +425,7 @@ core_backend_t mem_backend_vtable(mem_backend_t *m)
         .va_release = va_release,
         .map = map,
         .unmap = unmap,
+        .map_alias = map_alias,
         .fence_order = m->orders ? fence_order : NULL,
     };
 }

@@ -17,7 +17,8 @@
  * Virtual memory: reservations take addresses only; map charges its pages
  * against the capacity like segments, page by page (one physical
  * allocation each), and unmap gives them back; unmapping a page that is
- * not mapped is counted (n_bad_unmap), not done.
+ * not mapped is counted (n_bad_unmap), not done.  A second mapping
+ * (map_alias) of mapped pages charges nothing; its unmap frees nothing.
  */
 #ifndef CUCACHE_CORE_BACKEND_MEM_H
 #define CUCACHE_CORE_BACKEND_MEM_H
@@ -56,6 +57,13 @@ typedef struct mem_backend_s {
     size_t page; /* the page of the last map call (for counting pages) */
     uint64_t n_va, n_va_release, n_map, n_map_pages, n_unmap, n_unmap_pages;
     uint64_t n_bad_unmap; /* unmap of a page that is not mapped */
+    /* second mappings (map_alias): [alias_addr[i], + alias_size[i]) maps what
+     * alias_from[i] maps, charging nothing; unmapped by an unmap of exactly
+     * that range */
+    uintptr_t *alias_addr, *alias_from;
+    size_t *alias_size;
+    size_t nalias, cap_alias;
+    uint64_t n_alias, n_bad_alias; /* map_alias calls, and those refused (a range not mapped, or taken) */
     uint64_t n_hold_query;
     /* counters */
     uint64_t n_alloc, n_free, n_record, n_query, n_wait, n_sync, n_fence;
@@ -73,7 +81,11 @@ void mem_backend_fini(mem_backend_t *m);
 core_backend_t mem_backend_vtable(mem_backend_t *m);
 /* Marks every event recorded so far completed. */
 void mem_backend_complete_all(mem_backend_t *m);
-/* Bytes mapped through the virtual memory calls now. */
+/* Bytes mapped through the virtual memory calls now (second mappings not
+ * counted: they hold no memory of their own). */
 size_t mem_backend_mapped(mem_backend_t *m);
+/* The address whose memory addr reaches: through a second mapping, the
+ * first mapping's address of the same byte; else addr. */
+uintptr_t mem_backend_resolve(mem_backend_t *m, uintptr_t addr);
 
 #endif

@@ -47,7 +47,7 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
     } else if (!s->page || s->size % s->page) {
         return fail(why, len, "expandable segment 0x%lx: page %zu does not tile it", (unsigned long)s->addr, s->page);
     }
-    size_t mapped = 0;
+    size_t mapped = 0, aliased = 0;
     if (!s->first || s->first->prev || s->first->addr != s->addr)
         return fail(why, len, "segment 0x%lx: first block does not start it", (unsigned long)s->addr);
     size_t sum = 0;
@@ -78,6 +78,27 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
         } else {
             mapped += b->size;
         }
+        if (b->state == BLOCK_LENT || b->state == BLOCK_FOREIGN) {
+            /* a shared page: the lender's tail and the borrower's foreign
+             * head are each other's complement in one page */
+            const block_t *l = b->state == BLOCK_LENT ? b : b->alias, *f = b->state == BLOCK_FOREIGN ? b : b->alias;
+            if (!s->expandable || !l || !f || l->state != BLOCK_LENT || f->state != BLOCK_FOREIGN || l->alias != f ||
+                f->alias != l)
+                return fail(why, len, "block 0x%lx: a shared page's lent and foreign blocks do not point at each other",
+                            (unsigned long)b->addr);
+            size_t page = s->page, loff = (l->addr - l->seg->addr) % page, foff = (f->addr - f->seg->addr) % page;
+            size_t lend = (l->addr + l->size - l->seg->addr) % page, fend = (f->addr + f->size - f->seg->addr) % page;
+            bool tail = loff && !lend && !foff && f->size == loff, head = !loff && lend && !fend && foff == lend;
+            if (l->seg->pool != f->seg->pool || l->seg->page != page || l->size + f->size != page || !(tail || head))
+                return fail(why, len,
+                            "shared page: lent block 0x%lx (%zu bytes) and foreign block 0x%lx (%zu bytes) do not "
+                            "split one page of %zu",
+                            (unsigned long)l->addr, l->size, (unsigned long)f->addr, f->size, page);
+            if (map_find(d, b->addr) == b)
+                return fail(why, len, "block 0x%lx: lent or foreign, and in the address map", (unsigned long)b->addr);
+            if (b->state == BLOCK_FOREIGN)
+                aliased += page;
+        }
         sum += b->size;
         if (b->state == BLOCK_ALLOCATED) {
             if (map_find(d, b->addr) != b)
@@ -106,10 +127,13 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
         return fail(why, len, "segment 0x%lx: blocks sum to %zu bytes, segment has %zu", (unsigned long)s->addr, sum,
                     s->size);
     if (s->expandable) {
-        if (mapped != s->mapped)
-            return fail(why, len, "expandable segment 0x%lx: its blocks map %zu bytes, it counts %zu",
-                        (unsigned long)s->addr, mapped, s->mapped);
-        count(t->reserved_bytes, cls, (int64_t)mapped);
+        if (aliased != s->aliased)
+            return fail(why, len, "expandable segment 0x%lx: %zu bytes of shared pages, it counts %zu",
+                        (unsigned long)s->addr, aliased, s->aliased);
+        if (mapped != s->mapped + s->aliased)
+            return fail(why, len, "expandable segment 0x%lx: its blocks map %zu bytes, it counts %zu (and %zu shared)",
+                        (unsigned long)s->addr, mapped, s->mapped, s->aliased);
+        count(t->reserved_bytes, cls, (int64_t)s->mapped);
     }
     return 0;
 }

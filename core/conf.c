@@ -755,6 +755,10 @@ static const conf_opt_t conf_opts[] = {
      "PyTorch's allocator backend; cucache caches under the native one",
      conf_set_backend, conf_show_backend, .off = 0 /* no field */},
     /* cucache's and Paddle's keys */
+    {"expandable_share_pages", "bool", "false", "true or false",
+     "expandable segments: a request that maps pages may start in the free end of a page another block ends in, "
+     "or end in the free start of one, that page mapped a second time (up to two pages fewer)",
+     conf_set_bool, conf_show_bool, .off = F(share_pages)},
     {"limit_mb", "MiB", "0", "0 (none) or at least 1M",
      "most device memory held at once, even when the device has more (Paddle's FLAGS_gpu_memory_limit_mb)",
      conf_set_size, conf_show_size, .off = F(limit), .unit = MiB, .min = MiB, .flags = CONF_F_ZERO_OK},
@@ -826,6 +830,9 @@ static int conf_check(const conf_t *c, conf_err_t *e)
     if (c->expandable_page % (2 * MiB))
         return conf_fail(e, "expandable_page_mb (%s) must be a multiple of 2M (the devices' mapping granularity)",
                          (conf_fmt_size(a, sizeof a, c->expandable_page, false), a));
+    if (c->share_pages && !c->expandable_segments)
+        return conf_fail(e, "expandable_share_pages:true shares the pages of expandable segments: it needs "
+                            "expandable_segments:true");
     if (c->expandable_segments && c->strategy == CONF_STRATEGY_PREALLOCATE)
         return conf_fail(e, "expandable_segments:true and strategy:preallocate exclude each other (one grows "
                             "segments on demand, the other reserves one chunk up front): choose one");
@@ -912,6 +919,7 @@ void conf_defaults(conf_t *c)
     c->gc_threshold = 0;
     c->expandable_segments = false;
     c->expandable_page = 2 * MiB;
+    c->share_pages = false;
     c->memory_fraction = 1.0;
     c->limit = 0;
     c->strategy = CONF_STRATEGY_AUTO_GROWTH;

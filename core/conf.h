@@ -56,6 +56,7 @@ typedef struct conf_s {
     double gc_threshold;                           /* garbage_collection_threshold; 0 = off, else in (0, 1) */
     bool expandable_segments; /* one growing segment per stream and pool on virtual memory (core/expand.c) */
     size_t expandable_page;   /* expandable_page_mb: the large pool's mapping unit; 2 MiB; a multiple of 2 MiB */
+    bool share_pages;         /* expandable_share_pages: a growing request may start in another block's page */
     double memory_fraction;   /* per_process_memory_fraction; (0, 1]; 1 = whole device */
     size_t limit;             /* limit_mb; 0 = none */
     conf_strategy_t strategy; /* strategy:auto_growth|preallocate */

@@ -90,6 +90,13 @@ typedef struct core_backend_s {
     void (*va_release)(void *ctx, int device, uintptr_t addr, size_t size);
     int (*map)(void *ctx, int device, uintptr_t addr, size_t size, size_t page);
     void (*unmap)(void *ctx, int device, uintptr_t addr, size_t size);
+    /* Shared pages (expandable_share_pages): maps at [addr, addr+size)
+     * (unmapped) the physical memory already mapped at [from, from+size),
+     * one page that one map call mapped, so that both addresses reach the
+     * same bytes; no new memory.  unmap of [addr, addr+size) undoes it and
+     * leaves the memory to the first mapping.  NULL: not supported (the
+     * setting is then ignored). */
+    int (*map_alias)(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size);
     /* Work submitted so far, by anyone (issue 14): a count the backend
      * bumps before each call that may put work using device memory on a
      * stream, with CORE_EPOCH_UNSEEN set for good once a submission may

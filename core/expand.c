@@ -34,6 +34,20 @@
  * is short (the retry ladder), on empty_cache, and above
  * garbage_collection_threshold.
  *
+ * Shared pages (expandable_share_pages:true).  A request that must map
+ * pages may instead start in the free tail of a page whose head a block of
+ * the same pool holds (in any segment: idle memory, or the request's own
+ * stream's): that page is mapped a second time at the start of a range
+ * of the request's segment (map_alias), so that the request needs a page
+ * fewer whenever the tail holds what its last page would (or the whole
+ * request).  The tail becomes a LENT block where it lies and the bytes of
+ * the second mapping before the request a FOREIGN block: neither is ever
+ * free, allocated or unmapped by the paths above, so each byte of the
+ * page is used through one mapping only.  Once the bytes after the
+ * FOREIGN block to its page's end are free and idle again, exp_unmap_free
+ * unmaps the second mapping first (share_end) and the tail is free where
+ * it lies.  The second mapping is not counted as reserved memory.
+ *
  * Statistics follow PyTorch's: mapped bytes are reserved bytes, each map or
  * unmap call counts as a device allocation or free, an expandable segment
  * is not counted as a segment, and its free blocks are not inactive splits.
@@ -224,6 +238,290 @@ static void carve(block_t *m, uintptr_t at, block_t *r)
     pool_tree_insert(r->pool, r);
 }
 
+/* ------------------------------------------------------------------------
+ * Shared pages
+ * ---------------------------------------------------------------------- */
+
+/* The pages to share for a request: free blocks that lend a piece of one
+ * of their pages, the tail of a first page (the request starts in it) and
+ * the head of a last page (the request ends in it), either or both; the
+ * unmapped block of the request's segment whose range maps them a second
+ * time (the tail's page first, the head's last) with the bytes of new
+ * pages between. */
+typedef struct share_s {
+    block_t *tail_donor, *head_donor;
+    size_t tail, head; /* the pieces' bytes */
+    block_t *room;
+    size_t fresh;
+} share_t;
+
+/* Whether the page of segment s at page boundary ps is mapped a second
+ * time here (a FOREIGN block at its start or its end): its memory is
+ * another mapping's, lent already.  b: a block on that page. */
+static bool on_alias_page(const block_t *b, uintptr_t ps)
+{
+    const block_t *h = b;
+    while (h->prev && h->addr > ps)
+        h = h->prev;
+    if (h->state == BLOCK_FOREIGN)
+        return true;
+    const block_t *t = b;
+    while (t->next && t->next->addr < ps + b->seg->page)
+        t = t->next;
+    return t->state == BLOCK_FOREIGN;
+}
+
+/* The free tail of free block b's first page (b covers it to the page's
+ * end), 0 when there is none: b starts on a page boundary, ends before the
+ * page does, or the page is mapped a second time here. */
+static size_t lendable_tail(const block_t *b)
+{
+    const seg_t *s = b->seg;
+    size_t off = (b->addr - s->addr) % s->page;
+    if (!off || b->size < s->page - off || on_alias_page(b, b->addr - off))
+        return 0;
+    return s->page - off;
+}
+
+/* The free head of free block b's last page (b covers it from the page's
+ * start), 0 when there is none. */
+static size_t lendable_head(const block_t *b)
+{
+    const seg_t *s = b->seg;
+    uintptr_t end = b->addr + b->size;
+    size_t eoff = (end - s->addr) % s->page;
+    if (!eoff || b->size < eoff || on_alias_page(b, end - eoff))
+        return 0;
+    return eoff;
+}
+
+/* The new bytes a request of `rounded` needs besides pieces of t and h
+ * bytes: whole pages. */
+static size_t share_fresh(size_t rounded, size_t t, size_t h, size_t page)
+{
+    return rounded > t + h ? up(rounded - t - h, page) : 0;
+}
+
+/* Whether free block b of segment s may lend a piece to a request of
+ * `stream`: idle, or of that stream's own segment (stream order). */
+static bool may_lend(const seg_t *s, const block_t *b, core_stream_t stream)
+{
+    return b->state == BLOCK_FREE && (b->idle || s->stream == stream);
+}
+
+/* The smallest piece (a tail, or a head) of the pool's free blocks, other
+ * than `not`, with which the request needs no more new bytes than `fresh`
+ * besides `other` bytes of another piece; NULL if none. */
+static block_t *smallest_piece(core_dev_t *d, pool_t *pool, core_stream_t stream, bool head, size_t rounded,
+                               size_t other, size_t fresh, const block_t *not, size_t *bytes)
+{
+    block_t *best = NULL;
+    for (seg_t *s = d->segs; s; s = s->next) {
+        if (!s->expandable || s->pool != pool)
+            continue;
+        for (block_t *b = s->first; b; b = b->next) {
+            size_t v = b != not && may_lend(s, b, stream) ? (head ? lendable_head(b) : lendable_tail(b)) : 0;
+            if (v && (!best || v < *bytes) && share_fresh(rounded, other, v, s->page) <= fresh) {
+                best = b;
+                *bytes = v;
+            }
+        }
+    }
+    return best;
+}
+
+/* The share that maps fewer new bytes than `need` (a plain placement's)
+ * for `rounded` bytes of (pool, stream), and the lowest unmapped range of
+ * the request's segments that holds it.  The fewest new bytes, then the
+ * fewest pages shared (a tail before a head), then the smallest pieces
+ * that give them (the larger ones are kept for larger requests).  A piece
+ * of another stream's segment is lent only when idle (no queued work can
+ * use it). */
+static bool share_pick(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, size_t need, share_t *out)
+{
+    size_t page = exp_page(d, pool), tm = 0, hm = 0;
+    block_t *tmax = NULL, *hmax = NULL;
+    for (seg_t *s = d->segs; s; s = s->next) {
+        if (!s->expandable || s->pool != pool)
+            continue;
+        for (block_t *b = s->first; b; b = b->next) {
+            if (!may_lend(s, b, stream))
+                continue;
+            size_t t = lendable_tail(b), h = lendable_head(b);
+            if (t > tm)
+                tmax = b, tm = t;
+            if (h > hm)
+                hmax = b, hm = h;
+        }
+    }
+    *out = (share_t){0};
+    size_t best = need, f;
+    if (tmax && (f = share_fresh(rounded, tm, 0, page)) < best) {
+        size_t t = 0;
+        block_t *tb = smallest_piece(d, pool, stream, false, rounded, 0, f, NULL, &t);
+        *out = (share_t){tb, NULL, t, 0, NULL, f};
+        best = f;
+    }
+    if (hmax && (f = share_fresh(rounded, 0, hm, page)) < best) {
+        size_t h = 0;
+        block_t *hb = smallest_piece(d, pool, stream, true, rounded, 0, f, NULL, &h);
+        *out = (share_t){NULL, hb, 0, h, NULL, f};
+        best = f;
+    }
+    if (tmax && hmax && tmax != hmax && (f = share_fresh(rounded, tm, hm, page)) < best) {
+        size_t t = 0, h = 0;
+        block_t *tb = smallest_piece(d, pool, stream, false, rounded, hm, f, hmax, &t);
+        block_t *hb = tb ? smallest_piece(d, pool, stream, true, rounded, t, f, tb, &h) : NULL;
+        if (hb)
+            *out = (share_t){tb, hb, t, h, NULL, f};
+    }
+    if (!out->tail_donor && !out->head_donor)
+        return false;
+    size_t span = out->fresh + page * (!!out->tail_donor + !!out->head_donor);
+    for (seg_t *s = d->segs; s && !out->room; s = s->next) {
+        if (!s->expandable || s->pool != pool || s->stream != stream)
+            continue;
+        for (block_t *b = s->first; b && !out->room; b = b->next)
+            if (b->state == BLOCK_UNMAPPED && b->size >= span)
+                out->room = b;
+    }
+    return out->room != NULL;
+}
+
+/* Splits block b at `at` (b->addr < at < its end) with the block struct r:
+ * b keeps the low part; r, a copy of b, the high part (in no tree). */
+static void split_at(block_t *b, uintptr_t at, block_t *r)
+{
+    *r = *b;
+    memset(&r->node, 0, sizeof r->node);
+    r->addr = at;
+    r->size = b->addr + b->size - at;
+    r->prev = b;
+    if (r->next)
+        r->next->prev = r;
+    b->next = r;
+    b->size = at - b->addr;
+}
+
+/* The lent piece `lent` is reached from `at` (its second mapping) when
+ * `out`, from where it lies again when not: the events that say so. */
+static void piece_moved(core_dev_t *d, const block_t *lent, uintptr_t at, bool out)
+{
+    const seg_t *s1 = lent->seg, *s2 = lent->alias->seg;
+    core_emit(d, out ? CORE_EV_PIECE_OUT : CORE_EV_PIECE_IN, lent->addr, lent->size, s1->stream, s1->pool->owner->id,
+              0);
+    core_emit(d, out ? CORE_EV_PIECE_IN : CORE_EV_PIECE_OUT, at, lent->size, s2->stream, s2->pool->owner->id, 0);
+}
+
+/* Takes the piece of `bytes` of donor b (a head: its end; a tail: its
+ * start) out of its free tree as a LENT block, the rest staying free;
+ * spare: a block struct, taken (NULL'ed) when used.  Returns the piece. */
+static block_t *lend(block_t *b, size_t bytes, bool head, block_t **spare)
+{
+    pool_tree_remove(b->pool, b);
+    block_t *lent = b;
+    if (b->size > bytes) {
+        split_at(b, head ? b->addr + b->size - bytes : b->addr + bytes, *spare);
+        if (head) {
+            lent = *spare;
+            pool_tree_insert(b->pool, b);
+        } else {
+            pool_tree_insert((*spare)->pool, *spare);
+        }
+        *spare = NULL;
+    }
+    lent->state = BLOCK_LENT;
+    return lent;
+}
+
+/* Maps and links share p: returns the free block at the request's start
+ * (for pool_take), NULL (nothing changed) when the backend refuses. */
+static block_t *share_take(core_dev_t *d, const share_t *p, size_t rounded, seg_failure_t *why)
+{
+    block_t *u = p->room;
+    seg_t *s2 = u->seg;
+    size_t page = s2->page;
+    /* the range: [the tail's page][fresh][the head's page] */
+    uintptr_t q0 = u->addr, fa = q0 + (p->tail_donor ? page : 0), ha = fa + p->fresh;
+    uintptr_t end = ha + (p->head_donor ? page : 0);
+    uintptr_t tfrom = p->tail_donor ? p->tail_donor->addr + p->tail - page : 0;
+    uintptr_t hfrom = p->head_donor ? p->head_donor->addr + p->head_donor->size - p->head : 0;
+    block_t *spare[6] = {0};
+    for (int i = 0; i < 6; i++)
+        if (!(spare[i] = block_new(d))) {
+            while (i--)
+                block_delete(d, spare[i]);
+            why->backend_error = CORE_EFAIL;
+            return NULL;
+        }
+    int r = CORE_OK;
+    bool tmapped = false, hmapped = false;
+    if (p->tail_donor && (r = d->be.map_alias(d->be.ctx, d->device, q0, tfrom, page)) == CORE_OK)
+        tmapped = true;
+    if (r == CORE_OK && p->head_donor && (r = d->be.map_alias(d->be.ctx, d->device, ha, hfrom, page)) == CORE_OK)
+        hmapped = true;
+    if (r == CORE_OK && p->fresh)
+        r = d->be.map(d->be.ctx, d->device, fa, p->fresh, page);
+    if (r != CORE_OK) {
+        if (tmapped)
+            d->be.unmap(d->be.ctx, d->device, q0, page);
+        if (hmapped)
+            d->be.unmap(d->be.ctx, d->device, ha, page);
+        for (int i = 0; i < 6; i++)
+            block_delete(d, spare[i]);
+        why->backend_error = r;
+        return NULL;
+    }
+    bool idle = (!p->tail_donor || p->tail_donor->idle) && (!p->head_donor || p->head_donor->idle);
+    block_t *tl = p->tail_donor ? lend(p->tail_donor, p->tail, false, &spare[0]) : NULL;
+    block_t *hl = p->head_donor ? lend(p->head_donor, p->head, true, &spare[1]) : NULL;
+    /* the borrower's range [q0, end): foreign bytes before the tail and
+     * after the head, the rest free */
+    if (u->addr + u->size > end)
+        split_unmapped(u, end, &spare[2]);
+    block_t *room = u;
+    if (tl) {
+        room = spare[3];
+        spare[3] = NULL;
+        split_at(u, q0 + page - p->tail, room);
+        u->state = BLOCK_FOREIGN;
+        u->alias = tl;
+        tl->alias = u;
+    }
+    if (hl) {
+        block_t *f = spare[4];
+        spare[4] = NULL;
+        split_at(room, ha + p->head, f);
+        f->state = BLOCK_FOREIGN;
+        f->alias = hl;
+        hl->alias = f;
+    }
+    if (tl)
+        piece_moved(d, tl, q0 + page - p->tail, true);
+    if (hl)
+        piece_moved(d, hl, ha, true);
+    room->state = BLOCK_UNMAPPED; /* for pool_insert_free, which frees it */
+    s2->aliased += page * (!!tl + !!hl);
+    d->stats.num_shared_pages += !!tl + !!hl;
+    if (p->fresh)
+        mapped_stat(d, s2, fa, p->fresh, +1);
+    room = pool_insert_free(d, room);
+    if (!idle)
+        room->idle = false; /* the lent bytes: the lender's stream's queued work may still use them */
+    /* with a head alone the request ends where the piece does: the free
+     * front before it stays */
+    uintptr_t at = !tl && hl ? ha + p->head - rounded : room->addr;
+    if (at > room->addr) {
+        carve(room, at, spare[5]);
+        spare[5] = NULL;
+        room = room->next;
+    }
+    for (int i = 0; i < 6; i++)
+        if (spare[i])
+            block_delete(d, spare[i]);
+    return room;
+}
+
 block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, seg_failure_t *why)
 {
     place_t best = {NULL, 0, SIZE_MAX};
@@ -253,6 +551,17 @@ block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t roun
     }
     if (!best.first)
         return NULL; /* a request larger than a whole segment */
+    share_t sh;
+    if (d->conf.share_pages && d->be.map_alias && best.need && share_pick(d, pool, stream, rounded, best.need, &sh)) {
+        if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + sh.fresh > d->allowed) {
+            why->limit_hit = true;
+            return NULL;
+        }
+        block_t *b = share_take(d, &sh, rounded, why);
+        if (b)
+            return b;
+        *why = (seg_failure_t){false, 0}; /* refused: the plain way */
+    }
     if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + best.need > d->allowed) {
         why->limit_hit = true;
         return NULL;
@@ -403,6 +712,81 @@ static bool unmappable(const block_t *b, bool idle_only)
     return b->state == BLOCK_FREE && hi > lo && (b->idle || !idle_only);
 }
 
+/* Whether FOREIGN block f starts its page (the second mapping lends a
+ * tail: the borrower's bytes follow f) or ends it (a head: they precede). */
+static bool foreign_first(const block_t *f)
+{
+    return (f->addr - f->seg->addr) % f->seg->page == 0;
+}
+
+/* The free block that covers the borrower's bytes of FOREIGN block f's
+ * page (they are all free again), else NULL. */
+static block_t *share_over(const block_t *f)
+{
+    const seg_t *s = f->seg;
+    if (foreign_first(f)) {
+        block_t *n = f->next;
+        return n && n->state == BLOCK_FREE && n->addr + n->size >= f->addr + s->page ? n : NULL;
+    }
+    block_t *n = f->prev;
+    uintptr_t ps = f->addr + f->size - s->page;
+    return n && n->state == BLOCK_FREE && n->addr <= ps ? n : NULL;
+}
+
+/* Ends the sharing of FOREIGN block f's page once its borrowed bytes are
+ * free and idle: the second mapping is unmapped (its addresses unmapped
+ * again) and the lent piece is free where it lies.  False when it cannot
+ * end yet (or no block struct can be had). */
+static bool share_end(core_dev_t *d, block_t *f)
+{
+    block_t *n = share_over(f);
+    if (!n || !n->idle)
+        return false;
+    seg_t *s = f->seg;
+    bool first = foreign_first(f);
+    uintptr_t ps = first ? f->addr : f->addr + f->size - s->page, pe = ps + s->page;
+    /* the free bytes beyond the page stay free */
+    bool cut = first ? n->addr + n->size > pe : n->addr < ps;
+    block_t *rest = cut ? block_new(d) : NULL;
+    if (cut && !rest)
+        return false;
+    pool_tree_remove(n->pool, n);
+    if (cut) {
+        split_at(n, first ? pe : ps, rest); /* n: the low part, rest: the high */
+        if (first) {
+            pool_tree_insert(rest->pool, rest);
+        } else {
+            pool_tree_insert(n->pool, n);
+            n = rest;
+        }
+    }
+    /* n is now exactly the borrower's bytes: f takes them in, unmapped */
+    if (first) {
+        f->next = n->next;
+        if (n->next)
+            n->next->prev = f;
+    } else {
+        f->prev = n->prev;
+        if (n->prev)
+            n->prev->next = f;
+        else
+            s->first = f;
+    }
+    block_delete(d, n);
+    block_t *lent = f->alias;
+    piece_moved(d, lent, first ? ps + f->size : ps, false);
+    d->be.unmap(d->be.ctx, d->device, ps, s->page);
+    s->aliased -= s->page;
+    f->alias = NULL;
+    f->addr = ps;
+    f->size = s->page;
+    f->state = BLOCK_UNMAPPED;
+    unmapped_merge(d, f);
+    lent->alias = NULL;
+    pool_insert_free(d, lent); /* idle: the borrower's bytes were */
+    return true;
+}
+
 void exp_all_idle(core_dev_t *d)
 {
     for (seg_t *s = d->segs; s; s = s->next)
@@ -421,18 +805,31 @@ size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want)
     for (const seg_t *s = d->segs; s; s = s->next) {
         if (!s->expandable || !seg_may_release(d, s, only))
             continue;
-        any = any || s->mapped == 0;
-        for (const block_t *b = s->first; b; b = b->next)
-            if (unmappable(b, false)) {
+        any = any || (s->mapped == 0 && s->aliased == 0);
+        for (const block_t *b = s->first; b; b = b->next) {
+            const block_t *n = b->state == BLOCK_FOREIGN ? share_over(b) : NULL;
+            if (n || unmappable(b, false)) {
                 any = true;
-                busy = busy || !b->idle;
+                busy = busy || !(n ? n : b)->idle;
             }
+        }
     }
     if (!any)
         return 0;
     if (busy && !d->capturing && d->be.device_sync(d->be.ctx, d->device) == CORE_OK) {
         d->stats.num_sync_all_streams++;
         exp_all_idle(d); /* else only the idle pages go */
+    }
+    /* shared pages whose borrowers' bytes are free first: their lent tails
+     * may complete a free page where they lie */
+    for (seg_t *s = d->segs; s; s = s->next) {
+        if (!s->expandable || !s->aliased || !seg_may_release(d, s, only))
+            continue;
+        for (block_t *b = s->first, *bn; b; b = bn) {
+            bn = b->next;
+            if (b->state == BLOCK_FOREIGN && share_end(d, b))
+                bn = s->first; /* b was merged away perhaps: again from the start */
+        }
     }
     size_t released = 0;
     for (seg_t *s = d->segs, *next; s; s = next) {
@@ -444,7 +841,7 @@ size_t exp_unmap_free(core_dev_t *d, ppool_t *only, size_t want)
             if (unmappable(b, true))
                 released += unmap_block(d, b, &bn);
         }
-        if (s->mapped == 0) { /* nothing left behind its addresses */
+        if (s->mapped == 0 && s->aliased == 0) { /* nothing left behind its addresses */
             d->be.va_release(d->be.ctx, d->device, s->addr, s->size);
             block_delete(d, s->first);
             seg_unlink_free(d, s);
@@ -488,16 +885,26 @@ void exp_seg_destroy(core_dev_t *d, seg_t *s)
 {
     if (s->mapped)
         d->be.device_sync(d->be.ctx, d->device);
-    for (block_t *b = s->first; b;) { /* each mapped run, whole */
+    /* each mapped run, whole, but for the pages mapped a second time here
+     * (shared pages: their own unmap each, around their FOREIGN blocks) */
+    for (block_t *b = s->first; b;) {
         if (b->state == BLOCK_UNMAPPED) {
             b = b->next;
             continue;
         }
-        block_t *e = b;
-        while (e->next && e->next->state != BLOCK_UNMAPPED)
-            e = e->next;
-        d->be.unmap(d->be.ctx, d->device, b->addr, e->addr + e->size - b->addr);
-        b = e->next;
+        uintptr_t a = b->addr; /* the run's bytes not unmapped yet start here */
+        for (; b && b->state != BLOCK_UNMAPPED; b = b->next) {
+            if (b->state != BLOCK_FOREIGN)
+                continue;
+            uintptr_t ps = foreign_first(b) ? b->addr : b->addr + b->size - s->page;
+            if (ps > a)
+                d->be.unmap(d->be.ctx, d->device, a, ps - a);
+            d->be.unmap(d->be.ctx, d->device, ps, s->page);
+            a = ps + s->page;
+        }
+        uintptr_t z = b ? b->addr : s->addr + s->size;
+        if (z > a)
+            d->be.unmap(d->be.ctx, d->device, a, z - a);
     }
     for (block_t *b = s->first, *bn; b; b = bn) {
         bn = b->next;

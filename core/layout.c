@@ -27,19 +27,28 @@ static core_block_state_t block_state(const block_t *b)
     }
 }
 
+/* Left out of the layout, as addresses with nothing of this segment's
+ * behind them: unmapped blocks, and a shared page's lent tail (shown where
+ * its borrower maps it) and foreign head (the lender's). */
+static bool gap(const block_t *b)
+{
+    return b->state == BLOCK_UNMAPPED || b->state == BLOCK_LENT || b->state == BLOCK_FOREIGN;
+}
+
 int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx), void *ctx)
 {
     memset(out, 0, sizeof *out);
     out->device = d->device;
     dev_lock(d);
     /* An expandable segment shows as one segment per run of mapped blocks,
-     * as PyTorch's snapshots show it; its unmapped blocks are left out. */
+     * as PyTorch's snapshots show it; its unmapped blocks are left out
+     * (gap). */
     size_t nsegs = 0, nblocks = 0;
     for (const seg_t *s = d->segs; s; s = s->next) {
         nsegs += !s->expandable;
         for (const block_t *b = s->first; b; b = b->next) {
-            nblocks += b->state != BLOCK_UNMAPPED;
-            nsegs += s->expandable && b->state != BLOCK_UNMAPPED && (!b->prev || b->prev->state == BLOCK_UNMAPPED);
+            nblocks += !gap(b);
+            nsegs += s->expandable && !gap(b) && (!b->prev || gap(b->prev));
         }
     }
     core_seg_info_t *segs = hostalloc_calloc(nsegs ? nsegs : 1, sizeof *segs);
@@ -53,9 +62,9 @@ int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx)
     size_t i = 0, k = 0;
     for (const seg_t *s = d->segs; s; s = s->next) {
         for (const block_t *b = s->first; b; b = b->next) {
-            if (b->state == BLOCK_UNMAPPED)
+            if (gap(b))
                 continue;
-            if (b == s->first || (s->expandable && b->prev->state == BLOCK_UNMAPPED)) { /* a new segment or run */
+            if (b == s->first || (s->expandable && gap(b->prev))) { /* a new segment or run */
                 if (i > 0 || k > 0)
                     segs[i - 1].nblocks = k - segs[i - 1].first_block;
                 segs[i++] = (core_seg_info_t){

@@ -44,6 +44,7 @@
     X(num_idle_frees)       /* plain frees reusable at once: no work submitted since the block was handed out */       \
     X(num_fence_handoffs)   /* fences whose blocks were handed out with the device ordered after them, not waited */  \
     X(num_hand_out_stops)   /* 1 once hand-outs stopped for good (a second CUDA context, a coherent CPU) */           \
+    X(num_shared_pages)     /* pages mapped a second time to start a request (expandable_share_pages) */           \
     X(num_fence_waits)      /* times an allocation waited for a fence or event */                                       \
     X(fence_wait_ns)        /* time spent in those waits */
 
@@ -92,6 +93,13 @@ typedef enum core_event_kind_e {
     CORE_EV_OOM,
     CORE_EV_SEGMENT_MAP,   /* expandable segment: pages mapped (addr, size) */
     CORE_EV_SEGMENT_UNMAP, /* expandable segment: pages given back */
+    /* shared pages (expandable_share_pages): bytes of a page that move
+     * between its two mappings, no memory mapped or given back.  When a
+     * page is shared its lender's piece is PIECE_OUT (addr: the lender's
+     * address) and the borrower's PIECE_IN (the second mapping's); when
+     * the sharing ends, the other way round. */
+    CORE_EV_PIECE_IN,
+    CORE_EV_PIECE_OUT,
 } core_event_kind_t;
 
 typedef struct core_event_s {

@@ -60,6 +60,14 @@ typedef enum block_state_e {
     BLOCK_ALLOCATED,
     BLOCK_PENDING,
     BLOCK_UNMAPPED,
+    /* expandable_share_pages (core/expand.c, "Shared pages"): the free tail
+     * of a page, lent to the block of another mapping of the page (never
+     * free, allocated or unmapped here) ... */
+    BLOCK_LENT,
+    /* ... and, in that other mapping, the bytes before the borrower: the
+     * lender's, never used through this mapping.  Each points at the
+     * other (alias). */
+    BLOCK_FOREIGN,
 } block_state_t;
 
 struct block_s {
@@ -83,6 +91,7 @@ struct block_s {
                     * times are kept (core_set_birth_times); else 0 */
     uint64_t id;   /* ALLOCATED/PENDING: unique per allocation, never reused (core_describe) */
     uint64_t hold; /* ALLOCATED/PENDING: a core_hold token (0: none); PENDING on d->held while held */
+    block_t *alias; /* LENT: the FOREIGN block of the page's other mapping; FOREIGN: the LENT block */
     bool idle;     /* FREE: no queued work can use it (freed behind a completed fence or event, or the
                     * device was synchronised since); a stream-ordered free is not idle: unmapping its
                     * pages needs a synchronisation first.  ALLOCATED/PENDING: taken from idle memory (no
@@ -104,6 +113,8 @@ struct seg_s {
     bool expandable;     /* addresses reserved whole, pages mapped on demand (core/expand.c) */
     size_t page;         /* expandable: the unit of mapping */
     size_t mapped;       /* expandable: bytes mapped */
+    size_t aliased;      /* expandable: bytes of pages mapped a second time here (shared pages; not in
+                          * mapped, nor in the reserved bytes: their memory is another mapping's) */
 };
 
 struct pool_s {

@@ -44,6 +44,7 @@
  * changes nothing or the combination is refused). */
 static const char *const candidates[] = {
     "expandable_segments:true",
+    "expandable_segments:true,expandable_share_pages:true",
     "reuse:sync",
     "max_split_size_mb:20",
     "max_split_size_mb:64",

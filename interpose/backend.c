@@ -235,6 +235,37 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
     return core_code(r);
 }
 
+/* Shared pages (expandable_share_pages): the page's physical allocation,
+ * retained from its first mapping, mapped again at addr (offset 0: each
+ * page is one cuMemCreate), with the device's access; its handle let go
+ * after, as map does (the mappings keep the memory). */
+static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    bool pushed;
+    if (!hook_ctx_enter(hd, &pushed))
+        return CORE_EFAIL;
+    CUstreamCaptureMode mode;
+    bool relaxed = relax(hd, &mode);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = real_cu.cuMemRetainAllocationHandle ? real_cu.cuMemRetainAllocationHandle(&h, (void *)from)
+                                                     : CUDA_ERROR_NOT_SUPPORTED;
+    if (r == CUDA_SUCCESS) {
+        r = real_cu.cuMemMap((CUdeviceptr)addr, size, 0, h, 0);
+        real_cu.cuMemRelease(h);
+    }
+    if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, (int)hd->handle}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        r = real_cu.cuMemSetAccess((CUdeviceptr)addr, size, &acc, 1);
+        if (r != CUDA_SUCCESS)
+            real_cu.cuMemUnmap((CUdeviceptr)addr, size);
+    }
+    unrelax(relaxed, &mode);
+    hook_ctx_leave(pushed);
+    return core_code(r);
+}
+
 static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
@@ -748,6 +779,7 @@ const core_backend_t hook_backend = {
     .va_release = va_release,
     .map = map,
     .unmap = unmap,
+    .map_alias = map_alias,
     .work_epoch = &hook_submissions, /* interpose/submit.c */
     .fence_order = fence_order,
 };

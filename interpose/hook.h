@@ -129,6 +129,7 @@ typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVers
     X(cuMemUnmap)                                                                                                      \
     X(cuMemSetAccess)                                                                                                  \
     X(cuMemGetAllocationGranularity)                                                                                   \
+    X(cuMemRetainAllocationHandle)                                                                                     \
     X(cuGetProcAddress_v2)
 
 /* X(name): the runtime's export of that name, found with RTLD_NEXT. */

@@ -190,6 +190,8 @@ typedef struct rdev_s {
     uint64_t va_next; /* expandable segments' addresses: a range of their own */
     unsigned streams; /* the program's streams the recording counted (TRACE_REC_COUNTED) */
     rp_result_t *res; /* for the virtual memory call counts */
+    uintptr_t *alias; /* second mappings of shared pages (map_alias): their addresses, charged nothing */
+    size_t nalias, cap_alias;
 } rdev_t;
 
 typedef struct replay_s {
@@ -375,10 +377,33 @@ static int dev_map(void *ctx, int device, uintptr_t addr, size_t size, size_t pa
 static void dev_unmap(void *ctx, int device, uintptr_t addr, size_t size)
 {
     rdev_t *rd = ctx;
-    (void)addr;
-    rp_space_unmap(&rd->space, size);
+    (void)device;
     rd->res->vmm_unmap_calls++;
+    for (size_t i = 0; i < rd->nalias; i++)
+        if (rd->alias[i] == addr) { /* a second mapping: the memory stays the first's */
+            rd->alias[i] = rd->alias[--rd->nalias];
+            return;
+        }
+    rp_space_unmap(&rd->space, size);
     rd->res->vmm_unmap_bytes += size;
+}
+
+/* A page mapped a second time (expandable_share_pages): a call, no memory. */
+static int dev_map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size)
+{
+    rdev_t *rd = ctx;
+    (void)device, (void)from, (void)size;
+    if (rd->nalias == rd->cap_alias) {
+        size_t cap = rd->cap_alias ? rd->cap_alias * 2 : 64;
+        uintptr_t *a = realloc(rd->alias, cap * sizeof *a);
+        if (!a)
+            return CORE_EFAIL;
+        rd->alias = a;
+        rd->cap_alias = cap;
+    }
+    rd->alias[rd->nalias++] = addr;
+    rd->res->vmm_alias_calls++;
+    return CORE_OK;
 }
 
 /* The memory of a device: the recorded one where given, else --capacity. */
@@ -422,7 +447,8 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
                              .va_reserve = dev_va_reserve,
                              .va_release = dev_va_release,
                              .map = dev_map,
-                             .unmap = dev_unmap};
+                             .unmap = dev_unmap,
+                             .map_alias = dev_map_alias};
         if (rp_space_init(&rd->space, device, capacity) == 0)
             rd->core = core_dev_new(&be, device, &r->cfg->conf);
         if (!rd->core) {
@@ -771,6 +797,7 @@ static void finish(replay_t *r)
         }
         mem_backend_fini(&rd->mb);
         rp_space_fini(&rd->space);
+        free(rd->alias);
         free(rd);
         r->devs[i] = NULL;
     }

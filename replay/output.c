@@ -331,8 +331,9 @@ void rp_print_json(FILE *out, const rp_input_t *in, const rp_config_t *cfg, cons
         fputs(", \"first_oom_event\": null", out);
     fprintf(out,
             ", \"vmm_reserves\": %" PRIu64 ", \"vmm_map_calls\": %" PRIu64 ", \"vmm_map_pages\": %" PRIu64
-            ", \"vmm_unmap_calls\": %" PRIu64 ", \"vmm_unmap_bytes\": %" PRIu64,
-            r->vmm_reserves, r->vmm_map_calls, r->vmm_map_pages, r->vmm_unmap_calls, r->vmm_unmap_bytes);
+            ", \"vmm_unmap_calls\": %" PRIu64 ", \"vmm_unmap_bytes\": %" PRIu64 ", \"vmm_alias_calls\": %" PRIu64,
+            r->vmm_reserves, r->vmm_map_calls, r->vmm_map_pages, r->vmm_unmap_calls, r->vmm_unmap_bytes,
+            r->vmm_alias_calls);
     fprintf(out, ", \"skipped\": %" PRIu64 ", \"reserved_covers_allocated\": %s, \"stats_agree\": %s, \"seconds\": %.6f",
             r->skipped, r->reserved_covers ? "true" : "false", r->stats_agree ? "true" : "false", r->seconds);
     if (in->format == RP_FORMAT_TORCH)

@@ -137,6 +137,7 @@ typedef struct rp_result_s {
      * (one map call: a create, map and release per page, one set access;
      * one unmap call: one unmap) */
     uint64_t vmm_map_calls, vmm_map_pages, vmm_unmap_calls, vmm_unmap_bytes, vmm_reserves;
+    uint64_t vmm_alias_calls; /* pages mapped a second time (expandable_share_pages) */
     uint64_t allocs, hits;    /* allocations replayed, and those served from the cache */
     uint64_t ooms;            /* allocations that failed at the capacity (the job would have seen them) */
     uint64_t fallbacks;       /* cudaMalloc calls cucache's core failed and the runtime's allocator served

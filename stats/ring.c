@@ -46,8 +46,10 @@ static st_action_t action_of(core_event_kind_t kind)
     case CORE_EV_SEGMENT_FREE:
         return ST_SEGMENT_FREE;
     case CORE_EV_SEGMENT_MAP:
+    case CORE_EV_PIECE_IN: /* a shared page's bytes, reached from here now */
         return ST_SEGMENT_MAP;
     case CORE_EV_SEGMENT_UNMAP:
+    case CORE_EV_PIECE_OUT:
         return ST_SEGMENT_UNMAP;
     case CORE_EV_OOM:
         break;

@@ -207,6 +207,12 @@ static void sum_cucache(const core_stats_t *s, st_sink_fn sink, void *ctx)
                  "hand-outs stopped: a second CUDA context appeared in the process (or the CPU shares this device's "
                  "memory), which the device's ordering does not reach; later frees waited for their fences, as under "
                  "reuse:fenced");
+    if (s->num_shared_pages)
+        st_linef(sink, ctx,
+                 "shared pages: %llu %s mapped a second time to start or end a request in another block's page "
+                 "(expandable_share_pages), no memory of %s own",
+                 (unsigned long long)s->num_shared_pages, plural(s->num_shared_pages, "page", "pages"),
+                 plural(s->num_shared_pages, "its", "their"));
     int64_t live = s->allocation[CORE_POOL_ALL].current;
     if (live <= 0) {
         st_linef(sink, ctx, "verdict: everything freed");

@@ -91,7 +91,9 @@ static inline void fx_close(fx_t *f)
     CHECK(f->d);
     core_dev_destroy(f->d);
     assert_int_equal(f->m.n_bad_free, 0);
+    assert_int_equal(f->m.n_bad_unmap, 0);
     assert_int_equal(f->m.used, 0);
+    assert_int_equal(f->m.nalias, 0);
     mem_backend_fini(&f->m);
 }
 

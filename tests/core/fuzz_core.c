@@ -14,7 +14,8 @@
  * Input: byte 0 picks configuration keys (bits, see fuzz_confs), byte 1 the
  * device capacity (16 MiB steps, its low five bits) and expandable
  * segments (its high bit, unless preallocate is picked; bit 6 then gives
- * the large pool 4 MiB pages), then 4-byte records [op, a, b, c]:
+ * the large pool 4 MiB pages, bit 5 shares pages: expandable_share_pages),
+ * then 4-byte records [op, a, b, c]:
  *
  *   0 alloc        size (b | c << 8) + 1 shifted left by a & 15 (0-11); 12:
  *                  0 bytes, 13: too large for any device, 14: just above the
@@ -325,7 +326,7 @@ static void op_stats(fuzz_t *f, uint8_t a)
 static void observe(void *ctx, const core_event_t *e)
 {
     fuzz_t *f = ctx;
-    if (e->device != 0 || (unsigned)e->kind > CORE_EV_SEGMENT_UNMAP ||
+    if (e->device != 0 || (unsigned)e->kind > CORE_EV_PIECE_OUT ||
         (e->kind != CORE_EV_OOM && e->addr % FUZZ_MIN_ALIGN))
         fuzz_fail(f, "observer: event kind %d on device %d at 0x%lx", (int)e->kind, e->device, (unsigned long)e->addr);
 }
@@ -433,6 +434,8 @@ static void setup(fuzz_t *f, uint8_t confbits, uint8_t cap)
         strcat(text, cap & 0x40 ? (text[0] ? ",expandable_segments:true,expandable_page_mb:4"
                                            : "expandable_segments:true,expandable_page_mb:4")
                                 : (text[0] ? ",expandable_segments:true" : "expandable_segments:true"));
+    if ((cap & 0x80) && !(confbits & 0x10) && (cap & 0x20))
+        strcat(text, ",expandable_share_pages:true");
     conf_t conf;
     conf_defaults(&conf);
     if (conf_parse(&conf, text, err, sizeof err) != 0)

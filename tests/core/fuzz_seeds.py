@@ -67,6 +67,13 @@ SEEDS = {
                                     op(PUSE, a=0, b=0), alloc(10), op(PUSE, a=1), op(EMPTY, a=0), op(USAGE)]),
     "expandable_pages": (0x02, 0xc0 | 2, [alloc(8, base=3000), alloc(11, base=1000), free(0), alloc(10),
                                           op(SYNC), op(EMPTY, a=1), alloc(11, base=20000), op(USAGE)]),
+    # shared pages (bit 5): holes whose page ends are lent to growing requests, on other streams once
+    # idle, then freed, pressure and empty cache end the sharing
+    "expandable_share": (0x00, 0xa0 | 3, [alloc(10, base=3000), alloc(10, base=1500), alloc(10, base=3500),
+                                          alloc(10, base=2000, stream=2), free(1, NOW), op(SYNC),
+                                          alloc(10, base=2600), alloc(10, base=2600, stream=3), free(0, FENCED),
+                                          alloc(11, base=2600), op(COMPLETE), free(2, NOW), alloc_special(14),
+                                          op(USAGE), free(0), op(SYNC), op(EMPTY, a=0), op(USAGE)]),
 }
 
 

@@ -55,6 +55,7 @@ static const char *const all_keys[] = {
     "expandable_page_mb",
     "per_process_memory_fraction",
     "backend",
+    "expandable_share_pages",
     "limit_mb",
     "strategy",
     "fraction",

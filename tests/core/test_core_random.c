@@ -30,12 +30,23 @@
 #define MAX_QUARANTINE 4096
 #define MAX_POOLS 4
 
+/* A block's bytes as the device has them: through a shared page's second
+ * mapping (expandable_share_pages) they are the first mapping's bytes. */
+typedef struct part_s {
+    uintptr_t addr;
+    size_t size;
+} part_t;
+#define MAX_PARTS 3 /* a shared tail page, new pages, a shared head page */
+
 typedef struct live_s {
     uintptr_t addr;
     size_t size;  /* requested */
     size_t block; /* the block's bytes */
     core_stream_t stream;
     bool used_elsewhere; /* record_stream on another stream */
+    part_t ph[MAX_PARTS]; /* its memory (phys_parts) */
+    size_t nph;
+    core_stream_t key; /* the block's stream key (0 for preallocate's chunk) */
 } live_t;
 
 /* A segment, or a 2 MiB granule of an expandable segment's mapped pages. */
@@ -59,6 +70,7 @@ typedef struct unmap_guard_s {
     uint64_t epoch;
     uint64_t last_event; /* fenced or after-stream frees: the last event at the free; 0: stream-ordered */
     int step;
+    core_stream_t stream; /* stream-ordered frees: the stream whose later work is ordered after them */
 } unmap_guard_t;
 #define MAX_GUARDS 4096
 
@@ -169,6 +181,18 @@ static void shadow_observe(void *ctx, const core_event_t *e)
             }
             r->segs[i] = r->segs[--r->nsegs];
         }
+    } else if (e->kind == CORE_EV_PIECE_IN && mem_backend_resolve(&r->f.m, e->addr) == e->addr) {
+        /* a shared page's piece back where it lies: its second mapping is
+         * about to be unmapped, which does not wait for queued work either */
+        guard_prune(r);
+        for (size_t i = 0; i < r->nguard && !r->bad_unmap; i++)
+            if (r->guard[i].addr < e->addr + e->size && e->addr < r->guard[i].addr + r->guard[i].size) {
+                r->bad_unmap = true;
+                snprintf(r->bad_unmap_why, sizeof r->bad_unmap_why,
+                         "the second mapping of [0x%" PRIxPTR ", +%zu) unmapped with no device synchronisation "
+                         "since the free at step %d of a block on it: queued work may still use it",
+                         (uintptr_t)e->addr, e->size, r->guard[i].step);
+            }
     } else if (e->kind == CORE_EV_SEGMENT_ALLOC) {
         if (r->nsegs == MAX_SEGS)
             return; /* reported by shadow_segments_agree */
@@ -189,6 +213,35 @@ static void shadow_observe(void *ctx, const core_event_t *e)
     }
 }
 
+/* Whether the granule at a is a second mapping of a shared page. */
+static bool alias_granule(const run_t *r, uintptr_t a)
+{
+    return mem_backend_resolve((mem_backend_t *)&r->f.m, a) != a;
+}
+
+/* The memory of [p, p+n): the bytes of the mappings the device resolves
+ * its addresses to, granule by granule, merged where they follow each
+ * other; the count, or MAX_PARTS + 1 when more. */
+static size_t phys_parts(run_t *r, uintptr_t p, size_t n, part_t *out)
+{
+    size_t k = 0;
+    for (uintptr_t a = p; a < p + n;) {
+        uintptr_t next = (a / GRANULE + 1) * GRANULE;
+        if (next > p + n)
+            next = p + n;
+        uintptr_t ph = mem_backend_resolve(&r->f.m, a);
+        if (k && out[k - 1].addr + out[k - 1].size == ph) {
+            out[k - 1].size += next - a;
+        } else {
+            if (k == MAX_PARTS)
+                return MAX_PARTS + 1;
+            out[k++] = (part_t){ph, next - a};
+        }
+        a = next;
+    }
+    return k;
+}
+
 static const shadow_seg_t *seg_of(const run_t *r, uintptr_t addr)
 {
     for (size_t i = 0; i < r->nsegs; i++)
@@ -198,20 +251,25 @@ static const shadow_seg_t *seg_of(const run_t *r, uintptr_t addr)
 }
 
 /* [p, p+n) lies in one plain segment, or in mapped granules all of one
- * stream and pool: that segment or first granule, else NULL. */
-static const shadow_seg_t *covered(const run_t *r, uintptr_t p, size_t n)
+ * stream and pool (a shared page's second mapping counting as its
+ * segment's: `own`, the block's): that segment or first granule, else
+ * NULL. */
+static const shadow_seg_t *covered(const run_t *r, uintptr_t p, size_t n, const shadow_seg_t *own)
 {
     const shadow_seg_t *first = seg_of(r, p);
-    if (!first)
-        return NULL;
-    if (first < r->segs + r->nplain)
+    if (first && first < r->segs + r->nplain)
         return p + n <= first->addr + first->size ? first : NULL;
+    first = NULL;
     for (uintptr_t a = p / GRANULE * GRANULE; a < p + n; a += GRANULE) {
+        if (alias_granule(r, a))
+            continue;
         const shadow_seg_t *g = seg_of(r, a);
+        if (!first)
+            first = g;
         if (!g || g < r->segs + r->nplain || g->stream != first->stream || g->pool_id != first->pool_id)
             return NULL;
     }
-    return first;
+    return first ? first : own;
 }
 
 static bool quarantine_safe(const run_t *r, const quarantine_t *q)
@@ -314,7 +372,8 @@ static void op_malloc(run_t *r)
     block_t *b = map_find(r->f.d, p);
     if (!b || b->state != BLOCK_ALLOCATED || b->size < size || b->requested != size)
         RFAIL(r, "malloc(%zu) gave 0x%" PRIxPTR ", not an allocated block of that size", size, p);
-    const shadow_seg_t *sg = covered(r, p, b->size);
+    shadow_seg_t own = {b->seg->addr, b->seg->size, b->seg->stream, b->seg->pool->owner->id};
+    const shadow_seg_t *sg = covered(r, p, b->size, &own);
     if (!sg)
         RFAIL(r, "0x%" PRIxPTR " (+%zu) is not inside a segment or mapped pages the device gave", p, b->size);
     /* preallocate's default pool carves every stream's requests from one
@@ -325,28 +384,53 @@ static void op_malloc(run_t *r)
               (unsigned long)sg->stream);
     if (sg->pool_id != expected_pool(r))
         RFAIL(r, "malloc routed to pool %d got a block of pool %d", expected_pool(r), sg->pool_id);
+    live_t nl = {p, size, b->size, stream, false, {{0}}, 0, want};
+    nl.nph = phys_parts(r, p, b->size, nl.ph);
+    if (nl.nph > MAX_PARTS)
+        RFAIL(r, "0x%" PRIxPTR " (+%zu) reaches more than %d runs of memory", p, b->size, MAX_PARTS);
+    /* the checks below are on memory: a shared page's bytes are the same
+     * bytes through either mapping */
     for (size_t i = 0; i < r->nlive; i++)
-        if (overlaps(p, b->size, r->live[i].addr, r->live[i].block))
-            RFAIL(r, "0x%" PRIxPTR " (+%zu) overlaps the live 0x%" PRIxPTR " (+%zu)", p, b->size, r->live[i].addr,
-                  r->live[i].block);
+        for (size_t x = 0; x < nl.nph; x++)
+            for (size_t y = 0; y < r->live[i].nph; y++)
+                if (overlaps(nl.ph[x].addr, nl.ph[x].size, r->live[i].ph[y].addr, r->live[i].ph[y].size))
+                    RFAIL(r, "0x%" PRIxPTR " (+%zu) overlaps the live 0x%" PRIxPTR " (+%zu) (memory at 0x%" PRIxPTR ")",
+                          p, b->size, r->live[i].addr, r->live[i].block, nl.ph[x].addr);
     for (size_t i = 0; i < r->nq;) {
         if (quarantine_safe(r, &r->q[i])) {
             r->q[i] = r->q[--r->nq];
             continue;
         }
-        if (overlaps(p, b->size, r->q[i].addr, r->q[i].size))
-            RFAIL(r,
-                  "0x%" PRIxPTR " (+%zu) reuses 0x%" PRIxPTR " (+%zu) before its free was safe (freed after event "
-                  "%" PRIu64 ", completed %" PRIu64 ", the device ordered after %" PRIu64 ")",
-                  p, b->size, r->q[i].addr, r->q[i].size, r->q[i].last_event, r->f.m.completed, r->f.m.ordered);
+        for (size_t x = 0; x < nl.nph; x++)
+            if (overlaps(nl.ph[x].addr, nl.ph[x].size, r->q[i].addr, r->q[i].size))
+                RFAIL(r,
+                      "0x%" PRIxPTR " (+%zu) reuses 0x%" PRIxPTR " (+%zu) before its free was safe (freed after "
+                      "event %" PRIu64 ", completed %" PRIu64 ", the device ordered after %" PRIu64 ")",
+                      p, b->size, r->q[i].addr, r->q[i].size, r->q[i].last_event, r->f.m.completed, r->f.m.ordered);
         i++;
     }
+    /* memory freed in stream order since the last synchronisation only on
+     * that stream (its later work is ordered after the old owner's), the
+     * same memory reached through a shared page's other mapping included;
+     * a fenced free's once its fence completed or the device was ordered
+     * after it (the quarantine above) */
+    guard_prune(r);
+    for (size_t x = 0; x < nl.nph; x++)
+        for (size_t i = 0; i < r->nguard; i++) {
+            const unmap_guard_t *g = &r->guard[i];
+            bool after = g->last_event ? r->f.m.ordered >= g->last_event : g->stream == want;
+            if (!after && overlaps(nl.ph[x].addr, nl.ph[x].size, g->addr, g->size))
+                RFAIL(r,
+                      "0x%" PRIxPTR " (+%zu) on stream %lu reaches memory (0x%" PRIxPTR ") freed at step %d on "
+                      "stream %lu with no synchronisation since: its queued work may still use it",
+                      p, b->size, (unsigned long)want, nl.ph[x].addr, g->step, (unsigned long)g->stream);
+        }
     uintptr_t base = 0;
     size_t got = 0;
     core_stream_t st = 99;
     if (!core_lookup(r->f.d, size > 1 ? p + size - 1 : p, &base, &got, &st) || base != p || got != size || st != want)
         RFAIL(r, "core_lookup of 0x%" PRIxPTR " (size %zu) fails", p, size);
-    r->live[r->nlive++] = (live_t){p, size, b->size, stream, false};
+    r->live[r->nlive++] = nl;
 }
 
 static void op_free(run_t *r)
@@ -367,15 +451,15 @@ static void op_free(run_t *r)
         !l.used_elsewhere && (how == CORE_FREE_NOW || (how == CORE_FREE_AFTER_STREAM && stream == l.stream));
     uint64_t last_event = r->f.m.next_event, n_sync = r->f.m.n_sync;
     r->live[i] = r->live[--r->nlive];
-    if (r->nguard < MAX_GUARDS)
-        r->guard[r->nguard++] =
-            (unmap_guard_t){l.addr, l.block, r->f.m.n_sync, r->epoch, safe_now ? 0 : last_event + 1, r->step};
+    for (size_t x = 0; x < l.nph && r->nguard < MAX_GUARDS; x++)
+        r->guard[r->nguard++] = (unmap_guard_t){l.ph[x].addr, l.ph[x].size, r->f.m.n_sync, r->epoch,
+                                                safe_now ? 0 : last_event + 1, r->step, l.key};
     int rc = core_free(r->f.d, l.addr, how, stream);
     if (rc != CORE_FREED)
         RFAIL(r, "core_free(0x%" PRIxPTR ") of a live allocation returned %d", l.addr, rc);
     r->n_free++;
-    if (!safe_now && r->nq < MAX_QUARANTINE)
-        r->q[r->nq++] = (quarantine_t){l.addr, l.block, last_event, n_sync, r->epoch};
+    for (size_t x = 0; !safe_now && x < l.nph && r->nq < MAX_QUARANTINE; x++)
+        r->q[r->nq++] = (quarantine_t){l.ph[x].addr, l.ph[x].size, last_event, n_sync, r->epoch};
     r->freed_recently[below(r, 16)] = l.addr;
 }
 
@@ -492,6 +576,12 @@ static void op_misc(run_t *r)
                   u.cached_free, u.largest_free, u.pending);
         break;
     }
+    case 8: /* the next synchronisations fail (a capture began on another thread) */
+        if (below(r, 2))
+            r->f.m.fail_syncs = 1 + (int)below(r, 3);
+        else
+            op_bad_free(r);
+        break;
     default:
         op_bad_free(r);
         break;
@@ -531,6 +621,11 @@ static const cfg_t configs[] = {
     /* ... and any at a hit, with no stream of the program's own */
     {"ordered_no_streams", "reuse:ordered", GiB, 4, 2},
     {"ordered_expandable", "reuse:ordered,expandable_segments:true", GiB, 4, 1},
+    /* shared pages: the tails and heads of pages lent to requests, of
+     * other streams' segments when idle */
+    {"expandable_share", "expandable_segments:true,expandable_share_pages:true", GiB, 4, 0},
+    {"expandable_share_tight", "expandable_segments:true,expandable_share_pages:true,limit_mb:300", GiB, 3, 0},
+    {"ordered_expandable_share", "reuse:ordered,expandable_segments:true,expandable_share_pages:true", GiB, 4, 1},
 };
 #define NCONFIGS (sizeof configs / sizeof configs[0])
 
@@ -569,9 +664,19 @@ static void run_one(const cfg_t *cfg, uint64_t seed, int steps)
             op_misc(r);
         shadow_agree(r);
     }
+    /* half the runs end with the device destroyed as it is (a process that
+     * exits): everything mapped goes back, shared pages' second mappings
+     * too (fx_close) */
+    if (below(r, 2)) {
+        print_message("core_random:   destroyed with %zu blocks live\n", r->nlive);
+        fx_close(&r->f);
+        test_free(r);
+        return;
+    }
     /* wind down: everything freed and released, the device back to empty */
     r->f.m.fail_allocs = 0;
     r->f.m.fail_maps = 0;
+    r->f.m.fail_syncs = 0;
     while (r->nlive) {
         op_free(r);
         shadow_agree(r);
@@ -585,8 +690,11 @@ static void run_one(const cfg_t *cfg, uint64_t seed, int steps)
     shadow_agree(r);
     core_empty_cache(r->f.d, -1);
     shadow_agree(r);
-    if (r->f.m.used || r->nsegs)
-        RFAIL(r, "after freeing everything the device still holds %zu bytes", r->f.m.used);
+    if (r->f.m.used || r->nsegs || r->f.m.nalias)
+        RFAIL(r, "after freeing everything the device still holds %zu bytes (%zu pages mapped twice)", r->f.m.used,
+              r->f.m.nalias);
+    if (r->f.m.n_bad_alias)
+        RFAIL(r, "the core mapped a second time pages the device had not mapped, or onto mapped addresses");
     core_stats_t s = fx_stats(&r->f);
     print_message("core_random:   %" PRIu64 " allocations, %" PRIu64 " OOMs, %" PRIu64 " frees, %" PRIu64
                   " segments, %" PRIu64 " fence waits, %" PRIu64 " retries\n",
@@ -700,6 +808,24 @@ static void test_random_ordered_expandable(void **state)
 {
     (void)state;
     run_config(&configs[14]);
+}
+
+static void test_random_expandable_share(void **state)
+{
+    (void)state;
+    run_config(&configs[15]);
+}
+
+static void test_random_expandable_share_tight(void **state)
+{
+    (void)state;
+    run_config(&configs[16]);
+}
+
+static void test_random_ordered_expandable_share(void **state)
+{
+    (void)state;
+    run_config(&configs[17]);
 }
 
 /* ------------------------------------------------------------------------
@@ -940,6 +1066,9 @@ int main(void)
         cmocka_unit_test(test_random_ordered),
         cmocka_unit_test(test_random_ordered_no_streams),
         cmocka_unit_test(test_random_ordered_expandable),
+        cmocka_unit_test(test_random_expandable_share),
+        cmocka_unit_test(test_random_expandable_share_tight),
+        cmocka_unit_test(test_random_ordered_expandable_share),
     };
     return cmocka_run_group_tests_name("core_random", tests, NULL, NULL);
 }

@@ -17,7 +17,15 @@
  *     bytes are right, and the simulator's mappings are exactly cucache's
  *     mapped bytes;
  *   - an allocation no device can serve gets the OOM report with the
- *     mapped and reserved lines.
+ *     mapped and reserved lines;
+ *   - under expandable_share_pages:true (its own run), a request that
+ *     starts in the free tail of a page a live block ends in maps that page
+ *     a second time and one page fewer: the bytes written through either
+ *     mapping are each block's own, a kernel writing the borrower never
+ *     races the lender's reader, the pointer answers name the borrower, and
+ *     once it is freed the cache gives every page back.  Seen to fail (the
+ *     lender's bytes overwritten) with the page before the lent one mapped
+ *     the second time.
  *
  * Meson runs it with CUCACHE_SIM_CAPACITY=1G and expandable_segments:true.
  */
@@ -127,12 +135,79 @@ static void test_oom_report_says_mapped_and_reserved(void **state)
     SIM_OK(cudaFree(keep));
 }
 
+static bool sharing(void)
+{
+    const char *c = getenv("CUCACHE_CONF");
+    return c && strstr(c, "expandable_share_pages:true");
+}
+
+static void test_shared_page(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    if (!sharing())
+        skip();
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0);
+    /* a (3 MiB) and y (3.5 MiB) around x (1.5 MiB): pages [0, 8) MiB, full */
+    void *a = NULL, *x = NULL, *y = NULL, *z = NULL;
+    SIM_OK(cudaMalloc(&a, 3 * MIB));
+    SIM_OK(cudaMalloc(&x, 3 * MIB / 2));
+    SIM_OK(cudaMalloc(&y, 7 * MIB / 2));
+    assert_ptr_equal(x, (char *)a + 3 * MIB);
+    assert_ptr_equal(y, (char *)x + 3 * MIB / 2);
+    itest_put(a, 3 * MIB, 11);
+    itest_put(y, 7 * MIB / 2, 12);
+    SIM_OK(cudaFree(x)); /* a hole: the tail of a's last page, the head of y's first */
+    SIM_OK(cudaDeviceSynchronize());
+    int64_t shared = itest_stat(0, "num_shared_pages"), mapped = itest_stat(0, "reserved_bytes.all.current");
+    /* 2.5 MiB fits no free range: two new pages plainly, one shared */
+    SIM_OK(cudaMalloc(&z, 5 * MIB / 2));
+    assert_int_equal(itest_stat(0, "num_shared_pages"), shared + 1);
+    assert_int_equal(itest_stat(0, "reserved_bytes.all.current"), mapped + 2 * MIB);
+    /* each block's bytes are its own, through either mapping */
+    itest_put(z, 5 * MIB / 2, 13);
+    itest_expect(a, 3 * MIB, 11);
+    itest_expect(y, 7 * MIB / 2, 12);
+    itest_expect(z, 5 * MIB / 2, 13);
+    /* a reader of a behind a gate, a writer of z on another stream: no race
+     * (itest_teardown fails on any) */
+    cudaStream_t s, t;
+    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    SIM_OK(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    simtest_gate_t *g = simtest_gate_new();
+    simtest_gate_block(g, s);
+    struct cucache_sim_access ra = {a, 3 * MIB, 0}, wz = {z, 5 * MIB / 2, 1};
+    CU_OK(cucacheSimLaunch((CUstream)s, NULL, NULL, &ra, 1));
+    CU_OK(cucacheSimLaunch((CUstream)t, NULL, NULL, &wz, 1));
+    simtest_gate_open(g);
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_races(), 0);
+    /* the pointer answers name the borrower */
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CU_OK(cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)z + MIB));
+    assert_int_equal(base, (CUdeviceptr)z);
+    assert_int_equal(size, 5 * MIB / 2);
+    /* freed, the sharing ends and every page goes back */
+    SIM_OK(cudaFree(z));
+    SIM_OK(cudaFree(a));
+    SIM_OK(cudaFree(y));
+    SIM_OK(cudaStreamDestroy(s));
+    SIM_OK(cudaStreamDestroy(t));
+    SIM_OK(cudaDeviceSynchronize());
+    assert_int_equal(itest_empty_cache(0), 0);
+    assert_int_equal(itest_stat(0, "reserved_bytes.all.current"), 0);
+    assert_int_equal(sim_mappings(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         ITEST(test_unmap_waits_for_stream_ordered_work),
         ITEST(test_map_failure_midway_rolls_back),
         ITEST(test_oom_report_says_mapped_and_reserved),
+        ITEST(test_shared_page),
     };
     return ITEST_RUN("interpose.expandable", tests, itest_group_setup);
 }

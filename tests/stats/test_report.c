@@ -432,10 +432,10 @@ static void test_fragmented(void **state)
     assert_non_null(strstr(hints, "hint: fragmentation: 64.00 MiB is free"));
     /* proven by the replay, and true when applied; max_split_size_mb:24
      * (the rule's old guess) is not among them: applied, it fails */
-    assert_non_null(strstr(hints, "2 of 15 settings tried serve every allocation and this request"));
+    assert_non_null(strstr(hints, "3 of 16 settings tried serve every allocation and this request"));
     assert_non_null(strstr(hints, "hint:   CUCACHE_CONF=reuse:fenced,expandable_segments:true (peak reserved"));
     assert_null(strstr(hints, "max_split_size_mb"));
-    assert_int_equal(apply_every_hint(&c.text, fragmented_fits_4m), 1); /* expandable_segments:true,reuse:sync, which fits too, adds nothing: not named */
+    assert_int_equal(apply_every_hint(&c.text, fragmented_fits_4m), 1); /* expandable_segments:true with reuse:sync or expandable_share_pages:true, which fit too, add nothing: not named */
     assert_false(fragmented_fits("reuse:fenced,max_split_size_mb:24", 4 * MiB - 100, 32, 24 * MiB));
     assert_null(strstr(hints, "roundup_power2_divisions")); /* no rounding to speak of */
     assert_true(text_has(&c.text, "      16 x   4.00 MiB = 64.00 MiB"));
@@ -911,8 +911,22 @@ static void test_summary_units(void **state)
     assert_string_equal(text_line(&t, "fences:"), "fences: 0 recorded, 0 handed out before they completed (the device "
                                                   "ordered after them), 0 waits for a fence or event, 0.000 ms waiting");
     assert_false(text_has(&t, "hand-outs stopped:"));
+    assert_false(text_has(&t, "shared pages:"));
     assert_string_equal(text_line(&t, "verdict:"), "verdict: everything freed");
     text_free(&t);
+
+    /* expandable_share_pages: one page, then two */
+    s.num_shared_pages = 1;
+    st_summary(0, &s, text_sink, &t);
+    assert_string_equal(text_line(&t, "shared pages:"),
+                        "shared pages: 1 page mapped a second time to start or end a request in another block's page "
+                        "(expandable_share_pages), no memory of its own");
+    text_free(&t);
+    s.num_shared_pages = 2;
+    st_summary(0, &s, text_sink, &t);
+    assert_true(text_has(&t, "shared pages: 2 pages mapped a second time"));
+    text_free(&t);
+    s.num_shared_pages = 0;
 
     /* reuse:ordered's hand-outs, and their stop (a second context) */
     s.num_fences = 40;
