@@ -339,7 +339,9 @@ static block_t *smallest_piece(core_dev_t *d, pool_t *pool, core_stream_t stream
  * use it). */
 static bool share_pick(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, size_t need, share_t *out)
 {
-    size_t page = exp_page(d, pool), tm = 0, hm = 0;
+    /* the largest tail and head, and the largest of each from another
+     * block than the other's (a block lends one piece at a time) */
+    size_t page = exp_page(d, pool), tm = 0, hm = 0, tm2 = 0, hm2 = 0;
     block_t *tmax = NULL, *hmax = NULL;
     for (seg_t *s = d->segs; s; s = s->next) {
         if (!s->expandable || s->pool != pool)
@@ -353,6 +355,16 @@ static bool share_pick(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t
             if (h > hm)
                 hmax = b, hm = h;
         }
+    }
+    for (seg_t *s = d->segs; tmax && tmax == hmax && s; s = s->next) {
+        if (!s->expandable || s->pool != pool)
+            continue;
+        for (block_t *b = s->first; b; b = b->next)
+            if (b != tmax && may_lend(s, b, stream)) {
+                size_t t = lendable_tail(b), h = lendable_head(b);
+                tm2 = t > tm2 ? t : tm2;
+                hm2 = h > hm2 ? h : hm2;
+            }
     }
     *out = (share_t){0};
     size_t best = need, f;
@@ -368,9 +380,18 @@ static bool share_pick(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t
         *out = (share_t){NULL, hb, 0, h, NULL, f};
         best = f;
     }
-    if (tmax && hmax && tmax != hmax && (f = share_fresh(rounded, tm, hm, page)) < best) {
+    /* both: the largest pair from two blocks, then the smallest tail that
+     * does as well with the head, and the smallest head with that tail */
+    size_t pt = tm, ph = hm;
+    if (tmax == hmax) {
+        if (tm + hm2 >= tm2 + hm)
+            ph = hm2;
+        else
+            pt = tm2;
+    }
+    if (pt && ph && (f = share_fresh(rounded, pt, ph, page)) < best) {
         size_t t = 0, h = 0;
-        block_t *tb = smallest_piece(d, pool, stream, false, rounded, hm, f, hmax, &t);
+        block_t *tb = smallest_piece(d, pool, stream, false, rounded, ph, f, NULL, &t);
         block_t *hb = tb ? smallest_piece(d, pool, stream, true, rounded, t, f, tb, &h) : NULL;
         if (hb)
             *out = (share_t){tb, hb, t, h, NULL, f};

@@ -155,6 +155,89 @@ static void test_idle_block_goes_while_capturing(void **state)
     fx_close(&f);
 }
 
+#define SHARE EXP ",expandable_share_pages:true"
+
+/* Whether the layout has a block starting at addr (of any size). */
+static bool layout_has(fx_t *f, uintptr_t addr)
+{
+    core_layout_t l;
+    assert_int_equal(core_layout(f->d, &l, NULL, NULL), 0);
+    bool has = false;
+    for (size_t i = 0; i < l.nblocks; i++)
+        has = has || l.blocks[i].addr == addr;
+    core_layout_free(&l);
+    return has;
+}
+
+/* Shared pages: two holes of 1.5 MiB, each the tail of one page and the
+ * head of the next; a 3.5 MiB request fits in none, and plainly needs two
+ * new pages at the end.  It starts in one hole's tail and ends in the
+ * other's head, both pages mapped a second time around one new page: one
+ * page mapped.  The layout shows the lent pieces where they are used.  At
+ * the free nothing changes (memory is not short); empty_cache ends the
+ * sharing and gives back every page no live block holds. */
+static void test_share_tail_and_head(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 64 * MiB, SHARE);
+    uintptr_t a = alloc_on(&f, 3 * MiB, 1), h1 = alloc_on(&f, 3 * MiB / 2, 1), b = alloc_on(&f, 7 * MiB / 2, 1);
+    uintptr_t c = alloc_on(&f, 3 * MiB, 1), h2 = alloc_on(&f, 3 * MiB / 2, 1), e = alloc_on(&f, 7 * MiB / 2, 1);
+    assert_int_equal(e, a + 25 * MiB / 2); /* [0, 16) MiB, every page full */
+    assert_int_equal(mem_backend_mapped(&f.m), 16 * MiB);
+    free_idle(&f, h1);
+    free_idle(&f, h2);
+    uintptr_t z = alloc_on(&f, 7 * MiB / 2, 1);
+    CHECK(f.d);
+    /* [16, 18) maps page [2, 4), [18, 20) is new, [20, 22) maps a head page */
+    assert_int_equal(z, a + 17 * MiB);
+    assert_int_equal(mem_backend_mapped(&f.m), 18 * MiB);
+    assert_int_equal(f.m.nalias, 2);
+    assert_int_equal(fx_stats(&f).num_shared_pages, 2);
+    assert_int_equal(mem_backend_resolve(&f.m, z), a + 3 * MiB); /* the first hole's tail */
+    assert_true(mem_backend_resolve(&f.m, z + 7 * MiB / 2 - 1) < a + 16 * MiB); /* a head in [0, 16) */
+    assert_int_equal(block_state(&f, z, 7 * MiB / 2), CORE_BLOCK_ALLOCATED);
+    assert_false(layout_has(&f, a + 3 * MiB)); /* lent: shown where it is used */
+    free_idle(&f, z);
+    assert_int_equal(f.m.nalias, 2); /* memory is not short */
+    core_empty_cache(f.d, -1);
+    CHECK(f.d);
+    assert_int_equal(f.m.nalias, 0);
+    assert_true(layout_has(&f, a + 3 * MiB)); /* the hole is free where it lies again */
+    /* the holes' whole pages cannot go (a, b, c and e hold each page) */
+    assert_int_equal(mem_backend_mapped(&f.m), 16 * MiB);
+    fx_free(&f, a, CORE_FREE_FENCED, 0);
+    fx_free(&f, b, CORE_FREE_FENCED, 0);
+    fx_free(&f, c, CORE_FREE_FENCED, 0);
+    fx_free(&f, e, CORE_FREE_FENCED, 0);
+    fx_close(&f);
+}
+
+/* Another stream's hole is lent only once no queued work can use it: freed
+ * in stream order on stream 2, its tail is not lent to stream 1 (two new
+ * pages); after the program synchronised it is (one). */
+static void test_share_other_stream_when_idle(void **state)
+{
+    (void)state;
+    for (int synced = 0; synced < 2; synced++) {
+        fx_t f;
+        fx_open(&f, 64 * MiB, SHARE);
+        uintptr_t a = alloc_on(&f, 3 * MiB, 2), h = alloc_on(&f, 3 * MiB / 2, 2), b = alloc_on(&f, 7 * MiB / 2, 2);
+        fx_free(&f, h, CORE_FREE_NOW, 2);
+        if (synced)
+            core_synchronized(f.d);
+        size_t before = mem_backend_mapped(&f.m);
+        uintptr_t z = alloc_on(&f, 3 * MiB, 1);
+        CHECK(f.d);
+        assert_int_equal(mem_backend_mapped(&f.m) - before, synced ? 2 * MiB : 4 * MiB);
+        assert_int_equal(f.m.nalias, synced ? 1 : 0);
+        fx_free(&f, z, CORE_FREE_FENCED, 0);
+        fx_free(&f, a, CORE_FREE_FENCED, 0);
+        fx_free(&f, b, CORE_FREE_FENCED, 0);
+        fx_close(&f);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -162,6 +245,8 @@ int main(void)
         cmocka_unit_test(test_grow_flush_carves_and_survives_refused_map),
         cmocka_unit_test(test_reused_busy_block_stays_busy),
         cmocka_unit_test(test_idle_block_goes_while_capturing),
+        cmocka_unit_test(test_share_tail_and_head),
+        cmocka_unit_test(test_share_other_stream_when_idle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
