@@ -314,6 +314,7 @@ static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
     (void)device;
     mb_lock(m);
     m->n_unmap++;
+    m->n_unmap_busy += m->completed < m->next_event;
     size_t i = alias_find(m, addr, size);
     if (i == m->nalias) {
         unmap_locked(m, addr, size);

@@ -57,6 +57,7 @@ typedef struct mem_backend_s {
     size_t page; /* the page of the last map call (for counting pages) */
     uint64_t n_va, n_va_release, n_map, n_map_pages, n_unmap, n_unmap_pages;
     uint64_t n_bad_unmap; /* unmap of a page that is not mapped */
+    uint64_t n_unmap_busy; /* unmaps while an event recorded had not completed (work may be queued) */
     /* second mappings (map_alias): [alias_addr[i], + alias_size[i]) maps what
      * alias_from[i] maps, charging nothing; unmapped by an unmap of exactly
      * that range */

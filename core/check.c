@@ -16,6 +16,7 @@ typedef struct tally_s {
     int64_t segment[CORE_POOL_CLASSES], reserved_bytes[CORE_POOL_CLASSES];
     int64_t inactive_split[CORE_POOL_CLASSES], inactive_split_bytes[CORE_POOL_CLASSES];
     size_t free_blocks, pending_blocks, pending_bytes;
+    size_t lent, foreign; /* shared pages' blocks seen */
 } tally_t;
 
 static int fail(char *why, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -96,8 +97,18 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
                             (unsigned long)l->addr, l->size, (unsigned long)f->addr, f->size, page);
             if (map_find(d, b->addr) == b)
                 return fail(why, len, "block 0x%lx: lent or foreign, and in the address map", (unsigned long)b->addr);
-            if (b->state == BLOCK_FOREIGN)
+            /* the partner is a block of its segment still (not a struct a
+             * merge deleted) */
+            const block_t *o = b->alias;
+            if ((o->prev ? o->prev->next != o : o->seg->first != o) || (o->next && o->next->prev != o))
+                return fail(why, len, "block 0x%lx: its shared page's partner 0x%lx is not in its segment",
+                            (unsigned long)b->addr, (unsigned long)o->addr);
+            if (b->state == BLOCK_FOREIGN) {
                 aliased += page;
+                t->foreign++;
+            } else {
+                t->lent++;
+            }
         }
         sum += b->size;
         if (b->state == BLOCK_ALLOCATED) {
@@ -222,6 +233,8 @@ int core_check_locked(const core_dev_t *d, char *why, size_t len)
             return -1;
     if (nodes != t.free_blocks)
         return fail(why, len, "free trees hold %zu blocks, segments have %zu free blocks", nodes, t.free_blocks);
+    if (t.lent != t.foreign)
+        return fail(why, len, "shared pages: %zu lent blocks, %zu foreign ones", t.lent, t.foreign);
     if (d->map.count != (size_t)t.allocation[CORE_POOL_ALL])
         return fail(why, len, "address map holds %zu blocks, segments have %lld allocated", d->map.count,
                     (long long)t.allocation[CORE_POOL_ALL]);

@@ -36,17 +36,19 @@
  *
  * Shared pages (expandable_share_pages:true).  A request that must map
  * pages may instead start in the free tail of a page whose head a block of
- * the same pool holds (in any segment: idle memory, or the request's own
- * stream's): that page is mapped a second time at the start of a range
- * of the request's segment (map_alias), so that the request needs a page
- * fewer whenever the tail holds what its last page would (or the whole
- * request).  The tail becomes a LENT block where it lies and the bytes of
- * the second mapping before the request a FOREIGN block: neither is ever
- * free, allocated or unmapped by the paths above, so each byte of the
- * page is used through one mapping only.  Once the bytes after the
- * FOREIGN block to its page's end are free and idle again, exp_unmap_free
- * unmaps the second mapping first (share_end) and the tail is free where
- * it lies.  The second mapping is not counted as reserved memory.
+ * the same pool holds, and end in the free head of a page whose tail one
+ * holds (in any segment: idle memory, or the request's own stream's; two
+ * blocks, one piece each): each such page is mapped a second time at the
+ * ends of a range of the request's segment (map_alias), new pages between,
+ * so that the request maps up to two pages fewer.  A piece becomes a LENT
+ * block where it lies, and the bytes of its second mapping that are not
+ * the request's a FOREIGN block (at the page's start for a tail, at its
+ * end for a head): neither is ever free, allocated or unmapped by the
+ * paths above, so each byte of the page is used through one mapping only.
+ * Once the borrowed bytes on the page are free and idle again,
+ * exp_unmap_free unmaps the second mapping first (share_end) and the piece
+ * is free where it lies.  The second mapping is not counted as reserved
+ * memory (seg_t.aliased).
  *
  * Statistics follow PyTorch's: mapped bytes are reserved bytes, each map or
  * unmap call counts as a device allocation or free, an expandable segment
@@ -904,7 +906,7 @@ void exp_releasable(const seg_t *s, size_t *now, size_t *later)
 
 void exp_seg_destroy(core_dev_t *d, seg_t *s)
 {
-    if (s->mapped)
+    if (s->mapped || s->aliased) /* a borrower's second mappings too: queued work may use them */
         d->be.device_sync(d->be.ctx, d->device);
     /* each mapped run, whole, but for the pages mapped a second time here
      * (shared pages: their own unmap each, around their FOREIGN blocks) */

@@ -16,7 +16,10 @@
  *             on a pending list until its fence or event completes, then
  *             FREE; or still used by another process (core_hold): on the
  *             held list until the backend says the hold is over, then
- *             behind a fence.
+ *             behind a fence;
+ *   LENT      a shared page's piece lent to another mapping of the page,
+ *   FOREIGN   and in that mapping, its bytes that are not the borrower's
+ *             (core/expand.c, "Shared pages"): in no tree or list.
  *
  * A pool (pool_t) is a free tree plus its class (small or large) and the
  * private pool (ppool_t) it belongs to; the default pools are private pool
@@ -30,8 +33,11 @@
  *     UNMAPPED;
  *   - UNMAPPED blocks exist only in expandable segments and start and end
  *     on their segment's page boundaries; an expandable segment's mapped
- *     bytes are the sum of its other blocks (and counted as reserved: its
- *     addresses are not, nor is it counted as a segment, as in PyTorch);
+ *     bytes and the pages it maps a second time (aliased) are the sum of
+ *     its other blocks (the mapped bytes counted as reserved: its addresses
+ *     are not, nor is it counted as a segment, as in PyTorch);
+ *   - a LENT and a FOREIGN block point at each other, both blocks of their
+ *     segments, and split one page between them;
  *   - a FREE block is in its pool's tree exactly once, and no other block is;
  *   - an ALLOCATED block is in the address map exactly once, no other is;
  *   - a PENDING block is on exactly one pending list (a fence batch, the
@@ -61,12 +67,12 @@ typedef enum block_state_e {
     BLOCK_PENDING,
     BLOCK_UNMAPPED,
     /* expandable_share_pages (core/expand.c, "Shared pages"): the free tail
-     * of a page, lent to the block of another mapping of the page (never
-     * free, allocated or unmapped here) ... */
+     * or head of a page, lent to the block of another mapping of the page
+     * (never free, allocated or unmapped here) ... */
     BLOCK_LENT,
-    /* ... and, in that other mapping, the bytes before the borrower: the
-     * lender's, never used through this mapping.  Each points at the
-     * other (alias). */
+    /* ... and, in that other mapping, the rest of the page: the lender's
+     * bytes, never used through this mapping.  Each points at the other
+     * (alias). */
     BLOCK_FOREIGN,
 } block_state_t;
 

@@ -263,7 +263,12 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
     }
     unrelax(relaxed, &mode);
     hook_ctx_leave(pushed);
-    return core_code(r);
+    /* refused, the core maps the request's pages the plain way: the error
+     * is not the allocation's, and stays out of its report */
+    CUresult kept = hook_backend_error;
+    int rc = core_code(r);
+    hook_backend_error = kept;
+    return rc;
 }
 
 static void unmap(void *ctx, int device, uintptr_t addr, size_t size)

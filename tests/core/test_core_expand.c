@@ -238,6 +238,35 @@ static void test_share_other_stream_when_idle(void **state)
     }
 }
 
+/* The device destroyed (a reset) while a block lies wholly in a lent tail,
+ * in a segment of its own that maps nothing but that second mapping: the
+ * second mapping goes only after the device was synchronised, as mapped
+ * pages do (queued work may still use the block).  Seen to fail (an unmap
+ * with work outstanding) with the synchronisation for mapped pages only. */
+static void test_share_destroyed_after_sync(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 64 * MiB, SHARE);
+    uintptr_t a = alloc_on(&f, 5 * MiB / 2, 1); /* pages [0, 4): an idle free tail [2.5, 4) */
+    uintptr_t z = alloc_on(&f, 5 * MiB / 4, 2); /* stream 2: wholly in that tail, no page mapped */
+    assert_int_equal(mem_backend_mapped(&f.m), 4 * MiB);
+    assert_int_equal(f.m.nalias, 1);
+    assert_int_equal(mem_backend_resolve(&f.m, z), a + 5 * MiB / 2);
+    /* work queued (an event not completed), and the device destroyed */
+    f.m.auto_complete = false;
+    core_backend_t be = mem_backend_vtable(&f.m);
+    uint64_t ev = 0;
+    assert_int_equal(be.event_record(be.ctx, 0, 2, &ev), CORE_OK);
+    CHECK(f.d);
+    core_dev_destroy(f.d);
+    f.d = NULL;
+    assert_int_equal(f.m.n_unmap_busy, 0);
+    assert_int_equal(f.m.nalias, 0);
+    assert_int_equal(f.m.used, 0);
+    mem_backend_fini(&f.m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -247,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_idle_block_goes_while_capturing),
         cmocka_unit_test(test_share_tail_and_head),
         cmocka_unit_test(test_share_other_stream_when_idle),
+        cmocka_unit_test(test_share_destroyed_after_sync),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

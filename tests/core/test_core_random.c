@@ -950,6 +950,59 @@ static void test_check_catches_expandable(void **state)
     fx_close(&f);
 }
 
+/* Shared pages' invariants: the lent and foreign blocks point at each
+ * other, split one page between them, are counted, and the lent one is a
+ * block of its segment still. */
+static void test_check_catches_shared_pages(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, GiB, "expandable_segments:true,expandable_share_pages:true");
+    uintptr_t a = core_malloc(f.d, 2 * MiB, 1, NULL);
+    uintptr_t a2 = core_malloc(f.d, 5 * MiB / 4, 1, NULL); /* pages [0, 4): an idle free tail [3.25, 4) */
+    uintptr_t z = core_malloc(f.d, 5 * MiB / 2, 2, NULL);  /* starts in that tail, on a second mapping */
+    assert_true(a && a2 && z);
+    assert_int_equal(core_free(f.d, a2, CORE_FREE_NOW, 1), CORE_FREED); /* a free block before the lent one */
+    CHECK(f.d);
+    block_t *l = map_find(f.d, a)->next->next, *fb = map_find(f.d, z)->prev;
+    assert_int_equal(l->state, BLOCK_LENT);
+    assert_int_equal(fb->state, BLOCK_FOREIGN);
+    /* the pointers */
+    fb->alias = NULL;
+    expect_broken(f.d, "a foreign block pointing nowhere", "do not point at each other");
+    fb->alias = l;
+    CHECK(f.d);
+    /* the split of the page */
+    fb->size += 512, fb->next->addr += 512, fb->next->size -= 512;
+    expect_broken(f.d, "a foreign block a little larger", "do not split one page");
+    fb->size -= 512, fb->next->addr -= 512, fb->next->size += 512;
+    CHECK(f.d);
+    /* the count */
+    fb->seg->aliased += fb->seg->page;
+    expect_broken(f.d, "shared bytes miscounted", "bytes of shared pages");
+    fb->seg->aliased -= fb->seg->page;
+    CHECK(f.d);
+    /* the lent block swallowed by the free block before it (a merge that
+     * forgot it): its struct still points at the foreign one */
+    block_t *p = l->prev;
+    assert_int_equal(p->state, BLOCK_FREE);
+    pool_tree_remove(p->pool, p);
+    p->size += l->size;
+    p->next = l->next;
+    l->next->prev = p;
+    pool_tree_insert(p->pool, p);
+    expect_broken(f.d, "a lent block merged away", "is not in its segment");
+    pool_tree_remove(p->pool, p);
+    p->size -= l->size;
+    p->next = l;
+    l->next->prev = l;
+    pool_tree_insert(p->pool, p);
+    CHECK(f.d);
+    assert_int_equal(core_free(f.d, z, CORE_FREE_NOW, 2), CORE_FREED);
+    assert_int_equal(core_free(f.d, a, CORE_FREE_NOW, 1), CORE_FREED);
+    fx_close(&f);
+}
+
 static void test_check_catches_states(void **state)
 {
     (void)state;
@@ -1050,6 +1103,7 @@ int main(void)
         cmocka_unit_test(test_check_catches_tree),
         cmocka_unit_test(test_check_catches_states),
         cmocka_unit_test(test_check_catches_expandable),
+        cmocka_unit_test(test_check_catches_shared_pages),
         cmocka_unit_test(test_check_catches_stats),
         cmocka_unit_test(test_random_default),
         cmocka_unit_test(test_random_max_split),
