@@ -756,8 +756,8 @@ static const conf_opt_t conf_opts[] = {
      conf_set_backend, conf_show_backend, .off = 0 /* no field */},
     /* cucache's and Paddle's keys */
     {"expandable_share_pages", "bool", "false", "true or false",
-     "expandable segments: a request that maps pages may start in the free end of a page another block ends in, "
-     "or end in the free start of one, that page mapped a second time (up to two pages fewer)",
+     "expandable segments, memory tight: a request that maps pages may start in the free end of a page another "
+     "block ends in, or end in the free start of one, that page mapped a second time (up to two pages fewer)",
      conf_set_bool, conf_show_bool, .off = F(share_pages)},
     {"limit_mb", "MiB", "0", "0 (none) or at least 1M",
      "most device memory held at once, even when the device has more (Paddle's FLAGS_gpu_memory_limit_mb)",

@@ -377,7 +377,8 @@ void core_set_history(core_dev_t *d, size_t capacity);
 
 enum {
     CORE_WHATIF_MAX = 24,  /* rows: the current settings and the candidates */
-    CORE_WHATIF_NAMED = 3, /* settings proven on the busy device too, lowest peak first, before the rest stop */
+    CORE_WHATIF_NAMED = 3, /* settings a report names, lowest peak first (every setting that fits on an idle
+                            * device is checked on a busy one) */
     CORE_WHATIF_RAN = 0,
     CORE_WHATIF_NO_HISTORY = 1, /* no history, or the failure's record is gone */
     CORE_WHATIF_NO_MEMORY = 2,  /* host memory or a thread could not be had */
@@ -390,8 +391,8 @@ typedef struct core_whatif_row_s {
     uint64_t ooms;        /* allocations not served (of those the program got, and the request) */
     uint64_t first_oom;   /* the first: 0 in the prelude, else the window's record number + 1 */
     size_t peak_reserved; /* the replay's peak reserved bytes */
-    bool unchecked;       /* fit on the idle device, but CORE_WHATIF_NAMED better ones were proven first (not
-                           * checked on the busy one, not claimed: fits is false) */
+    bool unchecked;       /* fit on the idle device, but the time budget ran out before the busy one was
+                           * checked (not claimed: fits is false) */
     bool same_as_current; /* not replayed: it differs from the current settings only in a max_split_size that
                            * no segment of their replay reached, so its replay is theirs step for step (it
                            * fails where they failed; the other fields are theirs) */

@@ -48,7 +48,8 @@
  * Once the borrowed bytes on the page are free and idle again,
  * exp_unmap_free unmaps the second mapping first (share_end) and the piece
  * is free where it lies.  The second mapping is not counted as reserved
- * memory (seg_t.aliased).
+ * memory (seg_t.aliased).  Pages are shared only when memory is tight
+ * (memory_tight: an eighth of the device or of the allowed bytes left).
  *
  * Statistics follow PyTorch's: mapped bytes are reserved bytes, each map or
  * unmap call counts as a device allocation or free, an expandable segment
@@ -545,6 +546,20 @@ static block_t *share_take(core_dev_t *d, const share_t *p, size_t rounded, seg_
     return room;
 }
 
+/* Whether mapping `need` more bytes would leave less than an eighth of the
+ * device's memory free (or of the allowed bytes): pages are shared only
+ * then.  With memory to spare a shared page costs calls for nothing, and
+ * its lent piece, which goes back only when memory is short, makes its own
+ * segment map more (docs/fragmentation.md measures both). */
+static bool memory_tight(core_dev_t *d, size_t need)
+{
+    size_t free_bytes = 0, total = 0;
+    if (d->be.mem_info(d->be.ctx, d->device, &free_bytes, &total) != CORE_OK)
+        return true;
+    size_t margin = total / 8, reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
+    return free_bytes < need + margin || (d->allowed != SIZE_MAX && reserved + need + margin > d->allowed);
+}
+
 block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, seg_failure_t *why)
 {
     place_t best = {NULL, 0, SIZE_MAX};
@@ -575,7 +590,8 @@ block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t roun
     if (!best.first)
         return NULL; /* a request larger than a whole segment */
     share_t sh;
-    if (d->conf.share_pages && d->be.map_alias && best.need && share_pick(d, pool, stream, rounded, best.need, &sh)) {
+    if (d->conf.share_pages && d->be.map_alias && best.need && memory_tight(d, best.need) &&
+        share_pick(d, pool, stream, rounded, best.need, &sh)) {
         if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + sh.fresh > d->allowed) {
             why->limit_hit = true;
             return NULL;

@@ -437,7 +437,10 @@ static void *worker_busy(void *arg)
     job_t *j = arg;
     for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < j->norder;) {
         size_t i = j->order[k];
-        if (atomic_load(&j->late) || atomic_load(&j->proven) >= CORE_WHATIF_NAMED) {
+        /* every row that fits when idle, whatever the threads' timing (a
+         * count of rows proven first would depend on it), unless the time
+         * is up */
+        if (atomic_load(&j->late)) {
             j->rows[i].fits = false; /* not checked: not claimed */
             j->rows[i].unchecked = true;
             continue;
@@ -605,7 +608,7 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
                 j->order[b] = j->order[b - 1];
                 j->order[b - 1] = t;
             }
-        /* at most CORE_WHATIF_NAMED + threads - 1 are checked: the report names the best few */
+        /* every row that fits when idle is checked (the report names the best few) */
         if (!run_workers(j, o->threads, worker_busy))
             for (size_t i = 1; i < n; i++)
                 out->rows[i].fits = false;

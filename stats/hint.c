@@ -402,7 +402,7 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
                  win, sz(w->capacity).s,
                  w->reproduced_busy ? " (on a busy device, where frees wait for the work queued before them)" : "",
                  all, w->nrows - 1, more, cut);
-        for (size_t i = 0; i < nfit && i < 3; i++) {
+        for (size_t i = 0; i < nfit && i < CORE_WHATIF_NAMED; i++) {
             char conf[1400];
             conf_with(r, fit[i]->change, conf, sizeof conf);
             rep_line(sink, ctx, "hint:   %s (peak reserved %s in the replay)", conf, sz(fit[i]->peak_reserved).s);

@@ -175,12 +175,32 @@ static bool layout_has(fx_t *f, uintptr_t addr)
  * other's head, both pages mapped a second time around one new page: one
  * page mapped.  The layout shows the lent pieces where they are used.  At
  * the free nothing changes (memory is not short); empty_cache ends the
- * sharing and gives back every page no live block holds. */
+ * sharing and gives back every page no live block holds.  On a 20 MiB
+ * device (memory is tight: less than an eighth of it would be left); on a
+ * 64 MiB one the pages are not shared, two are mapped. */
 static void test_share_tail_and_head(void **state)
 {
     (void)state;
     fx_t f;
     fx_open(&f, 64 * MiB, SHARE);
+    {
+        uintptr_t p[6];
+        size_t sz[6] = {3 * MiB, 3 * MiB / 2, 7 * MiB / 2, 3 * MiB, 3 * MiB / 2, 7 * MiB / 2};
+        for (int i = 0; i < 6; i++)
+            p[i] = alloc_on(&f, sz[i], 1);
+        free_idle(&f, p[1]);
+        free_idle(&f, p[4]);
+        uintptr_t z = alloc_on(&f, 7 * MiB / 2, 1);
+        assert_int_equal(z, p[0] + 16 * MiB); /* at the end, plainly */
+        assert_int_equal(mem_backend_mapped(&f.m), 20 * MiB);
+        assert_int_equal(f.m.nalias, 0);
+        fx_free(&f, z, CORE_FREE_FENCED, 0);
+        for (int i = 0; i < 6; i++)
+            if (i != 1 && i != 4)
+                fx_free(&f, p[i], CORE_FREE_FENCED, 0);
+        fx_close(&f);
+    }
+    fx_open(&f, 20 * MiB, SHARE);
     uintptr_t a = alloc_on(&f, 3 * MiB, 1), h1 = alloc_on(&f, 3 * MiB / 2, 1), b = alloc_on(&f, 7 * MiB / 2, 1);
     uintptr_t c = alloc_on(&f, 3 * MiB, 1), h2 = alloc_on(&f, 3 * MiB / 2, 1), e = alloc_on(&f, 7 * MiB / 2, 1);
     assert_int_equal(e, a + 25 * MiB / 2); /* [0, 16) MiB, every page full */
@@ -221,7 +241,7 @@ static void test_share_other_stream_when_idle(void **state)
     (void)state;
     for (int synced = 0; synced < 2; synced++) {
         fx_t f;
-        fx_open(&f, 64 * MiB, SHARE);
+        fx_open(&f, 12 * MiB, SHARE); /* tight: 4 of 12 MiB left */
         uintptr_t a = alloc_on(&f, 3 * MiB, 2), h = alloc_on(&f, 3 * MiB / 2, 2), b = alloc_on(&f, 7 * MiB / 2, 2);
         fx_free(&f, h, CORE_FREE_NOW, 2);
         if (synced)
@@ -247,7 +267,7 @@ static void test_share_destroyed_after_sync(void **state)
 {
     (void)state;
     fx_t f;
-    fx_open(&f, 64 * MiB, SHARE);
+    fx_open(&f, 6 * MiB, SHARE); /* tight */
     uintptr_t a = alloc_on(&f, 5 * MiB / 2, 1); /* pages [0, 4): an idle free tail [2.5, 4) */
     uintptr_t z = alloc_on(&f, 5 * MiB / 4, 2); /* stream 2: wholly in that tail, no page mapped */
     assert_int_equal(mem_backend_mapped(&f.m), 4 * MiB);

@@ -957,7 +957,7 @@ static void test_check_catches_shared_pages(void **state)
 {
     (void)state;
     fx_t f;
-    fx_open(&f, GiB, "expandable_segments:true,expandable_share_pages:true");
+    fx_open(&f, 8 * MiB, "expandable_segments:true,expandable_share_pages:true"); /* tight */
     uintptr_t a = core_malloc(f.d, 2 * MiB, 1, NULL);
     uintptr_t a2 = core_malloc(f.d, 5 * MiB / 4, 1, NULL); /* pages [0, 4): an idle free tail [3.25, 4) */
     uintptr_t z = core_malloc(f.d, 5 * MiB / 2, 2, NULL);  /* starts in that tail, on a second mapping */

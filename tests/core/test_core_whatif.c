@@ -57,7 +57,7 @@ static size_t check_rows_on(const core_whatif_t *w, size_t capacity, const char 
         const core_whatif_row_t *r = &w->rows[i];
         assert_true(r->tried);
         if (r->unchecked)
-            continue; /* CORE_WHATIF_NAMED better ones were proven first: nothing claimed */
+            continue; /* the time ran out before the busy check: nothing claimed */
         bool served[2];
         char conf[256];
         snprintf(conf, sizeof conf, "%s%s%s", base ? base : "", base ? "," : "", r->change);

@@ -18,14 +18,14 @@
  *     mapped bytes;
  *   - an allocation no device can serve gets the OOM report with the
  *     mapped and reserved lines;
- *   - under expandable_share_pages:true (its own run), a request that
- *     starts in the free tail of a page a live block ends in maps that page
- *     a second time and one page fewer: the bytes written through either
- *     mapping are each block's own, a kernel writing the borrower never
- *     races the lender's reader, the pointer answers name the borrower, and
- *     once it is freed the cache gives every page back.  Seen to fail (the
- *     lender's bytes overwritten) with the page before the lent one mapped
- *     the second time.
+ *   - under expandable_share_pages:true (its own run), with memory tight, a
+ *     request that starts in the free tail of a page a live block ends in
+ *     maps that page a second time and one page fewer: the bytes written
+ *     through either mapping are each block's own, a kernel writing the
+ *     borrower never races the lender's reader, the pointer answers name
+ *     the borrower, and once it is freed the cache gives every page back.
+ *     Seen to fail (the lender's bytes overwritten) with the page before
+ *     the lent one mapped the second time.
  *
  * Meson runs it with CUCACHE_SIM_CAPACITY=1G and expandable_segments:true.
  */
@@ -149,6 +149,17 @@ static void test_shared_page(void **state)
         skip();
     SIM_OK(cudaDeviceSynchronize());
     assert_int_equal(itest_empty_cache(0), 0);
+    /* memory is tight (pages are shared only then): the program's own
+     * virtual memory, which cucache passes through, takes all but 32 MiB */
+    size_t free0 = 0, total = 0;
+    SIM_OK(cudaMemGetInfo(&free0, &total));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle ballast = 0;
+    CU_OK(cuMemCreate(&ballast, (free0 - 32 * MIB) / (2 * MIB) * (2 * MIB), &prop, 0));
     /* a (3 MiB) and y (3.5 MiB) around x (1.5 MiB): pages [0, 8) MiB, full */
     void *a = NULL, *x = NULL, *y = NULL, *z = NULL;
     SIM_OK(cudaMalloc(&a, 3 * MIB));
@@ -199,6 +210,7 @@ static void test_shared_page(void **state)
     assert_int_equal(itest_empty_cache(0), 0);
     assert_int_equal(itest_stat(0, "reserved_bytes.all.current"), 0);
     assert_int_equal(sim_mappings(), 0);
+    CU_OK(cuMemRelease(ballast));
 }
 
 int main(void)
