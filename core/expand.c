@@ -223,20 +223,27 @@ static bool map_place(core_dev_t *d, const place_t *p, size_t rounded, seg_failu
     return true;
 }
 
+/* Splits block b at `at` (b->addr < at < its end) with the block struct r:
+ * b keeps the low part; r, a copy of b, the high part (in no tree). */
+static void split_at(block_t *b, uintptr_t at, block_t *r)
+{
+    *r = *b;
+    memset(&r->node, 0, sizeof r->node);
+    r->addr = at;
+    r->size = b->addr + b->size - at;
+    r->prev = b;
+    if (r->next)
+        r->next->prev = r;
+    b->next = r;
+    b->size = at - b->addr;
+}
+
 /* Splits free block m at `at` with the block struct r: both halves free,
  * in the tree, for pool_take to take the upper one at once. */
 static void carve(block_t *m, uintptr_t at, block_t *r)
 {
     pool_tree_remove(m->pool, m);
-    *r = *m;
-    memset(&r->node, 0, sizeof r->node);
-    r->addr = at;
-    r->size = m->addr + m->size - at;
-    r->prev = m;
-    if (r->next)
-        r->next->prev = r;
-    m->next = r;
-    m->size = at - m->addr;
+    split_at(m, at, r);
     pool_tree_insert(m->pool, m);
     pool_tree_insert(r->pool, r);
 }
@@ -412,20 +419,6 @@ static bool share_pick(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t
     return out->room != NULL;
 }
 
-/* Splits block b at `at` (b->addr < at < its end) with the block struct r:
- * b keeps the low part; r, a copy of b, the high part (in no tree). */
-static void split_at(block_t *b, uintptr_t at, block_t *r)
-{
-    *r = *b;
-    memset(&r->node, 0, sizeof r->node);
-    r->addr = at;
-    r->size = b->addr + b->size - at;
-    r->prev = b;
-    if (r->next)
-        r->next->prev = r;
-    b->next = r;
-    b->size = at - b->addr;
-}
 
 /* The lent piece `lent` is reached from `at` (its second mapping) when
  * `out`, from where it lies again when not: the events that say so. */
