@@ -23,9 +23,7 @@ void mem_backend_fini(mem_backend_t *m)
     hostalloc_free(m->seg_addr);
     hostalloc_free(m->seg_size);
     hostalloc_free(m->pages);
-    hostalloc_free(m->alias_addr);
-    hostalloc_free(m->alias_from);
-    hostalloc_free(m->alias_size);
+    hostalloc_free(m->alias);
     pthread_mutex_destroy(&m->lock);
 }
 
@@ -303,7 +301,7 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
 static size_t alias_find(const mem_backend_t *m, uintptr_t addr, size_t size)
 {
     for (size_t i = 0; i < m->nalias; i++)
-        if (addr < m->alias_addr[i] + m->alias_size[i] && m->alias_addr[i] < addr + size)
+        if (addr < m->alias[i].addr + m->alias[i].size && m->alias[i].addr < addr + size)
             return i;
     return m->nalias;
 }
@@ -318,11 +316,8 @@ static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
     size_t i = alias_find(m, addr, size);
     if (i == m->nalias) {
         unmap_locked(m, addr, size);
-    } else if (m->alias_addr[i] == addr && m->alias_size[i] == size) {
-        m->nalias--;
-        m->alias_addr[i] = m->alias_addr[m->nalias];
-        m->alias_from[i] = m->alias_from[m->nalias];
-        m->alias_size[i] = m->alias_size[m->nalias];
+    } else if (m->alias[i].addr == addr && m->alias[i].size == size) {
+        m->alias[i] = m->alias[--m->nalias];
     } else {
         m->n_bad_unmap++; /* part of a second mapping, or more than it */
     }
@@ -342,25 +337,16 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
     int r = mapped && !taken ? CORE_OK : CORE_EFAIL;
     if (r == CORE_OK && m->nalias == m->cap_alias) {
         size_t cap = m->cap_alias ? m->cap_alias * 2 : 16;
-        uintptr_t *a = hostalloc_realloc(m->alias_addr, cap * sizeof *a);
-        if (a)
-            m->alias_addr = a;
-        uintptr_t *f = a ? hostalloc_realloc(m->alias_from, cap * sizeof *f) : NULL;
-        if (f)
-            m->alias_from = f;
-        size_t *z = f ? hostalloc_realloc(m->alias_size, cap * sizeof *z) : NULL;
-        if (z) {
-            m->alias_size = z;
+        struct mem_alias_s *a = hostalloc_realloc(m->alias, cap * sizeof *a);
+        if (a) {
+            m->alias = a;
             m->cap_alias = cap;
         } else {
             r = CORE_EFAIL;
         }
     }
     if (r == CORE_OK) {
-        m->alias_addr[m->nalias] = addr;
-        m->alias_from[m->nalias] = from;
-        m->alias_size[m->nalias] = size;
-        m->nalias++;
+        m->alias[m->nalias++] = (struct mem_alias_s){addr, from, size};
     } else {
         m->n_bad_alias++;
     }
@@ -371,11 +357,9 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
 uintptr_t mem_backend_resolve(mem_backend_t *m, uintptr_t addr)
 {
     mb_lock(m);
-    for (size_t i = 0; i < m->nalias; i++)
-        if (addr >= m->alias_addr[i] && addr - m->alias_addr[i] < m->alias_size[i]) {
-            addr = m->alias_from[i] + (addr - m->alias_addr[i]);
-            break;
-        }
+    size_t i = alias_find(m, addr, 1);
+    if (i < m->nalias)
+        addr = m->alias[i].from + (addr - m->alias[i].addr);
     mb_unlock(m);
     return addr;
 }

@@ -58,11 +58,12 @@ typedef struct mem_backend_s {
     uint64_t n_va, n_va_release, n_map, n_map_pages, n_unmap, n_unmap_pages;
     uint64_t n_bad_unmap; /* unmap of a page that is not mapped */
     uint64_t n_unmap_busy; /* unmaps while an event recorded had not completed (work may be queued) */
-    /* second mappings (map_alias): [alias_addr[i], + alias_size[i]) maps what
-     * alias_from[i] maps, charging nothing; unmapped by an unmap of exactly
-     * that range */
-    uintptr_t *alias_addr, *alias_from;
-    size_t *alias_size;
+    /* second mappings (map_alias): [addr, addr + size) maps what `from`
+     * maps, charging nothing; unmapped by an unmap of exactly that range */
+    struct mem_alias_s {
+        uintptr_t addr, from;
+        size_t size;
+    } *alias;
     size_t nalias, cap_alias;
     uint64_t n_alias, n_bad_alias; /* map_alias calls, and those refused (a range not mapped, or taken) */
     uint64_t n_hold_query;

@@ -206,13 +206,21 @@ static size_t poll_events(core_dev_t *d, bool wait)
     return bytes;
 }
 
-size_t pend_poll(core_dev_t *d)
+/* Releases the closed batches whose fences completed, oldest first, as
+ * idle; returns their bytes. */
+static size_t release_completed(core_dev_t *d)
 {
     size_t bytes = 0;
-    if (d->held && poll_held(d))
-        close_batch(d); /* their fence: they are released once it completes */
     while (d->fences && d->be.event_query(d->be.ctx, d->device, d->fences->event) == 1)
         bytes += release_oldest_batch(d, true);
+    return bytes;
+}
+
+size_t pend_poll(core_dev_t *d)
+{
+    if (d->held && poll_held(d))
+        close_batch(d); /* their fence: they are released once it completes */
+    size_t bytes = release_completed(d);
     if (d->event_pending)
         bytes += poll_events(d, false);
     return bytes;
@@ -264,11 +272,7 @@ bool pend_hand_off(core_dev_t *d, size_t keep)
         pend_close(d);
     /* fences that completed free their blocks as idle (their pages can go
      * back without a synchronisation) and need no ordering */
-    bool done = false;
-    while (d->fences && d->be.event_query(d->be.ctx, d->device, d->fences->event) == 1) {
-        release_oldest_batch(d, true);
-        done = true;
-    }
+    bool done = release_completed(d) > 0;
     if (!d->fences || (done && d->fenced_bytes - d->open.bytes <= keep))
         return done;
     /* The fence that covers the older ones: the device ordered after it is
