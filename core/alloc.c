@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "hand_out.h"
 #include "hostalloc.h"
 #include "types.h"
 
@@ -466,11 +467,11 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
     }
     /* 1b. frees still behind fences: handed out now, the device ordered
      * after their fences, instead of growing the cache or waiting on the
-     * host (reuse:ordered; issue 14).  Whatever their bytes: merged with
+     * host (a rule that hands out; hand_out.h).  Whatever their bytes: merged with
      * free neighbours they may serve a larger request, and a replay, whose
      * idle device completes every fence at step 1, finds the same blocks
      * free whether or not the live run's fences had completed. */
-    if (d->pending_bytes && pend_hand_off(d, 0) && (b = pool_find_free(d, pool, stream, rounded)))
+    if (d->pending_bytes && hand_out(d, 0) && (b = pool_find_free(d, pool, stream, rounded)))
         TAKE(b, rounded, size);
     /* 2. garbage collection above the threshold */
     if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
@@ -529,26 +530,6 @@ uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom
     return core_malloc_site(d, size, stream, 0, oom);
 }
 
-/* reuse:ordered: whether a hit that would split a block (or take one
- * larger than asked for) hands out the frees behind fences instead, the
- * device ordered after their fence (issue 14; HANDOFF_SHARE in types.h). */
-static inline bool handoff_due(const core_dev_t *d, size_t rounded)
-{
-    if (d->fenced_bytes < rounded)
-        return false;
-    return !handoff_paced(d) ||
-           d->fenced_bytes >= (uint64_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_SHARE;
-}
-
-/* What a hit's hand-out leaves pending: nothing while the program has no
- * stream of its own; else the newest frees, up to a third of the share
- * that triggered it, so that the streams wait for the older fences only
- * (their work is the likeliest to have run). */
-static inline size_t handoff_keep(const core_dev_t *d)
-{
-    return !handoff_paced(d) ? 0 : (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / HANDOFF_KEEP;
-}
-
 uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_oom_t *oom)
 {
     if (__builtin_expect(size > (SIZE_MAX >> 2), 0)) {
@@ -578,11 +559,11 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
     uintptr_t addr = 0;
     if (__builtin_expect(d->map.count < d->map.mask, 1)) {
         block_t *b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
-        if (b && b->size != rounded && pend_hand_off_allowed(d) && handoff_due(d, rounded)) {
+        if (b && b->size != rounded && hand_out_allowed(d) && hand_out_due(d, rounded)) {
             /* found again whatever happened: a hand-out that could not
              * record its fence released the pending blocks (pend_close),
              * merging b away perhaps */
-            pend_hand_off(d, handoff_keep(d));
+            hand_out(d, hand_out_keep(d));
             b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
         }
         if (__builtin_expect(b != NULL, 1) && (addr = take(d, b, rounded, size))) {
@@ -602,6 +583,32 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
     return addr;
 }
 
+/* The idle shortcut (core_rule_t.idle_shortcut; core.h, "Free modes as
+ * applied", row 1): no work was submitted since the block was handed out,
+ * so none can name it and a fenced free needs no fence (the count is the
+ * backend's work_epoch, which interpose/submit.c keeps). */
+static inline bool free_is_idle(const core_dev_t *d, const block_t *b, core_free_t how)
+{
+    return how == CORE_FREE_FENCED && conf_rule(&d->conf)->idle_shortcut && !b->nuses && b->hold == 0 &&
+           !(b->epoch & CORE_EPOCH_UNSEEN) && d->be.work_epoch &&
+           atomic_load_explicit(d->be.work_epoch, memory_order_relaxed) == b->epoch;
+}
+
+/* The mode a free of an unheld block is applied with (core.h, "Free modes
+ * as applied", rows 3 to 6); an AFTER_STREAM result has its event recorded. */
+static core_free_t free_mode(core_dev_t *d, block_t *b, core_free_t how, core_stream_t stream)
+{
+    if (b->nuses)
+        return CORE_FREE_FENCED; /* used on several streams: the device-wide fence covers them all */
+    if (how != CORE_FREE_AFTER_STREAM)
+        return how;
+    if (stream == b->stream)
+        return CORE_FREE_NOW; /* stream order on the block's own stream */
+    if (d->capturing)
+        return CORE_FREE_FENCED; /* no event may be recorded now */
+    return pend_after_stream(d, b, stream) == 0 ? CORE_FREE_AFTER_STREAM : CORE_FREE_FENCED;
+}
+
 int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stream)
 {
     dev_lock(d);
@@ -611,16 +618,9 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
         return CORE_NOT_MINE;
     }
     stats_block_free(d, b);
-    /* No work submitted since it was handed out: none can name it, so a
-     * plain free needs no fence (issue 14; a count the program's own
-     * ordering makes visible here, see interpose/submit.c) */
-    bool idle = false;
-    if (how == CORE_FREE_FENCED && (d->conf.reuse == CONF_REUSE_FENCED || d->conf.reuse == CONF_REUSE_ORDERED) &&
-        !b->nuses && b->hold == 0 &&
-        !(b->epoch & CORE_EPOCH_UNSEEN) && d->be.work_epoch &&
-        atomic_load_explicit(d->be.work_epoch, memory_order_relaxed) == b->epoch) {
+    bool idle = free_is_idle(d, b, how);
+    if (idle) {
         how = CORE_FREE_NOW;
-        idle = true;
         d->stats.num_idle_frees++;
     }
     jr_note(d, JR_FREE, how | (b->nuses ? JR_HOW_MULTI : 0), b->pool->owner->id, b->stream, stream, b->requested,
@@ -630,19 +630,12 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
         dev_unlock(d);
         return CORE_FREED;
     }
-    if (b->nuses && how != CORE_FREE_FENCED)
-        how = CORE_FREE_FENCED; /* used on several streams: the device-wide fence covers them all */
-    if (how == CORE_FREE_AFTER_STREAM && stream == b->stream)
-        how = CORE_FREE_NOW; /* stream order on the block's own stream */
-    if (how == CORE_FREE_AFTER_STREAM && d->capturing)
-        how = CORE_FREE_FENCED; /* no event may be recorded now */
-    if (how == CORE_FREE_AFTER_STREAM && pend_after_stream(d, b, stream) != 0)
-        how = CORE_FREE_FENCED;
+    how = free_mode(d, b, how, stream);
     if (how == CORE_FREE_NOW)
         pool_release_block(d, b, idle); /* else its own stream's queued work may still use it */
     else if (how == CORE_FREE_FENCED) {
         pend_fenced(d, b);
-        pend_slice(d);
+        hand_out_slice(d);
     }
     dev_unlock(d);
     return CORE_FREED;
@@ -779,7 +772,7 @@ void core_set_streams(core_dev_t *d, unsigned n)
 void core_stop_hand_outs(core_dev_t *d)
 {
     dev_lock(d);
-    pend_stop_hand_outs(d);
+    hand_out_stop(d);
     dev_unlock(d);
 }
 

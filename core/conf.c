@@ -26,6 +26,7 @@
  */
 #include "conf.h"
 #include "conf_internal.h"
+#include "rules.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -543,7 +544,7 @@ struct conf_opt_s {
     uint64_t min, max;        /* size: bounds, inclusive (max 0: CONF_SIZE_CAP) */
     unsigned flags;           /* CONF_F_* */
     double lo, hi;            /* fraction: bounds, exclusive unless CONF_F_HI_CLOSED */
-    const char *const *names; /* choice: accepted names, indexed by the enum value */
+    const char *const *names; /* choice: accepted names, indexed by the enum value (NULL: the reuse rules) */
 };
 
 static void conf_get(const conf_opt_t *o, const conf_t *c, void *v, size_t n)
@@ -615,23 +616,55 @@ static void conf_show_frac(const conf_opt_t *o, const conf_t *c, char *buf, size
     conf_fmt_frac(buf, len, v);
 }
 
+/* The choice's i-th name, NULL past the last. */
+static const char *conf_choice_name(const conf_opt_t *o, int i)
+{
+    if (o->names)
+        return o->names[i];
+    return i < CONF_REUSE_COUNT ? core_rules[i].name : NULL;
+}
+
+/* The reuse rules' names, "a, b or c" (range), or each with its help line
+ * (meaning), from the rule table. */
+static const char *conf_rules_text(char *buf, size_t len, bool meaning)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    if (meaning)
+        k = (size_t)snprintf(buf, len, "when a block a plain free gave back serves again: ");
+    for (int i = 0; i < CONF_REUSE_COUNT && k < len; i++) {
+        const char *sep = i == 0 ? "" : meaning ? "; " : i == CONF_REUSE_COUNT - 1 ? " or " : ", ";
+        if (meaning)
+            k += (size_t)snprintf(buf + k, len - k, "%s%s: %s", sep, core_rules[i].name, core_rules[i].help);
+        else
+            k += (size_t)snprintf(buf + k, len - k, "%s%s", sep, core_rules[i].name);
+    }
+    return buf;
+}
+
+/* The option's accepted values, as help and errors show them. */
+static const char *conf_range(const conf_opt_t *o, char *buf, size_t len)
+{
+    return o->range ? o->range : conf_rules_text(buf, len, false);
+}
+
 static int conf_set_choice(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
 {
-    char q[CONF_SHOW_MAX + 4];
-    for (int i = 0; o->names[i]; i++) {
-        if (conf_eq(v, n, o->names[i])) {
+    char q[CONF_SHOW_MAX + 4], r[CONF_VALUE_MAX];
+    for (int i = 0; conf_choice_name(o, i); i++) {
+        if (conf_eq(v, n, conf_choice_name(o, i))) {
             conf_put(o, c, &i, sizeof i);
             return 0;
         }
     }
-    return conf_fail(e, "%s:%s: expected %s", o->name, conf_quote(q, v, n), o->range);
+    return conf_fail(e, "%s:%s: expected %s", o->name, conf_quote(q, v, n), conf_range(o, r, sizeof r));
 }
 
 static void conf_show_choice(const conf_opt_t *o, const conf_t *c, char *buf, size_t len)
 {
     int v;
     conf_get(o, c, &v, sizeof v);
-    snprintf(buf, len, "%s", o->names[v]);
+    snprintf(buf, len, "%s", conf_choice_name(o, v));
 }
 
 static int conf_set_bool(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
@@ -718,7 +751,6 @@ static void conf_show_divs(const conf_opt_t *o, const conf_t *c, char *buf, size
 }
 
 static const char *const conf_strategy_names[] = {"auto_growth", "preallocate", NULL};
-static const char *const conf_reuse_names[] = {"fenced", "stream", "sync", "fenced-host", "ordered", NULL};
 static const char *const conf_ipc_names[] = {"peer", "strict", NULL};
 
 #define CONF_DIVS_RANGE                                                                                                \
@@ -768,10 +800,8 @@ static const conf_opt_t conf_opts[] = {
     {"fraction", "fraction", "0.92", "more than 0, at most 1",
      "strategy:preallocate: share of free memory reserved at first use",
      conf_set_frac, conf_show_frac, .off = F(fraction), .lo = 0, .hi = 1, .flags = CONF_F_HI_CLOSED},
-    {"reuse", "choice", "ordered", "ordered, fenced, stream, sync or fenced-host",
-     "a freed block serves again behind a shared fence (ordered: handed out early, the device ordered after it; "
-     "fenced: once it completed), by stream order only, or after a device sync",
-     conf_set_choice, conf_show_choice, .off = F(reuse), .names = conf_reuse_names},
+    {"reuse", "choice", "ordered", NULL, NULL, /* the rule table's names and lines (rules.h) */
+     conf_set_choice, conf_show_choice, .off = F(reuse), .names = NULL},
     {"max_pending_mb", "MiB", "256M", "0 or at least 1M",
      "frees still behind fences the cache may hold beyond the live bytes before a miss waits for a fence",
      conf_set_size, conf_show_size, .off = F(max_pending), .unit = MiB, .min = MiB, .flags = CONF_F_ZERO_OK},
@@ -954,7 +984,7 @@ int conf_parse(conf_t *c, const char *text, char *err, size_t errlen)
 
 void conf_help(void (*write)(void *ctx, const char *line), void *ctx)
 {
-    char line[CONF_LINE_MAX];
+    char line[CONF_LINE_MAX], range[CONF_VALUE_MAX], meaning[CONF_LINE_MAX];
     write(ctx, "CUCACHE_CONF=key:value,key:value,...  Sizes: 4096, 64K, 20M, 2G (binary units; keys ending in _mb "
                "read a bare number as MiB).  A repeated key: the last one wins.");
     snprintf(line, sizeof line, "%-*s %-8s %-11s %s", CONF_KEY_COLUMN, "key", "type", "default",
@@ -962,8 +992,9 @@ void conf_help(void (*write)(void *ctx, const char *line), void *ctx)
     write(ctx, line);
     for (size_t i = 0; i < CONF_NOPTS; i++) {
         const conf_opt_t *o = &conf_opts[i];
-        snprintf(line, sizeof line, "%-*s %-8s %-11s %s [%s]", CONF_KEY_COLUMN, o->name, o->type, o->def, o->meaning,
-                 o->range);
+        snprintf(line, sizeof line, "%-*s %-8s %-11s %s [%s]", CONF_KEY_COLUMN, o->name, o->type, o->def,
+                 o->meaning ? o->meaning : conf_rules_text(meaning, sizeof meaning, true),
+                 conf_range(o, range, sizeof range));
         write(ctx, line);
     }
 }

@@ -27,14 +27,14 @@ typedef enum conf_strategy_e {
     CONF_STRATEGY_PREALLOCATE, /* reserve `fraction` of free memory at first use */
 } conf_strategy_t;
 
+/* The reuse rules: one row each in core_rules (rules.h), in this order. */
 typedef enum conf_reuse_e {
-    CONF_REUSE_FENCED, /* frees pend behind a shared fence (default) */
-    CONF_REUSE_STREAM, /* trust stream order only */
-    CONF_REUSE_SYNC,   /* synchronise the device on every free */
-    CONF_REUSE_FENCED_HOST, /* fenced, without the shortcut for blocks no submitted work can use (the rule before
-                             * issue 14, for comparison and as the fallback) */
-    CONF_REUSE_ORDERED,     /* fenced, and blocks behind fences are handed out at once with the device ordered
-                             * after the fences instead of waiting or growing (issue 14) */
+    CONF_REUSE_ORDERED,
+    CONF_REUSE_FENCED,
+    CONF_REUSE_STREAM,
+    CONF_REUSE_SYNC,
+    CONF_REUSE_FENCED_HOST,
+    CONF_REUSE_COUNT
 } conf_reuse_t;
 
 typedef enum conf_ipc_e {
@@ -61,12 +61,12 @@ typedef struct conf_s {
     size_t limit;             /* limit_mb; 0 = none */
     conf_strategy_t strategy; /* strategy:auto_growth|preallocate */
     double fraction;          /* preallocate: share of free memory reserved; (0, 1]; 0.92 */
-    conf_reuse_t reuse;       /* reuse:fenced|stream|sync */
+    conf_reuse_t reuse;       /* reuse:<rule>: the row of core_rules (rules.h) */
     size_t max_pending;       /* max_pending_mb; pending bytes beyond the live ones before a miss waits; 256 MiB */
     conf_ipc_t ipc;           /* ipc:peer|strict (the interposer's IPC export, docs/interposer.md) */
 } conf_t;
 
-/* The defaults (PyTorch's policy, Paddle's auto_growth, reuse:fenced). */
+/* The defaults (PyTorch's policy, Paddle's auto_growth, the first reuse rule). */
 void conf_defaults(conf_t *c);
 
 /* Parses `text` over the current contents of *c (call conf_defaults first).

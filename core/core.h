@@ -13,17 +13,33 @@
  * memory not tied to a stream (cudaMalloc): usable on every stream.  Real
  * streams, the legacy default stream included, need keys other than 0.
  *
- * Reuse safety is the caller's choice at free time:
+ * Reuse safety: the caller asks for a free mode,
  *   CORE_FREE_NOW          no work can still use the block (the caller
  *                          synchronised, or the free is ordered on the
  *                          block's own stream): reusable at once;
  *   CORE_FREE_FENCED       pending behind the device-wide fence (the next
- *                          one recorded covers every free since the last):
- *                          reusable once that fence completed, or after a
- *                          synchronisation (core_synchronized);
+ *                          one recorded covers every free since the last);
  *   CORE_FREE_AFTER_STREAM pending behind an event recorded on `stream` now
  *                          (a free ordered on another stream than the
- *                          block's, or record_stream uses).
+ *                          block's);
+ * a plain free (no stream named) asks for what its reuse rule's row says
+ * (rules.h: rule_plain_free).  Free modes as applied, the first row that
+ * matches deciding:
+ *   1. FENCED, the rule has the idle shortcut, the block has no other
+ *      stream, no hold, and no work was submitted since it was handed out
+ *      (backend work_epoch)                            -> NOW (counted idle)
+ *   2. the block is held (core_hold: another process has it open)
+ *                                   -> the held list, fenced when the hold ends
+ *   3. the block was used on other streams (core_record_stream) -> FENCED
+ *   4. AFTER_STREAM on the block's own stream           -> NOW
+ *   5. AFTER_STREAM during a capture, or its event cannot be recorded
+ *                                                       -> FENCED
+ *   6. otherwise                                        -> as asked.
+ * A FENCED block is reusable once its fence completed (as idle memory), or
+ * after a synchronisation (core_synchronized), or, under a rule that hands
+ * out, at once with the device ordered after its fence (hand_out.h: not
+ * idle, its pages stay until a synchronisation); an AFTER_STREAM block
+ * once its event completed.
  *
  * Thread safety: one lock per device; nothing global on the hit path.
  */
@@ -97,18 +113,18 @@ typedef struct core_backend_s {
      * leaves the memory to the first mapping.  NULL: not supported (the
      * setting is then ignored). */
     int (*map_alias)(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size);
-    /* Work submitted so far, by anyone (issue 14): a count the backend
-     * bumps before each call that may put work using device memory on a
-     * stream, with CORE_EPOCH_UNSEEN set for good once a submission may
-     * have gone unseen.  NULL: not known.  Under reuse:fenced a plain free
-     * of a block handed out at the same count is reusable at once: no work
-     * can name it. */
+    /* Work submitted so far, by anyone: a count the backend bumps before
+     * each call that may put work using device memory on a stream, with
+     * CORE_EPOCH_UNSEEN set for good once a submission may have gone
+     * unseen.  NULL: not known.  Under a rule with the idle shortcut a
+     * fenced free of a block handed out at the same count is reusable at
+     * once: no work can name it. */
     const _Atomic uint64_t *work_epoch;
     /* Orders, on the device, everything submitted from now on after the
      * fence (an event_record on stream 0): every stream that could use the
      * device's memory, and those created later until the fence completes,
      * waits for it.  The fence's blocks can then be handed out at once
-     * (reuse:ordered, issue 14).  first_alloc: the number the next
+     * (a rule that hands out; hand_out.h).  first_alloc: the number the next
      * allocation will get (core_ptr_info_t.id's, (id & ~CORE_ID_TAG) >> 6):
      * only blocks from that one on can hold memory handed out now, so only
      * they need the host to wait for the fence before something outside
@@ -259,13 +275,13 @@ void core_set_capturing(core_dev_t *d, bool on);
  * orders (a fence records an event on the legacy stream, which waits for
  * them and which their later work waits for): handing out frees behind
  * fences with the device ordered after them then holds back no work that
- * could have run beside it, and reuse:ordered hands out any that could
- * serve a hit, not only once they hold a share of the cache (issue 14).
+ * could have run beside it, and a rule that hands out hands out any that
+ * could serve a hit, not only once they hold a share of the cache.
  * Unknown counts as some (a replay of a trace that does not say). */
 void core_set_streams(core_dev_t *d, unsigned n);
 
 /* Stops handing out frees behind fences on the device for good
- * (reuse:ordered): something the device's ordering does not reach may now
+ * (a rule that hands out): something the device's ordering does not reach may now
  * touch its memory (a second CUDA context in the process, whose streams do
  * not wait for this device's fences; a CPU that reads device memory
  * coherently).  The frees already handed out are the caller's to wait for;

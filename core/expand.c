@@ -24,7 +24,7 @@
  * wherever the block lies (PyTorch unmaps the same pages).  Unmapping,
  * unlike cudaFree, does not wait for queued work: a free block is "idle"
  * when it became free behind a completed fence or event, or the device was
- * synchronised since; one freed in stream order (or under reuse:stream) is
+ * synchronised since; one freed in stream order (or by a rule that trusts it) is
  * not, and its pages go only after one device synchronisation (PyTorch
  * synchronises every time).  A block taken from free memory that was not
  * idle stays not idle when it is freed behind an event: the event orders

@@ -1,7 +1,7 @@
 /*
  * Pending frees: blocks the program freed that queued work may still use.
  *
- * Fenced frees (cudaFree under reuse:fenced) join the open batch.  The
+ * Fenced frees (a plain cudaFree under the rules that fence) join the open batch.  The
  * batch's fence is recorded lazily, when an allocation first needs memory
  * the cache cannot give: a fence recorded later than the frees covers them
  * (it orders after everything queued before it), and one fence serves every
@@ -23,6 +23,7 @@
  */
 #include <time.h>
 
+#include "hand_out.h"
 #include "hostalloc.h"
 #include "types.h"
 
@@ -97,8 +98,7 @@ int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream)
     return 0;
 }
 
-/* Records the fence of the open batch (not during a capture). */
-static void close_batch(core_dev_t *d)
+void pend_record_fence(core_dev_t *d)
 {
     if (!d->open.blocks || d->capturing)
         return;
@@ -133,23 +133,11 @@ static void close_batch(core_dev_t *d)
     d->stats.num_fences++;
 }
 
-void pend_slice(core_dev_t *d)
-{
-    /* reuse:ordered with streams of the program's own: the open batch gets
-     * its fence once it holds a slice of the cache, so that a hand-out can
-     * take the older frees and leave the newest (pend_hand_off's keep).
-     * Not from pend_fenced: poll_held calls that while walking its list,
-     * and a fence that cannot be recorded releases everything. */
-    if (handoff_paced(d) && d->open.blocks && pend_hand_off_allowed(d) &&
-        d->open.bytes >= (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / FENCE_SLICE)
-        close_batch(d);
-}
-
 void pend_close(core_dev_t *d)
 {
     if (d->held && !d->capturing)
         poll_held(d); /* holds that ended join this fence */
-    close_batch(d);
+    pend_record_fence(d);
 }
 
 /* idle: their fence or event completed (else the device is only ordered
@@ -168,9 +156,7 @@ static size_t release_list(core_dev_t *d, block_t *b, bool idle)
     return bytes;
 }
 
-/* Releases the oldest closed batch: its fence completed or was waited
- * (idle), or the device was ordered after it (pend_hand_off). */
-static size_t release_oldest_batch(core_dev_t *d, bool idle)
+size_t pend_release_oldest(core_dev_t *d, bool idle)
 {
     fence_batch_t *f = d->fences;
     d->fences = f->next;
@@ -206,21 +192,19 @@ static size_t poll_events(core_dev_t *d, bool wait)
     return bytes;
 }
 
-/* Releases the closed batches whose fences completed, oldest first, as
- * idle; returns their bytes. */
-static size_t release_completed(core_dev_t *d)
+size_t pend_release_completed(core_dev_t *d)
 {
     size_t bytes = 0;
     while (d->fences && d->be.event_query(d->be.ctx, d->device, d->fences->event) == 1)
-        bytes += release_oldest_batch(d, true);
+        bytes += pend_release_oldest(d, true);
     return bytes;
 }
 
 size_t pend_poll(core_dev_t *d)
 {
     if (d->held && poll_held(d))
-        close_batch(d); /* their fence: they are released once it completes */
-    size_t bytes = release_completed(d);
+        pend_record_fence(d); /* their fence: they are released once it completes */
+    size_t bytes = pend_release_completed(d);
     if (d->event_pending)
         bytes += poll_events(d, false);
     return bytes;
@@ -233,7 +217,7 @@ bool pend_wait_oldest(core_dev_t *d)
     bool waited = false;
     if (d->fences) {
         d->be.event_wait(d->be.ctx, d->device, d->fences->event);
-        release_oldest_batch(d, true);
+        pend_release_oldest(d, true);
         waited = true;
     } else if (d->event_pending) {
         block_t *oldest = d->event_pending;
@@ -250,53 +234,6 @@ bool pend_wait_oldest(core_dev_t *d)
     return waited;
 }
 
-void pend_stop_hand_outs(core_dev_t *d)
-{
-    if (d->no_hand_out)
-        return;
-    jr_note(d, JR_NO_HAND_OUTS, 0, 0, 0, 0, 0, 0);
-    d->no_hand_out = true;
-    d->stats.num_hand_out_stops = d->conf.reuse == CONF_REUSE_ORDERED; /* a rule that hands out */
-}
-
-bool pend_hand_off(core_dev_t *d, size_t keep)
-{
-    if (!pend_hand_off_allowed(d))
-        return false;
-    /* The oldest fences first: their work is the likeliest to have run, so
-     * the streams ordered after them wait least.  Enough of them to leave
-     * at most `keep` bytes behind fences; with too few closed, the frees
-     * since the last fence get theirs, and all are handed out.  (Held and
-     * event-pending blocks are not handed out, and not counted.) */
-    if (keep == 0 || d->open.bytes > keep)
-        pend_close(d);
-    /* fences that completed free their blocks as idle (their pages can go
-     * back without a synchronisation) and need no ordering */
-    bool done = release_completed(d) > 0;
-    if (!d->fences || (done && d->fenced_bytes - d->open.bytes <= keep))
-        return done;
-    /* The fence that covers the older ones: the device ordered after it is
-     * ordered after them all (each was recorded on every stream after the
-     * one before). */
-    fence_batch_t *upto = d->fences;
-    size_t left = d->fenced_bytes - upto->bytes;
-    while (upto->next && left > keep) {
-        upto = upto->next;
-        left -= upto->bytes;
-    }
-    int rc = d->be.fence_order(d->be.ctx, d->device, upto->event, d->next_id + 1);
-    if (rc == CORE_ESTOP)
-        pend_stop_hand_outs(d);
-    if (rc != CORE_OK)
-        return false;
-    for (bool last = false; !last;) {
-        last = d->fences == upto;
-        release_oldest_batch(d, false);
-        d->stats.num_fence_handoffs++;
-    }
-    return true;
-}
-
 /* Everything pending becomes free: after waiting for each fence and event
  * (wait), or because the device is known idle (the program synchronised).
  * Held blocks stay held, unless their hold is over (asked now). */
@@ -309,7 +246,7 @@ void pend_release_all(core_dev_t *d, bool wait)
     while (d->fences) {
         if (wait)
             d->be.event_wait(d->be.ctx, d->device, d->fences->event);
-        release_oldest_batch(d, true);
+        pend_release_oldest(d, true);
     }
     poll_events(d, true);
     block_t *open = d->open.blocks;

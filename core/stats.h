@@ -42,7 +42,7 @@
     X(num_cache_hits)       /* allocations served from cached blocks */                                                 \
     X(num_fences)           /* fences recorded (each shared by every free since the last) */                            \
     X(num_idle_frees)       /* plain frees reusable at once: no work submitted since the block was handed out */       \
-    X(num_fence_handoffs)   /* fences whose blocks were handed out with the device ordered after them, not waited */  \
+    X(num_fence_hand_outs)   /* fences whose blocks were handed out with the device ordered after them, not waited */  \
     X(num_hand_out_stops)   /* 1 once hand-outs stopped for good (a second CUDA context, a coherent CPU) */           \
     X(num_shared_pages)     /* pages mapped a second time to start a request (expandable_share_pages) */           \
     X(num_fence_waits)      /* times an allocation waited for a fence or event */                                       \

@@ -54,6 +54,7 @@
 
 #include "core.h"
 #include "rbtree.h"
+#include "rules.h"
 #include "stats.h"
 
 typedef struct block_s block_t;
@@ -256,10 +257,10 @@ struct core_dev_s {
     /* a CUDA graph capture is in progress on the device: no fence, wait,
      * sync or release call may be made (core_set_capturing) */
     bool capturing;
-    /* the program's live streams (core_set_streams): while 0, reuse:ordered
+    /* the program's live streams (core_set_streams): while 0, a rule that hands out
      * hands out any frees behind fences that could serve a hit */
     unsigned streams;
-    /* bytes of the open batch and the closed ones (what pend_hand_off can
+    /* bytes of the open batch and the closed ones (what hand_out can
      * hand out; pending_bytes also counts held and event-pending blocks) */
     size_t fenced_bytes;
     /* hand-outs behind fences stopped for good (core_stop_hand_outs): an
@@ -396,67 +397,16 @@ size_t pend_poll(core_dev_t *d);
 void pend_close(core_dev_t *d);
 /* Waits for the oldest fence or event; false when nothing is pending. */
 bool pend_wait_oldest(core_dev_t *d);
-/* reuse:ordered, issue 14.  With no stream of the program's own the
- * ordering holds back nothing (the fence already orders the default
- * streams): a hit hands out any pending free that could serve it, which
- * takes the blocks reuse:stream would take (the same peak on the shared
- * traces).  With streams of its own each hand-out makes every stream wait
- * for every stream's work before the fence, which serialises streams that
- * overlap, so:
- *   - a hit hands out only once the frees behind fences hold an eighth of
- *     the reserved bytes (HANDOFF_SHARE);
- *   - it hands out the oldest fences' frees and leaves the newest, up to a
- *     24th of the reserved bytes (HANDOFF_KEEP): their work is the
- *     likeliest to have run, so the streams wait least;
- *   - for that the open batch gets its fence once it holds a 96th of the
- *     reserved bytes (FENCE_SLICE), not only when an allocation needs it.
- * Chosen on scripts/bench-train's four-stream and communication-stream
- * runs (docs/performance.md): a sixteenth and everything handed out cost
- * 5.6-9.1% of reuse:stream's step time beside the communication stream and
- * 6-12% on four streams; this costs 1.4-2.0% and 2.8-5.1% (e61b70a), for
- * a peak reserved 1.06-1.19 times reuse:stream's instead of 1.06-1.11. */
-#define HANDOFF_SHARE 8
-#define HANDOFF_KEEP 24
-#define FENCE_SLICE 96
-
-/* Whether hand-outs are paced as above: with any stream of the program's
- * own.  Not pacing one non-blocking stream takes reuse:stream's peak when
- * the default streams stay idle (bench-train's 1: +0.1-0.3% step time,
- * 2026-11-27) and costs 35-41% of the step when they compute beside it
- * (its 0+comm, data-parallel training's shape: at every hand-out the
- * legacy stream and that stream each wait for the other's work before the
- * fence).  Which of the two a program is cannot be told from the fences'
- * events while the host runs a step ahead: every event is still pending,
- * cucache's own waits included. */
-static inline bool handoff_paced(const core_dev_t *d)
-{
-    return d->streams > 0;
-}
-
-/* reuse:ordered with a backend that can order the device after a fence:
- * orders the device after the oldest fences that leave at most `keep`
- * bytes pending (0: all, the open batch's fence recorded first) and makes
- * their blocks free (not idle: work before the fence may still run).
- * False when nothing was handed out. */
-bool pend_hand_off(core_dev_t *d, size_t keep);
-/* After a fenced free (core_free): with streams of the program's own and
- * hand-outs allowed, the open batch gets its fence once it holds
- * FENCE_SLICE of the cache. */
-void pend_slice(core_dev_t *d);
-/* Stops the hand-outs for good (core_stop_hand_outs, or a backend's
- * CORE_ESTOP): journalled, and counted under a rule that hands out. */
-void pend_stop_hand_outs(core_dev_t *d);
-/* Whether frees behind fences may be handed out now, the device ordered
- * after them (pend_hand_off): under reuse:ordered (the default), never
- * during a capture, never once stopped (core_stop_hand_outs).  Not under
- * reuse:fenced: the ordering reaches the device's streams only, and a new
- * owner may also reach its block from outside them (a NIC by GPUDirect
- * RDMA with no CUDA call in between) before the old owner's work is done,
- * which cudaFree never allows. */
-static inline bool pend_hand_off_allowed(const core_dev_t *d)
-{
-    return d->be.fence_order && !d->capturing && !d->no_hand_out && d->conf.reuse == CONF_REUSE_ORDERED;
-}
+/* Records the open batch's fence, when it has blocks and no capture is in
+ * progress; when no fence can be recorded, synchronises the device and
+ * releases everything instead (or leaves the batch open, when it cannot). */
+void pend_record_fence(core_dev_t *d);
+/* Releases the closed batches whose fences completed, oldest first, as
+ * idle; returns their bytes. */
+size_t pend_release_completed(core_dev_t *d);
+/* Releases the oldest closed batch: its fence completed or was waited
+ * (idle), or the device was ordered after it (hand_out: not idle). */
+size_t pend_release_oldest(core_dev_t *d, bool idle);
 /* Everything pending becomes free (the device is idle). */
 void pend_release_all(core_dev_t *d, bool wait);
 

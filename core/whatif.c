@@ -41,11 +41,15 @@
 #include "types.h"
 
 /* The settings tried, each on top of the current ones (skipped when it
- * changes nothing or the combination is refused). */
-static const char *const candidates[] = {
+ * changes nothing or the combination is refused), in this order: the
+ * prefixes, each reuse rule the rule table offers to the what-if
+ * (core_rule_t.whatif) alone, the other settings, then each such rule with
+ * each combination. */
+static const char *const candidate_prefixes[] = {
     "expandable_segments:true",
     "expandable_segments:true,expandable_share_pages:true",
-    "reuse:sync",
+};
+static const char *const candidate_others[] = {
     "max_split_size_mb:20",
     "max_split_size_mb:64",
     "max_split_size_mb:128",
@@ -58,14 +62,54 @@ static const char *const candidates[] = {
     "garbage_collection_threshold:0.8",
     "strategy:auto_growth",
     "strategy:preallocate",
-    "expandable_segments:true,reuse:sync",
-    "max_split_size_mb:64,reuse:sync",
 };
-_Static_assert(sizeof candidates / sizeof candidates[0] < CORE_WHATIF_MAX, "room for the current settings");
+static const char *const candidate_with_rules[] = {
+    "expandable_segments:true",
+    "max_split_size_mb:64",
+};
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+#define CANDIDATE_LEN 96
+
+static char candidate_text[CORE_WHATIF_MAX - 1][CANDIDATE_LEN];
+static const char *candidates[CORE_WHATIF_MAX - 1]; /* room for the current settings in row 0 */
+static size_t ncandidates;
+static pthread_once_t candidates_once = PTHREAD_ONCE_INIT;
+
+static void candidate_add(const char *first, const char *second)
+{
+    if (ncandidates == NELEM(candidates))
+        return;
+    char *t = candidate_text[ncandidates];
+    snprintf(t, CANDIDATE_LEN, "%s%s%s", first, *first && *second ? "," : "", second);
+    candidates[ncandidates++] = t;
+}
+
+static void candidate_add_rule(const char *prefix, const core_rule_t *r)
+{
+    char rule[CANDIDATE_LEN];
+    snprintf(rule, sizeof rule, "reuse:%s", r->name);
+    candidate_add(prefix, rule);
+}
+
+static void candidates_build(void)
+{
+    for (size_t i = 0; i < NELEM(candidate_prefixes); i++)
+        candidate_add(candidate_prefixes[i], "");
+    for (int r = 0; r < CONF_REUSE_COUNT; r++)
+        if (core_rules[r].whatif)
+            candidate_add_rule("", &core_rules[r]);
+    for (size_t i = 0; i < NELEM(candidate_others); i++)
+        candidate_add(candidate_others[i], "");
+    for (size_t i = 0; i < NELEM(candidate_with_rules); i++)
+        for (int r = 0; r < CONF_REUSE_COUNT; r++)
+            if (core_rules[r].whatif)
+                candidate_add_rule(candidate_with_rules[i], &core_rules[r]);
+}
 
 const char *core_whatif_candidate(size_t i)
 {
-    return i < sizeof candidates / sizeof candidates[0] ? candidates[i] : NULL;
+    pthread_once(&candidates_once, candidates_build);
+    return i < ncandidates ? candidates[i] : NULL;
 }
 
 static double now_s(void)
@@ -311,11 +355,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
                 break; /* its allocation failed here */
             core_free_t h = (core_free_t)(how & ~JR_HOW_MULTI);
             if (s2 == 0 && h != CORE_FREE_AFTER_STREAM) /* a plain free: the setting's reuse rule */
-                h = conf->reuse == CONF_REUSE_FENCED || conf->reuse == CONF_REUSE_FENCED_HOST ||
-                            conf->reuse == CONF_REUSE_ORDERED ||
-                            (conf->reuse == CONF_REUSE_SYNC && capturing)
-                        ? CORE_FREE_FENCED
-                                                                                                      : CORE_FREE_NOW;
+                h = rule_plain_free(conf_rule(conf), !capturing);
             core_free(d, a, h, s2);
             break;
         }
@@ -536,7 +576,7 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
         base = cur;
     bool vmm = d->be.vmm_granularity && d->be.vmm_granularity(d->be.ctx, d->device) != 0;
     size_t n = 1;
-    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+    for (size_t i = 0; core_whatif_candidate(i); i++) {
         conf_t t = base;
         if (conf_parse(&t, candidates[i], err, sizeof err) != 0 || memcmp(&t, &base, sizeof t) == 0)
             continue;

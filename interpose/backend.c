@@ -629,7 +629,7 @@ static bool other_primary_active(const hook_dev_t *hd)
     return false;
 }
 
-/* reuse:ordered hands out the blocks behind a fence at once (issue 14):
+/* A rule that hands out (core/hand_out.h) hands out the blocks behind a fence at once:
  * from now on the legacy stream (which orders every blocking and
  * per-thread default stream's later work) and every known non-blocking
  * stream wait on the device for the fence, and so does a non-blocking

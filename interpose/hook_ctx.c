@@ -1,8 +1,9 @@
 /*
  * Context creation: cuDevicePrimaryCtxRetain, cuCtxCreate_v2, _v3 and _v4.
  *
- * reuse:ordered hands a block out before the old owner's work on it is
- * done, with the device's streams made to wait for that work (issue 14).
+ * A rule that hands out (core/hand_out.h) hands a block out before the
+ * old owner's work on it is done, with the device's streams made to wait
+ * for that work.
  * The waits reach the primary context's streams only.  Work in any other
  * context could reach the block first: another device's kernel by peer
  * access, a copy between devices queued on the other device's stream, a

@@ -27,7 +27,7 @@
  * GDRCopy: P2P tokens, SYNC_MEMOPS, the buffer id and range its
  * registration cache keys on, RDMA capability), and a dma-buf export,
  * first wait on the host for the fences that may have handed the block's
- * memory out (reuse:ordered hands blocks out ahead of them, and that agent
+ * memory out (hand-outs give blocks out ahead of them, and that agent
  * does not wait for the device's ordering), as an IPC export does.  The questions every framework asks (type,
  * device, context, device pointer) do not wait.
  */

@@ -223,7 +223,7 @@ static reg_entry_t *entry_for(const core_ptr_info_t *info, uint32_t device, cons
 CUresult hook_ipc_export(hook_dev_t *hd, const core_ptr_info_t *info, char handle[64])
 {
     /* another process's streams do not wait for the fences the device was
-     * ordered after (reuse:ordered hands blocks out ahead of them): those
+     * ordered after (hand-outs give blocks out ahead of them): those
      * complete first */
     hook_backend_wait_ordered(hd, hook_alloc_number(info->id));
     if (info->stream != 0)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "hook.h"
+#include "rules.h"
 
 conf_t hook_conf;
 atomic_bool hook_off;
@@ -279,16 +280,8 @@ core_where_t hook_describe(uintptr_t addr, core_ptr_info_t *info, hook_dev_t **h
 
 core_free_t hook_free_policy(hook_dev_t *hd)
 {
-    switch (hook_conf.reuse) {
-    case CONF_REUSE_STREAM:
-        return CORE_FREE_NOW;
-    case CONF_REUSE_SYNC:
-        if (atomic_load(&hd->capturing) == 0 && hook_dev_core(hd) &&
-            hook_backend.device_sync(hook_backend.ctx, hd->ordinal) == CORE_OK)
-            return CORE_FREE_NOW;
-        return CORE_FREE_FENCED;
-    case CONF_REUSE_FENCED:
-    default:
-        return CORE_FREE_FENCED;
-    }
+    const core_rule_t *r = conf_rule(&hook_conf);
+    bool synced = r->plain == RULE_PLAIN_AFTER_SYNC && atomic_load(&hd->capturing) == 0 && hook_dev_core(hd) &&
+                  hook_backend.device_sync(hook_backend.ctx, hd->ordinal) == CORE_OK;
+    return rule_plain_free(r, synced);
 }

@@ -78,7 +78,7 @@ unsigned hook_live_streams(const hook_dev_t *hd)
  * in (TRACE_STREAM_CREATE) or out, and the device now has n.  The trace's
  * counted record goes first, so that every allocation the core decides
  * under the new count comes after it; then the core is told
- * (reuse:ordered hands out at hits as the count says). */
+ * (hand-outs at hits are paced by the count). */
 static void count_changed(hook_dev_t *hd, unsigned kind, CUstream s, unsigned flags, unsigned n)
 {
     if (hook_trace_on())

@@ -43,6 +43,7 @@
 #include "backend_mem.h"
 #include "core.h"
 #include "replay.h"
+#include "rules.h"
 #include "stats.h"
 
 enum {
@@ -460,7 +461,7 @@ static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
         }
         core_set_observer(rd->core, observe, r);
         /* a trace that does not say which streams cucache counted: taken
-         * as having some (reuse:ordered's hits then hand out only a share) */
+         * as having some (hits then hand out only a share) */
         core_set_streams(rd->core, r->in->streams_unknown ? 1 : 0);
         if (r->opts->history)
             core_set_history(rd->core, r->opts->history);
@@ -604,10 +605,9 @@ static void do_free(replay_t *r, rdev_t *rd, const live_t *l, const trace_event_
          * that device's fence */
         if (e->device < 0 || e->device == l->device)
             how = CORE_FREE_AFTER_STREAM, key = stream_key(e);
-    } else if (r->cfg->conf.reuse == CONF_REUSE_STREAM) {
-        how = CORE_FREE_NOW;
-    } else if (r->cfg->conf.reuse == CONF_REUSE_SYNC && rd->ncaptures == 0) {
-        how = CORE_FREE_NOW; /* after a device synchronisation: the idle device has nothing queued */
+    } else {
+        /* a rule that synchronises first: the idle device has nothing queued */
+        how = rule_plain_free(conf_rule(&r->cfg->conf), rd->ncaptures == 0);
     }
     core_free(rd->core, (uintptr_t)l->addr, how, key);
 }

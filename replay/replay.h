@@ -190,7 +190,7 @@ typedef struct rp_opts_s {
     /* false (idle): every marker the replay records (a fence, an event on a
      * stream) has completed when queried, as on a GPU whose kernels have
      * finished: frees are reusable at the first poll (a lower bound for
-     * reuse:fenced).  true (busy): a marker completes only at the job's
+     * a rule that fences).  true (busy): a marker completes only at the job's
      * next synchronisation of its device, stream or event, or when the
      * allocator itself waits for it (an upper bound). */
     bool busy;

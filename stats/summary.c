@@ -200,13 +200,12 @@ static void sum_cucache(const core_stats_t *s, st_sink_fn sink, void *ctx)
     fmt_ns(t, sizeof t, s->fence_wait_ns);
     st_linef(sink, ctx, "fences: %llu recorded, %llu handed out before they completed (the device ordered after them), "
              "%llu %s for a fence or event, %s waiting",
-             (unsigned long long)s->num_fences, (unsigned long long)s->num_fence_handoffs,
+             (unsigned long long)s->num_fences, (unsigned long long)s->num_fence_hand_outs,
              (unsigned long long)s->num_fence_waits, plural(s->num_fence_waits, "wait", "waits"), t);
     if (s->num_hand_out_stops)
         st_linef(sink, ctx,
                  "hand-outs stopped: a second CUDA context appeared in the process (or the CPU shares this device's "
-                 "memory), which the device's ordering does not reach; later frees waited for their fences, as under "
-                 "reuse:fenced");
+                 "memory), which the device's ordering does not reach; later frees waited for their fences");
     if (s->num_shared_pages)
         st_linef(sink, ctx,
                  "shared pages: %llu %s mapped a second time to start or end a request in another block's page "

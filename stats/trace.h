@@ -61,7 +61,7 @@ typedef enum trace_kind_e {
                         * NUL-padded); device -1.  Written once, at the start, as consecutive records of one
                         * thread, the last with TRACE_CONF_LAST; one empty piece when unset */
     /* version 4 */
-    TRACE_NO_HAND_OUTS = 13, /* the device stopped handing out frees behind fences for good (reuse:ordered; a second
+    TRACE_NO_HAND_OUTS = 13, /* the device stopped handing out frees behind fences for good (a rule that hands out; a second
                               * CUDA context appeared in the process, or the CPU reads device memory coherently) */
     TRACE_KIND_MAX = 13,
 } trace_kind_t;
@@ -74,7 +74,7 @@ enum {
 /* trace_rec_t.flags of a STREAM_CREATE / STREAM_DESTROY (version 3). */
 enum {
     TRACE_REC_COUNTED = 2, /* a stream of the device's primary context (the record's device), which cucache
-                            * counts: while the device has none, a hit under reuse:ordered hands out any frees
+                            * counts: while the device has none, a hit under a rule that hands out takes any frees
                             * behind fences, else only a share (a replay needs the count to agree) */
 };
 

@@ -17,6 +17,7 @@
 
 #include "backend_mem.h"
 #include "check.h"
+#include "rules.h"
 #include "conf.h"
 #include "core.h"
 #include "stats.h"
@@ -74,11 +75,11 @@ static inline void fx_open_orders(fx_t *f, size_t capacity, const char *conf_tex
 }
 
 /* What the interposer makes of a plain cudaFree under the setting's reuse
- * rule (interpose/state.c): behind the fence, except under reuse:stream and
- * reuse:sync (which synchronised first). */
+ * rule (interpose/state.c), no capture in progress (a rule that
+ * synchronises first has then synchronised). */
 static inline core_free_t conf_plain_free(const conf_t *c)
 {
-    return c->reuse == CONF_REUSE_STREAM || c->reuse == CONF_REUSE_SYNC ? CORE_FREE_NOW : CORE_FREE_FENCED;
+    return rule_plain_free(conf_rule(c), true);
 }
 
 static inline void fx_open(fx_t *f, size_t capacity, const char *conf_text)

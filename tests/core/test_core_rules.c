@@ -1234,7 +1234,7 @@ static void test_ordered_hand_out_without_a_fence(void **state)
  * newest fence it handed out, not after all of them (its work is the
  * likeliest to have run).  Four 4 MiB frees of a 120 MiB cache: an eighth
  * is 15 MiB, so the fourth free makes the next hit hand out; a 24th is
- * 5 MiB, so the fourth stays.  Seen to fail with pend_hand_off handing
+ * 5 MiB, so the fourth stays.  Seen to fail with hand_out handing
  * everything out (the fourth free released, ordered after its fence). */
 static void test_ordered_hit_hands_out_the_oldest(void **state)
 {
@@ -1260,7 +1260,7 @@ static void test_ordered_hit_hands_out_the_oldest(void **state)
     assert_int_equal(q, a[0]);
     assert_int_equal(f.m.n_order, 1);
     assert_int_equal(f.m.ordered, fence[2]); /* not fence[3] */
-    assert_int_equal(fx_stats(&f).num_fence_handoffs, 3);
+    assert_int_equal(fx_stats(&f).num_fence_hand_outs, 3);
     /* the fourth stays behind its fence: the next 4 MiB hit splits the rest */
     uintptr_t r = fx_alloc(&f, 4 * MiB, 0);
     assert_int_equal(r, a[1]);
@@ -1276,7 +1276,7 @@ static void test_ordered_hit_hands_out_the_oldest(void **state)
  * still hands out: with the two oldest of four completed, one fence is
  * handed out (the third); with the three oldest, none is, and the device
  * is not ordered at all.  Seen to fail (3 hand-outs, and an ordering in
- * the second round) with the poll taken out of pend_hand_off. */
+ * the second round) with the poll taken out of hand_out. */
 static void test_ordered_completed_fences_free_idle(void **state)
 {
     (void)state;
@@ -1301,10 +1301,10 @@ static void test_ordered_completed_fences_free_idle(void **state)
         if (round == 0) {
             assert_int_equal(f.m.n_order, 1);
             assert_int_equal(f.m.ordered, fence[2]);
-            assert_int_equal(fx_stats(&f).num_fence_handoffs, 1);
+            assert_int_equal(fx_stats(&f).num_fence_hand_outs, 1);
         } else {
             assert_int_equal(f.m.n_order, 0);
-            assert_int_equal(fx_stats(&f).num_fence_handoffs, 0);
+            assert_int_equal(fx_stats(&f).num_fence_hand_outs, 0);
         }
         CHECK(f.d);
         mem_backend_complete_all(&f.m);

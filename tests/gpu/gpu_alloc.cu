@@ -702,7 +702,7 @@ static void cucache_counters(void)
     static const char *const keys[] = {"num_cache_hits",     "num_device_alloc",   "num_device_free",
                                        "num_fences",         "num_fence_waits",    "fence_wait_ns",
                                        "num_alloc_retries",  "num_ooms",           "reserved_bytes.all.peak",
-                                       "num_fence_handoffs", "num_hand_out_stops", "contexts_seen",
+                                       "num_fence_hand_outs", "num_hand_out_stops", "contexts_seen",
                                        "contexts_many",      "submissions_unseen"};
     int64_t hits = -1;
     printf("cucache: loaded, version %s; device 0:", ver ? ver() : "?");

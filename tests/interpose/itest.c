@@ -2,6 +2,7 @@
  * dlsym, the simulated driver's counters, device data patterns, stderr
  * capture and child processes. */
 #include "itest.h"
+#include "rules.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -42,8 +43,12 @@ bool itest_hands_out(void)
     const char *c = getenv("CUCACHE_CONF"), *coherent = getenv("CUCACHE_SIM_COHERENT");
     if (!itest_have_cucache() || (coherent && strcmp(coherent, "1") == 0))
         return false;
-    const char *r = c ? strstr(c, "reuse:") : NULL;
-    return !r || strncmp(r, "reuse:ordered", 13) == 0;
+    char err[256];
+    conf_t conf;
+    conf_defaults(&conf);
+    if (conf_parse(&conf, c, err, sizeof err) < 0)
+        fail_msg("%s", err);
+    return conf_rule(&conf)->hands_out;
 }
 
 void itest_require_cucache_at(const char *file, int line)

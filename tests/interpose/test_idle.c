@@ -101,14 +101,14 @@ static void start_empty(void)
 static void *free_and_realloc(void *p, size_t n, bool out)
 {
     void *q = NULL;
-    int64_t handoffs = stat_of("num_fence_handoffs");
+    int64_t hand_outs = stat_of("num_fence_hand_outs");
     SIM_OK(cudaFree(p));
     SIM_OK(cudaMalloc(&q, n));
     if (out)
         assert_ptr_equal(q, p);
     else
         assert_ptr_not_equal(q, p);
-    assert_int_equal(stat_of("num_fence_handoffs"), handoffs + out);
+    assert_int_equal(stat_of("num_fence_hand_outs"), hand_outs + out);
     return q;
 }
 
@@ -219,16 +219,16 @@ static void test_ordered_hands_out_on_a_hit(void **state)
     simtest_gate_t *g;
     /* 4 MiB of a 20 MiB segment: 16 MiB stay free beside it */
     void *p = gated_reader(4 * MIB, &s, &t, &g), *q = NULL;
-    int64_t handoffs = stat_of("num_fence_handoffs"), segments = stat_of("segment.all.current");
+    int64_t hand_outs = stat_of("num_fence_hand_outs"), segments = stat_of("segment.all.current");
     SIM_OK(cudaFree(p));
     SIM_OK(cudaMalloc(&q, 4 * MIB));
     assert_int_equal(stat_of("segment.all.current"), segments); /* a hit either way */
     if (ordered()) {
         assert_ptr_equal(q, p);
-        assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+        assert_int_equal(stat_of("num_fence_hand_outs"), hand_outs + 1);
     } else {
         assert_ptr_equal(q, (char *)p + 4 * MIB);
-        assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
+        assert_int_equal(stat_of("num_fence_hand_outs"), hand_outs);
     }
     SIM_OK(cudaMemsetAsync(q, 2, 4 * MIB, t));
     if (ordered())
@@ -369,7 +369,7 @@ static void test_ordered_graph_launches(void **state)
  * the graph), so nothing is handed out ahead of its fence; the capture's
  * allocation gets other memory, and the graph's write, launched after the
  * capture, never races the reader.  This checks the outcome, not one
- * guard: with the capture checks of pend_hand_off and fence_order both
+ * guard: with the capture checks of hand_out and fence_order both
  * removed it still passes, because the capture's allocation comes from
  * the capture's private pool and no fence is recorded during a capture
  * (close_batch), so there is nothing to hand out. */
@@ -384,7 +384,7 @@ static void test_ordered_not_during_capture(void **state)
     simtest_gate_t *g;
     void *p = gated_reader(12 * MIB, &s, &t, &g), *q = NULL;
     SIM_OK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
-    int64_t handoffs = stat_of("num_fence_handoffs");
+    int64_t hand_outs = stat_of("num_fence_hand_outs");
     SIM_OK(cudaFree(p));
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -393,7 +393,7 @@ static void test_ordered_not_during_capture(void **state)
     SIM_OK(cudaMemsetAsync(q, 2, 12 * MIB, c));
     SIM_OK(cudaStreamEndCapture(c, &graph));
     assert_ptr_not_equal(q, p);
-    assert_int_equal(stat_of("num_fence_handoffs"), handoffs);
+    assert_int_equal(stat_of("num_fence_hand_outs"), hand_outs);
     SIM_OK(cudaGraphInstantiate(&exec, graph, 0));
     SIM_OK(cudaGraphLaunch(exec, c));
     open_and_check(g);
@@ -464,12 +464,12 @@ static void test_no_stream_of_its_own_per_thread_streams(void **state)
     SIM_OK(cudaDeviceSynchronize());
     ptds_reader_t r = {p, 12 * MIB, simtest_gate_new()};
     simtest_thread_t *th = simtest_thread_start(read_on_own_ptds, &r); /* stays alive */
-    int64_t handoffs = stat_of("num_fence_handoffs");
+    int64_t hand_outs = stat_of("num_fence_hand_outs");
     SIM_OK(cudaFree(p));
     SIM_OK(cudaMalloc(&q, 12 * MIB));
     if (ordered()) {
         assert_ptr_equal(q, p);
-        assert_int_equal(stat_of("num_fence_handoffs"), handoffs + 1);
+        assert_int_equal(stat_of("num_fence_hand_outs"), hand_outs + 1);
     } else {
         assert_ptr_not_equal(q, p);
     }
@@ -513,14 +513,14 @@ static void test_ordered_hit_follows_the_streams(void **state)
         simtest_gate_t *g = simtest_gate_new();
         simtest_gate_block(g, NULL);
         SIM_OK(cudaMemsetAsync(p, 1, 4 * MIB, NULL));
-        int64_t handoffs = stat_of("num_fence_handoffs");
+        int64_t hand_outs = stat_of("num_fence_hand_outs");
         SIM_OK(cudaFree(p));
         SIM_OK(cudaMalloc(&q, 4 * MIB));
         int own = round == 1 || round == 3 ? 1 : round == 2 ? 2 : 0;
         bool out = ordered() && own == 0;
-        if (stat_of("num_fence_handoffs") != handoffs + out || (q == p) != out)
+        if (stat_of("num_fence_hand_outs") != hand_outs + out || (q == p) != out)
             fail_msg("round %d (%d streams of its own): %lld hand-outs, %s", round, own,
-                     (long long)(stat_of("num_fence_handoffs") - handoffs), q == p ? "the freed block" : "another");
+                     (long long)(stat_of("num_fence_hand_outs") - hand_outs), q == p ? "the freed block" : "another");
         SIM_OK(cudaMemsetAsync(q, 2, 4 * MIB, NULL));
         open_and_check(g);
         SIM_OK(cudaFree(q));

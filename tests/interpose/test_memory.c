@@ -168,11 +168,11 @@ static void test_pending_block_is_waited_for_when_memory_is_short(void **state)
     simtest_gate_open_after(g, 300);
     SIM_OK(cudaFree(p));
     unsigned long allocs0 = itest_dev_allocs();
-    int64_t handoffs0 = itest_have_cucache() ? itest_stat(0, "num_fence_handoffs") : 0;
+    int64_t hand_outs0 = itest_have_cucache() ? itest_stat(0, "num_fence_hand_outs") : 0;
     SIM_OK(cudaMalloc(&q, n));
     itest_defer_free(q);
     if (itest_hands_out())
-        assert_int_equal(itest_stat(0, "num_fence_handoffs"), handoffs0 + 1);
+        assert_int_equal(itest_stat(0, "num_fence_hand_outs"), hand_outs0 + 1);
     else
         assert_true(simtest_gate_passed(g)); /* it waited for the stream's work */
     itest_put(q, 4096, 33);

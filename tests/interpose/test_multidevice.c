@@ -356,9 +356,9 @@ static void test_second_context_after_a_hand_out(void **state)
     const size_t n = 12 * MIB;
     simtest_gate_t *g;
     void *old;
-    int64_t handoffs = itest_stat(0, "num_fence_handoffs");
+    int64_t hand_outs = itest_stat(0, "num_fence_hand_outs");
     void *q = handed_out(n, &g, &old);
-    assert_int_equal(itest_stat(0, "num_fence_handoffs"), handoffs + (ordered() ? 1 : 0));
+    assert_int_equal(itest_stat(0, "num_fence_hand_outs"), hand_outs + (ordered() ? 1 : 0));
     if (!ordered())
         simtest_gate_open(g); /* the default waited for the fence before reusing: nothing to hold */
     else
@@ -378,10 +378,10 @@ static void test_second_context_after_a_hand_out(void **state)
     SIM_OK(cudaFree(q));
     SIM_OK(cudaDeviceSynchronize());
     /* no hand-out any more: the next free waits behind its fence */
-    handoffs = itest_stat(0, "num_fence_handoffs");
+    hand_outs = itest_stat(0, "num_fence_hand_outs");
     q = handed_out(n, &g, &old);
     simtest_gate_open(g);
-    assert_int_equal(itest_stat(0, "num_fence_handoffs"), handoffs);
+    assert_int_equal(itest_stat(0, "num_fence_hand_outs"), hand_outs);
     SIM_OK(cudaDeviceSynchronize());
     SIM_OK(cudaFree(q));
 }
@@ -418,13 +418,13 @@ static void test_unseen_second_context(void **state)
     CUdevice dev1;
     CUcontext c1;
     void *q = handed_out_then_unseen(n, &g, &dev1, &c1);
-    int64_t handoffs = itest_stat(0, "num_fence_handoffs");
+    int64_t hand_outs = itest_stat(0, "num_fence_hand_outs");
     void *r = NULL;
     struct cucache_sim_access rd = {q, n, 0};
     CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &rd, 1)); /* q's own reader, behind the gate too */
     SIM_OK(cudaFree(q));
     SIM_OK(cudaMalloc(&r, n)); /* a miss: would hand q's block out */
-    assert_int_equal(itest_stat(0, "num_fence_handoffs"), handoffs);
+    assert_int_equal(itest_stat(0, "num_fence_hand_outs"), hand_outs);
     assert_true(simtest_gate_passed(g)); /* the fences handed out before were waited for */
     SIM_OK(cudaDeviceSynchronize());
     assert_int_equal(itest_races(), 0);

@@ -55,7 +55,7 @@ for line in open(sys.argv[1]):
     w = line.split()
     if w and w[0] == "device":
         live[int(w[1])] = {"peak_allocated": int(w[3]), "peak_reserved": int(w[5]), "ooms": int(w[9]),
-                           "fallbacks": int(w[11]), "handoffs": int(w[13]) if len(w) > 13 else None}
+                           "fallbacks": int(w[11]), "hand_outs": int(w[13]) if len(w) > 13 else None}
 rows = [json.loads(l) for l in open(sys.argv[2])]
 assert len(rows) == 1, rows
 r = rows[0]
@@ -84,7 +84,7 @@ if oom_mode:
     caps = {d["device"]: d["capacity"] for d in r["per_device"]}
     if any(c == 80 << 30 for c in caps.values()):
         bad.append(f"the replay did not take the recorded capacity: {caps}")
-if sys.argv[3].startswith("handouts") and not all(v["handoffs"] for v in live.values()):
+if sys.argv[3].startswith("handouts") and not all(v["hand_outs"] for v in live.values()):
     bad.append("the handouts run handed nothing out behind a fence: make it")
 if not r["reserved_covers_allocated"]:
     bad.append("reserved fell below allocated in the replay")

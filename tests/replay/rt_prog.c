@@ -40,7 +40,7 @@
  * hands out any pending free that could serve it) and write on the legacy
  * stream; the middle third creates one (a hit hands out once the pending
  * frees hold an eighth of the cache, and leaves the newest) and writes on it.  The line per
- * device adds the hand-outs (num_fence_handoffs), which the round trip
+ * device adds the hand-outs (num_fence_hand_outs), which the round trip
  * requires to be some.  With "handouts-late" (two devices), the last third
  * begins by giving device 1 its context: the process has two, cucache
  * hands nothing out from then on and the trace (version 4) records where;
@@ -123,7 +123,7 @@ static void do_free(live_t *l, cudaStream_t *streams)
         CHECK(cudaFreeAsync(l->p, stream_of(streams, l->dev, k > NSTREAMS ? NSTREAMS : k)));
 }
 
-static void print_stats(int ndev, const long *nooms, bool handoffs);
+static void print_stats(int ndev, const long *nooms, bool hand_outs);
 
 /* rt_prog SEED STEPS handouts|handouts-late (above). */
 static int handouts(uint64_t seed, long steps, bool late)
@@ -276,7 +276,7 @@ int main(int argc, char **argv)
     return 0;
 }
 
-static void print_stats(int ndev, const long *nooms, bool handoffs)
+static void print_stats(int ndev, const long *nooms, bool hand_outs)
 {
     int (*stat)(int, const char *, int64_t *) = (int (*)(int, const char *, int64_t *))dlsym(RTLD_DEFAULT,
                                                                                               "cucache_stat");
@@ -290,11 +290,11 @@ static void print_stats(int ndev, const long *nooms, bool handoffs)
         stat(d, "reserved_bytes.all.peak", &pr);
         stat(d, "num_device_alloc", &da);
         stat(d, "num_fallback_served", &fb);
-        stat(d, "num_fence_handoffs", &ho);
+        stat(d, "num_fence_hand_outs", &ho);
         printf("device %d peak_allocated %lld peak_reserved %lld device_allocs %lld ooms %ld fallbacks %lld", d,
                (long long)pa, (long long)pr, (long long)da, nooms[d], (long long)fb);
-        if (handoffs)
-            printf(" handoffs %lld", (long long)ho);
+        if (hand_outs)
+            printf(" hand_outs %lld", (long long)ho);
         printf("\n");
     }
 }

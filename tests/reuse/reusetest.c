@@ -1,5 +1,6 @@
 /* The reuse-safety suites' fixture, policy and verdicts (see reusetest.h). */
 #include "reusetest.h"
+#include "rules.h"
 
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -12,32 +13,33 @@ struct reuse_fixture rf;
 
 /* ---- policy and mode -------------------------------------------------- */
 
+/* The rule CUCACHE_CONF selects, read by cucache's own parser. */
+static const core_rule_t *reuse_rule(void)
+{
+    char err[256];
+    conf_t c;
+    conf_defaults(&c);
+    if (conf_parse(&c, getenv("CUCACHE_CONF"), err, sizeof err) < 0) {
+        fprintf(stderr, "reuse: %s\n", err);
+        abort();
+    }
+    return conf_rule(&c);
+}
+
 reuse_policy_t reuse_policy(void)
 {
-    /* CUCACHE_CONF=key:value,key:value; the last reuse: wins, as in cucache */
-    const char *conf = getenv("CUCACHE_CONF");
-    reuse_policy_t p = REUSE_FENCED;
-    for (const char *s = conf; s && (s = strstr(s, "reuse:")) != NULL; s += 6) {
-        if (s != conf && s[-1] != ',' && s[-1] != ' ')
-            continue;
-        const char *v = s + 6;
-        size_t len = strcspn(v, ", ");
-        if (len == 6 && strncmp(v, "stream", 6) == 0)
-            p = REUSE_STREAM;
-        else if (len == 4 && strncmp(v, "sync", 4) == 0)
-            p = REUSE_SYNC;
-        else if (len == 7 && strncmp(v, "ordered", 7) == 0)
-            p = REUSE_ORDERED;
-        else
-            p = REUSE_FENCED;
-    }
-    return p;
+    /* what the tests expect follows from the rule's row */
+    const core_rule_t *r = reuse_rule();
+    if (!r->safe)
+        return REUSE_STREAM;
+    if (r->plain == RULE_PLAIN_AFTER_SYNC)
+        return REUSE_SYNC;
+    return r->hands_out ? REUSE_ORDERED : REUSE_FENCED;
 }
 
 const char *reuse_policy_name(void)
 {
-    static const char *const names[] = {"fenced", "stream", "sync", "ordered"};
-    return names[reuse_policy()];
+    return reuse_rule()->name;
 }
 
 reuse_expect_t reuse_expect(void)
@@ -333,13 +335,13 @@ void reuse_fill(cudaStream_t s, bool async)
 void reuse_realloc_twice(const void *a, size_t an, size_t n, void (*write)(void *p, size_t n, cudaStream_t s),
                          cudaStream_t writer, void **b, void **c)
 {
-    int64_t fences = stat_or_zero("num_fences"), handoffs = stat_or_zero("num_fence_handoffs");
+    int64_t fences = stat_or_zero("num_fences"), hand_outs = stat_or_zero("num_fence_hand_outs");
     SIM_OK(cudaMalloc(b, n));
     reuse_track(*b);
     reuse_expect_disjoint(*b, n, a, an);
     if (reuse_policy() == REUSE_FENCED && !reuse_bare() && stat_or_zero("num_fences") == fences)
         fail_msg("%s", "reuse:fenced: cudaMalloc(B) recorded no fence: the test did not exercise the fence");
-    if (reuse_policy() == REUSE_ORDERED && !reuse_bare() && stat_or_zero("num_fence_handoffs") == handoffs)
+    if (reuse_policy() == REUSE_ORDERED && !reuse_bare() && stat_or_zero("num_fence_hand_outs") == hand_outs)
         fail_msg("%s", "reuse:ordered: cudaMalloc(B) handed nothing out behind a fence: the test did not exercise it");
     write(*b, n, writer);
     if (reuse_policy() == REUSE_ORDERED) {

@@ -36,8 +36,11 @@
 
 #define LEGACY ((cudaStream_t)0)
 
+/* What the tests expect of the reuse rule CUCACHE_CONF selects, from the
+ * rule's row (core/rules.h); the default rule when none is named. */
 typedef enum reuse_policy_e {
-    REUSE_FENCED, /* the default (and fenced-host: the same for these tests, which submit work) */
+    REUSE_FENCED, /* a safe rule that fences and does not hand out (fenced, fenced-host: the same for these
+                   * tests, which submit work) */
     REUSE_STREAM, /* trusts stream order: unsafe across streams */
     REUSE_SYNC,   /* synchronises the device on every free */
     REUSE_ORDERED, /* hands a freed block out behind its fence with the device ordered after it: the new owner's

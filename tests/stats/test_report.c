@@ -930,7 +930,7 @@ static void test_summary_units(void **state)
 
     /* reuse:ordered's hand-outs, and their stop (a second context) */
     s.num_fences = 40;
-    s.num_fence_handoffs = 12;
+    s.num_fence_hand_outs = 12;
     s.num_hand_out_stops = 1;
     st_summary(0, &s, text_sink, &t);
     assert_string_equal(text_line(&t, "fences:"), "fences: 40 recorded, 12 handed out before they completed (the "
