@@ -7,24 +7,19 @@
 /* clang-format off */
 const core_rule_t core_rules[CONF_REUSE_COUNT] = {
     [CONF_REUSE_ORDERED] = {
-        "ordered", RULE_PLAIN_FENCED, .idle_shortcut = true, .hands_out = true, .safe = true,
-        .uses = RULE_USES_WORK_EPOCH | RULE_USES_FENCE_ORDER,
+        "ordered", RULE_PLAIN_FENCED, .idle_shortcut = true, .hands_out = true, .safe = true, .whatif = false,
         .help = "behind a shared fence, handed out early with the device ordered after it"},
     [CONF_REUSE_FENCED] = {
-        "fenced", RULE_PLAIN_FENCED, .idle_shortcut = true, .hands_out = false, .safe = true,
-        .uses = RULE_USES_WORK_EPOCH,
+        "fenced", RULE_PLAIN_FENCED, .idle_shortcut = true, .hands_out = false, .safe = true, .whatif = false,
         .help = "once its shared fence completed"},
     [CONF_REUSE_STREAM] = {
-        "stream", RULE_PLAIN_NOW, .idle_shortcut = false, .hands_out = false, .safe = false,
-        .uses = 0,
+        "stream", RULE_PLAIN_NOW, .idle_shortcut = false, .hands_out = false, .safe = false, .whatif = false,
         .help = "at once: stream order only, as in PyTorch"},
     [CONF_REUSE_SYNC] = {
         "sync", RULE_PLAIN_AFTER_SYNC, .idle_shortcut = false, .hands_out = false, .safe = true, .whatif = true,
-        .uses = RULE_USES_DEVICE_SYNC,
         .help = "after a device synchronisation at the free"},
     [CONF_REUSE_FENCED_HOST] = {
-        "fenced-host", RULE_PLAIN_FENCED, .idle_shortcut = false, .hands_out = false, .safe = true,
-        .uses = 0,
+        "fenced-host", RULE_PLAIN_FENCED, .idle_shortcut = false, .hands_out = false, .safe = true, .whatif = false,
         .help = "as fenced, without the shortcut for a block no work could use"},
 };
 /* clang-format on */

@@ -25,27 +25,20 @@
 typedef enum rule_plain_e {
     RULE_PLAIN_FENCED,     /* CORE_FREE_FENCED: pending behind the device-wide fence */
     RULE_PLAIN_NOW,        /* CORE_FREE_NOW: the program vouches that its stream order covers every reuse */
-    RULE_PLAIN_AFTER_SYNC, /* the caller synchronises the device, then CORE_FREE_NOW; CORE_FREE_FENCED when it
-                            * cannot (a capture is in progress) */
+    RULE_PLAIN_AFTER_SYNC, /* the caller synchronises the device (backend device_sync), then CORE_FREE_NOW;
+                            * CORE_FREE_FENCED when it cannot (a capture is in progress) */
 } rule_plain_t;
-
-/* What a rule uses from the backend (core_backend_t); where the backend
- * lacks it, the rule acts as one without that feature (a plain fence). */
-enum {
-    RULE_USES_WORK_EPOCH = 1u << 0,  /* work_epoch: the idle shortcut */
-    RULE_USES_FENCE_ORDER = 1u << 1, /* fence_order: hand-outs */
-    RULE_USES_DEVICE_SYNC = 1u << 2, /* device_sync at every plain free */
-};
 
 typedef struct core_rule_s {
     const char *name;   /* reuse:<name> in CUCACHE_CONF */
     rule_plain_t plain; /* what a plain free becomes */
     /* a plain free of a block no work was submitted since it was handed out
-     * (the backend's work_epoch unchanged) is reusable at once: nothing can
-     * name it */
+     * is reusable at once: nothing can name it.  Needs the backend's
+     * work_epoch (without it: fenced) */
     bool idle_shortcut;
     /* frees behind fences are handed out before their fences complete, the
-     * device ordered after the fences (hand_out.h) */
+     * device ordered after the fences (hand_out.h).  Needs the backend's
+     * fence_order (without it: never handed out) */
     bool hands_out;
     /* a plain free never reaches reuse while the old owner's queued work may
      * still use the block, whatever streams the program uses */
@@ -53,7 +46,6 @@ typedef struct core_rule_s {
     /* the OOM report's what-if tries it, alone and with expandable segments
      * or a split limit: a safe rule that holds fewer frees behind fences */
     bool whatif;
-    unsigned uses;    /* RULE_USES_* */
     const char *help; /* one line: what a plain free waits for */
 } core_rule_t;
 

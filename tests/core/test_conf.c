@@ -35,6 +35,7 @@
 #include <cmocka.h>
 
 #include "conf.h"
+#include "rules.h"
 
 #include "conf_internal.h" /* the tokenizer's test seam */
 
@@ -704,6 +705,44 @@ static void test_key_reuse(void **state)
     ERR("ipc:none", "ipc:none: expected peer or strict");
 }
 
+/* Every row of the rule table is selected by its name, shown by it, and
+ * listed in help; a plain free follows the row. */
+static void test_rule_table(void **state)
+{
+    (void)state;
+    static lines_t help;
+    memset(&help, 0, sizeof help);
+    conf_help(lines_add, &help);
+    const char *reuse_line = NULL;
+    for (int i = 0; i < help.n; i++)
+        if (strncmp(help.line[i], "reuse ", 6) == 0)
+            reuse_line = help.line[i];
+    assert_non_null(reuse_line);
+    for (int i = 0; i < CONF_REUSE_COUNT; i++) {
+        const core_rule_t *r = &core_rules[i];
+        char text[128], shown[256];
+        snprintf(text, sizeof text, "reuse:%s", r->name);
+        conf_t c = parse_ok(text);
+        assert_int_equal(c.reuse, i);
+        assert_ptr_equal(conf_rule(&c), r);
+        static lines_t desc;
+        memset(&desc, 0, sizeof desc);
+        conf_describe(&c, lines_add, &desc);
+        describe_value(describe_line(&desc, "reuse"), shown, sizeof shown);
+        assert_string_equal(shown, r->name);
+        snprintf(text, sizeof text, "%s: %s", r->name, r->help);
+        if (!strstr(reuse_line, text))
+            fail_msg("help's reuse line lacks \"%s\": %s", text, reuse_line);
+        core_free_t synced = rule_plain_free(r, true), unsynced = rule_plain_free(r, false);
+        assert_int_equal(synced, r->plain == RULE_PLAIN_FENCED ? CORE_FREE_FENCED : CORE_FREE_NOW);
+        assert_int_equal(unsynced, r->plain == RULE_PLAIN_NOW ? CORE_FREE_NOW : CORE_FREE_FENCED);
+        assert_true(r->safe || r->plain == RULE_PLAIN_NOW); /* only trusting stream order is unsafe */
+    }
+    conf_t d;
+    conf_defaults(&d);
+    assert_true(conf_rule(&d)->hands_out && conf_rule(&d)->safe);
+}
+
 static void test_key_min_block_size(void **state)
 {
     (void)state;
@@ -1060,6 +1099,7 @@ int main(void)
         cmocka_unit_test(test_key_backend),
         cmocka_unit_test(test_key_strategy),
         cmocka_unit_test(test_key_reuse),
+        cmocka_unit_test(test_rule_table),
         cmocka_unit_test(test_key_min_block_size),
         cmocka_unit_test(test_key_small_size),
         cmocka_unit_test(test_key_small_segment_size),
