@@ -34,8 +34,6 @@
 HOOK_TLS CUresult hook_backend_error;
 
 enum { SPARE_EVENTS_MAX = 256 };
-/* fence_gather: a fence of this many events or more is gathered on the hub */
-enum { HUB_MIN_EVENTS = 8 };
 
 bool hook_ctx_enter(hook_dev_t *hd, bool *pushed)
 {
@@ -59,16 +57,14 @@ void hook_ctx_leave(bool pushed)
         real_cu.cuCtxPopCurrent_v2(&popped);
 }
 
-/* Relaxes the thread's capture mode around one of our own calls while the
- * device captures; restores it after. */
-static bool relax(hook_dev_t *hd, CUstreamCaptureMode *mode)
+bool hook_relax(hook_dev_t *hd, CUstreamCaptureMode *mode)
 {
     *mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     return atomic_load_explicit(&hd->capturing, memory_order_relaxed) && real_cu.cuThreadExchangeStreamCaptureMode &&
            real_cu.cuThreadExchangeStreamCaptureMode(mode) == CUDA_SUCCESS;
 }
 
-static void unrelax(bool relaxed, CUstreamCaptureMode *mode)
+void hook_unrelax(bool relaxed, CUstreamCaptureMode *mode)
 {
     if (relaxed)
         real_cu.cuThreadExchangeStreamCaptureMode(mode);
@@ -98,10 +94,10 @@ static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
     if (!hook_ctx_enter(hd, &pushed))
         return CORE_EFAIL;
     CUstreamCaptureMode mode;
-    bool relaxed = relax(hd, &mode);
+    bool relaxed = hook_relax(hd, &mode);
     CUdeviceptr p = 0;
     CUresult r = real_cu.cuMemAlloc_v2(&p, size);
-    unrelax(relaxed, &mode);
+    hook_unrelax(relaxed, &mode);
     hook_ctx_leave(pushed);
     *addr = (uintptr_t)p;
     return core_code(r);
@@ -116,9 +112,9 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
     if (!hook_ctx_enter(hd, &pushed))
         return;
     CUstreamCaptureMode mode;
-    bool relaxed = relax(hd, &mode);
+    bool relaxed = hook_relax(hd, &mode);
     CUresult r = real_cu.cuMemFree_v2((CUdeviceptr)addr);
-    unrelax(relaxed, &mode);
+    hook_unrelax(relaxed, &mode);
     hook_ctx_leave(pushed);
     if (r != CUDA_SUCCESS)
         hook_warn(HOOK_WARN_BACKEND, "device %d: returning a segment of %zu bytes at 0x%lx to CUDA failed (error %d)",
@@ -205,7 +201,7 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
     if (!hook_ctx_enter(hd, &pushed))
         return CORE_EFAIL;
     CUstreamCaptureMode mode;
-    bool relaxed = relax(hd, &mode);
+    bool relaxed = hook_relax(hd, &mode);
     CUmemAllocationProp prop = device_prop(hd);
     CUresult r = CUDA_SUCCESS;
     size_t done = 0;
@@ -230,7 +226,7 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
     }
     if (r != CUDA_SUCCESS && done) /* all or nothing */
         real_cu.cuMemUnmap((CUdeviceptr)addr, done);
-    unrelax(relaxed, &mode);
+    hook_unrelax(relaxed, &mode);
     hook_ctx_leave(pushed);
     return core_code(r);
 }
@@ -247,7 +243,7 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
     if (!hook_ctx_enter(hd, &pushed))
         return CORE_EFAIL;
     CUstreamCaptureMode mode;
-    bool relaxed = relax(hd, &mode);
+    bool relaxed = hook_relax(hd, &mode);
     CUmemGenericAllocationHandle h = 0;
     CUresult r = real_cu.cuMemRetainAllocationHandle ? real_cu.cuMemRetainAllocationHandle(&h, (void *)from)
                                                      : CUDA_ERROR_NOT_SUPPORTED;
@@ -261,7 +257,7 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
         if (r != CUDA_SUCCESS)
             real_cu.cuMemUnmap((CUdeviceptr)addr, size);
     }
-    unrelax(relaxed, &mode);
+    hook_unrelax(relaxed, &mode);
     hook_ctx_leave(pushed);
     /* refused, the core maps the request's pages the plain way: the error
      * is not the allocation's, and stays out of its report */
@@ -279,9 +275,9 @@ static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
     if (!hook_ctx_enter(hd, &pushed))
         return;
     CUstreamCaptureMode mode;
-    bool relaxed = relax(hd, &mode);
+    bool relaxed = hook_relax(hd, &mode);
     CUresult r = real_cu.cuMemUnmap((CUdeviceptr)addr, size);
-    unrelax(relaxed, &mode);
+    hook_unrelax(relaxed, &mode);
     hook_ctx_leave(pushed);
     if (r != CUDA_SUCCESS)
         hook_warn(HOOK_WARN_BACKEND, "device %d: unmapping %zu bytes at 0x%lx failed (error %d)", device, size,
@@ -324,22 +320,6 @@ static int device_sync(void *ctx, int device)
  * Events and fences
  * ---------------------------------------------------------------------- */
 
-typedef struct fence_s {
-    size_t n;      /* events */
-    size_t owned;  /* ev[0..owned) are the fence's; the rest are retired
-                        streams' events it holds a reference on */
-    bool ordered;  /* on hd->ordered: the device waits for it (fence_order) */
-    bool released; /* the core released it: freed once it completes */
-    CUevent hub;   /* ordered: recorded on the hub stream after it waited for
-                      every event (NULL: each stream waits for every event) */
-    uint64_t first_alloc; /* ordered: the number of the first allocation after
-                             the hand-out (core.h, fence_order) */
-    uint64_t gen;  /* hd->streams_gen when recorded */
-    CUstream *on;  /* on[i]: the stream ev[i] was recorded on (NULL for a
-                      retired stream's event); after ev[] */
-    CUevent ev[];  /* all must complete */
-} fence_t;
-
 /* Called with hd->lock held: forgets retired events that completed and
  * that no fence holds. */
 static void retired_sweep(hook_dev_t *hd)
@@ -357,8 +337,7 @@ static void retired_sweep(hook_dev_t *hd)
     hd->nretired = j;
 }
 
-/* Called with hd->lock held and the primary context current. */
-static CUevent event_get(hook_dev_t *hd)
+CUevent hook_event_get(hook_dev_t *hd)
 {
     if (hd->nspare)
         return hd->spare_events[--hd->nspare];
@@ -371,8 +350,7 @@ static CUevent event_get(hook_dev_t *hd)
     return e;
 }
 
-/* Called with hd->lock held. */
-static void event_put(hook_dev_t *hd, CUevent e)
+void hook_event_put(hook_dev_t *hd, CUevent e)
 {
     if (hd->nspare == hd->spare_cap && hd->spare_cap < SPARE_EVENTS_MAX) {
         size_t cap = hd->spare_cap ? hd->spare_cap * 2 : 16;
@@ -430,12 +408,12 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
             rc = CORE_EFAIL;
             break;
         }
-        CUevent e = event_get(hd);
+        CUevent e = hook_event_get(hd);
         CUresult r = e ? real_cu.cuEventRecord(e, s) : CUDA_ERROR_OUT_OF_MEMORY;
         if (r != CUDA_SUCCESS) {
             hook_backend_error = r;
             if (e)
-                event_put(hd, e);
+                hook_event_put(hd, e);
             rc = CORE_EFAIL;
             break;
         }
@@ -444,7 +422,7 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
     }
     if (rc != CORE_OK) {
         for (size_t i = 0; f && i < done; i++)
-            event_put(hd, f->ev[i]);
+            hook_event_put(hd, f->ev[i]);
         hostalloc_free(f);
     } else {
         f->owned = n;
@@ -483,15 +461,14 @@ static void event_wait(void *ctx, int device, uint64_t event)
         real_cu.cuEventSynchronize(f->ev[i]);
 }
 
-/* Called with hd->lock held: gives the fence's events back and frees it. */
-static void fence_free(hook_dev_t *hd, fence_t *f)
+void hook_fence_free(hook_dev_t *hd, fence_t *f)
 {
     for (size_t i = 0; i < f->owned; i++) {
         if (hd->primary)
-            event_put(hd, f->ev[i]);
+            hook_event_put(hd, f->ev[i]);
     }
     if (f->hub && hd->primary)
-        event_put(hd, f->hub);
+        hook_event_put(hd, f->hub);
     for (size_t i = f->owned; i < f->n; i++)
         for (size_t k = 0; k < hd->nretired; k++)
             if (hd->retired[k].ev == f->ev[i] && hd->retired[k].refs) {
@@ -503,31 +480,12 @@ static void fence_free(hook_dev_t *hd, fence_t *f)
     hostalloc_free(f);
 }
 
-/* Called with hd->lock held: whether every event of f completed (an error,
- * a faulted context, counts as completed). */
-static bool fence_done(const fence_t *f)
+bool hook_fence_done(const fence_t *f)
 {
     for (size_t i = 0; i < f->n; i++)
         if (real_cu.cuEventQuery(f->ev[i]) == CUDA_ERROR_NOT_READY)
             return false;
     return true;
-}
-
-/* Called with hd->lock held: forgets ordered fences that completed. */
-static void ordered_sweep(hook_dev_t *hd)
-{
-    size_t j = 0;
-    for (size_t i = 0; i < hd->nordered; i++) {
-        fence_t *f = hd->ordered[i];
-        if (fence_done(f)) {
-            f->ordered = false;
-            if (f->released)
-                fence_free(hd, f);
-        } else {
-            hd->ordered[j++] = f;
-        }
-    }
-    hd->nordered = j;
 }
 
 static void event_release(void *ctx, int device, uint64_t event)
@@ -538,227 +496,8 @@ static void event_release(void *ctx, int device, uint64_t event)
     pthread_mutex_lock(&hd->lock);
     f->released = true;
     if (!f->ordered)
-        fence_free(hd, f); /* else when it completes (ordered_sweep) */
+        hook_fence_free(hd, f); /* else when it completes (ordered_sweep) */
     pthread_mutex_unlock(&hd->lock);
-}
-
-/* Makes stream s wait for fence f on the device: for its hub event when it
- * has one, else for every event but the one recorded on s itself (s is in
- * order after its own earlier work; a stream destroyed since, whose handle
- * a new stream may have taken, changed hd->streams_gen); false on an
- * error.  Called with hd->lock held. */
-static bool wait_fence(const hook_dev_t *hd, CUstream s, const fence_t *f)
-{
-    const CUevent *ev = f->hub ? &f->hub : f->ev;
-    size_t n = f->hub ? 1 : f->n;
-    bool same = f->gen == hd->streams_gen || s == CU_STREAM_LEGACY;
-    for (size_t i = 0; i < n; i++) {
-        if (!f->hub && same && f->on[i] == s)
-            continue;
-        CUresult r = real_cu.cuStreamWaitEvent(s, ev[i], 0);
-        if (r != CUDA_SUCCESS) {
-            hook_backend_error = r;
-            return false;
-        }
-    }
-    return true;
-}
-
-/* Called with hd->lock held and the primary context current: with many
- * events, gathers f's events into one on the hub, a non-blocking stream of
- * cucache's own that waits for each of them and then records f->hub, so
- * that ordering each of n streams after f costs one wait instead of n - 1
- * (3n + 1 calls in all, not n (n - 1)).  With few, each stream waits for
- * the others' events directly: the hub's hop delays the streams' next work
- * (on bench_train's four streams it cost 4% of the step time on the
- * simulated device), and n (n - 1) calls are at most twice 3n + 1 up to
- * HUB_MIN_EVENTS - 1.  Leaves f->hub NULL when it is not used or fails:
- * each stream then waits for every event but its own. */
-static void fence_gather(hook_dev_t *hd, fence_t *f)
-{
-    if (f->n < HUB_MIN_EVENTS)
-        return;
-    if (!hd->hub && real_cu.cuStreamCreate(&hd->hub, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-        hd->hub = NULL;
-        return;
-    }
-    CUevent h = event_get(hd);
-    if (!h)
-        return;
-    if (!wait_fence(hd, hd->hub, f) || real_cu.cuEventRecord(h, hd->hub) != CUDA_SUCCESS) {
-        event_put(hd, h);
-        return;
-    }
-    f->hub = h;
-}
-
-void hook_backend_note_stopped(hook_dev_t *hd)
-{
-    if (!atomic_exchange(&hd->stopped, true) && hook_trace_on())
-        hook_trace_put_flags(TRACE_NO_HAND_OUTS, TRACE_API_NONE, hd->ordinal, 0, 0, 0, 0, 0);
-}
-
-/* Whether another device's primary context is active: the runtime made it
- * (or the program retained it) by a path hook_ctx.c did not see (the real
- * runtime may reach the driver's context calls through cuGetExportTable's
- * private interface).  Only with more than one device: one driver call per
- * other device (cuDevicePrimaryCtxGetState answers for this process). */
-static bool other_primary_active(const hook_dev_t *hd)
-{
-    static atomic_int ndev = -1;
-    static CUdevice handles[HOOK_MAX_DEVICES];
-    int n = atomic_load(&ndev);
-    if (n < 0) {
-        if (real_cu.cuDeviceGetCount(&n) != CUDA_SUCCESS)
-            return true; /* cannot tell: as if there were one */
-        if (n > HOOK_MAX_DEVICES)
-            n = HOOK_MAX_DEVICES;
-        for (int i = 0; i < n; i++)
-            if (real_cu.cuDeviceGet(&handles[i], i) != CUDA_SUCCESS)
-                return true;
-        atomic_store(&ndev, n);
-    }
-    if (n > 1 && !real_cu.cuDevicePrimaryCtxGetState)
-        return true;
-    for (int i = 0; i < n; i++) {
-        unsigned flags = 0;
-        int active = 0;
-        if (i != hd->ordinal && (real_cu.cuDevicePrimaryCtxGetState(handles[i], &flags, &active) != CUDA_SUCCESS || active))
-            return true;
-    }
-    return false;
-}
-
-/* A rule that hands out (core/hand_out.h) hands out the blocks behind a fence at once:
- * from now on the legacy stream (which orders every blocking and
- * per-thread default stream's later work) and every known non-blocking
- * stream wait on the device for the fence, and so does a non-blocking
- * stream created before it completes.  Not during a capture: a wait there
- * would join the graph. */
-static int fence_order(void *ctx, int device, uint64_t event, uint64_t first_alloc)
-{
-    (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
-    fence_t *f = (fence_t *)(uintptr_t)event;
-    if (atomic_load(&hd->capturing))
-        return CORE_EFAIL;
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
-        return CORE_EFAIL;
-    /* a context the hooks did not see (a runtime that creates it by a
-     * path no interposer reaches) is caught here, before the lock */
-    bool unseen = !atomic_load(&hook_many_contexts) && other_primary_active(hd);
-    if (unseen)
-        atomic_store(&hook_many_contexts, true);
-    pthread_mutex_lock(&hd->lock);
-    int rc = CORE_OK;
-    /* under the lock: a second context stops the hand-outs and then waits
-     * for the fences on hd->ordered (hook_ctx.c), so a fence ordered here
-     * either is on that list by then or is refused.  (A device whose
-     * memory the CPU shares never asks: its core is stopped before it is
-     * published, state.c.) */
-    if (atomic_load(&hook_many_contexts)) {
-        hook_backend_note_stopped(hd);
-        rc = CORE_ESTOP;
-    } else if (hd->ncaptures || !real_cu.cuStreamWaitEvent) {
-        rc = CORE_EFAIL;
-    }
-    /* forget the ordered fences that completed before the list grows: with
-     * a hand-out at most allocations, it would otherwise keep every fence
-     * (and its events) of the run */
-    bool grow = false;
-    if (rc == CORE_OK && hd->nordered == hd->ordered_cap) {
-        ordered_sweep(hd);
-        grow = hd->ordered_cap == 0 || hd->nordered > hd->ordered_cap / 2;
-    }
-    if (grow) {
-        size_t cap = hd->ordered_cap ? hd->ordered_cap * 2 : 16;
-        fence_t **n = hostalloc_realloc(hd->ordered, cap * sizeof *n);
-        if (n) {
-            hd->ordered = n;
-            hd->ordered_cap = cap;
-        } else {
-            rc = CORE_EFAIL;
-        }
-    }
-    /* A fence of one event, on the legacy stream, with no non-blocking
-     * stream alive: the legacy stream is in order after it, and so is
-     * every blocking and per-thread default stream's later work (it waits
-     * for the legacy stream's earlier work): nothing needs to wait. */
-    bool only_legacy = f->n == 1 && f->owned == 1 && hd->nstreams == 0;
-    if (rc == CORE_OK && !f->hub && !only_legacy)
-        fence_gather(hd, f);
-    /* waits already placed when a later one fails only order more */
-    if (rc == CORE_OK && !only_legacy && !wait_fence(hd, CU_STREAM_LEGACY, f))
-        rc = CORE_EFAIL;
-    for (size_t i = 0; rc == CORE_OK && i < hd->nstreams; i++)
-        if (!wait_fence(hd, hd->streams[i], f))
-            rc = CORE_EFAIL;
-    if (rc == CORE_OK) {
-        f->ordered = true;
-        f->first_alloc = first_alloc;
-        hd->ordered[hd->nordered++] = f;
-    }
-    pthread_mutex_unlock(&hd->lock);
-    hook_ctx_leave(pushed);
-    if (unseen) /* its first work may reach blocks handed out so far, on any device */
-        for (int i = 0; i < HOOK_MAX_DEVICES; i++)
-            if (hook_dev_core(&hook_devs[i]))
-                hook_backend_wait_ordered(&hook_devs[i], UINT64_MAX);
-    return rc;
-}
-
-void hook_backend_drop_ordered(hook_dev_t *hd)
-{
-    /* their events die with the context, reset next: neither queried
-     * later nor put back among the spares (core_dev_destroy released
-     * them all) */
-    for (size_t i = 0; i < hd->nordered; i++)
-        hostalloc_free(hd->ordered[i]);
-    hd->nordered = 0;
-}
-
-void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s)
-{
-    if (!hd->nordered)
-        return;
-    ordered_sweep(hd);
-    for (size_t i = 0; i < hd->nordered; i++)
-        if (!wait_fence(hd, s, hd->ordered[i]))
-            hook_warn(HOOK_WARN_BACKEND,
-                      "a new stream could not be made to wait for memory handed out before its earlier work "
-                      "completed (error %d); it may see that memory early",
-                      (int)hook_backend_error);
-}
-
-void hook_backend_wait_ordered(hook_dev_t *hd, uint64_t alloc)
-{
-    if (!hd->primary)
-        return;
-    bool pushed;
-    bool entered = hook_ctx_enter(hd, &pushed);
-    CUstreamCaptureMode mode;
-    bool relaxed = relax(hd, &mode); /* a library may ask while the program captures */
-    pthread_mutex_lock(&hd->lock);
-    for (size_t i = 0; i < hd->nordered; i++)
-        if (hd->ordered[i]->first_alloc <= alloc)
-            for (size_t k = 0; k < hd->ordered[i]->n; k++)
-                real_cu.cuEventSynchronize(hd->ordered[i]->ev[k]);
-    ordered_sweep(hd);
-    pthread_mutex_unlock(&hd->lock);
-    unrelax(relaxed, &mode);
-    if (entered)
-        hook_ctx_leave(pushed);
-}
-
-void hook_stop_hand_outs(hook_dev_t *hd)
-{
-    core_dev_t *d = hook_dev_core(hd);
-    if (!d)
-        return;
-    hook_backend_note_stopped(hd);
-    core_stop_hand_outs(d);
-    hook_backend_wait_ordered(hd, UINT64_MAX);
 }
 
 static int hold_query(void *ctx, int device, uint64_t token)
@@ -786,5 +525,5 @@ const core_backend_t hook_backend = {
     .unmap = unmap,
     .map_alias = map_alias,
     .work_epoch = &hook_submissions, /* interpose/submit.c */
-    .fence_order = fence_order,
+    .fence_order = hook_order_fence, /* order.c */
 };

@@ -321,29 +321,67 @@ typedef struct hook_dev_s {
 extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];
 extern conf_t hook_conf;
 
+/* ------------------------------------------------------------------------
+ * Fences (backend.c) and the device's ordering after them (order.c)
+ * ---------------------------------------------------------------------- */
+
+/* A fence: one event on every stream that could use the device's memory. */
+typedef struct fence_s {
+    size_t n;      /* events */
+    size_t owned;  /* ev[0..owned) are the fence's; the rest are retired
+                        streams' events it holds a reference on */
+    bool ordered;  /* on hd->ordered: the device waits for it (fence_order) */
+    bool released; /* the core released it: freed once it completes */
+    CUevent hub;   /* ordered: recorded on the hub stream after it waited for
+                      every event (NULL: each stream waits for every event) */
+    uint64_t first_alloc; /* ordered: the number of the first allocation after
+                             the hand-out (core.h, fence_order) */
+    uint64_t gen;  /* hd->streams_gen when recorded */
+    CUstream *on;  /* on[i]: the stream ev[i] was recorded on (NULL for a
+                      retired stream's event); after ev[] */
+    CUevent ev[];  /* all must complete */
+} fence_t;
+
+/* Called with hd->lock held and the primary context current: a spare event,
+ * or a new one (NULL on failure). */
+CUevent hook_event_get(hook_dev_t *hd);
+/* Called with hd->lock held: back among the spares (or destroyed). */
+void hook_event_put(hook_dev_t *hd, CUevent e);
+/* Called with hd->lock held: gives the fence's events back and frees it. */
+void hook_fence_free(hook_dev_t *hd, fence_t *f);
+/* Called with hd->lock held: whether every event of f completed (an error,
+ * a faulted context, counts as completed). */
+bool hook_fence_done(const fence_t *f);
+/* Relaxes the thread's capture mode around one of our own calls while the
+ * device captures (true: relaxed, *mode to restore); hook_unrelax restores. */
+bool hook_relax(hook_dev_t *hd, CUstreamCaptureMode *mode);
+void hook_unrelax(bool relaxed, CUstreamCaptureMode *mode);
+
+/* The backend's fence_order (core.h): orders the device after the fence. */
+int hook_order_fence(void *ctx, int device, uint64_t event, uint64_t first_alloc);
 /* A non-blocking stream created on hd's device waits for the fences the
- * device was ordered after (backend.c; called with hd->lock held). */
-void hook_backend_order_new_stream(hook_dev_t *hd, CUstream s);
+ * device was ordered after (called with hd->lock held). */
+void hook_order_new_stream(hook_dev_t *hd, CUstream s);
 /* The device's context is gone (hook_dev_drop; hd->lock held): forgets the
  * fences the device was ordered after without touching their events. */
-void hook_backend_drop_ordered(hook_dev_t *hd);
+void hook_order_drop(hook_dev_t *hd);
 /* Waits on the host for the fences the device was ordered after that may
  * have handed out memory of allocation number `alloc` (core_ptr_info_t.id's
  * number; UINT64_MAX: all of them): before memory leaves this process's
  * streams (an IPC export, a library's question before RDMA, a second
  * context). */
-void hook_backend_wait_ordered(hook_dev_t *hd, uint64_t alloc);
+void hook_order_wait(hook_dev_t *hd, uint64_t alloc);
 /* The allocation number of a block id (core_ptr_info_t.id). */
 static inline uint64_t hook_alloc_number(uint64_t id)
 {
     return (id & ~CORE_ID_TAG) >> 6;
 }
 /* Stops the device's hand-outs for good (core_stop_hand_outs, and a trace
- * record, once), then waits for the fences handed out so far (backend.c);
+ * record, once), then waits for the fences handed out so far;
  * every call waits. */
-void hook_stop_hand_outs(hook_dev_t *hd);
+void hook_order_stop(hook_dev_t *hd);
 /* The trace's record that the device stopped handing out, once. */
-void hook_backend_note_stopped(hook_dev_t *hd);
+void hook_order_note_stopped(hook_dev_t *hd);
 /* The process has (or may have) a second CUDA context: stops the hand-outs
  * on every device and waits for those made (hook_ctx.c); every call waits,
  * so that no context's creator returns before the fences completed. */

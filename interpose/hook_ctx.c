@@ -49,7 +49,7 @@ void hook_second_context(void)
     for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
         hook_dev_t *hd = &hook_devs[i];
         if (hook_dev_core(hd))
-            hook_stop_hand_outs(hd);
+            hook_order_stop(hd);
     }
 }
 

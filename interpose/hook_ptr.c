@@ -111,7 +111,7 @@ static bool reveals(CUpointer_attribute attr)
 static void revealed(hook_dev_t *hd, const core_ptr_info_t *info)
 {
     if (hd)
-        hook_backend_wait_ordered(hd, hook_alloc_number(info->id));
+        hook_order_wait(hd, hook_alloc_number(info->id));
 }
 
 /* What cuPointerGetAttributes answers for memory the driver does not know

@@ -225,7 +225,7 @@ CUresult hook_ipc_export(hook_dev_t *hd, const core_ptr_info_t *info, char handl
     /* another process's streams do not wait for the fences the device was
      * ordered after (hand-outs give blocks out ahead of them): those
      * complete first */
-    hook_backend_wait_ordered(hd, hook_alloc_number(info->id));
+    hook_order_wait(hd, hook_alloc_number(info->id));
     if (info->stream != 0)
         return CUDA_ERROR_INVALID_VALUE; /* stream-ordered: CUDA's pools are not exportable this way either */
     core_dev_t *d = hook_dev_core(hd);

@@ -145,7 +145,7 @@ hook_dev_t *hook_dev_open(int ordinal)
                                     CUDA_SUCCESS &&
                                 ats;
                 if (coherent || atomic_load(&hook_many_contexts)) {
-                    hook_backend_note_stopped(hd);
+                    hook_order_note_stopped(hd);
                     core_stop_hand_outs(d);
                 }
             } else
@@ -181,7 +181,7 @@ void hook_dev_drop(hook_dev_t *hd)
     hd->nspare = 0;
     hd->nretired = 0;
     hd->hub = NULL; /* and the hub stream */
-    hook_backend_drop_ordered(hd); /* and the events of the fences handed out */
+    hook_order_drop(hd); /* and the events of the fences handed out */
     hd->streams_gen++;             /* the streams are gone: new ones may take their handles */
     hd->primary = NULL;
     pthread_mutex_unlock(&hd->lock);

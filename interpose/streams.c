@@ -103,7 +103,7 @@ bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)
             hook_warn(HOOK_WARN_BACKEND, "out of host memory: a non-blocking stream is not fenced; "
                                          "cudaFree'd memory it uses may be reused too early");
         if (nonblocking)
-            hook_backend_order_new_stream(hd, s); /* memory handed out ahead of its fence */
+            hook_order_new_stream(hd, s); /* memory handed out ahead of its fence */
     }
     if (!added && !known)
         hd->nlost++; /* not on a list: counted as alive for good */
