@@ -225,5 +225,5 @@ int main(void)
         REUSETEST(test_same_stream_free_async_reuse),    REUSETEST(test_same_stream_free_async_reuse_ptsz),
         REUSETEST(test_free_async_ordered_by_event),
     };
-    return REUSE_RUN("reuse.ordered", tests);
+    return REUSE_RUN("reuse.legal", tests);
 }
