@@ -1,9 +1,9 @@
 /*
  * bench_core: nanoseconds per allocate+free pair through the caching core
  * (core/ on the in-process backend, an idle device) and through jemalloc's
- * mallocx/dallocx on the same size sequences in the same run (issue 3, "How
- * fast").  docs/performance.md says what the figures mean; scripts/bench
- * builds this in release mode and runs it.
+ * mallocx/dallocx on the same size sequences in the same run, against the
+ * targets it prints at the end.  docs/performance.md says what the figures
+ * mean; scripts/bench builds this in release mode and runs it.
  *
  * Scenarios (each timed over >= 1e6 pairs with CLOCK_MONOTONIC around the
  * whole loop, repeated; median, min and max reported):

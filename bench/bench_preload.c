@@ -1,8 +1,8 @@
 /*
  * bench_preload: nanoseconds per cudaMalloc+cudaFree pair as a program sees
  * them, through whatever answers its calls: the CUDA runtime alone (no
- * cache), or libcucache.so preloaded in front of it (issue 4, "hit-path cost
- * through the preload vs the core alone vs no cache").  scripts/bench
+ * cache), or libcucache.so preloaded in front of it: what the hit path costs
+ * through the preload, beside the core alone and no cache.  scripts/bench
  * --preload runs it both ways on the simulated device and sets the figures
  * beside bench_core's for the core alone; docs/performance.md says what
  * they mean.
@@ -16,9 +16,9 @@
  *                           trace, in order (bench/sizes_<trace>.txt, as
  *                           bench_core's trace_* scenarios replay them).
  * Each scenario is warmed up (which fills a cache) and sized so that one run
- * lasts about -t seconds (a pair costs ~100 us on the simulated device and
- * ~100 ns through a cache); runs are repeated and the median, minimum and
- * maximum reported.
+ * lasts about -t seconds (a pair costs orders of magnitude more on the
+ * simulated device than through a cache, so a fixed count would not do);
+ * runs are repeated and the median, minimum and maximum reported.
  *
  * Proof of what answered: when libcucache.so is loaded, cucache_stat (found
  * with dlsym(RTLD_DEFAULT), so the program runs without it too) gives the

@@ -1,7 +1,8 @@
 /*
- * How faithful the simulated device's kernel time is (issue 14;
- * docs/simulator.md, "Device time").  For kernels of several nominal
- * lengths, on one stream:
+ * How faithful the simulated device's kernel time is (docs/simulator.md,
+ * "Device time"): GPU-bound benchmarks on the simulated device (bench_train)
+ * mean something only if a kernel takes the time it was given.  For kernels
+ * of several nominal lengths, on one stream:
  *
  *   device   the time between events around a chain of N kernels, divided
  *            by N: the device's own clock (computed ends: exact by design);

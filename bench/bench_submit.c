@@ -1,5 +1,7 @@
 /*
- * What counting a submission costs a launch (issue 14; interpose/submit.c):
+ * What counting a submission costs a launch (interpose/submit.c: the count
+ * that lets a plain free skip its fence when nothing was submitted since
+ * the block was handed out):
  * calls cuLaunchKernelEx with no configuration, which the simulated driver
  * refuses at once (CUDA_ERROR_INVALID_VALUE) before taking any lock, so a
  * call is little more than the jump to it.  Run plain and with

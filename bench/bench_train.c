@@ -1,5 +1,6 @@
 /*
- * A GPU-bound training step on the simulated device (issue 14): each
+ * A GPU-bound training step on the simulated device, to compare the reuse
+ * rules where the device, not the allocator, is the bottleneck: each
  * shared trace's allocation and free sequence (bench/sizes_<trace>.txt),
  * with a timed kernel writing every block right after it is allocated, on
  * one stream or spread over several, and one cudaDeviceSynchronize at the
