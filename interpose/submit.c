@@ -1,5 +1,5 @@
 /*
- * Seeing every submission (issue 14): each call that may put work reading
+ * Seeing every submission: each call that may put work reading
  * or writing device memory on a stream adds one to hook_submissions, by
  * every route a program reaches the driver:
  *
@@ -31,7 +31,8 @@
  * tables, whose effects nobody documents), dlsym(RTLD_NEXT) of a
  * submitting name, or a pool exhausted, sets HOOK_SUBMIT_BLIND in the
  * count for good: from then on no count equals an earlier one and every
- * plain free waits behind a fence, today's rule, never an unsafe one.
+ * plain free waits behind a fence, as if no count were kept: slower, never
+ * unsafe.
  */
 #include <stdatomic.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /*
  * Counting trampolines for the driver entry points that submit work
- * (issue 14; interpose/submit.c says what the count is for).
+ * (interpose/submit.c says what the count is for).
  *
  * Each exported trampoline, named like the driver's entry point it stands
  * for (submit_table.h's HOOK_SUBMIT_EXPORTS), adds one to

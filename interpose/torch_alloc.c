@@ -1,5 +1,5 @@
 /*
- * PyTorch's pluggable allocator (issue 15): the entry points
+ * PyTorch's pluggable allocator: the entry points
  * torch.cuda.memory.CUDAPluggableAllocator loads by name from this library,
  *
  *   void *cucache_torch_malloc(size_t size, int device, cudaStream_t stream);

@@ -1,5 +1,5 @@
 /*
- * The trace recorder (CUCACHE_TRACE=FILE, issue 6): every application-level
+ * The trace recorder (CUCACHE_TRACE=FILE): every application-level
  * allocation, free, synchronisation, stream and capture event, in the
  * format of stats/trace.h (docs/trace-format.md).
  *

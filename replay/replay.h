@@ -1,5 +1,5 @@
 /*
- * cucache-replay (issue 6): what a job asked of the allocator, replayed
+ * cucache-replay: what a job asked of the allocator, replayed
  * through the real core on the in-process backend, once per configuration.
  *
  *   input.c        reads a TRACE argument: detects the format and turns it

@@ -1,5 +1,5 @@
 /*
- * Modules and kernels (issue 14): cuModuleLoadData of a module the device
+ * Modules and kernels: cuModuleLoadData of a module the device
  * can run, cuModuleGetFunction, cuFuncGetName, cuModuleUnload, and the
  * launches cuLaunchKernel and cuLaunchKernelEx (and their _ptsz forms).
  *

@@ -339,8 +339,8 @@ static void fill(uint8_t *d, size_t n, unsigned elem, uint32_t value)
  * the op complete, so nothing ever sees an op done early; the end is
  * computed, not read from the clock after the wait, so a worker that wakes
  * late delays only when the host sees completion, never the ops after it
- * (a nominal 50 us nanosleep took 237 us on this VM).  Event timestamps
- * are these ends.
+ * (a short nanosleep can overshoot by several times its length on a busy
+ * machine: docs/simulator.md).  Event timestamps are these ends.
  * ---------------------------------------------------------------------- */
 
 /* When the op (slot, seq) ended: from the ring of recent ends, else the

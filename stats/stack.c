@@ -1,5 +1,5 @@
 /*
- * Call stacks of allocations (CUCACHE_STACKS=native, issue 17): captured at
+ * Call stacks of allocations (CUCACHE_STACKS=native): captured at
  * each allocation, interned, symbolised only when a report or snapshot is
  * written.
  *

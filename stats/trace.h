@@ -1,5 +1,5 @@
 /*
- * The cucache trace format (issue 6): what CUCACHE_TRACE records and what
+ * The cucache trace format: what CUCACHE_TRACE records and what
  * cucache-replay reads.  docs/trace-format.md is the reference for people;
  * this header is the reference for code.  Everything is little-endian.
  *

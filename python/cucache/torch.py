@@ -1,4 +1,4 @@
-"""PyTorch's allocator replaced by cucache's (issue 15), through PyTorch's
+"""PyTorch's allocator replaced by cucache's, through PyTorch's
 pluggable allocator:
 
     import cucache.torch

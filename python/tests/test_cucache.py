@@ -1,4 +1,4 @@
-"""pytest tests of the cucache package (issue 15), run in a Python process
+"""pytest tests of the cucache package, run in a Python process
 under `cucache-run --sim` (tests/run/meson.build: run-python-pytest, with
 the package installed by pip into a temporary directory first).  The
 allocations go through the simulated CUDA runtime, loaded with ctypes.
