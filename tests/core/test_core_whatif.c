@@ -8,7 +8,7 @@
  */
 #include "coretest.h"
 
-/* The leak loop of issue 17: each step a 3 MiB temporary freed with a plain
+/* The leak loop: each step a 3 MiB temporary freed with a plain
  * (fenced) free and a 3 MiB buffer kept; then one large request. */
 static uintptr_t leak_loop(fx_t *f, int steps, size_t last, core_oom_t *oom)
 {

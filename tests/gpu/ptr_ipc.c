@@ -2,7 +2,7 @@
  * What CUDA tells a program about its allocations, asked the way NCCL, UCX,
  * PyTorch's multiprocessing and workspace sizing ask it, printed so that a
  * run without cucache and a run under cucache-run can be compared line by
- * line (issue 16: sub-allocation must never show through).  Plain C, no
+ * line (sub-allocation must never show through).  Plain C, no
  * kernels: built against the real CUDA headers, by nvcc in scripts/gpu-check
  * and by the C compiler in tests/interpose (linked there with the simulated
  * runtime and driver, when a toolkit's headers are found).

@@ -6,11 +6,12 @@ its out-of-memory error and the tensors still held keep their values.
 Under cucache-run the failure prints cucache's report, and with --snapshot
 writes the snapshot gpu-check then opens with torch.cuda._memory_viz.
 
-With --leak, issue 17's leak loop scaled to the GPU: each step allocates a
-3 MiB temporary and a 3 MiB tensor that is kept, then drops the temporary,
-until the kept tensors hold 45% of the GPU; then one tensor of half the GPU.
-Exit 0 when it is served, 3 when it raises out of memory (gpu-check applies
-the setting cucache's hint names and runs it again)."""
+With --leak, the leak loop of tests/interpose/itest_child.c scaled to the
+GPU: each step allocates a 3 MiB temporary and a 3 MiB tensor that is kept,
+then drops the temporary, until the kept tensors hold 45% of the GPU; then
+one tensor of half the GPU.  Exit 0 when it is served, 3 when it raises out
+of memory (gpu-check applies the setting cucache's hint names and runs it
+again)."""
 import os
 import sys
 

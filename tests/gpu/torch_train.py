@@ -46,8 +46,8 @@ def cucache_counters():
     stat.restype = ctypes.c_int
     out = {}
     # num_submissions / submissions_unseen / num_idle_frees: whether cucache
-    # sees the real runtime's launches (issue 14; unseen once the runtime
-    # looks up cuGetExportTable, whose effects nobody documents)
+    # sees the real runtime's launches (unseen once the runtime looks up
+    # cuGetExportTable, whose effects nobody documents)
     for key in ("num_cache_hits", "num_device_alloc", "num_device_free", "num_fences",
                 "num_fence_waits", "reserved_bytes.all.peak", "num_submissions", "submissions_unseen",
                 "num_idle_frees"):

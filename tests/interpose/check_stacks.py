@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""CUCACHE_STACKS=native (cucache-run --stacks): call stacks of allocations
-(issue 17, "who allocated what").
+"""CUCACHE_STACKS=native (cucache-run --stacks): call stacks of allocations,
+to say who allocated what.
 
 Usage: check_stacks.py CUCACHE_RUN STACKS_CHILD STACKS_CHILD_SOURCE CHECK_SNAPSHOT [DOC.md]
 

@@ -13,8 +13,10 @@
  *                            the main thread keeps allocating and freeing
  *   itest_child leak N MB    N steps of a 3 MiB temporary (freed) and a 3 MiB
  *                            buffer kept, then cudaMalloc of MB MiB: exit 0
- *                            when it is served, 3 when it fails (issue 17's
- *                            leak loop, for the OOM hint)
+ *                            when it is served, 3 when it fails (the leak
+ *                            loop: the freed temporaries sit cached between
+ *                            the kept buffers, none large enough; for the
+ *                            OOM hint)
  *   itest_child split        a 600 MiB buffer freed, then ten 30 MiB ones
  *                            (every other one freed), then 700 MiB: exit 0
  *                            when served, 3 when not (on a 1 GiB device the

@@ -1,9 +1,9 @@
 /*
  * A library without symbols (built stripped, without debug information)
  * that calls back into the program: stacks_child's allocations through it
- * unwind through a frame that has no name (issue 17, "unwinding through
- * frames without symbols").  Only the getter is exported; the frame that
- * shows is the static function it returns.
+ * unwind through a frame that has no name, as a stripped vendor library's
+ * would.  Only the getter is exported; the frame that shows is the static
+ * function it returns.
  */
 typedef void (*stacks_fn)(int);
 

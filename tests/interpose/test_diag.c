@@ -1,5 +1,5 @@
 /*
- * Proves what cucache tells the user on the simulated device (issue 5):
+ * Proves what cucache tells the user on the simulated device:
  * the OOM report's numbers are what this program holds (device capacity,
  * bytes allocated and reserved, the request), a second failure gets one line
  * with the count, the first failure writes a snapshot (CUCACHE_SNAPSHOT,
@@ -457,9 +457,9 @@ static void test_log_file(void **state)
 
 /* ---- the hint, proven and applied --------------------------------------- */
 
-/* Issue 17's leak loop: the OOM report names settings only where replaying
- * the job's history serves the failed request; each one named, applied to
- * the same program, serves it. */
+/* The leak loop (itest_child leak): the OOM report names settings only
+ * where replaying the job's history serves the failed request; each one
+ * named, applied to the same program, serves it. */
 /* Every CUCACHE_CONF the report in `err` names, applied to the same run:
  * each must serve the request (exit 0).  Returns how many were named, and
  * in *with how many of them contain `key` (NULL: not counted). */

@@ -1,17 +1,17 @@
 /*
- * Proves the reuse rule that seeing every submission allows (issue 14;
- * core_free's idle shortcut, interpose/submit.c): under reuse:fenced and
- * the default reuse:ordered, a block freed with cudaFree when no work was submitted
+ * Proves the reuse rule that seeing every submission allows (core_free's
+ * idle shortcut, interpose/submit.c): under reuse:fenced and the default
+ * reuse:ordered, a block freed with cudaFree when no work was submitted
  * since it was handed out is reusable at once, with no fence (the next
  * cudaMalloc of its size gets it back); a block that queued work may still
  * use (a simulated kernel reading it behind a gate) is not, and a kernel
  * writing the new owner's block never races the old owner's reader; work
  * submitted by each route (the runtime, the driver by name, a kernel
  * launched through a module) makes the next free wait behind a fence;
- * reuse:fenced-host keeps the rule before issue 14 (a fence for every
- * plain free).  The last test looks up cuGetExportTable, whose effects
- * nobody documents: the count becomes unseen and every plain free waits
- * behind a fence from then on.
+ * reuse:fenced-host takes no shortcut (a fence for every plain free).  The
+ * last test looks up cuGetExportTable, whose effects nobody documents: the
+ * count becomes unseen and every plain free waits behind a fence from then
+ * on.
  *
  * Seen to fail: with the trampolines' increment taken out, the kernel's
  * block is handed out again at once and the race detector reports the new

@@ -4,15 +4,15 @@
  * segments cucache gives back (whole free ones, and those whose frees wait
  * for queued work: an allocation waits for it), not the free space inside
  * partly used segments (no allocation of that size could use it).  The
- * issue's scenario: small buffers kept alive across many segments; the
+ * scenario: small buffers kept alive across many segments; the
  * program then allocates the reported free memory in one piece, and again
  * in 24 MiB pieces, and both succeed; the report is exact before and after
  * (the device's free pages, plus the cached whole segments); frees behind
  * unfinished work count, and allocating them waits; NULL out-parameters
  * are accepted.
  *
- * Seen to fail: with the old rule (free = device free + reserved -
- * allocated), the first three: test_report_is_exact sees 864 MiB free
+ * Seen to fail: with free reported as device free + reserved - allocated,
+ * the first three: test_report_is_exact sees 864 MiB free
  * where 224 MiB can be had, the one-piece and the 24 MiB-pieces tests get
  * cudaErrorMemoryAllocation for memory cudaMemGetInfo reported free; with
  * whole free segments only (pending frees left out), test_pending_frees_

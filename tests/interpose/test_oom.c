@@ -272,7 +272,7 @@ static void test_limit_counts_what_is_held(void **state)
 /* cucache's own path fails (a 4 MiB request needs a 20 MiB segment and the
  * device has 12 MiB free) and the runtime's cudaMalloc then serves it: the
  * program saw no failure, so no OOM report and no OOM counted, one line
- * saying what happened, and num_fallback_served (issue 17). */
+ * saying what happened, and num_fallback_served. */
 static void test_fallback_served_is_not_an_oom(void **state)
 {
     (void)state;

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """docs/replay.md's example of a replay that agrees with its recorded run
-is what the programs print (issue 17, "the docs' examples are produced by
-programs in the repository"): issue 17's leak loop (itest_child leak 220
-300) under cucache-run --sim=1G --trace, then the cucache-replay command the
-example shows.  Times (the first OOM's, the replay's per event) vary from
+is what the programs print, so that the docs show output the repository's
+own programs produce: the leak loop (itest_child leak 220 300) under
+cucache-run --sim=1G --trace, then the cucache-replay command the example
+shows.  Times (the first OOM's, the replay's per event) vary from
 run to run and are masked, with the spacing they move.
 
 Usage: check_doc_example.py CUCACHE_RUN CUCACHE_REPLAY ITEST_CHILD DOC.md

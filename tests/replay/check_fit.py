@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cucache-replay --fit (issue 17): the settings under which a trace fits.
+"""cucache-replay --fit: the settings under which a trace fits.
 
 Usage: check_fit.py CUCACHE_REPLAY TRACE_DIR
 

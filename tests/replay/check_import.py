@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch snapshots through cucache-replay (issue 6).
+"""PyTorch snapshots through cucache-replay.
 
 Usage: check_import.py CUCACHE_REPLAY TRACE_DIR
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Synthetic multi-stream traces through cucache-replay (issue 6).
+"""Synthetic multi-stream traces through cucache-replay.
 
 Usage: check_synthetic.py CUCACHE_REPLAY GEN_TRACE
 

@@ -1,6 +1,6 @@
 /*
  * fuzz_replay: cucache-replay's readers under libFuzzer, AddressSanitizer and
- * UndefinedBehaviorSanitizer (issue 6).  Every input goes through format
+ * UndefinedBehaviorSanitizer.  Every input goes through format
  * detection and the matching reader (cucache trace, PyTorch snapshot pickle,
  * RMM CSV); what reads is replayed through the core (1 GiB per device, a
  * curve) and through the floor.  A reader must return an error, never crash,

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# tests/replay/roundtrip.sh SEED STEPS DEVICES CAPACITY [CONF [oom|handouts|handouts-late]]: the
-# round trip of issue 6.  rt_prog runs under cucache-run --sim=CAPACITY
-# --trace with CONF on DEVICES simulated devices and prints, per device, the
-# peaks of cucache's own statistics; cucache-replay replays the trace with
-# the same CONF and capacity, and must print the same peaks, device by
-# device.
+# tests/replay/roundtrip.sh SEED STEPS DEVICES CAPACITY [CONF [oom|handouts|handouts-late]]:
+# a live run and the replay of its trace must agree.  rt_prog runs under
+# cucache-run --sim=CAPACITY --trace with CONF on DEVICES simulated devices
+# and prints, per device, the peaks of cucache's own statistics;
+# cucache-replay replays the trace with the same CONF and capacity, and must
+# print the same peaks, device by device.
 #
-# With "oom" (issue 17), a run that runs out of memory (rt_prog ... oom):
+# With "oom", a run that runs out of memory (rt_prog ... oom):
 # the replay is given neither the capacity nor the device model, only the
 # trace and the same CONF: it must take the capacity the trace recorded,
 # choose a model under which the recorded settings fail as the run did, and

@@ -21,7 +21,7 @@
  *   device D peak_allocated N peak_reserved M device_allocs K ooms F fallbacks B
  * which the replay of its trace must reproduce exactly.
  *
- * With "oom" (a run that runs out of memory, issue 17): cudaMalloc only (the
+ * With "oom" (a run that runs out of memory): cudaMalloc only (the
  * interposer's fallback to the runtime's allocator is then the simulated
  * driver's cudaMalloc, which the replay's device models page for page), of
  * 1-4 MiB or 1-96 MiB, with no capture, after one request on each device
@@ -29,7 +29,7 @@
  * failures the program saw; fallbacks: cucache's statistic
  * num_fallback_served) and the program goes on.
  *
- * With "handouts" (issue 14; run it under reuse:ordered): one device,
+ * With "handouts" (run it under reuse:ordered): one device,
  * cudaMalloc/cudaFree only, each allocation written by a cudaMemsetAsync
  * (submitted work, so its free waits behind a fence) and no
  * synchronisation before the allocations: cucache hands the frees behind

@@ -1,7 +1,7 @@
 /*
  * The what-if at an OOM (core/whatif.c) on the shared PyTorch traces, at
- * capacities between each trace's floor and what PyTorch reserved (issue
- * 17): the trace is replayed through the core with its history kept, as
+ * capacities between each trace's floor and what PyTorch reserved: the
+ * trace is replayed through the core with its history kept, as
  * the interposer keeps it, and at the first OOM core_whatif runs on that
  * device as the OOM report runs it.  Then its verdicts are held against
  * plain replays of the trace up to the failed request (cucache-replay's

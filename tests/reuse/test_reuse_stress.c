@@ -9,15 +9,15 @@
  * stream-ordered memory) with cudaFreeAsync ordered after every use,
  * synchronise streams and now and then the whole device while the other
  * threads go on, and check every read and every live buffer; thousands of
- * operations.  Under reuse:fenced and reuse:sync the fatal race detector
- * must stay silent and every byte must be right; under reuse:stream
- * (REUSE_EXPECT=race or abort) the same workload is caught, which shows the
- * test able to fail.  REUSE_BARE=1 runs it without cucache, on the
- * simulator's own allocator: the workload itself is race-free.  Seen to
- * fail: with the interposer of 2026-11-22, whose cudaDeviceSynchronize makes
- * every pending free reusable, including those other threads made while it
- * ran (about 9 runs in 10); with the fence's events on non-blocking
- * streams dropped (6 in 10); with reuse:sync's synchronisation removed.
+ * operations.  Under reuse:fenced, reuse:sync and reuse:ordered the fatal
+ * race detector must stay silent and every byte must be right; under
+ * reuse:stream (REUSE_EXPECT=race or abort) the same workload is caught,
+ * which shows the test able to fail.  REUSE_BARE=1 runs it without cucache,
+ * on the simulator's own allocator: the workload itself is race-free.  Seen
+ * to fail: with a cudaDeviceSynchronize that makes every pending free
+ * reusable, including those other threads made while it ran (about 9 runs
+ * in 10); with the fence's events on non-blocking streams dropped (6 in
+ * 10); with reuse:sync's synchronisation removed.
  *
  * The seed is printed; REUSE_STRESS_SEED=<n> replays each thread's sequence
  * of operations (the interleaving of threads is the scheduler's).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/run/check_deb.sh DEB_DIR BUILD_DIR: install the Debian packages that
-# scripts/deb built in DEB_DIR (issue 15), then, with the installed files
+# scripts/deb built in DEB_DIR, then, with the installed files
 # alone (nothing of BUILD_DIR but the demo workload, the user's program):
 #  1. dpkg put every file where it belongs: libcucache.so.0 on the loader's
 #     path, the simulated device only in libdir/cucache/sim, the tools,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/run/check_install.sh BUILD_DIR SOURCE_DIR: `meson install` into a
-# temporary DESTDIR (issue 15), then, with nothing of the build tree:
+# temporary DESTDIR, then, with nothing of the build tree:
 #  1. what is installed: the tools, libcucache.so.0 (its SONAME, the same
 #     exports as the built library), the header, cucache.pc, and the
 #     simulated device's libraries only in libdir/cucache/sim (never where

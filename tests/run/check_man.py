@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The man pages (issue 15): each renders without a warning (groff -ww,
+"""The man pages: each renders without a warning (groff -ww,
 when groff is there), and they leave nothing out; each of these has an
 entry of its own (a paragraph that starts with it), not only a mention:
 

@@ -1,6 +1,8 @@
 /*
- * Runs the planted race of issue 2 (or, with "ordered", the same work
- * ordered by an event) in its own process, for CUCACHE_SIM_RACE_FATAL=1:
+ * Runs the planted race of test_race.c (a copy on a non-blocking stream
+ * still reading a buffer the legacy stream overwrites; or, with "ordered",
+ * the same work ordered by an event) in its own process, for
+ * CUCACHE_SIM_RACE_FATAL=1:
  * "planted" must die on abort() at the first report (meson: should_fail),
  * "ordered" must exit 0.  It prints the race count before exiting so
  * test_config can also run it with the detector non-fatal or off.

@@ -3,7 +3,7 @@
  * memsets and stays silent for ordered ones: every race is paired with a
  * safe twin doing the same work with an ordering (event, stream or event
  * synchronisation, the legacy stream's rules, completion observed by the
- * host).  The planted race of issue 2 is a copy on a non-blocking stream,
+ * host).  The planted race is a copy on a non-blocking stream,
  * held behind a gate, still reading buffer X while the legacy stream
  * overwrites X; the report names both streams and the range.  Also: reads
  * never race, ordering is exact (an event recorded before the read orders

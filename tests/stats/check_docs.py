@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The docs' examples are produced by programs (issue 17): every fenced
+"""The docs' examples are produced by programs: every fenced
 block in a document that follows a marker
 
     <!-- example: golden NAME -->

@@ -855,7 +855,7 @@ static void test_summary(void **state)
 /* PyTorch's unit steps on constructed counters. */
 /* One call site asking for 3 MiB gets blocks of several sizes; the report
  * groups by the bytes asked for, and sizes that print alike show their
- * bytes (issue 17: eleven rows for one site, two printed identically). */
+ * bytes, so that no two rows of one site read the same. */
 static void test_live_by_requested_size(void **state)
 {
     (void)state;
