@@ -13,10 +13,11 @@
  *             (core/expand.c): whole pages, in no tree or list;
  *   ALLOCATED handed to the program; in the device's address map;
  *   PENDING   freed by the program but maybe still in use by queued work:
- *             on a pending list until its fence or event completes, then
- *             FREE; or still used by another process (core_hold): on the
- *             held list until the backend says the hold is over, then
- *             behind a fence;
+ *             on a pending list until its fence or event completes, or
+ *             until a rule that hands out orders the device after its fence
+ *             (hand_out.h), then FREE; or still used by another process
+ *             (core_hold): on the held list until the backend says the hold
+ *             is over, then behind a fence;
  *   LENT      a shared page's piece lent to another mapping of the page,
  *   FOREIGN   and in that mapping, its bytes that are not the borrower's
  *             (core/expand.c, "Shared pages"): in no tree or list.
@@ -41,8 +42,44 @@
  *   - a FREE block is in its pool's tree exactly once, and no other block is;
  *   - an ALLOCATED block is in the address map exactly once, no other is;
  *   - a PENDING block is on exactly one pending list (a fence batch, the
- *     event list or the held list);
- *   - the stats equal the sums recomputed from the blocks.
+ *     open batch, the event list or the held list); a held block has a
+ *     hold;
+ *   - the counters of pending frees: each batch's bytes are its blocks';
+ *     open.bytes is the open batch's; fenced_bytes is the open and the
+ *     closed batches' (what a hand-out can take); pending_bytes is every
+ *     pending list's (held and event-pending blocks too), and equals the
+ *     PENDING blocks' bytes in the segments;
+ *   - LENT and FOREIGN blocks are as many;
+ *   - the address map's count is the ALLOCATED blocks';
+ *   - the stats (PyTorch's gauges: allocation, segment, active,
+ *     inactive_split and their bytes, per pool class) equal the sums
+ *     recomputed from the blocks.
+ * Not re-derivable from the state alone: a block's idle flag (whether
+ * queued work may still use its memory) depends on the device's history;
+ * test_core_random's shadow model follows it instead.
+ *
+ * Files, and the prefix of what each shares with the others (declared
+ * below, file by file; the public core_* API is core.h's):
+ *   pool.c      pool_ block_ map_  sizes and rounding, free trees, split and
+ *                                  merge, block structs, the address map
+ *   alloc.c     seg_ (core_*)      device life, segments, the hit path, the
+ *                                  retry ladder, garbage collection, queries
+ *   expand.c    exp_               expandable segments: growth, giving
+ *                                  pages back, shared pages
+ *   pending.c   pend_              frees behind fences, events and holds
+ *   hand_out.c  hand_out_          frees behind fences handed out early
+ *                                  (hand_out.h: when, how much, the stop)
+ *   rules.c     (core_rules)       the reuse rules, one row each (rules.h)
+ *   journal.c   jr_                the history of the calls (what-if, trace)
+ *   whatif.c    (core_whatif_*)    replaying the history under other settings
+ *   stats.c     stats_ stat_       PyTorch's counters
+ *   layout.c    (core_layout)      the snapshot's view of segments and blocks
+ *   check.c     (core_check)       re-derives the invariants above
+ *   conf.c      conf_              CUCACHE_CONF: tokenizer, values, key table
+ *   backend_mem.c mem_backend_     an in-process device for tests, the
+ *                                  replay and the what-if
+ *   rbtree.c    rb_                the free trees' red-black tree
+ *   hostalloc.c hostalloc_         metadata memory (hidden jemalloc arena)
  */
 #ifndef CUCACHE_CORE_TYPES_H
 #define CUCACHE_CORE_TYPES_H
@@ -274,8 +311,7 @@ struct core_dev_s {
 };
 
 /* ------------------------------------------------------------------------
- * Shared between core files (prefix by file: pool_ = pool.c, seg_ =
- * alloc.c, pend_ = pending.c)
+ * Shared between core files (the prefixes of the map above)
  * ---------------------------------------------------------------------- */
 
 /* pool.c: sizes, free trees, split and merge, the address map */

@@ -292,7 +292,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
     m.total = j->o->total;
     m.auto_complete = !busy;
     m.solo = true; /* this thread's alone, as is the device */
-    m.orders = c->orders; /* as the device's backend: hand-outs behind fences (issue 14) */
+    m.orders = c->orders; /* as the device's backend: hand-outs behind fences */
     core_backend_t be = mem_backend_vtable(&m);
     core_dev_t *d = core_dev_new(&be, j->device, conf);
     if (d) {

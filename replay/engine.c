@@ -321,7 +321,7 @@ static void dev_event_release(void *ctx, int device, uint64_t event)
     rd->mem.event_release(rd->mem.ctx, device, event);
 }
 
-/* The interposer orders the device after a fence (issue 14); an idle or
+/* The interposer orders the device after a fence (hand-outs); an idle or
  * busy device here has no streams to order: it always can. */
 static int dev_fence_order(void *ctx, int device, uint64_t fence, uint64_t first_alloc)
 {
