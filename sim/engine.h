@@ -43,6 +43,29 @@
  *
  * Locking: one engine mutex `sim.lock` protects everything here; workers
  * drop it while they move bytes.  `sim.cv` is broadcast on every completion.
+ *
+ * Files (sim_ throughout; the exported CUDA names and cucacheSim* are the
+ * only symbols the libraries export: libcuda.map, libcudart.map.in):
+ *   engine.c         configuration, initialisation, vector clocks, host
+ *                    threads, contexts
+ *   engine_stream.c  streams and their workers, CUDA's implicit
+ *                    dependencies, host waits, stream-ordered frees
+ *   engine_mem.c     pages and addresses, the live-allocation table, host
+ *                    and managed memory, memory pools
+ *   engine_vmm.c     virtual memory (engine_vmm.h: shared with the driver)
+ *   engine_ipc.c     IPC between processes that both run the simulator
+ *   engine_race.c    the race detector
+ *   handles.c        the table of live handles (handles.h)
+ *   driver*.c        the driver API (driver.h: entering a call): driver.c
+ *                    init, devices, contexts, errors; driver_mem.c memory;
+ *                    driver_copy.c copies and memsets; driver_ptr.c pointer
+ *                    attributes; driver_stream.c streams, events, capture,
+ *                    graphs; driver_vmm.c, driver_ipc.c; driver_module.c
+ *                    modules and timed kernels; driver_procaddr.c
+ *                    cuGetProcAddress
+ *   runtime*.c       the runtime over the driver (runtime_internal.h):
+ *                    runtime_core.c, runtime_mem.c, runtime_stream.c,
+ *                    runtime_module.c (registration and launch)
  */
 #ifndef CUCACHE_SIM_ENGINE_H
 #define CUCACHE_SIM_ENGINE_H
