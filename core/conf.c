@@ -25,7 +25,6 @@
  * library runs inside programs that may call setlocale.
  */
 #include "conf.h"
-#include "conf_internal.h"
 #include "rules.h"
 
 #include <stdarg.h>
@@ -237,14 +236,6 @@ int conf_tokenize(const char *text, conf_item_fn item, void *ctx, char *err, siz
  * Value readers
  * ---------------------------------------------------------------------- */
 
-typedef enum conf_num_e {
-    CONF_NUM_OK,
-    CONF_NUM_BAD,  /* not a number of the expected form */
-    CONF_NUM_NEG,  /* starts with '-' */
-    CONF_NUM_BIG,  /* overflows, or more than CONF_SIZE_CAP */
-    CONF_NUM_FRAC, /* a decimal that is not a whole number of bytes */
-} conf_num_t;
-
 /* Reads decimal digits from s[*i..n) into *v; sets *ovf when they overflow. Returns how many. */
 static size_t conf_digits(const char *s, size_t n, size_t *i, uint64_t *v, bool *ovf)
 {
@@ -276,14 +267,11 @@ static unsigned conf_unit_shift(char ch)
     }
 }
 
-/*
- * A size: digits, an optional decimal part, optional whitespace, then an
- * optional unit K/M/G/T (binary) with an optional `B` or `iB`, or a lone `B`
- * for bytes; case-insensitive.  A bare number counts `bare` bytes a unit.
- */
-static conf_num_t conf_read_size(const char *s, size_t n, uint64_t bare, uint64_t *out)
+/* The size grammar is in conf.h; `flags` relax it for the tools (CONF_SIZE_*). */
+conf_num_t conf_read_size(const char *s, size_t n, uint64_t bare, unsigned flags, uint64_t *out)
 {
     size_t i = 0;
+    bool lax_i = flags & CONF_SIZE_LAX_I;
     if (n && s[0] == '-')
         return CONF_NUM_NEG;
     uint64_t whole = 0, frac = 0, den = 1;
@@ -310,20 +298,29 @@ static conf_num_t conf_read_size(const char *s, size_t n, uint64_t bare, uint64_
         i++;
         if (i < n && conf_lower(s[i]) == 'i') {
             i++;
-            if (i == n || conf_lower(s[i]) != 'b')
+            if (!lax_i && (i == n || conf_lower(s[i]) != 'b'))
                 return CONF_NUM_BAD;
         }
         if (i < n && conf_lower(s[i]) == 'b')
             i++;
-    } else if (i < n && conf_lower(s[i]) == 'b') {
-        mult = 1;
-        i++;
+    } else {
+        if (lax_i && i < n && conf_lower(s[i]) == 'i')
+            i++;
+        if (i < n && conf_lower(s[i]) == 'b') {
+            mult = 1;
+            i++;
+        }
     }
     if (i != n)
         return CONF_NUM_BAD;
     if (ovf || __builtin_mul_overflow(whole, mult, &whole))
         return CONF_NUM_BIG;
-    if (frac) {
+    if (flags & CONF_SIZE_ROUND_DOWN) {
+        /* frac < den: the product fits 128 bits and the quotient is less than mult */
+        uint64_t part = (uint64_t)((unsigned __int128)frac * mult / den);
+        if (__builtin_add_overflow(whole, part, &whole))
+            return CONF_NUM_BIG;
+    } else if (frac) {
         uint64_t part;
         if (inexact || __builtin_mul_overflow(frac, mult, &part) || part % den)
             return CONF_NUM_FRAC;
@@ -568,7 +565,7 @@ static int conf_size_fail(const conf_opt_t *o, const char *v, size_t n, const ch
 static int conf_set_size(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
 {
     uint64_t x = 0, max = o->max ? o->max : CONF_SIZE_CAP;
-    switch (conf_read_size(v, n, o->unit, &x)) {
+    switch (conf_read_size(v, n, o->unit, 0, &x)) {
     case CONF_NUM_OK:
         break;
     case CONF_NUM_NEG:

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* roundup_power2_divisions intervals: index = floor(log2(size in MiB)),
  * clamped to [0, 15] (sizes below 2 MiB use 0, 32 GiB and above use 15). */
@@ -88,5 +89,50 @@ void conf_describe(const conf_t *c, void (*write)(void *ctx, const char *line), 
 
 /* The rounding divisions for a request of `size` bytes (0 or 1 = off). */
 unsigned conf_roundup_divisions(const conf_t *c, size_t size);
+
+/* ------------------------------------------------------------------------
+ * The pieces conf_parse is made of, for every other reader of a size or of
+ * CUCACHE_CONF text: the command-line tools, the simulated device, the OOM
+ * report's hint.  Nothing else parses a size or splits CUCACHE_CONF.
+ * ---------------------------------------------------------------------- */
+
+/* What conf_read_size found. */
+typedef enum conf_num_e {
+    CONF_NUM_OK,
+    CONF_NUM_BAD,  /* not a number of the expected form */
+    CONF_NUM_NEG,  /* starts with '-' */
+    CONF_NUM_BIG,  /* overflows, or more than 1024T */
+    CONF_NUM_FRAC, /* a decimal that is not a whole number of bytes */
+} conf_num_t;
+
+/* conf_read_size's flags; 0 is CUCACHE_CONF's own syntax. */
+enum {
+    CONF_SIZE_ROUND_DOWN = 1u << 0, /* a fraction of a byte is dropped ("0.1G", "1.5") instead of CONF_NUM_FRAC */
+    CONF_SIZE_LAX_I = 1u << 1,      /* an 'i' needs neither a unit before it nor a 'B' after it ("2Ki", "64i") */
+};
+
+/*
+ * Reads the size s[0..n) into *out, in bytes: decimal digits with an
+ * optional decimal part, optional whitespace, then an optional unit K/M/G/T
+ * (binary: powers of 1024) with an optional `B` or `iB`, or a lone `B` for
+ * bytes; case-insensitive; nothing else (no sign, exponent, hexadecimal or
+ * surrounding whitespace).  A bare number counts `bare` bytes a unit (1, or
+ * 1 MiB for the `_mb` keys).  Sizes stop at 1024T.  Locale-independent and
+ * allocation-free.  *out is set only on CONF_NUM_OK; the caller words the
+ * error and checks its own range.
+ */
+conf_num_t conf_read_size(const char *s, size_t n, uint64_t bare, unsigned flags, uint64_t *out);
+
+/*
+ * The tokenizer of CUCACHE_CONF text on its own: splits it into `key:value`
+ * items at top-level commas (commas inside [...] belong to the value).
+ * Calls item() once per item, in order, with the trimmed key and value
+ * (pointers into text, not NUL-terminated) and the 1-based column of the
+ * key.  Returns 0; -1 with err written ("CUCACHE_CONF: ..." naming the
+ * column) on a syntax error; or the first nonzero value item() returned.
+ * NULL or blank text has no items.  To read a configuration, use conf_parse.
+ */
+typedef int (*conf_item_fn)(void *ctx, const char *key, size_t klen, const char *val, size_t vlen, size_t col);
+int conf_tokenize(const char *text, conf_item_fn item, void *ctx, char *err, size_t errlen);
 
 #endif

@@ -37,8 +37,6 @@
 #include "conf.h"
 #include "rules.h"
 
-#include "conf_internal.h" /* the tokenizer's test seam */
-
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
@@ -545,6 +543,69 @@ static void test_size_errors(void **state)
     ERR("min_block_size:0.5", "min_block_size:0.5: not a whole number of bytes; ",
         "expected a size of a power of two from 256 to 64K (a number of bytes, or with a unit: 4096, 64K, 2M)");
     ERR("min_block_size:1.5B", "not a whole number of bytes");
+}
+
+/* conf_read_size on its own, as the tools call it: flags 0 is CUCACHE_CONF's
+ * syntax; CONF_SIZE_ROUND_DOWN drops a fraction of a byte; CONF_SIZE_LAX_I
+ * takes an 'i' without a unit or a 'B' (the simulator's and cucache-run's
+ * forms); neither accepts anything else. */
+static void test_size_reader_flags(void **state)
+{
+    (void)state;
+    const unsigned tool = CONF_SIZE_ROUND_DOWN | CONF_SIZE_LAX_I;
+    static const struct {
+        const char *text;
+        unsigned flags;
+        conf_num_t rc;
+        uint64_t bytes;
+    } cases[] = {
+        {"4096", 0, CONF_NUM_OK, 4096},
+        {"1.5G", 0, CONF_NUM_OK, 1536 * MiB},
+        {"0.1G", 0, CONF_NUM_FRAC, 0},
+        {"0.1G", CONF_SIZE_ROUND_DOWN, CONF_NUM_OK, GiB / 10},
+        {"1.9", CONF_SIZE_ROUND_DOWN, CONF_NUM_OK, 1},
+        {"3.99M", tool, CONF_NUM_OK, 4183818},
+        {"0.1234567890123456789T", tool, CONF_NUM_OK, 135742175046}, /* 18 decimals read, the rest dropped */
+        {"2Ki", 0, CONF_NUM_BAD, 0},
+        {"2Ki", CONF_SIZE_LAX_I, CONF_NUM_OK, 2048},
+        {"64i", CONF_SIZE_LAX_I, CONF_NUM_OK, 64},
+        {"64iB", CONF_SIZE_LAX_I, CONF_NUM_OK, 64},
+        {"64iB", 0, CONF_NUM_BAD, 0},
+        {"512MiB", tool, CONF_NUM_OK, 512 * MiB},
+        {"64mb", tool, CONF_NUM_OK, 64 * MiB},
+        {"0.5GB", tool, CONF_NUM_OK, 512 * MiB},
+        {"16T", tool, CONF_NUM_OK, 16 * TiB},
+        {"1025T", tool, CONF_NUM_BIG, 0},
+        {"-1G", tool, CONF_NUM_NEG, 0},
+        {"+1G", tool, CONF_NUM_BAD, 0},
+        {" 8G", tool, CONF_NUM_BAD, 0},
+        {"8G8", tool, CONF_NUM_BAD, 0},
+        {"0x10G", tool, CONF_NUM_BAD, 0},
+        {"1e3G", tool, CONF_NUM_BAD, 0},
+        {"inf", tool, CONF_NUM_BAD, 0},
+        {"nan", tool, CONF_NUM_BAD, 0},
+        {"G", tool, CONF_NUM_BAD, 0},
+        {"", tool, CONF_NUM_BAD, 0},
+        {"8Gii", tool, CONF_NUM_BAD, 0},
+        {"8GBi", tool, CONF_NUM_BAD, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t got = 12345;
+        conf_num_t rc = conf_read_size(cases[i].text, strlen(cases[i].text), 1, cases[i].flags, &got);
+        if (rc != cases[i].rc)
+            fail_msg("\"%s\" (flags %u): status %d, expected %d", cases[i].text, cases[i].flags, rc, cases[i].rc);
+        if (rc == CONF_NUM_OK && got != cases[i].bytes)
+            fail_msg("\"%s\" (flags %u): %llu bytes, expected %llu", cases[i].text, cases[i].flags,
+                     (unsigned long long)got, (unsigned long long)cases[i].bytes);
+        if (rc != CONF_NUM_OK && got != 12345)
+            fail_msg("\"%s\": *out written on an error", cases[i].text);
+    }
+    /* the bare unit applies to a bare number only */
+    uint64_t v = 0;
+    assert_int_equal(conf_read_size("3", 1, MiB, 0, &v), CONF_NUM_OK);
+    assert_int_equal(v, 3 * MiB);
+    assert_int_equal(conf_read_size("3B", 2, MiB, 0, &v), CONF_NUM_OK);
+    assert_int_equal(v, 3);
 }
 
 /* ------------------------------------------------------------------------
@@ -1089,6 +1150,7 @@ int main(void)
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_size_units),
         cmocka_unit_test(test_size_errors),
+        cmocka_unit_test(test_size_reader_flags),
         cmocka_unit_test(test_key_max_split_size),
         cmocka_unit_test(test_key_max_non_split_rounding),
         cmocka_unit_test(test_key_limit),
