@@ -8,12 +8,11 @@
  * Exit status: 0; 1 when an input could not be read (the others are still
  * replayed); 2 for a bad command line or configuration.
  */
-#include <ctype.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "conf.h"
 #include "core.h"
 #include "replay.h"
 #include "st.h"
@@ -104,30 +103,17 @@ static void usage(FILE *f)
           f);
 }
 
-/* A size with an optional binary unit: 4096, 512K, 40G, 1.5T, 2GiB. */
-static int parse_size(const char *s, uint64_t *out)
+/* A size with an optional binary unit: 4096, 512K, 40G, 1.5T, 2GiB, 2Ki (a
+ * fraction of a byte is dropped); at least one byte, at most 1024T. */
+static conf_num_t parse_size(const char *s, uint64_t *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0)
-        return -1;
-    double mult = 1;
-    switch (toupper((unsigned char)*end)) {
-    case 'K': mult = 1024.0, end++; break;
-    case 'M': mult = 1024.0 * 1024, end++; break;
-    case 'G': mult = 1024.0 * 1024 * 1024, end++; break;
-    case 'T': mult = 1024.0 * 1024 * 1024 * 1024, end++; break;
-    default: break;
-    }
-    if (mult > 1 && (*end == 'i' || *end == 'I'))
-        end++;
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end || v * mult < 1 || v * mult > 9.0e18)
-        return -1;
-    *out = (uint64_t)(v * mult);
-    return 0;
+    uint64_t v;
+    conf_num_t rc = conf_read_size(s, strlen(s), 1, CONF_SIZE_ROUND_DOWN | CONF_SIZE_LAX_I, &v);
+    if (rc == CONF_NUM_OK && v == 0)
+        return CONF_NUM_BAD;
+    if (rc == CONF_NUM_OK)
+        *out = v;
+    return rc;
 }
 
 static void help_line(void *ctx, const char *line)
@@ -296,8 +282,10 @@ int main(int argc, char **argv)
             if (strcmp(a, "--plot") == 0) {
                 plot = val;
             } else if (strcmp(a, "--capacity") == 0 || strcmp(a, "--fit") == 0) {
-                if (parse_size(val, &opts.capacity) != 0) {
-                    fprintf(stderr, "cucache-replay: %s %s: expected a size (4096, 512M, 40G)\n", a, val);
+                conf_num_t rc = parse_size(val, &opts.capacity);
+                if (rc != CONF_NUM_OK) {
+                    fprintf(stderr, "cucache-replay: %s %s: expected a size (4096, 512M, 40G)%s\n", a, val,
+                            rc == CONF_NUM_BIG ? " of at most 1024T" : "");
                     return 2;
                 }
                 fit = fit || strcmp(a, "--fit") == 0;

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conf.h" /* core/conf.c: the one size reader */
 #include "handles.h"
 
 sim_state_t sim = {
@@ -195,46 +196,16 @@ void sim_host_observe(const sim_vc_t *vc)
  * Configuration
  * ---------------------------------------------------------------------- */
 
-/* Parses "80G", "512M", "1024" (bytes); false on anything else. */
+/* "80G", "512M", "1.5G", "64MiB", "1024" (bytes), with core/conf.c's size
+ * reader: binary units, an optional 'i' and 'B', a fraction of a byte
+ * dropped (cucache-run checks --sim with the same call); false on anything
+ * else. */
 static bool parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v < 0)
+    uint64_t v;
+    if (conf_read_size(s, strlen(s), 1, CONF_SIZE_ROUND_DOWN | CONF_SIZE_LAX_I, &v) != CONF_NUM_OK)
         return false;
-    double mul = 1;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        mul = 1024.0;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        mul = 1024.0 * 1024;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        mul = 1024.0 * 1024 * 1024;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        mul = 1024.0 * 1024 * 1024 * 1024;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'i' || *end == 'I')
-        end++;
-    if (*end == 'b' || *end == 'B')
-        end++;
-    if (*end)
-        return false;
-    *out = (size_t)(v * mul);
+    *out = (size_t)v;
     return true;
 }
 

@@ -37,6 +37,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "conf.h" /* conf_read_size: the sizes every cucache program reads */
+
 #ifndef CUCACHE_VERSION
 #define CUCACHE_VERSION "unknown"
 #endif
@@ -56,8 +58,8 @@ enum {
 };
 
 /* The simulator's limits on CUCACHE_SIM_CAPACITY (sim/engine.c). */
-#define RUN_SIM_CAPACITY_MIN ((double)(4u << 20))
-#define RUN_SIM_CAPACITY_MAX ((double)((uint64_t)1 << 44))
+#define RUN_SIM_CAPACITY_MIN ((uint64_t)4 << 20)
+#define RUN_SIM_CAPACITY_MAX ((uint64_t)1 << 44)
 
 typedef struct run_opts_s {
     bool sim;             /* --sim */
@@ -188,60 +190,17 @@ static void run_exe_dir(char *dir, size_t len)
  * CUCACHE_SIM_CAPACITY, as sim/engine.c reads it
  * ---------------------------------------------------------------------- */
 
-/* Parses "80G", "512M", "1.5G", "64MiB", "8388608" (bytes): decimal digits
- * with an optional fraction, an optional K/M/G/T (powers of 1024, either
- * case), an optional 'i' and 'B'.  This is what the simulator's strtod-based
- * parser accepts, less the forms strtod adds (signs, spaces, hex, exponents,
- * inf, nan), so a value accepted here is accepted there with the same
- * meaning.  Returns the size in bytes, or -1. */
-static double run_parse_capacity(const char *s)
-{
-    const char *p = s;
-    size_t digits = 0;
-    while (*p >= '0' && *p <= '9')
-        p++, digits++;
-    if (*p == '.') {
-        p++;
-        while (*p >= '0' && *p <= '9')
-            p++, digits++;
-    }
-    if (digits == 0)
-        return -1;
-    double v = strtod(s, NULL), mul = 1;
-    switch (*p) {
-    case 'k':
-    case 'K':
-        mul = 1024.0, p++;
-        break;
-    case 'm':
-    case 'M':
-        mul = 1024.0 * 1024, p++;
-        break;
-    case 'g':
-    case 'G':
-        mul = 1024.0 * 1024 * 1024, p++;
-        break;
-    case 't':
-    case 'T':
-        mul = 1024.0 * 1024 * 1024 * 1024, p++;
-        break;
-    default:
-        break;
-    }
-    if (*p == 'i' || *p == 'I')
-        p++;
-    if (*p == 'b' || *p == 'B')
-        p++;
-    return *p ? -1 : (double)(size_t)(v * mul);
-}
-
+/* "80G", "512M", "1.5G", "64MiB", "8388608" (bytes): read by the call
+ * the simulator makes (sim/engine.c, parse_size), so a value accepted here is
+ * accepted there with the same meaning. */
 static void run_check_capacity(const char *capacity)
 {
-    double bytes = run_parse_capacity(capacity);
-    if (bytes < 0)
+    uint64_t bytes;
+    conf_num_t rc = conf_read_size(capacity, strlen(capacity), 1, CONF_SIZE_ROUND_DOWN | CONF_SIZE_LAX_I, &bytes);
+    if (rc != CONF_NUM_OK && rc != CONF_NUM_BIG)
         run_die(RUN_EXIT_USAGE, "--sim=%s: not a size; expected a number with a K/M/G/T unit, like 80G or 512M",
                 capacity);
-    if (bytes < RUN_SIM_CAPACITY_MIN || bytes > RUN_SIM_CAPACITY_MAX)
+    if (rc == CONF_NUM_BIG || bytes < RUN_SIM_CAPACITY_MIN || bytes > RUN_SIM_CAPACITY_MAX)
         run_die(RUN_EXIT_USAGE, "--sim=%s: out of range; the simulated device takes 4M to 16T", capacity);
 }
 
