@@ -61,21 +61,6 @@ static rep_cause_t rep_cause(const rep_t *r)
     return CAUSE_LIVE;
 }
 
-static bool conf_space(char ch)
-{
-    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f';
-}
-
-static void conf_trim(const char **s, size_t *n)
-{
-    while (*n && conf_space(**s)) {
-        (*s)++;
-        (*n)--;
-    }
-    while (*n && conf_space((*s)[*n - 1]))
-        (*n)--;
-}
-
 /* Appends s[0..n) to buf (truncating), keeping it NUL-terminated. */
 static void conf_cat(char *buf, size_t len, size_t *k, const char *s, size_t n)
 {
@@ -88,74 +73,87 @@ static void conf_cat(char *buf, size_t len, size_t *k, const char *s, size_t n)
     buf[*k] = '\0';
 }
 
+/* Items of CUCACHE_CONF text are split by conf_tokenize (core/conf.h), the
+ * tokenizer conf_parse uses; the texts here are the user's, which conf_parse
+ * accepted, and the what-if's candidates. */
+
+typedef struct item_find_s {
+    const char *key, *val; /* the item looked for; val NULL: any value */
+    size_t klen, vlen;
+} item_find_t;
+
+/* conf_tokenize's callback: 1 (stop) at the item looked for. */
+static int item_is(void *ctx, const char *key, size_t klen, const char *val, size_t vlen, size_t col)
+{
+    const item_find_t *f = ctx;
+    (void)col;
+    return klen == f->klen && memcmp(key, f->key, klen) == 0 &&
+           (!f->val || (vlen == f->vlen && memcmp(val, f->val, vlen) == 0));
+}
+
+/* Whether the items of `text` set key[0..kl). */
+static bool sets_key(const char *text, const char *key, size_t kl)
+{
+    item_find_t f = {key, NULL, kl, 0};
+    return conf_tokenize(text, item_is, &f, NULL, 0) == 1;
+}
+
+/* conf_tokenize's callback: 1 (stop) at an item of a that b lacks. */
+static int item_not_in(void *ctx, const char *key, size_t klen, const char *val, size_t vlen, size_t col)
+{
+    item_find_t f = {key, val, klen, vlen};
+    (void)col;
+    return conf_tokenize(ctx, item_is, &f, NULL, 0) == 1 ? 0 : 1;
+}
+
+/* Whether every item of a is one of b's. */
+static bool items_within(const char *a, const char *b)
+{
+    return conf_tokenize(a, item_not_in, (void *)b, NULL, 0) == 0;
+}
+
+typedef struct conf_keep_s {
+    const char *add; /* the suggestion's items */
+    char *value;     /* the items kept so far, each followed by ',' */
+    size_t len, k;
+} conf_keep_t;
+
+/* conf_tokenize's callback: keeps the item as the user wrote it (from its
+ * key to the end of its value, or to its ':' when the value is empty)
+ * unless the suggestion sets its key. */
+static int keep_item(void *ctx, const char *key, size_t klen, const char *val, size_t vlen, size_t col)
+{
+    conf_keep_t *c = ctx;
+    (void)col;
+    if (sets_key(c->add, key, klen))
+        return 0;
+    const char *end = vlen ? val + vlen : (const char *)memchr(key + klen, ':', (size_t)(val - key - klen)) + 1;
+    conf_cat(c->value, c->len, &c->k, key, (size_t)(end - key));
+    conf_cat(c->value, c->len, &c->k, ",", 1);
+    return 0;
+}
+
 /*
  * "CUCACHE_CONF=<the user's text>,<add>": the user's items in their order,
  * less any that sets add's key (the suggestion replaces it; conf_parse
- * would take the last one anyway, this only reads better), then add.
- * Items split at top-level commas, as conf_tokenize does.  Single-quoted
- * when the shell would read something in it (brackets, '>', spaces).
+ * would take the last one anyway, this only reads better), then add.  Text
+ * the tokenizer refuses (cut short by the report's copy) is kept whole
+ * before add.  Single-quoted when the shell would read something in it
+ * (brackets, '>', spaces).
  */
-/* Whether the items of `add` (key:value,key:value; no brackets) set the key key[0 .. kl). */
-static bool sets_key(const char *add, const char *key, size_t kl)
-{
-    for (const char *p = add; *p;) {
-        size_t il = strcspn(p, ","), al = strcspn(p, ":");
-        if (al > il)
-            al = il;
-        if (al == kl && memcmp(p, key, kl) == 0)
-            return true;
-        p += il + (p[il] == ',');
-    }
-    return false;
-}
-
-/* Whether every comma-separated item of a is one of b's. */
-static bool items_within(const char *a, const char *b)
-{
-    for (const char *p = a; *p;) {
-        const char *e = strchr(p, ',');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        bool found = false;
-        for (const char *q = b; *q && !found;) {
-            const char *f = strchr(q, ',');
-            size_t m = f ? (size_t)(f - q) : strlen(q);
-            found = m == n && strncmp(p, q, n) == 0;
-            q += m + (f != NULL);
-        }
-        if (!found)
-            return false;
-        p += n + (e != NULL);
-    }
-    return true;
-}
-
 static void conf_with(const rep_t *r, const char *add, char *out, size_t len)
 {
     const char *t = r->in->conf_text ? r->in->conf_text : "";
-    size_t n = strlen(t), k = 0;
+    size_t k;
     char value[1280] = "";
-    for (size_t i = 0; i <= n; i++) {
-        size_t start = i;
-        int depth = 0;
-        for (; i < n && (t[i] != ',' || depth > 0); i++) {
-            if (t[i] == '[')
-                depth++;
-            else if (t[i] == ']' && depth > 0)
-                depth--;
-        }
-        const char *item = t + start, *key = item;
-        size_t ilen = i - start;
-        conf_trim(&item, &ilen);
-        key = item;
-        size_t kl = 0;
-        while (kl < ilen && item[kl] != ':')
-            kl++;
-        conf_trim(&key, &kl);
-        if (!ilen || sets_key(add, key, kl))
-            continue;
-        conf_cat(value, sizeof value, &k, item, ilen);
-        conf_cat(value, sizeof value, &k, ",", 1);
+    conf_keep_t keep = {add, value, sizeof value, 0};
+    if (conf_tokenize(t, keep_item, &keep, NULL, 0) != 0) {
+        keep.k = 0;
+        value[0] = '\0';
+        conf_cat(value, sizeof value, &keep.k, t, strlen(t));
+        conf_cat(value, sizeof value, &keep.k, ",", 1);
     }
+    k = keep.k;
     conf_cat(value, sizeof value, &k, add, strlen(add));
     bool quote = false;
     for (const char *p = value; *p; p++)
