@@ -34,6 +34,10 @@
  * memory not tied to a stream (cudaMalloc); the legacy default stream is
  * HOOK_KEY_LEGACY; a thread's per-thread default stream has a key of its
  * own (hook_key_ptds); any other key is the CUstream handle.
+ *
+ * Environment.  Every CUCACHE_* variable is read once, into one struct
+ * (env.c, env.h); diag.c (reports and snapshots, and when), log.c (the
+ * sink, CUCACHE_LOG), signal.c (snapshots on SIGUSR1) and trace.c act on it.
  */
 #ifndef CUCACHE_INTERPOSE_HOOK_H
 #define CUCACHE_INTERPOSE_HOOK_H
@@ -559,9 +563,12 @@ void hook_ctx_leave(bool pushed);
 extern HOOK_TLS CUresult hook_backend_error;
 
 /* One line on stderr, prefixed "cucache: ".  Never allocates; errno kept. */
-/* Where cucache's lines go: 2, or CUCACHE_LOG's file (diag.c opens it at start-up). */
+/* Where cucache's lines go: 2, or CUCACHE_LOG's file (hook_log_open, at start-up). */
 extern int hook_log_fd;
 void hook_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Sends every line from now on to the file CUCACHE_LOG's template names
+ * (log.c); 0, or -1 with err naming the variable and the file. */
+int hook_log_open(const char *tmpl, char *err, size_t errlen);
 
 typedef enum hook_warn_e {
     HOOK_WARN_BAD_FREE,
@@ -630,9 +637,12 @@ extern HOOK_TLS bool hook_fallback_now;
  * Diagnostics (diag.c): the OOM report, the exit summary, snapshots
  * ---------------------------------------------------------------------- */
 
-/* Reads CUCACHE_REPORT and CUCACHE_SNAPSHOT* (the constructor); 0, or -1
- * with err naming the variable and the value. */
+/* Acts on the environment (env.h; the constructor): opens CUCACHE_LOG's
+ * file, enables stacks, starts the signal thread, registers the exit
+ * report; 0, or -1 with err naming the variable and the value. */
 int hook_diag_start(char *err, size_t errlen);
+/* The thread that writes a snapshot on SIGUSR1 (signal.c); 0, or -1 with err set. */
+int hook_signal_start(char *err, size_t errlen);
 /* A device's allocator opened: installs its event ring when snapshots are on. */
 void hook_diag_dev_opened(int ordinal, core_dev_t *d);
 /* Reports an allocation cucache could not serve: the full report on the

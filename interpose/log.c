@@ -1,18 +1,39 @@
 /*
  * The output sink: one line at a time on stderr (or CUCACHE_LOG's file,
- * opened O_APPEND: hook_log_fd), prefixed "cucache: ",
- * formatted into a stack buffer and written with one write(2), so lines of
- * several threads never interleave.  Never allocates, keeps errno.
+ * opened O_APPEND at start-up by hook_log_open: hook_log_fd), prefixed
+ * "cucache: ", formatted into a stack buffer and written with one write(2),
+ * so lines of several threads never interleave.  Never allocates, keeps
+ * errno.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "hook.h"
+#include "st.h"
 
-int hook_log_fd = 2; /* CUCACHE_LOG's file, or stderr (diag.c) */
+int hook_log_fd = 2; /* CUCACHE_LOG's file, or stderr */
+
+int hook_log_open(const char *tmpl, char *err, size_t errlen)
+{
+    char path[4096], shown[256];
+    if (st_expand_name(tmpl, 0, 0, path, sizeof path, err, errlen) != 0)
+        return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int e = errno;
+        hook_env_show(shown, sizeof shown, path);
+        snprintf(err, errlen, "CUCACHE_LOG: cannot open '%s': %s%s", shown, strerror(e),
+                 e == ELOOP ? " (a symbolic link is refused)" : "");
+        return -1;
+    }
+    hook_log_fd = fd;
+    return 0;
+}
 
 static void vlog(const char *fmt, va_list ap)
 {

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "hook.h"
 #include "hostalloc.h"
 #include "st.h"
@@ -206,7 +207,7 @@ static void at_exit(void)
  * when unset), so that a replay knows the recorded settings. */
 static void put_conf(void)
 {
-    const char *conf = secure_getenv("CUCACHE_CONF");
+    const char *conf = hook_env()->conf;
     size_t len = conf ? strlen(conf) : 0, off = 0;
     do {
         unsigned char piece[24] = {0};
@@ -258,8 +259,8 @@ static void atfork_child(void)
 
 int hook_trace_start(char *err, size_t errlen)
 {
-    const char *tmpl = secure_getenv("CUCACHE_TRACE");
-    if (!tmpl || !*tmpl)
+    const char *tmpl = hook_env()->trace;
+    if (!tmpl)
         return 0;
     if (strlen(tmpl) >= sizeof tr.tmpl) {
         snprintf(err, errlen, "CUCACHE_TRACE: the name is longer than %zu bytes", sizeof tr.tmpl - 1);

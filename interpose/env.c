@@ -1,0 +1,242 @@
+/*
+ * Every CUCACHE_* variable libcucache.so reads (env.h), read once with
+ * secure_getenv and checked here; diag.c, log.c, signal.c and trace.c act
+ * on the values:
+ *
+ *   CUCACHE_CONF=KEY:VALUE,... the allocator's settings (core/conf.h; the
+ *                              constructor in state.c parses them), kept
+ *                              as written for reports, snapshots and traces
+ *   CUCACHE_REPORT=exit        the memory summary of every device at exit
+ *                              (off: none; the default)
+ *   CUCACHE_SNAPSHOT=TEMPLATE  where snapshots go: a pickle in the schema of
+ *                              torch.cuda.memory._dump_snapshot, and the same
+ *                              content as JSON beside it; %p %r %d %n %%
+ *                              (stats/st.h, st_expand_name)
+ *   CUCACHE_SNAPSHOT_ON=LIST   when, besides the API call: oom (the first
+ *                              out-of-memory failure; the default), exit,
+ *                              signal (SIGUSR1), none; comma-separated
+ *   CUCACHE_LOG=TEMPLATE       every line cucache prints goes to this file
+ *                              instead of stderr (%p pid, %r rank; opened
+ *                              for appending, each line or report written
+ *                              whole with one write; a symbolic link is
+ *                              refused)
+ *   CUCACHE_LEAK_EXITCODE=N    at exit, list the live allocations of every
+ *                              device by requested size and, when any is
+ *                              live, end the process with status N (1-255;
+ *                              CUCACHE_REPORT=exit lists them too)
+ *   CUCACHE_HISTORY=N          allocator calls kept per device for the
+ *                              what-if at the first out-of-memory failure
+ *                              (core_whatif; default 262144, 24 bytes each,
+ *                              allocated at the device's first call; 0: none)
+ *   CUCACHE_WHATIF_MS=N        its time budget (default 1000; 0: no what-if)
+ *   CUCACHE_STACKS=native[:N]  the call stack of each allocation (N frames,
+ *                              default 24, at most 64; off: none, the
+ *                              default), symbolised when a report or a
+ *                              snapshot is written: snapshot frames, live
+ *                              allocations by call site in the OOM and leak
+ *                              reports (stats/stack.c)
+ *   CUCACHE_SNAPSHOT_EVENTS=N  events kept per device for device_traces
+ *                              (default 100000; 0: none).  The event ring
+ *                              is only recorded when CUCACHE_SNAPSHOT or
+ *                              this variable is set: otherwise the core's
+ *                              observer stays unset and costs nothing.
+ *   CUCACHE_TRACE=TEMPLATE     the trace of every allocator call (trace.c)
+ *
+ * Reading has no effect of its own: the log is opened, stacks enabled and
+ * threads started by the files that own them, so a bad value is reported
+ * before any of that (diag.c keeps the order in which it used to be found).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+#include "st.h"
+
+#define DEFAULT_HISTORY ((size_t)1 << 18)
+#define MAX_HISTORY ((size_t)1 << 30)
+#define DEFAULT_WHATIF_MS 1000
+#define MAX_WHATIF_MS 600000
+#define DEFAULT_RING_EVENTS 100000
+
+static hook_env_t env = {.history = DEFAULT_HISTORY, .whatif_ms = DEFAULT_WHATIF_MS};
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+void hook_env_show(char *out, size_t len, const char *text)
+{
+    size_t k = 0;
+    const unsigned char *p = (const unsigned char *)text;
+    for (; *p && k + 8 < len; p++)
+        k += (size_t)(*p < 0x20 || *p == 0x7f ? snprintf(out + k, len - k, "\\x%02x", *p)
+                                              : snprintf(out + k, len - k, "%c", *p));
+    if (*p)
+        k += (size_t)snprintf(out + k, len - k, "...");
+    out[k < len ? k : len - 1] = '\0';
+}
+
+/* A variable's value, NULL when unset or empty.  Each variable is read
+ * with a call spelled out, secure_getenv("CUCACHE_..."): tests/run/check_man.py
+ * finds them so, and requires each in cucache(7). */
+static const char *nonempty(const char *v)
+{
+    return v && *v ? v : NULL;
+}
+
+/* Records the first bad variable; returns -1. */
+__attribute__((format(printf, 2, 3))) static int env_bad(hook_env_var_t var, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(env.why, sizeof env.why, fmt, ap);
+    va_end(ap);
+    env.bad = var;
+    return -1;
+}
+
+/* A whole decimal number from min to max in variable `name` ("what" says
+ * what it is: "a number of milliseconds"); -1 naming the variable
+ * otherwise. */
+static int env_count(hook_env_var_t var, const char *name, const char *text, unsigned long long min,
+                     unsigned long long max, const char *what, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(text, &end, 10);
+    if (errno || *end || end == text || text[0] == '-' || n < min || n > max) {
+        char shown[64];
+        hook_env_show(shown, sizeof shown, text);
+        return env_bad(var, "%s: '%s' is not %s from %llu to %llu", name, shown, what, min, max);
+    }
+    *out = n;
+    return 0;
+}
+
+/* CUCACHE_STACKS: off, native or native:N (their depth; enabling them is diag.c's). */
+static int env_stacks(const char *text)
+{
+    if (strcmp(text, "off") == 0)
+        return 0;
+    unsigned long long depth = ST_STACK_DEPTH_DEFAULT;
+    if (strncmp(text, "native", 6) != 0 || (text[6] && text[6] != ':')) {
+        char shown[64];
+        hook_env_show(shown, sizeof shown, text);
+        return env_bad(HOOK_ENV_STACKS, "CUCACHE_STACKS: '%s' is not one of native, native:DEPTH, off", shown);
+    }
+    if (text[6] == ':' && env_count(HOOK_ENV_STACKS, "CUCACHE_STACKS=native:DEPTH", text + 7, 1, ST_STACK_DEPTH_MAX,
+                                    "a number of frames", &depth) != 0)
+        return -1;
+    env.stack_depth = (int)depth;
+    return 0;
+}
+
+static int env_snapshot_on(const char *text)
+{
+    unsigned on = 0;
+    const char *p = text;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n == 3 && strncmp(p, "oom", n) == 0)
+            on |= HOOK_SNAP_ON_OOM;
+        else if (n == 4 && strncmp(p, "exit", n) == 0)
+            on |= HOOK_SNAP_ON_EXIT;
+        else if ((n == 6 && strncmp(p, "signal", n) == 0) || (n == 7 && strncmp(p, "sigusr1", n) == 0))
+            on |= HOOK_SNAP_ON_SIGNAL;
+        else if (n == 4 && strncmp(p, "none", n) == 0)
+            ;
+        else {
+            char item[64], shown[64];
+            snprintf(item, sizeof item, "%.*s", (int)(n < sizeof item ? n : sizeof item - 1), p);
+            hook_env_show(shown, sizeof shown, item);
+            return env_bad(HOOK_ENV_SNAPSHOT_ON, "CUCACHE_SNAPSHOT_ON: '%s' is not one of oom, exit, signal, none",
+                           shown);
+        }
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    env.snapshot_on = on;
+    return 0;
+}
+
+/* The checked variables, in order; stops at the first bad one. */
+static int env_check(void)
+{
+    const char *report = nonempty(secure_getenv("CUCACHE_REPORT"));
+    if (report && strcmp(report, "off") != 0) {
+        if (strcmp(report, "exit") != 0) {
+            char shown[64];
+            hook_env_show(shown, sizeof shown, report);
+            return env_bad(HOOK_ENV_REPORT, "CUCACHE_REPORT: '%s' is not one of exit, off", shown);
+        }
+        env.report_exit = true;
+    }
+
+    const char *snap = nonempty(secure_getenv("CUCACHE_SNAPSHOT"));
+    if (snap) {
+        char probe[4096];
+        if (st_expand_name(snap, 0, 0, probe, sizeof probe, env.why, sizeof env.why) != 0) {
+            env.bad = HOOK_ENV_SNAPSHOT;
+            return -1;
+        }
+        env.snapshot = snap;
+        env.snapshot_on = HOOK_SNAP_ON_OOM;
+        env.ring_events = DEFAULT_RING_EVENTS;
+    }
+    const char *on = nonempty(secure_getenv("CUCACHE_SNAPSHOT_ON"));
+    if (on) {
+        if (env_snapshot_on(on) != 0)
+            return -1;
+        if (env.snapshot_on && !env.snapshot)
+            return env_bad(HOOK_ENV_SNAPSHOT_ON, "CUCACHE_SNAPSHOT_ON=%s needs CUCACHE_SNAPSHOT (where to write)", on);
+    }
+    unsigned long long n;
+    const char *events = nonempty(secure_getenv("CUCACHE_SNAPSHOT_EVENTS"));
+    if (events) {
+        if (env_count(HOOK_ENV_SNAPSHOT_EVENTS, "CUCACHE_SNAPSHOT_EVENTS", events, 0, HOOK_RING_EVENTS_MAX,
+                      "a number of events", &n) != 0)
+            return -1;
+        env.ring_events = (size_t)n;
+    }
+
+    const char *history = nonempty(secure_getenv("CUCACHE_HISTORY"));
+    if (history) {
+        if (env_count(HOOK_ENV_HISTORY, "CUCACHE_HISTORY", history, 0, MAX_HISTORY, "a number of allocator calls",
+                      &n) != 0)
+            return -1;
+        env.history = (size_t)n;
+    }
+    const char *leak = nonempty(secure_getenv("CUCACHE_LEAK_EXITCODE"));
+    if (leak) {
+        if (env_count(HOOK_ENV_LEAK_EXITCODE, "CUCACHE_LEAK_EXITCODE", leak, 1, 255, "an exit status", &n) != 0)
+            return -1;
+        env.leak_exitcode = (int)n;
+    }
+    env.stacks = nonempty(secure_getenv("CUCACHE_STACKS"));
+    if (env.stacks && env_stacks(env.stacks) != 0)
+        return -1;
+    const char *whatif = nonempty(secure_getenv("CUCACHE_WHATIF_MS"));
+    if (whatif) {
+        if (env_count(HOOK_ENV_WHATIF_MS, "CUCACHE_WHATIF_MS", whatif, 0, MAX_WHATIF_MS, "a number of milliseconds",
+                      &n) != 0)
+            return -1;
+        env.whatif_ms = (unsigned)n;
+    }
+    return 0;
+}
+
+static void env_read(void)
+{
+    env.conf = secure_getenv("CUCACHE_CONF");
+    env.log = nonempty(secure_getenv("CUCACHE_LOG"));
+    env.trace = nonempty(secure_getenv("CUCACHE_TRACE"));
+    env_check();
+}
+
+const hook_env_t *hook_env(void)
+{
+    pthread_once(&env_once, env_read);
+    return &env;
+}
