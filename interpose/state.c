@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "env.h"
 #include "hook.h"
 #include "rules.h"
 
@@ -63,7 +64,7 @@ static void atfork_child(void)
 __attribute__((constructor)) static void hook_start(void)
 {
     conf_defaults(&hook_conf);
-    const char *text = secure_getenv("CUCACHE_CONF");
+    const char *text = hook_env()->conf;
     char err[512];
     int r = conf_parse(&hook_conf, text, err, sizeof err);
     if (r == 1) {
