@@ -1,8 +1,9 @@
 /*
- * The allocator's entry points, segments, and the slow path: the retry
- * ladder when no cached block fits (PyTorch's order, with cucache's pending
- * frees woven in), limits, garbage collection, Paddle's preallocation, empty
- * cache and private pools.
+ * Allocation and free: segments, the hit path, the slow path (the retry
+ * ladder when no cached block fits: PyTorch's order, with cucache's pending
+ * frees woven in; limits, garbage collection, Paddle's preallocation), the
+ * free modes as applied, and each thread's route to a private pool.
+ * device.c makes and destroys devices; query.c answers what a pointer is.
  */
 #include <string.h>
 #include <time.h>
@@ -24,128 +25,6 @@ typedef struct tls_route_s {
     int pool;
 } tls_route_t;
 static __thread tls_route_t tls_pool[CORE_MAX_DEVICES];
-static _Atomic uint64_t dev_generations;
-
-/* ------------------------------------------------------------------------
- * Devices
- * ---------------------------------------------------------------------- */
-
-static void ppool_init(ppool_t *pp, int id)
-{
-    memset(pp, 0, sizeof *pp);
-    pp->id = id;
-    pp->small.small = true;
-    pp->small.owner = pp;
-    pp->large.owner = pp;
-}
-
-/* The bytes this allocator may hold: per_process_memory_fraction of the
- * device, and limit_mb, whichever is smaller. */
-static size_t allowed_bytes(const core_dev_t *d)
-{
-    size_t allowed = SIZE_MAX;
-    size_t free_bytes = 0, total = 0;
-    if (d->conf.memory_fraction < 1.0 && d->be.mem_info(d->be.ctx, d->device, &free_bytes, &total) == CORE_OK)
-        allowed = (size_t)(d->conf.memory_fraction * (double)total);
-    if (d->conf.limit && d->conf.limit < allowed)
-        allowed = d->conf.limit;
-    return allowed;
-}
-
-core_dev_t *core_dev_new(const core_backend_t *backend, int device, const conf_t *conf)
-{
-    core_dev_t *d = hostalloc_calloc(1, sizeof *d);
-    if (!d)
-        return NULL;
-    pthread_mutex_init(&d->lock, NULL);
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-    d->born_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
-    d->device = device;
-    d->gen = ++dev_generations;
-    d->conf = *conf;
-    /* Preallocate carves every request from one chunk: max_split_size would
-     * make the chunk's rest an oversize block that no request below it may
-     * take, so each would miss, ask for a chunk of its own and run out. */
-    if (conf->strategy == CONF_STRATEGY_PREALLOCATE)
-        d->conf.max_split_size = SIZE_MAX;
-    d->be = *backend;
-    ppool_init(&d->defaults, 0);
-    d->allowed = allowed_bytes(d);
-    d->stats.max_split_size = d->conf.max_split_size; /* the effective value */
-    /* Expandable segments need the backend's virtual memory: without it the
-     * setting is ignored (the caller reports it, core_expandable). */
-    size_t g =
-        conf->expandable_segments && backend->vmm_granularity ? backend->vmm_granularity(backend->ctx, device) : 0;
-    if (g && (g & (g - 1)) == 0 && backend->va_reserve && backend->va_release && backend->map && backend->unmap) {
-        d->exp_page_small = g > d->conf.small_segment_size ? g : d->conf.small_segment_size;
-        d->exp_page_large = (d->conf.expandable_page + g - 1) / g * g;
-    } else {
-        d->conf.expandable_segments = false;
-    }
-    if (!map_grow(d)) {
-        hostalloc_free(d);
-        return NULL;
-    }
-    return d;
-}
-
-ppool_t *ppool_find(core_dev_t *d, int id)
-{
-    if (id == 0)
-        return &d->defaults;
-    for (ppool_t *p = d->privates; p; p = p->next)
-        if (p->id == id && !p->destroyed)
-            return p;
-    return NULL;
-}
-
-static void ppool_unlink_free(core_dev_t *d, ppool_t *pp)
-{
-    for (ppool_t **p = &d->privates; *p; p = &(*p)->next)
-        if (*p == pp) {
-            *p = pp->next;
-            hostalloc_free(pp);
-            return;
-        }
-}
-
-void core_dev_destroy(core_dev_t *d)
-{
-    if (!d)
-        return;
-    dev_lock(d);
-    pend_release_all(d, true);
-    for (seg_t *s = d->segs, *next; s; s = next) {
-        next = s->next;
-        if (s->expandable) {
-            exp_seg_destroy(d, s);
-            continue;
-        }
-        for (block_t *b = s->first, *bn; b; b = bn) {
-            bn = b->next;
-            hostalloc_free(b->uses);
-            hostalloc_free(b);
-        }
-        d->be.seg_free(d->be.ctx, d->device, s->addr, s->size);
-        hostalloc_free(s);
-    }
-    while (d->spare) {
-        block_t *b = d->spare;
-        d->spare = b->pend_next;
-        hostalloc_free(b);
-    }
-    while (d->privates) {
-        ppool_t *p = d->privates;
-        d->privates = p->next;
-        hostalloc_free(p);
-    }
-    hostalloc_free(d->map.buckets);
-    jr_fini(&d->jr);
-    dev_unlock(d);
-    pthread_mutex_destroy(&d->lock);
-    hostalloc_free(d);
-}
 
 /* ------------------------------------------------------------------------
  * Segments
@@ -154,16 +33,6 @@ void core_dev_destroy(core_dev_t *d)
 bool seg_is_free(const seg_t *s)
 {
     return !s->expandable && s->first->state == BLOCK_FREE && !s->first->next;
-}
-
-/* Every block free or pending, none held by another process: the segment
- * is whole again once its pending frees complete. */
-static bool seg_reclaimable(const seg_t *s)
-{
-    for (const block_t *b = s->first; b; b = b->next)
-        if (b->state == BLOCK_ALLOCATED || (b->state == BLOCK_PENDING && b->hold))
-            return false;
-    return true;
 }
 
 static void seg_stats(core_dev_t *d, const seg_t *s, int sign)
@@ -356,7 +225,7 @@ static size_t prealloc_size(core_dev_t *d, size_t rounded, bool *direct)
     return d->chunk_size;
 }
 
-static size_t largest_free_block(const core_dev_t *d)
+size_t seg_largest_free(const core_dev_t *d)
 {
     size_t largest = 0;
     for (const seg_t *s = d->segs; s; s = s->next)
@@ -389,7 +258,7 @@ static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded
     oom->device_total = dev_total;
     oom->allocated = (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current;
     oom->reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
-    oom->largest_free = largest_free_block(d);
+    oom->largest_free = seg_largest_free(d);
     oom->pending = d->pending_bytes;
     for (const seg_t *s = d->segs; s; s = s->next)
         if (s->expandable)
@@ -641,283 +510,6 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
     return CORE_FREED;
 }
 
-core_where_t core_describe(core_dev_t *d, uintptr_t addr, core_ptr_info_t *out)
-{
-    memset(out, 0, sizeof *out);
-    dev_lock(d);
-    const block_t *b = map_find(d, addr);
-    const seg_t *s = b ? b->seg : NULL;
-    for (const seg_t *t = d->segs; !s && t; t = t->next)
-        if (addr >= t->addr && addr - t->addr < t->size)
-            s = t;
-    for (const block_t *x = s && !b ? s->first : NULL; x; x = x->next)
-        if (addr >= x->addr && addr - x->addr < x->size) {
-            b = x->state == BLOCK_ALLOCATED && addr - x->addr < x->requested ? x : NULL;
-            break;
-        }
-    if (s) {
-        out->where = b ? CORE_WHERE_LIVE : CORE_WHERE_DEAD;
-        out->seg_base = s->addr;
-        out->seg_size = s->size;
-    }
-    if (b) {
-        out->base = b->addr;
-        out->requested = b->requested;
-        out->size = b->size;
-        out->stream = b->stream;
-        out->id = b->id;
-    }
-    dev_unlock(d);
-    return out->where;
-}
-
-int core_hold(core_dev_t *d, uintptr_t addr, uint64_t token)
-{
-    dev_lock(d);
-    block_t *b = map_find(d, addr);
-    if (b)
-        b->hold = token;
-    dev_unlock(d);
-    return b ? CORE_FREED : CORE_NOT_MINE;
-}
-
-bool core_lookup(core_dev_t *d, uintptr_t addr, uintptr_t *base, size_t *size, core_stream_t *stream)
-{
-    core_ptr_info_t info;
-    if (core_describe(d, addr, &info) != CORE_WHERE_LIVE)
-        return false;
-    if (base)
-        *base = info.base;
-    if (size)
-        *size = info.requested;
-    if (stream)
-        *stream = info.stream;
-    return true;
-}
-
-int core_record_stream(core_dev_t *d, uintptr_t addr, core_stream_t stream)
-{
-    dev_lock(d);
-    block_t *b = map_find(d, addr);
-    int r = CORE_NOT_MINE;
-    if (b) {
-        r = CORE_FREED;
-        bool known = stream == b->stream;
-        for (uint32_t i = 0; i < b->nuses && !known; i++)
-            known = b->uses[i] == stream;
-        if (!known)
-            jr_note(d, JR_RECORD_STREAM, 0, 0, 0, stream, 0, (b->id & ~CORE_ID_TAG) >> 6);
-        if (!known) {
-            core_stream_t *u = hostalloc_realloc(b->uses, (b->nuses + 1) * sizeof *u);
-            if (u) {
-                u[b->nuses++] = stream;
-                b->uses = u;
-            } else {
-                r = CORE_EFAIL;
-            }
-        }
-    }
-    dev_unlock(d);
-    return r;
-}
-
-int core_set_memory_fraction(core_dev_t *d, double fraction)
-{
-    if (!(fraction > 0.0 && fraction <= 1.0))
-        return -1;
-    dev_lock(d);
-    d->conf.memory_fraction = fraction;
-    d->allowed = allowed_bytes(d);
-    dev_unlock(d);
-    return 0;
-}
-
-bool core_owns(core_dev_t *d, uintptr_t addr)
-{
-    dev_lock(d);
-    bool in = false;
-    for (const seg_t *s = d->segs; s && !in; s = s->next)
-        in = addr >= s->addr && addr - s->addr < s->size;
-    dev_unlock(d);
-    return in;
-}
-
-void core_poll(core_dev_t *d)
-{
-    dev_lock(d);
-    jr_note(d, JR_POLL, 0, 0, 0, 0, 0, 0);
-    if (d->pending_bytes && !d->capturing)
-        pend_poll(d);
-    dev_unlock(d);
-}
-
-void core_fence(core_dev_t *d)
-{
-    dev_lock(d);
-    jr_note(d, JR_FENCE, 0, 0, 0, 0, 0, 0);
-    pend_close(d); /* nothing while capturing */
-    dev_unlock(d);
-}
-
-void core_set_streams(core_dev_t *d, unsigned n)
-{
-    dev_lock(d);
-    if (n != d->streams) {
-        jr_note(d, JR_STREAMS, 0, 0, 0, 0, n, d->streams);
-        d->streams = n;
-    }
-    dev_unlock(d);
-}
-
-void core_stop_hand_outs(core_dev_t *d)
-{
-    dev_lock(d);
-    hand_out_stop(d);
-    dev_unlock(d);
-}
-
-void core_set_capturing(core_dev_t *d, bool on)
-{
-    dev_lock(d);
-    jr_note(d, JR_CAPTURE, on, 0, 0, 0, 0, 0);
-    d->capturing = on;
-    dev_unlock(d);
-}
-
-void core_fallback_served(core_dev_t *d)
-{
-    dev_lock(d);
-    if (d->stats.num_ooms)
-        d->stats.num_ooms--;
-    d->stats.num_fallback_served++;
-    dev_unlock(d);
-}
-
-void core_synchronized(core_dev_t *d)
-{
-    dev_lock(d);
-    jr_note(d, JR_SYNC, 0, 0, 0, 0, 0, 0);
-    if (d->pending_bytes)
-        pend_release_all(d, false);
-    if (d->conf.expandable_segments)
-        exp_all_idle(d);
-    dev_unlock(d);
-}
-
-void core_empty_cache(core_dev_t *d, int pool_id)
-{
-    dev_lock(d);
-    jr_note(d, JR_EMPTY, 0, pool_id, 0, 0, 0, 0);
-    if (d->capturing) { /* waits and releases are illegal now */
-        dev_unlock(d);
-        return;
-    }
-    pend_release_all(d, true);
-    if (pool_id < 0) {
-        seg_release_free(d, NULL, false, SIZE_MAX);
-    } else {
-        ppool_t *pp = ppool_find(d, pool_id);
-        if (pp == &d->defaults)
-            seg_release_free(d, pp, false, SIZE_MAX);
-        /* a live private pool keeps its segments */
-    }
-    dev_unlock(d);
-}
-
-void core_usage(core_dev_t *d, core_usage_t *u)
-{
-    dev_lock(d);
-    u->allocated = (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current;
-    u->reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
-    u->pending = d->pending_bytes;
-    u->cached_free = u->reserved - (size_t)d->stats.active_bytes[CORE_POOL_ALL].current;
-    u->largest_free = largest_free_block(d);
-    u->allowed = d->allowed;
-    u->releasable = u->reclaimable = 0;
-    for (const seg_t *s = d->capturing ? NULL : d->segs; s; s = s->next) {
-        if (!seg_may_release(d, s, NULL))
-            continue;
-        if (s->expandable) {
-            size_t now, later;
-            exp_releasable(s, &now, &later);
-            u->releasable += now;
-            u->reclaimable += later;
-            continue;
-        }
-        if (seg_is_free(s))
-            u->releasable += s->size;
-        if (seg_reclaimable(s))
-            u->reclaimable += s->size;
-    }
-    u->held = 0;
-    for (const block_t *b = d->held; b; b = b->pend_next)
-        u->held += b->size;
-    dev_unlock(d);
-}
-
-/* The new memory a request of `size` bytes needs: a segment, or pages of
- * an expandable one. */
-static size_t seg_need(const core_dev_t *d, size_t size)
-{
-    size_t rounded = pool_round_size(&d->conf, size);
-    return d->conf.expandable_segments ? exp_need(d, rounded) : pool_alloc_size(&d->conf, rounded);
-}
-
-/* Three ranges where the segment a request needs does not shrink as the
- * request grows: small requests, large ones below min_large_alloc (one
- * large segment each), and the rest.  A binary search in each keeps only
- * requests that fit, so the answer always fits, and is the largest one
- * whenever rounding keeps the ranges monotonic. */
-size_t core_fit(core_dev_t *d, size_t avail)
-{
-    const conf_t *c = &d->conf; /* fixed once the device exists */
-    size_t lo[3] = {1, c->small_size + 1, c->min_large_alloc};
-    size_t hi[3] = {c->small_size, c->min_large_alloc - 1, avail};
-    size_t best = 0;
-    for (int k = 0; k < 3; k++) {
-        size_t l = lo[k], h = hi[k] < avail ? hi[k] : avail;
-        if (l > h || seg_need(d, l) > avail)
-            continue;
-        while (l < h) {
-            size_t m = l + (h - l + 1) / 2;
-            if (seg_need(d, m) <= avail)
-                l = m;
-            else
-                h = m - 1;
-        }
-        if (l > best)
-            best = l;
-    }
-    return best;
-}
-
-/* ------------------------------------------------------------------------
- * Private pools
- * ---------------------------------------------------------------------- */
-
-bool core_expandable(core_dev_t *d)
-{
-    dev_lock(d);
-    bool on = d->conf.expandable_segments;
-    dev_unlock(d);
-    return on;
-}
-
-int core_pool_create(core_dev_t *d)
-{
-    ppool_t *pp = hostalloc_malloc(sizeof *pp);
-    if (!pp)
-        return -1;
-    dev_lock(d);
-    ppool_init(pp, ++d->next_pool_id);
-    jr_note(d, JR_POOL_CREATE, 0, pp->id, 0, 0, 0, 0);
-    pp->next = d->privates;
-    d->privates = pp;
-    int id = pp->id;
-    dev_unlock(d);
-    return id;
-}
-
 int core_pool_use(core_dev_t *d, int pool_id)
 {
     if ((unsigned)d->device >= CORE_MAX_DEVICES)
@@ -931,42 +523,10 @@ int core_pool_use(core_dev_t *d, int pool_id)
     return 0;
 }
 
-void core_dev_solo(core_dev_t *d)
-{
-    d->solo = true;
-}
-
-void core_set_birth_times(core_dev_t *d, bool on)
-{
-    dev_lock(d);
-    d->births = on;
-    dev_unlock(d);
-}
-
 int core_pool_current(core_dev_t *d)
 {
     if ((unsigned)d->device >= CORE_MAX_DEVICES)
         return 0;
     const tls_route_t *route = &tls_pool[d->device];
     return route->gen == d->gen ? route->pool : 0;
-}
-
-int core_pool_destroy(core_dev_t *d, int pool_id)
-{
-    dev_lock(d);
-    ppool_t *pp = pool_id > 0 ? ppool_find(d, pool_id) : NULL;
-    if (!pp) {
-        dev_unlock(d);
-        return -1;
-    }
-    /* Its blocks still pending go back when their fences complete, and their
-     * segments with them. */
-    jr_note(d, JR_POOL_DESTROY, 0, pool_id, 0, 0, 0, 0);
-    pp->destroyed = true;
-    if (pp->segments == 0)
-        ppool_unlink_free(d, pp);
-    else /* seg_release frees pp with its last segment: pp is not read after this */
-        seg_release_free(d, pp, false, SIZE_MAX);
-    dev_unlock(d);
-    return 0;
 }
