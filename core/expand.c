@@ -184,18 +184,15 @@ static void split_unmapped(block_t *b, uintptr_t at, block_t **spare)
 {
     block_t *r = *spare;
     *spare = NULL;
-    *r = (block_t){.addr = at,
-                   .size = b->addr + b->size - at,
+    block_split(b, at, r);
+    *r = (block_t){.addr = r->addr,
+                   .size = r->size,
                    .prev = b,
-                   .next = b->next,
+                   .next = r->next,
                    .seg = b->seg,
                    .pool = b->pool,
                    .stream = b->stream,
                    .state = BLOCK_UNMAPPED};
-    if (b->next)
-        b->next->prev = r;
-    b->next = r;
-    b->size = at - b->addr;
 }
 
 /* Maps the pages of place p's range that are unmapped; false (nothing
@@ -223,27 +220,12 @@ static bool map_place(core_dev_t *d, const place_t *p, size_t rounded, seg_failu
     return true;
 }
 
-/* Splits block b at `at` (b->addr < at < its end) with the block struct r:
- * b keeps the low part; r, a copy of b, the high part (in no tree). */
-static void split_at(block_t *b, uintptr_t at, block_t *r)
-{
-    *r = *b;
-    memset(&r->node, 0, sizeof r->node);
-    r->addr = at;
-    r->size = b->addr + b->size - at;
-    r->prev = b;
-    if (r->next)
-        r->next->prev = r;
-    b->next = r;
-    b->size = at - b->addr;
-}
-
 /* Splits free block m at `at` with the block struct r: both halves free,
  * in the tree, for pool_take to take the upper one at once. */
 static void carve(block_t *m, uintptr_t at, block_t *r)
 {
     pool_tree_remove(m->pool, m);
-    split_at(m, at, r);
+    block_split(m, at, r);
     pool_tree_insert(m->pool, m);
     pool_tree_insert(r->pool, r);
 }
@@ -438,7 +420,7 @@ static block_t *lend(block_t *b, size_t bytes, bool head, block_t **spare)
     pool_tree_remove(b->pool, b);
     block_t *lent = b;
     if (b->size > bytes) {
-        split_at(b, head ? b->addr + b->size - bytes : b->addr + bytes, *spare);
+        block_split(b, head ? b->addr + b->size - bytes : b->addr + bytes, *spare);
         if (head) {
             lent = *spare;
             pool_tree_insert(b->pool, b);
@@ -500,7 +482,7 @@ static block_t *share_take(core_dev_t *d, const share_t *p, size_t rounded, seg_
     if (tl) {
         room = spare[3];
         spare[3] = NULL;
-        split_at(u, q0 + page - p->tail, room);
+        block_split(u, q0 + page - p->tail, room);
         u->state = BLOCK_FOREIGN;
         u->alias = tl;
         tl->alias = u;
@@ -508,7 +490,7 @@ static block_t *share_take(core_dev_t *d, const share_t *p, size_t rounded, seg_
     if (hl) {
         block_t *f = spare[4];
         spare[4] = NULL;
-        split_at(room, ha + p->head, f);
+        block_split(room, ha + p->head, f);
         f->state = BLOCK_FOREIGN;
         f->alias = hl;
         hl->alias = f;
@@ -645,25 +627,14 @@ block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t roun
     return m;
 }
 
-/* b takes in its next block (in no tree). */
-static void absorb_next(core_dev_t *d, block_t *b)
-{
-    block_t *n = b->next;
-    b->size += n->size;
-    b->next = n->next;
-    if (n->next)
-        n->next->prev = b;
-    block_delete(d, n);
-}
-
 /* Merges the UNMAPPED block b with its UNMAPPED neighbours. */
 static block_t *unmapped_merge(core_dev_t *d, block_t *b)
 {
     if (b->next && b->next->state == BLOCK_UNMAPPED)
-        absorb_next(d, b);
+        block_absorb(d, b, b->next);
     if (b->prev && b->prev->state == BLOCK_UNMAPPED) {
         b = b->prev;
-        absorb_next(d, b);
+        block_absorb(d, b, b->next);
     }
     return b;
 }
@@ -784,7 +755,7 @@ static bool share_end(core_dev_t *d, block_t *f)
         return false;
     pool_tree_remove(n->pool, n);
     if (cut) {
-        split_at(n, first ? pe : ps, rest); /* n: the low part, rest: the high */
+        block_split(n, first ? pe : ps, rest); /* n: the low part, rest: the high */
         if (first) {
             pool_tree_insert(rest->pool, rest);
         } else {

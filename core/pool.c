@@ -204,15 +204,7 @@ block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
             return NULL;
         inactive_stat(d, b, -1);
         pool_tree_remove(b->pool, b);
-        *rest = *b;
-        rest->addr = b->addr + rounded;
-        rest->size = b->size - rounded;
-        rest->prev = b;
-        if (rest->next)
-            rest->next->prev = rest;
-        b->next = rest;
-        b->size = rounded;
-        memset(&rest->node, 0, sizeof rest->node);
+        block_split(b, b->addr + rounded, rest);
         pool_tree_insert(rest->pool, rest);
         inactive_stat(d, rest, +1);
     } else {
@@ -231,11 +223,21 @@ block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
     return b;
 }
 
-/* Merges free neighbour n into b (n is absorbed and deleted). */
-static void merge_into(core_dev_t *d, block_t *b, block_t *n)
+void block_split(block_t *b, uintptr_t at, block_t *r)
 {
-    inactive_stat(d, n, -1);
-    pool_tree_remove(n->pool, n);
+    *r = *b;
+    memset(&r->node, 0, sizeof r->node);
+    r->addr = at;
+    r->size = b->addr + b->size - at;
+    r->prev = b;
+    if (r->next)
+        r->next->prev = r;
+    b->next = r;
+    b->size = at - b->addr;
+}
+
+void block_absorb(core_dev_t *d, block_t *b, block_t *n)
+{
     if (n == b->next) {
         b->next = n->next;
         if (n->next)
@@ -249,8 +251,16 @@ static void merge_into(core_dev_t *d, block_t *b, block_t *n)
             b->seg->first = b;
     }
     b->size += n->size;
-    b->idle = b->idle && n->idle;
     block_delete(d, n);
+}
+
+/* Merges free neighbour n into b (n is absorbed and deleted). */
+static void merge_into(core_dev_t *d, block_t *b, block_t *n)
+{
+    inactive_stat(d, n, -1);
+    pool_tree_remove(n->pool, n);
+    b->idle = b->idle && n->idle;
+    block_absorb(d, b, n);
 }
 
 /* b becomes FREE: merged with its free neighbours (b absorbs them) and put

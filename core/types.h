@@ -325,6 +325,14 @@ void pool_tree_insert(pool_t *pool, block_t *b);
 void pool_tree_remove(pool_t *pool, block_t *b);
 block_t *block_new(core_dev_t *d);
 void block_delete(core_dev_t *d, block_t *b);
+/* Splits block b at `at` (b->addr < at < its end) with the block struct r:
+ * b keeps the low part; r, a copy of b, the high part, in no tree.  Trees
+ * and statistics are the caller's. */
+void block_split(block_t *b, uintptr_t at, block_t *r);
+/* b takes in its address neighbour n (on either side), whose struct is
+ * deleted; b's state and other fields stay b's.  Trees and statistics are
+ * the caller's. */
+void block_absorb(core_dev_t *d, block_t *b, block_t *n);
 /* b (FREE, not in a tree) merged with its FREE neighbours and put in its
  * pool's tree; returns the merged block. */
 block_t *pool_insert_free(core_dev_t *d, block_t *b);
@@ -394,7 +402,13 @@ void seg_unlink_free(core_dev_t *d, seg_t *s);
 bool seg_may_release(const core_dev_t *d, const seg_t *s, const ppool_t *only);
 bool seg_is_free(const seg_t *s);
 size_t seg_release_free(core_dev_t *d, ppool_t *only, bool oversize_only, size_t want);
+/* The largest FREE block's bytes, over every pool. */
+size_t seg_largest_free(const core_dev_t *d);
+
+/* device.c: devices and private pools */
 ppool_t *ppool_find(core_dev_t *d, int id);
+/* Unlinks a destroyed private pool with no segment left and frees it. */
+void ppool_unlink_free(core_dev_t *d, ppool_t *pp);
 
 /* expand.c: expandable segments */
 /* A FREE block with room for `rounded` at its start in (pool, stream)'s
