@@ -60,12 +60,19 @@
  *
  * Files, and the prefix of what each shares with the others (declared
  * below, file by file; the public core_* API is core.h's):
- *   pool.c      pool_ block_ map_  sizes and rounding, free trees, split and
- *                                  merge, block structs, the address map
- *   alloc.c     seg_ (core_*)      device life, segments, the hit path, the
- *                                  retry ladder, garbage collection, queries
- *   expand.c    exp_               expandable segments: growth, giving
- *                                  pages back, shared pages
+ *   pool.c      pool_ block_ map_  sizes and rounding, free trees, block
+ *                                  split and merge, block structs, the
+ *                                  address map
+ *   alloc.c     seg_ (core_*)      segments, the hit path, the retry
+ *                                  ladder, garbage collection, the free
+ *                                  modes, threads' routes to private pools
+ *   device.c    ppool_ (core_*)    devices made and destroyed, settings
+ *                                  while running, empty cache, private pools
+ *   query.c     (core_*)           what a pointer is, holds, recorded
+ *                                  streams, usage and fit
+ *   expand.c    exp_               expandable segments (expand.h): growth
+ *   share.c     share_             expandable segments: shared pages
+ *   unmap.c     exp_               expandable segments: giving pages back
  *   pending.c   pend_              frees behind fences, events and holds
  *   hand_out.c  hand_out_          frees behind fences handed out early
  *                                  (hand_out.h: when, how much, the stop)
@@ -410,7 +417,7 @@ ppool_t *ppool_find(core_dev_t *d, int id);
 /* Unlinks a destroyed private pool with no segment left and frees it. */
 void ppool_unlink_free(core_dev_t *d, ppool_t *pp);
 
-/* expand.c: expandable segments */
+/* expand.c, share.c, unmap.c: expandable segments (expand.h has their shared helpers) */
 /* A FREE block with room for `rounded` at its start in (pool, stream)'s
  * expandable segments, mapping pages as needed (a new segment when none
  * has room); NULL with *why filled when neither the limit nor the device
