@@ -3,15 +3,48 @@
  *
  * How a call travels:
  *
- *   program ──► exported hook (hook_rt_mem.c, hook_cu_mem.c, hook_sync.c,
- *                 │            hook_ptr.c, hook_ipc.c)
- *                 │  bypass? (re-entry guard, cucache off) ──► real entry point
+ *   program ──► exported hook: hook_rt_mem.c (cudaMalloc ...), hook_cu_mem.c
+ *                 │  (cuMemAlloc_v2 ...), hook_sync.c (synchronisation,
+ *                 │  streams, capture, reset), hook_ctx.c (contexts),
+ *                 │  hook_ptr.c (pointer questions), hook_ipc.c (IPC),
+ *                 │  torch_alloc.c (PyTorch's pluggable allocator),
+ *                 │  cucache.c (the public API), hook_lookup.c and
+ *                 │  dlsym_entry.S (dlsym, cuGetProcAddress)
+ *                 │  bypass? (re-entry guard, cucache off) ──► real entry point (real.c)
  *                 ▼
- *               hook_dev_t of the call's device (state.c) ──► core_* (core/)
- *                                                               │
- *                            backend.c: the core's device seam ◄┘
- *                            (real driver calls, in the device's primary
- *                             context, capture-aware, fences over streams)
+ *               hook_dev_t of the call's device (state.c; streams.c: the
+ *               program's streams and captures; ipc.c: exports and imports)
+ *                 │
+ *                 ▼
+ *               core_* (core/) ──► backend.c: the core's device seam (real
+ *                                  driver calls in the device's primary
+ *                                  context, capture-aware; fences over
+ *                                  streams) ──► order.c: the device ordered
+ *                                  after fences (hand-outs), its waits and
+ *                                  stops
+ *
+ * Beside the path: submit.c and submit_entry.S count every submission of
+ * work (the core's work_epoch; submit_table.h is generated, submit_sim.h
+ * the simulator's kernel extensions); trace.c records CUCACHE_TRACE;
+ * diag.c, log.c and signal.c report (below); run/cucache_run.c is the
+ * cucache-run launcher, a program of its own.
+ *
+ * Locks, in the order they nest (a thread holding one takes only locks
+ * below it; none is held across a call into the program):
+ *   1. open_lock (state.c)            a device's allocator made once
+ *   2. snap_lock (diag.c)             one snapshot or report at a time
+ *      torch_pools_lock (torch_alloc.c) PyTorch's pool ids
+ *   3. hd->count_lock                 the streams counted (core_set_streams
+ *                                     is called under it)
+ *   4. the core's device lock         core/ (dev_lock); the backend is
+ *                                     called under it
+ *   5. hd->lock                       streams, captures, events, fences
+ *                                     (backend.c, order.c, streams.c); no
+ *                                     core call is made under it
+ *   6. ipc_lock (ipc.c), the trace's lock (trace.c), stats/stack.c's
+ *      locks: leaves, nothing is taken under them.
+ * The trampolines' submission count and hook_dev_t.core are atomics, read
+ * without a lock on the hit path.
  *
  * Real entry points are resolved once, by their exact versioned names, into
  * typed tables (real.c): the driver's from libcuda.so.1, the runtime's with
