@@ -15,7 +15,6 @@
  * Errors and text helpers
  * ---------------------------------------------------------------------- */
 
-
 /* Writes "CUCACHE_CONF: " and the message into e (truncated, NUL-terminated); returns -1. */
 __attribute__((format(printf, 2, 3))) int conf_fail(conf_err_t *e, const char *fmt, ...)
 {
@@ -381,8 +380,7 @@ unsigned conf_log2(uint64_t v)
  * interval after the last key (all of them when it comes alone); intervals
  * between listed keys stay 0.  Keys must increase; nothing follows `>`.
  */
-bool conf_read_divs_list(const char *s, size_t n, unsigned divs[CONF_ROUNDUP_INTERVALS], char *why,
-                                size_t whylen)
+bool conf_read_divs_list(const char *s, size_t n, unsigned divs[CONF_ROUNDUP_INTERVALS], char *why, size_t whylen)
 {
     char q[CONF_SHOW_MAX + 4], q2[CONF_SHOW_MAX + 4];
     if (n < 2 || s[n - 1] != ']') {

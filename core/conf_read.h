@@ -62,7 +62,6 @@ unsigned conf_log2(uint64_t v);
  * interval after the last key (all of them when it comes alone); intervals
  * between listed keys stay 0.  Keys must increase; nothing follows `>`.
  */
-bool conf_read_divs_list(const char *s, size_t n, unsigned divs[CONF_ROUNDUP_INTERVALS], char *why,
-                                size_t whylen);
+bool conf_read_divs_list(const char *s, size_t n, unsigned divs[CONF_ROUNDUP_INTERVALS], char *why, size_t whylen);
 
 #endif

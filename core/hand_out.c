@@ -8,8 +8,7 @@ void hand_out_slice(core_dev_t *d)
 {
     /* Not from pend_fenced: pend_close's walk of the held list calls that,
      * and a fence that cannot be recorded releases everything. */
-    if (hand_out_paced(d) && d->open.blocks && hand_out_allowed(d) &&
-        d->open.bytes >= hand_out_part(d, HAND_OUT_SLICE))
+    if (hand_out_paced(d) && d->open.blocks && hand_out_allowed(d) && d->open.bytes >= hand_out_part(d, HAND_OUT_SLICE))
         pend_record_fence(d);
 }
 

@@ -62,7 +62,7 @@ static inline const core_rule_t *conf_rule(const conf_t *c)
 static inline core_free_t rule_plain_free(const core_rule_t *r, bool synced)
 {
     return r->plain == RULE_PLAIN_NOW || (r->plain == RULE_PLAIN_AFTER_SYNC && synced) ? CORE_FREE_NOW
-                                                                                        : CORE_FREE_FENCED;
+                                                                                       : CORE_FREE_FENCED;
 }
 
 #endif

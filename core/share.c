@@ -67,14 +67,14 @@ static bool may_lend(const seg_t *s, const block_t *b, core_stream_t stream)
  * than `not`, with which the request needs no more new bytes than `fresh`
  * besides `other` bytes of another piece; NULL if none. */
 static block_t *smallest_piece(core_dev_t *d, pool_t *pool, core_stream_t stream, bool head, size_t rounded,
-                               size_t other, size_t fresh, const block_t *not, size_t *bytes)
+                               size_t other, size_t fresh, const block_t * not, size_t *bytes)
 {
     block_t *best = NULL;
     for (seg_t *s = d->segs; s; s = s->next) {
         if (!s->expandable || s->pool != pool)
             continue;
         for (block_t *b = s->first; b; b = b->next) {
-            size_t v = b != not && may_lend(s, b, stream) ? (head ? lendable_head(b) : lendable_tail(b)) : 0;
+            size_t v = b != not &&may_lend(s, b, stream) ? (head ? lendable_head(b) : lendable_tail(b)) : 0;
             if (v && (!best || v < *bytes) && share_fresh(rounded, other, v, s->page) <= fresh) {
                 best = b;
                 *bytes = v;

@@ -129,7 +129,8 @@ static bool other_primary_active(const hook_dev_t *hd)
     for (int i = 0; i < n; i++) {
         unsigned flags = 0;
         int active = 0;
-        if (i != hd->ordinal && (real_cu.cuDevicePrimaryCtxGetState(handles[i], &flags, &active) != CUDA_SUCCESS || active))
+        if (i != hd->ordinal &&
+            (real_cu.cuDevicePrimaryCtxGetState(handles[i], &flags, &active) != CUDA_SUCCESS || active))
             return true;
     }
     return false;
@@ -266,4 +267,3 @@ void hook_order_stop(hook_dev_t *hd)
     core_stop_hand_outs(d);
     hook_order_wait(hd, UINT64_MAX);
 }
-
