@@ -35,39 +35,31 @@ HOOK_TLS CUresult hook_backend_error;
 
 enum { SPARE_EVENTS_MAX = 256 };
 
-bool hook_ctx_enter(hook_dev_t *hd, bool *pushed)
+bool hook_enter(hook_dev_t *hd, bool relax, hook_scope_t *sc)
 {
-    *pushed = false;
+    *sc = (hook_scope_t){.pushed = false, .relaxed = false, .mode = CU_STREAM_CAPTURE_MODE_RELAXED};
     CUcontext cur = NULL;
-    if (real_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == hd->primary && cur)
-        return true;
-    CUresult r = hd->primary ? real_cu.cuCtxPushCurrent_v2(hd->primary) : CUDA_ERROR_INVALID_CONTEXT;
-    if (r != CUDA_SUCCESS) {
-        hook_backend_error = r;
-        return false;
+    if (!(real_cu.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == hd->primary && cur)) {
+        CUresult r = hd->primary ? real_cu.cuCtxPushCurrent_v2(hd->primary) : CUDA_ERROR_INVALID_CONTEXT;
+        if (r != CUDA_SUCCESS) {
+            hook_backend_error = r;
+            return false;
+        }
+        sc->pushed = true;
     }
-    *pushed = true;
+    sc->relaxed = relax && atomic_load_explicit(&hd->capturing, memory_order_relaxed) &&
+                  real_cu.cuThreadExchangeStreamCaptureMode &&
+                  real_cu.cuThreadExchangeStreamCaptureMode(&sc->mode) == CUDA_SUCCESS;
     return true;
 }
 
-void hook_ctx_leave(bool pushed)
+void hook_leave(hook_scope_t *sc)
 {
     CUcontext popped;
-    if (pushed)
+    if (sc->relaxed)
+        real_cu.cuThreadExchangeStreamCaptureMode(&sc->mode);
+    if (sc->pushed)
         real_cu.cuCtxPopCurrent_v2(&popped);
-}
-
-bool hook_relax(hook_dev_t *hd, CUstreamCaptureMode *mode)
-{
-    *mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-    return atomic_load_explicit(&hd->capturing, memory_order_relaxed) && real_cu.cuThreadExchangeStreamCaptureMode &&
-           real_cu.cuThreadExchangeStreamCaptureMode(mode) == CUDA_SUCCESS;
-}
-
-void hook_unrelax(bool relaxed, CUstreamCaptureMode *mode)
-{
-    if (relaxed)
-        real_cu.cuThreadExchangeStreamCaptureMode(mode);
 }
 
 /* ------------------------------------------------------------------------
@@ -90,15 +82,12 @@ static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, true, &sc))
         return CORE_EFAIL;
-    CUstreamCaptureMode mode;
-    bool relaxed = hook_relax(hd, &mode);
     CUdeviceptr p = 0;
     CUresult r = real_cu.cuMemAlloc_v2(&p, size);
-    hook_unrelax(relaxed, &mode);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     *addr = (uintptr_t)p;
     return core_code(r);
 }
@@ -108,14 +97,11 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
     (void)ctx;
     (void)size;
     hook_dev_t *hd = &hook_devs[device];
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, true, &sc))
         return;
-    CUstreamCaptureMode mode;
-    bool relaxed = hook_relax(hd, &mode);
     CUresult r = real_cu.cuMemFree_v2((CUdeviceptr)addr);
-    hook_unrelax(relaxed, &mode);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     if (r != CUDA_SUCCESS)
         hook_warn(HOOK_WARN_BACKEND, "device %d: returning a segment of %zu bytes at 0x%lx to CUDA failed (error %d)",
                   device, size, (unsigned long)addr, (int)r);
@@ -169,12 +155,12 @@ static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, false, &sc))
         return CORE_EFAIL;
     CUdeviceptr p = 0;
     CUresult r = real_cu.cuMemAddressReserve(&p, size, align, 0, 0);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     *addr = (uintptr_t)p;
     return core_code(r);
 }
@@ -183,11 +169,11 @@ static void va_release(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, false, &sc))
         return;
     CUresult r = real_cu.cuMemAddressFree((CUdeviceptr)addr, size);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     if (r != CUDA_SUCCESS)
         hook_warn(HOOK_WARN_BACKEND, "device %d: freeing %zu bytes of addresses at 0x%lx failed (error %d)", device,
                   size, (unsigned long)addr, (int)r);
@@ -197,11 +183,9 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, true, &sc))
         return CORE_EFAIL;
-    CUstreamCaptureMode mode;
-    bool relaxed = hook_relax(hd, &mode);
     CUmemAllocationProp prop = device_prop(hd);
     CUresult r = CUDA_SUCCESS;
     size_t done = 0;
@@ -226,8 +210,7 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
     }
     if (r != CUDA_SUCCESS && done) /* all or nothing */
         real_cu.cuMemUnmap((CUdeviceptr)addr, done);
-    hook_unrelax(relaxed, &mode);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     return core_code(r);
 }
 
@@ -239,11 +222,9 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, true, &sc))
         return CORE_EFAIL;
-    CUstreamCaptureMode mode;
-    bool relaxed = hook_relax(hd, &mode);
     CUmemGenericAllocationHandle h = 0;
     CUresult r = real_cu.cuMemRetainAllocationHandle ? real_cu.cuMemRetainAllocationHandle(&h, (void *)from)
                                                      : CUDA_ERROR_NOT_SUPPORTED;
@@ -257,8 +238,7 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
         if (r != CUDA_SUCCESS)
             real_cu.cuMemUnmap((CUdeviceptr)addr, size);
     }
-    hook_unrelax(relaxed, &mode);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     /* refused, the core maps the request's pages the plain way: the error
      * is not the allocation's, and stays out of its report */
     CUresult kept = hook_backend_error;
@@ -271,14 +251,11 @@ static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, true, &sc))
         return;
-    CUstreamCaptureMode mode;
-    bool relaxed = hook_relax(hd, &mode);
     CUresult r = real_cu.cuMemUnmap((CUdeviceptr)addr, size);
-    hook_unrelax(relaxed, &mode);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     if (r != CUDA_SUCCESS)
         hook_warn(HOOK_WARN_BACKEND, "device %d: unmapping %zu bytes at 0x%lx failed (error %d)", device, size,
                   (unsigned long)addr, (int)r);
@@ -288,11 +265,11 @@ static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, false, &sc))
         return CORE_EFAIL;
     CUresult r = real_cu.cuMemGetInfo_v2(free_bytes, total);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     if (r != CUDA_SUCCESS) {
         hook_backend_error = r;
         return CORE_EFAIL;
@@ -304,11 +281,11 @@ static int device_sync(void *ctx, int device)
 {
     (void)ctx;
     hook_dev_t *hd = &hook_devs[device];
-    bool pushed;
-    if (atomic_load(&hd->capturing) || !hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (atomic_load(&hd->capturing) || !hook_enter(hd, false, &sc))
         return CORE_EFAIL; /* a capture began on another thread (the core learns it next), or no context */
     CUresult r = real_cu.cuCtxSynchronize();
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_ILLEGAL_ADDRESS && r != CUDA_ERROR_LAUNCH_FAILED) {
         hook_backend_error = r;
         return CORE_EFAIL;
@@ -384,8 +361,8 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
     hook_dev_t *hd = &hook_devs[device];
     if (atomic_load(&hd->capturing))
         return CORE_EFAIL;
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, false, &sc))
         return CORE_EFAIL;
     pthread_mutex_lock(&hd->lock);
     size_t n = stream == 0 ? 1 + hd->nstreams : 1;
@@ -435,7 +412,7 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
         *event = (uint64_t)(uintptr_t)f;
     }
     pthread_mutex_unlock(&hd->lock);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     return rc;
 }
 

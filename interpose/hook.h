@@ -389,10 +389,6 @@ void hook_fence_free(hook_dev_t *hd, fence_t *f);
 /* Called with hd->lock held: whether every event of f completed (an error,
  * a faulted context, counts as completed). */
 bool hook_fence_done(const fence_t *f);
-/* Relaxes the thread's capture mode around one of our own calls while the
- * device captures (true: relaxed, *mode to restore); hook_unrelax restores. */
-bool hook_relax(hook_dev_t *hd, CUstreamCaptureMode *mode);
-void hook_unrelax(bool relaxed, CUstreamCaptureMode *mode);
 
 /* The backend's fence_order (core.h): orders the device after the fence. */
 int hook_order_fence(void *ctx, int device, uint64_t event, uint64_t first_alloc);
@@ -586,10 +582,21 @@ hook_dev_t *hook_stream_device(CUstream s, bool runtime);
 
 extern const core_backend_t hook_backend;
 
-/* Makes the device's primary context current for a few driver calls
- * (pushed: it had to be pushed; pass it to hook_ctx_leave). */
-bool hook_ctx_enter(hook_dev_t *hd, bool *pushed);
-void hook_ctx_leave(bool pushed);
+/* What hook_enter changed on the calling thread, for hook_leave to undo. */
+typedef struct hook_scope_s {
+    bool pushed;              /* hd's primary context was pushed */
+    bool relaxed;             /* the thread's capture mode was relaxed */
+    CUstreamCaptureMode mode; /* relaxed: the mode to restore */
+} hook_scope_t;
+/* Makes hd's primary context current on the calling thread for one of
+ * cucache's own driver calls (pushed when another context, or none, is
+ * current) and, with relax, relaxes the thread's capture mode while the
+ * device captures, so that the call is not refused in global capture mode.
+ * False when the context cannot be made current (hook_backend_error set;
+ * nothing to undo).  Every cucache call into the driver on a device's
+ * behalf goes through this pair. */
+bool hook_enter(hook_dev_t *hd, bool relax, hook_scope_t *sc);
+void hook_leave(hook_scope_t *sc);
 
 /* The CUresult of the last failed device call the backend made on this
  * thread (CUDA_SUCCESS when none): what a CORE_EFAIL stands for. */

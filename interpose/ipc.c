@@ -238,11 +238,11 @@ CUresult hook_ipc_export(hook_dev_t *hd, const core_ptr_info_t *info, char handl
         return CUDA_ERROR_INVALID_VALUE;
     }
     CUipcMemHandle real;
-    bool pushed;
-    if (!d || !hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!d || !hook_enter(hd, false, &sc))
         return CUDA_ERROR_INVALID_CONTEXT;
     CUresult r = CU_REAL(cuIpcGetMemHandle, &real, (CUdeviceptr)info->seg_base);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     if (r != CUDA_SUCCESS)
         return r;
     size_t offset = info->base - info->seg_base;
@@ -433,13 +433,12 @@ CUresult hook_ipc_open(const char handle[64], unsigned flags, hook_dev_t *ctx_hd
     if (r == CUDA_SUCCESS) {
         CUipcMemHandle real;
         memcpy(real.reserved, rg->e[t.index].real, 64);
-        bool pushed = false;
-        if (ctx_hd && !hook_ctx_enter(ctx_hd, &pushed))
+        hook_scope_t sc = {0};
+        if (ctx_hd && !hook_enter(ctx_hd, false, &sc))
             r = CUDA_ERROR_INVALID_CONTEXT;
         else
             r = CU_REAL(cuIpcOpenMemHandle_v2, &base, real, flags);
-        if (ctx_hd)
-            hook_ctx_leave(pushed);
+        hook_leave(&sc);
         if (r != CUDA_SUCCESS)
             atomic_fetch_sub(&rg->e[t.index].word, 1);
     }
@@ -466,13 +465,12 @@ CUresult hook_ipc_close(uintptr_t addr)
             continue;
         CUresult r = CUDA_SUCCESS;
         if (--m->refs == 0) {
-            bool pushed = false;
-            if (m->ctx_hd && !hook_ctx_enter(m->ctx_hd, &pushed))
+            hook_scope_t sc = {0};
+            if (m->ctx_hd && !hook_enter(m->ctx_hd, false, &sc))
                 r = CUDA_ERROR_INVALID_CONTEXT;
             else
                 r = CU_REAL(cuIpcCloseMemHandle, m->base);
-            if (m->ctx_hd)
-                hook_ctx_leave(pushed);
+            hook_leave(&sc);
             atomic_fetch_sub(&m->remote->e[m->index].word, 1); /* the exporter may reuse it now */
             munmap(m->remote, REG_BYTES);
             *m = imports[--nimports];

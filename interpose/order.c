@@ -149,8 +149,8 @@ int hook_order_fence(void *ctx, int device, uint64_t event, uint64_t first_alloc
     fence_t *f = (fence_t *)(uintptr_t)event;
     if (atomic_load(&hd->capturing))
         return CORE_EFAIL;
-    bool pushed;
-    if (!hook_ctx_enter(hd, &pushed))
+    hook_scope_t sc;
+    if (!hook_enter(hd, false, &sc))
         return CORE_EFAIL;
     /* a context the hooks did not see (a runtime that creates it by a
      * path no interposer reaches) is caught here, before the lock */
@@ -207,7 +207,7 @@ int hook_order_fence(void *ctx, int device, uint64_t event, uint64_t first_alloc
         hd->ordered[hd->nordered++] = f;
     }
     pthread_mutex_unlock(&hd->lock);
-    hook_ctx_leave(pushed);
+    hook_leave(&sc);
     if (unseen) /* its first work may reach blocks handed out so far, on any device */
         for (int i = 0; i < HOOK_MAX_DEVICES; i++)
             if (hook_dev_core(&hook_devs[i]))
@@ -242,10 +242,8 @@ void hook_order_wait(hook_dev_t *hd, uint64_t alloc)
 {
     if (!hd->primary)
         return;
-    bool pushed;
-    bool entered = hook_ctx_enter(hd, &pushed);
-    CUstreamCaptureMode mode;
-    bool relaxed = hook_relax(hd, &mode); /* a library may ask while the program captures */
+    hook_scope_t sc; /* relaxed: a library may ask while the program captures */
+    bool entered = hook_enter(hd, true, &sc);
     pthread_mutex_lock(&hd->lock);
     for (size_t i = 0; i < hd->nordered; i++)
         if (hd->ordered[i]->first_alloc <= alloc)
@@ -253,9 +251,8 @@ void hook_order_wait(hook_dev_t *hd, uint64_t alloc)
                 real_cu.cuEventSynchronize(hd->ordered[i]->ev[k]);
     ordered_sweep(hd);
     pthread_mutex_unlock(&hd->lock);
-    hook_unrelax(relaxed, &mode);
     if (entered)
-        hook_ctx_leave(pushed);
+        hook_leave(&sc);
 }
 
 void hook_order_stop(hook_dev_t *hd)

@@ -285,9 +285,10 @@ void hook_stream_retiring(CUstream s)
                 hd->retired_cap = cap;
             }
         }
-        bool pushed = false, kept = false;
+        bool kept = false;
+        hook_scope_t sc;
         CUevent e = NULL;
-        if (known && hd->nretired < hd->retired_cap && hook_ctx_enter(hd, &pushed)) {
+        if (known && hd->nretired < hd->retired_cap && hook_enter(hd, false, &sc)) {
             if (real_cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
                 kept = real_cu.cuEventRecord(e, s) == CUDA_SUCCESS;
                 if (kept)
@@ -295,7 +296,7 @@ void hook_stream_retiring(CUstream s)
                 else
                     real_cu.cuEventDestroy_v2(e);
             }
-            hook_ctx_leave(pushed);
+            hook_leave(&sc);
         }
         if (known && !kept)
             real_cu.cuStreamSynchronize(s); /* cannot remember its work: wait for it */
