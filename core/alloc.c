@@ -369,7 +369,7 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
         GROW();
     }
     /* 6. wait for everything pending, release every free segment, retry */
-    pend_release_all(d, true);
+    pend_release_all(d, PEND_WAIT);
     if ((b = pool_find_free(d, pool, stream, rounded)))
         TAKE(b, rounded, size);
     seg_release_free(d, NULL, false, SIZE_MAX);

@@ -104,7 +104,7 @@ void core_dev_destroy(core_dev_t *d)
     if (!d)
         return;
     dev_lock(d);
-    pend_release_all(d, true);
+    pend_release_all(d, PEND_WAIT);
     for (seg_t *s = d->segs, *next; s; s = next) {
         next = s->next;
         if (s->expandable) {
@@ -203,7 +203,7 @@ void core_synchronized(core_dev_t *d)
     dev_lock(d);
     jr_note(d, JR_SYNC, 0, 0, 0, 0, 0, 0);
     if (d->pending_bytes)
-        pend_release_all(d, false);
+        pend_release_all(d, PEND_KNOWN);
     if (d->conf.expandable_segments)
         exp_all_idle(d);
     dev_unlock(d);
@@ -217,7 +217,7 @@ void core_empty_cache(core_dev_t *d, int pool_id)
         dev_unlock(d);
         return;
     }
-    pend_release_all(d, true);
+    pend_release_all(d, PEND_WAIT);
     if (pool_id < 0) {
         seg_release_free(d, NULL, false, SIZE_MAX);
     } else {

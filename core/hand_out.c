@@ -53,7 +53,7 @@ bool hand_out(core_dev_t *d, size_t keep)
         return false;
     for (bool last = false; !last;) {
         last = d->fences == upto;
-        pend_release_oldest(d, false);
+        pend_release_oldest(d, PEND_HANDED_OUT);
         d->stats.num_fence_hand_outs++;
     }
     return true;

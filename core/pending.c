@@ -109,7 +109,7 @@ void pend_record_fence(core_dev_t *d)
          * the batch stays open, its blocks pending. */
         if (d->be.device_sync(d->be.ctx, d->device) == CORE_OK) {
             d->stats.num_sync_all_streams++;
-            pend_release_all(d, false);
+            pend_release_all(d, PEND_KNOWN);
         }
         return;
     }
@@ -117,7 +117,7 @@ void pend_record_fence(core_dev_t *d)
     if (!f) {
         d->be.event_wait(d->be.ctx, d->device, ev);
         d->be.event_release(d->be.ctx, d->device, ev);
-        pend_release_all(d, false);
+        pend_release_all(d, PEND_KNOWN);
         return;
     }
     *f = d->open;
@@ -156,7 +156,7 @@ static size_t release_list(core_dev_t *d, block_t *b, bool idle)
     return bytes;
 }
 
-size_t pend_release_oldest(core_dev_t *d, bool idle)
+size_t pend_release_oldest(core_dev_t *d, pend_why_t why)
 {
     fence_batch_t *f = d->fences;
     d->fences = f->next;
@@ -164,7 +164,7 @@ size_t pend_release_oldest(core_dev_t *d, bool idle)
         d->fences_tail = NULL;
     d->be.event_release(d->be.ctx, d->device, f->event);
     d->fenced_bytes -= f->bytes;
-    size_t bytes = release_list(d, f->blocks, idle);
+    size_t bytes = release_list(d, f->blocks, why == PEND_DONE);
     hostalloc_free(f);
     return bytes;
 }
@@ -196,7 +196,7 @@ size_t pend_release_completed(core_dev_t *d)
 {
     size_t bytes = 0;
     while (d->fences && d->be.event_query(d->be.ctx, d->device, d->fences->event) == 1)
-        bytes += pend_release_oldest(d, true);
+        bytes += pend_release_oldest(d, PEND_DONE);
     return bytes;
 }
 
@@ -217,7 +217,7 @@ bool pend_wait_oldest(core_dev_t *d)
     bool waited = false;
     if (d->fences) {
         d->be.event_wait(d->be.ctx, d->device, d->fences->event);
-        pend_release_oldest(d, true);
+        pend_release_oldest(d, PEND_DONE);
         waited = true;
     } else if (d->event_pending) {
         block_t *oldest = d->event_pending;
@@ -237,8 +237,9 @@ bool pend_wait_oldest(core_dev_t *d)
 /* Everything pending becomes free: after waiting for each fence and event
  * (wait), or because the device is known idle (the program synchronised).
  * Held blocks stay held, unless their hold is over (asked now). */
-void pend_release_all(core_dev_t *d, bool wait)
+void pend_release_all(core_dev_t *d, pend_idle_t how)
 {
+    bool wait = how == PEND_WAIT;
     uint64_t t0 = now_ns();
     if (d->held)
         poll_held(d); /* into the open batch, released below */
@@ -246,7 +247,7 @@ void pend_release_all(core_dev_t *d, bool wait)
     while (d->fences) {
         if (wait)
             d->be.event_wait(d->be.ctx, d->device, d->fences->event);
-        pend_release_oldest(d, true);
+        pend_release_oldest(d, PEND_DONE);
     }
     poll_events(d, true);
     block_t *open = d->open.blocks;

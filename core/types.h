@@ -461,11 +461,21 @@ void pend_record_fence(core_dev_t *d);
 /* Releases the closed batches whose fences completed, oldest first, as
  * idle; returns their bytes. */
 size_t pend_release_completed(core_dev_t *d);
-/* Releases the oldest closed batch: its fence completed or was waited
- * (idle), or the device was ordered after it (hand_out: not idle). */
-size_t pend_release_oldest(core_dev_t *d, bool idle);
-/* Everything pending becomes free (the device is idle). */
-void pend_release_all(core_dev_t *d, bool wait);
+/* Why pending blocks are released. */
+typedef enum pend_why_e {
+    PEND_DONE,       /* their fence or event completed, or was waited for: idle */
+    PEND_HANDED_OUT, /* the device was ordered after their fence (hand_out): work before it may still run */
+} pend_why_t;
+/* Releases the oldest closed batch. */
+size_t pend_release_oldest(core_dev_t *d, pend_why_t why);
+/* How pend_release_all knows the device is idle. */
+typedef enum pend_idle_e {
+    PEND_WAIT,  /* waits for every fence and event (and synchronises for the open batch) */
+    PEND_KNOWN, /* the program synchronised: everything queued has completed */
+} pend_idle_t;
+/* Everything pending becomes free (the device is idle); held blocks stay
+ * held unless their hold is over. */
+void pend_release_all(core_dev_t *d, pend_idle_t how);
 
 /* stats.c */
 /* Inline: the hit pair makes about thirty of these updates. */
