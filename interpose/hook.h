@@ -47,7 +47,7 @@
  * without a lock on the hit path.
  *
  * Real entry points are resolved once, by their exact versioned names, into
- * typed tables (real.c): the driver's from libcuda.so.1, the runtime's with
+ * typed tables (real.h, real.c): the driver's from libcuda.so.1, the runtime's with
  * RTLD_NEXT.  Nothing links libcuda or libcudart.
  *
  * Layers.  Runtime hooks (cudaMalloc, ...) serve programs that link the
@@ -99,146 +99,7 @@ enum {
 /* The 11.3 form of the resolver; cuda_api.h declares only _v2. */
 typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 
-/* ------------------------------------------------------------------------
- * Real entry points (real.c)
- * ---------------------------------------------------------------------- */
-
-/* X(name): the driver's export of that exact name; its prototype in
- * cuda_api.h gives the type. */
-#define HOOK_DRIVER_FUNCS(X)                                                                                           \
-    X(cuInit)                                                                                                          \
-    X(cuDeviceGet)                                                                                                     \
-    X(cuDeviceGetCount)                                                                                                \
-    X(cuDevicePrimaryCtxRetain)                                                                                        \
-    X(cuDevicePrimaryCtxReset_v2)                                                                                      \
-    X(cuDevicePrimaryCtxGetState)                                                                                      \
-    X(cuCtxDestroy_v2)                                                                                                 \
-    X(cuCtxCreate_v2)                                                                                                  \
-    X(cuCtxCreate_v3)                                                                                                  \
-    X(cuCtxCreate_v4)                                                                                                  \
-    X(cuCtxGetCurrent)                                                                                                 \
-    X(cuCtxGetDevice)                                                                                                  \
-    X(cuCtxPushCurrent_v2)                                                                                             \
-    X(cuCtxPopCurrent_v2)                                                                                              \
-    X(cuCtxSynchronize)                                                                                                \
-    X(cuMemAlloc_v2)                                                                                                   \
-    X(cuMemFree_v2)                                                                                                    \
-    X(cuMemGetInfo_v2)                                                                                                 \
-    X(cuMemAllocAsync)                                                                                                 \
-    X(cuMemAllocAsync_ptsz)                                                                                            \
-    X(cuMemFreeAsync)                                                                                                  \
-    X(cuMemFreeAsync_ptsz)                                                                                             \
-    X(cuStreamCreate)                                                                                                  \
-    X(cuStreamCreateWithPriority)                                                                                      \
-    X(cuStreamDestroy_v2)                                                                                              \
-    X(cuStreamGetCtx)                                                                                                  \
-    X(cuStreamGetCtx_ptsz)                                                                                             \
-    X(cuStreamSynchronize)                                                                                             \
-    X(cuStreamSynchronize_ptsz)                                                                                        \
-    X(cuStreamIsCapturing)                                                                                             \
-    X(cuStreamIsCapturing_ptsz)                                                                                        \
-    X(cuStreamBeginCapture_v2)                                                                                         \
-    X(cuStreamBeginCapture_v2_ptsz)                                                                                    \
-    X(cuStreamEndCapture)                                                                                              \
-    X(cuStreamEndCapture_ptsz)                                                                                         \
-    X(cuThreadExchangeStreamCaptureMode)                                                                               \
-    X(cuEventCreate)                                                                                                   \
-    X(cuEventRecord)                                                                                                   \
-    X(cuStreamWaitEvent)                                                                                               \
-    X(cuEventQuery)                                                                                                    \
-    X(cuEventSynchronize)                                                                                              \
-    X(cuEventDestroy_v2)                                                                                               \
-    X(cuDeviceGetMemPool)                                                                                              \
-    X(cuPointerGetAttribute)                                                                                           \
-    X(cuPointerGetAttributes)                                                                                          \
-    X(cuPointerSetAttribute)                                                                                           \
-    X(cuMemGetAddressRange_v2)                                                                                         \
-    X(cuMemGetHandleForAddressRange)                                                                                   \
-    X(cuIpcGetMemHandle)                                                                                               \
-    X(cuIpcOpenMemHandle_v2)                                                                                           \
-    X(cuIpcCloseMemHandle)                                                                                             \
-    X(cuDeviceGetAttribute)                                                                                            \
-    X(cuMemAddressReserve)                                                                                             \
-    X(cuMemAddressFree)                                                                                                \
-    X(cuMemCreate)                                                                                                     \
-    X(cuMemRelease)                                                                                                    \
-    X(cuMemMap)                                                                                                        \
-    X(cuMemUnmap)                                                                                                      \
-    X(cuMemSetAccess)                                                                                                  \
-    X(cuMemGetAllocationGranularity)                                                                                   \
-    X(cuMemRetainAllocationHandle)                                                                                     \
-    X(cuGetProcAddress_v2)
-
-/* X(name): the runtime's export of that name, found with RTLD_NEXT. */
-#define HOOK_RUNTIME_FUNCS(X)                                                                                          \
-    X(cudaGetDevice)                                                                                                   \
-    X(cudaMalloc)                                                                                                      \
-    X(cudaFree)                                                                                                        \
-    X(cudaMemGetInfo)                                                                                                  \
-    X(cudaMallocAsync)                                                                                                 \
-    X(cudaMallocAsync_ptsz)                                                                                            \
-    X(cudaFreeAsync)                                                                                                   \
-    X(cudaFreeAsync_ptsz)                                                                                              \
-    X(cudaDeviceReset)                                                                                                 \
-    X(cudaDeviceSynchronize)                                                                                           \
-    X(cudaStreamSynchronize)                                                                                           \
-    X(cudaStreamSynchronize_ptsz)                                                                                      \
-    X(cudaEventSynchronize)                                                                                            \
-    X(cudaStreamCreate)                                                                                                \
-    X(cudaStreamCreateWithFlags)                                                                                       \
-    X(cudaStreamCreateWithPriority)                                                                                    \
-    X(cudaStreamDestroy)                                                                                               \
-    X(cudaStreamBeginCapture)                                                                                          \
-    X(cudaStreamBeginCapture_ptsz)                                                                                     \
-    X(cudaStreamEndCapture)                                                                                            \
-    X(cudaStreamEndCapture_ptsz)                                                                                       \
-    X(cudaPointerGetAttributes)                                                                                        \
-    X(cudaIpcGetMemHandle)                                                                                             \
-    X(cudaIpcOpenMemHandle)                                                                                            \
-    X(cudaIpcCloseMemHandle)
-
-typedef struct hook_driver_s {
-#define HOOK_FIELD(name) __typeof__(name) *name;
-    HOOK_DRIVER_FUNCS(HOOK_FIELD)
-    hook_getproc_fn cuGetProcAddress; /* the 11.3 resolver */
-} hook_driver_t;
-
-typedef struct hook_runtime_s {
-    HOOK_RUNTIME_FUNCS(HOOK_FIELD)
-#undef HOOK_FIELD
-} hook_runtime_t;
-
-/* Valid after hook_real_driver() / hook_real_runtime() returned true;
- * entries the library lacks stay NULL. */
-extern hook_driver_t real_cu;
-extern hook_runtime_t real_rt;
-
-/* The real dlsym (glibc's, found with dlvsym); never NULL once
- * hook_real_dlsym_init() ran.  Read by dlsym_entry.S. */
-extern void *(*hook_real_dlsym)(void *handle, const char *symbol);
-void hook_real_dlsym_init(void);
-
-/* Loads libcuda.so.1 and resolves the driver table once; false when the
- * driver or one of its required entry points is missing. */
-bool hook_real_driver(void);
-/* Resolves the runtime table once (RTLD_NEXT); false without a runtime. */
-bool hook_real_runtime(void);
-
-/* One hooked driver entry point (hook_lookup.c's table). */
-typedef struct route_s {
-    const char *name; /* exact exported name, e.g. "cuMemAllocAsync_ptsz" */
-    void *hook;       /* our export of that name */
-    void *real;       /* the driver's export of that name (real.c fills it) */
-} route_t;
-
-extern route_t hook_routes[];
-extern const size_t hook_nroutes;
-
-/* The hook of an exported driver entry point whose real address is p (the
- * cuGetProcAddress answer), or p itself. */
-void *hook_route(void *p);
-/* The driver's own export of `name` (its dlopen handle); NULL without. */
-void *hook_real_driver_sym(const char *name);
+#include "real.h" /* the real entry points' typed tables (real.c) */
 
 /* ------------------------------------------------------------------------
  * Submissions (submit.c, submit_entry.S, submit_table.h)
