@@ -43,13 +43,21 @@ static sim_device_t *device_get(CUdevice dev, CUresult *r)
     return &sim.dev[dev];
 }
 
-SIM_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
+/* A call that answers through out, without the lock: the driver is
+ * initialised and out is given. */
+static CUresult answer_check(const void *out)
 {
     CUresult r = sim_check_init();
     if (r != CUDA_SUCCESS)
         return r;
-    if (!device)
-        return CUDA_ERROR_INVALID_VALUE;
+    return out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+    CUresult r = answer_check(device);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (ordinal < 0 || ordinal >= sim.ndev)
         return CUDA_ERROR_INVALID_DEVICE;
     *device = ordinal;
@@ -58,11 +66,9 @@ SIM_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
 
 SIM_API CUresult cuDeviceGetCount(int *count)
 {
-    CUresult r = sim_check_init();
+    CUresult r = answer_check(count);
     if (r != CUDA_SUCCESS)
         return r;
-    if (!count)
-        return CUDA_ERROR_INVALID_VALUE;
     *count = sim.ndev;
     return CUDA_SUCCESS;
 }
@@ -452,10 +458,7 @@ SIM_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePar
 
 SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_ANY();
     if (!sim_ctx_valid(ctx) || ctx->primary)
         return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
     sim_ctx_destroy(ctx);
@@ -471,21 +474,16 @@ SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 
 SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
-    CUresult r = sim_check_init();
+    CUresult r = answer_check(pctx);
     if (r != CUDA_SUCCESS)
         return r;
-    if (!pctx)
-        return CUDA_ERROR_INVALID_VALUE;
     *pctx = sim_ctx_current();
     return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_ANY();
     sim_thread_t *t = sim_thread();
     if (!ctx) {
         if (t->depth)
@@ -502,10 +500,7 @@ SIM_API CUresult cuCtxSetCurrent(CUcontext ctx)
 
 SIM_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_ANY();
     sim_thread_t *t = sim_thread();
     if (!sim_ctx_valid(ctx) || t->depth == (int)(sizeof t->ctx_stack / sizeof t->ctx_stack[0]))
         return drv_leave(CUDA_ERROR_INVALID_CONTEXT);

@@ -34,6 +34,14 @@
         }                                                                                                              \
     } while (0)
 
+/* DRV_ENTER, then the stream h names (ptds: whether 0 is the per-thread
+ * default stream) into `s`, and that lookup's result into `r`, which the
+ * caller checks and returns through drv_leave. */
+#define DRV_ENTER_STREAM(ctx, s, r, h, ptds)                                                                           \
+    DRV_ENTER(ctx);                                                                                                    \
+    struct CUstream_st *s = NULL;                                                                                      \
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s)
+
 /* Unlocks and returns r. */
 static inline CUresult drv_leave(CUresult r)
 {
@@ -51,25 +59,18 @@ CUresult drv_access_ok(const struct CUstream_st *s, const struct cucache_sim_acc
 void drv_access_set(sim_op_t *op, const struct cucache_sim_access *acc, unsigned nacc);
 
 /* Exports a legacy-stream entry point and its per-thread-default-stream
- * twin, both calling impl(..., ptds). */
-#define DRV_PTSZ(name, impl, params, args)                                                                             \
+ * twin, both calling impl(..., ptds): the twin of a call that takes a
+ * stream is name_ptsz, of one that does not (a synchronous copy) name_ptds. */
+#define DRV_TWINS(name, twin, impl, params, args)                                                                      \
     SIM_API CUresult name params                                                                                       \
     {                                                                                                                  \
         return impl(DRV_UNPAREN args, false);                                                                          \
     }                                                                                                                  \
-    SIM_API CUresult name##_ptsz params                                                                                \
+    SIM_API CUresult twin params                                                                                       \
     {                                                                                                                  \
         return impl(DRV_UNPAREN args, true);                                                                           \
     }
-
-#define DRV_PTDS(name, impl, params, args)                                                                             \
-    SIM_API CUresult name params                                                                                       \
-    {                                                                                                                  \
-        return impl(DRV_UNPAREN args, false);                                                                          \
-    }                                                                                                                  \
-    SIM_API CUresult name##_ptds params                                                                                \
-    {                                                                                                                  \
-        return impl(DRV_UNPAREN args, true);                                                                           \
-    }
+#define DRV_PTSZ(name, impl, params, args) DRV_TWINS(name, name##_ptsz, impl, params, args)
+#define DRV_PTDS(name, impl, params, args) DRV_TWINS(name, name##_ptds, impl, params, args)
 
 #endif

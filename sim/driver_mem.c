@@ -354,40 +354,31 @@ DRV_PTSZ(cuMemAllocFromPoolAsync, alloc_from_pool,
  * Pools
  * ---------------------------------------------------------------------- */
 
-SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+/* The device's default pool, or its current one (cuDeviceSetMemPool's). */
+static CUresult device_pool_get(CUmemoryPool *out, CUdevice dev, bool current)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
-    if (!pool_out)
+    DRV_ENTER_ANY();
+    if (!out)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (dev < 0 || dev >= sim.ndev)
         return drv_leave(CUDA_ERROR_INVALID_DEVICE);
-    *pool_out = sim.dev[dev].default_pool;
+    *out = current ? sim.dev[dev].current_pool : sim.dev[dev].default_pool;
     return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    return device_pool_get(pool_out, dev, false);
 }
 
 SIM_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
-    if (!pool)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    if (dev < 0 || dev >= sim.ndev)
-        return drv_leave(CUDA_ERROR_INVALID_DEVICE);
-    *pool = sim.dev[dev].current_pool;
-    return drv_leave(CUDA_SUCCESS);
+    return device_pool_get(pool, dev, true);
 }
 
 SIM_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_ANY();
     if (dev < 0 || dev >= sim.ndev)
         return drv_leave(CUDA_ERROR_INVALID_DEVICE);
     if (!handle_is(pool, SIM_MAGIC_POOL) || pool->dev != &sim.dev[dev])
@@ -398,10 +389,7 @@ SIM_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 
 SIM_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_ANY();
     if (!pool || !poolProps || poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
         poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);

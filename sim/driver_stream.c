@@ -39,10 +39,7 @@ SIM_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int fla
 
 SIM_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_ANY();
     if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
         !sim_stream_valid(hStream) || hStream->kind != SIM_STREAM_CREATED)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -50,15 +47,24 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream hStream)
     return drv_leave(CUDA_SUCCESS);
 }
 
+/* The stream of a call that no capture can record (a synchronisation, a
+ * query): on a capturing stream the call fails and the capture is
+ * invalidated, as in CUDA. */
+static CUresult stream_uncaptured(struct CUctx_st *ctx, CUstream h, bool ptds, struct CUstream_st **s)
+{
+    CUresult r = sim_stream_resolve(ctx, h, ptds, s);
+    if (r == CUDA_SUCCESS && (*s)->capture) {
+        (*s)->capture->invalidated = true;
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return r;
+}
+
 static CUresult stream_sync(CUstream h, bool ptds)
 {
     DRV_ENTER(ctx);
     struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
-    if (r == CUDA_SUCCESS && s->capture) {
-        s->capture->invalidated = true;
-        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
+    CUresult r = stream_uncaptured(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS)
         r = sim_capture_check_implicit(s);
     if (r != CUDA_SUCCESS)
@@ -72,11 +78,7 @@ static CUresult stream_query(CUstream h, bool ptds)
 {
     DRV_ENTER(ctx);
     struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
-    if (r == CUDA_SUCCESS && s->capture) {
-        s->capture->invalidated = true;
-        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
+    CUresult r = stream_uncaptured(ctx, h, ptds, &s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (!sim_stream_done(s))
@@ -96,9 +98,7 @@ static sim_capture_t *event_capture(const struct CUevent_st *e)
 
 static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool ptds)
 {
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
     if (r == CUDA_SUCCESS && (!handle_is(e, SIM_MAGIC_EVENT) || flags > 1))
         r = !handle_is(e, SIM_MAGIC_EVENT) ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
@@ -118,49 +118,37 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt
     return drv_leave(sim_enqueue(s, op));
 }
 
-static CUresult stream_get_flags(CUstream h, unsigned *flags, bool ptds)
-{
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
-    if (r == CUDA_SUCCESS && !flags)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        *flags = s->flags;
-    return drv_leave(r);
-}
+/* What cuStreamGet{Flags,Ctx,Priority} read. */
+typedef enum stream_field_e { STREAM_FLAGS, STREAM_CTX, STREAM_PRIORITY } stream_field_t;
 
-static CUresult stream_get_ctx(CUstream h, CUcontext *pctx, bool ptds)
+static CUresult stream_get(CUstream h, void *out, stream_field_t field, bool ptds)
 {
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
-    if (r == CUDA_SUCCESS && !pctx)
+    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    if (r == CUDA_SUCCESS && !out)
         r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        *pctx = s->ctx;
-    return drv_leave(r);
-}
-
-static CUresult stream_get_priority(CUstream h, int *prio, bool ptds)
-{
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
-    if (r == CUDA_SUCCESS && !prio)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        *prio = s->priority;
-    return drv_leave(r);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    switch (field) {
+    case STREAM_FLAGS:
+        *(unsigned *)out = s->flags;
+        break;
+    case STREAM_CTX:
+        *(CUcontext *)out = s->ctx;
+        break;
+    case STREAM_PRIORITY:
+        *(int *)out = s->priority;
+        break;
+    }
+    return drv_leave(CUDA_SUCCESS);
 }
 
 DRV_PTSZ(cuStreamSynchronize, stream_sync, (CUstream hStream), (hStream))
 DRV_PTSZ(cuStreamQuery, stream_query, (CUstream hStream), (hStream))
 DRV_PTSZ(cuStreamWaitEvent, stream_wait_event, (CUstream hStream, CUevent hEvent, unsigned int Flags),
          (hStream, hEvent, Flags))
-DRV_PTSZ(cuStreamGetFlags, stream_get_flags, (CUstream hStream, unsigned int *flags), (hStream, flags))
-DRV_PTSZ(cuStreamGetCtx, stream_get_ctx, (CUstream hStream, CUcontext *pctx), (hStream, pctx))
-DRV_PTSZ(cuStreamGetPriority, stream_get_priority, (CUstream hStream, int *priority), (hStream, priority))
+DRV_PTSZ(cuStreamGetFlags, stream_get, (CUstream hStream, unsigned int *flags), (hStream, flags, STREAM_FLAGS))
+DRV_PTSZ(cuStreamGetCtx, stream_get, (CUstream hStream, CUcontext *pctx), (hStream, pctx, STREAM_CTX))
+DRV_PTSZ(cuStreamGetPriority, stream_get, (CUstream hStream, int *priority), (hStream, priority, STREAM_PRIORITY))
 
 /* ------------------------------------------------------------------------
  * Host functions and simulated kernels
@@ -195,9 +183,7 @@ void drv_access_set(sim_op_t *op, const struct cucache_sim_access *acc, unsigned
 static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc, unsigned nacc,
                        bool ptds, bool kernel)
 {
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
     if (r == CUDA_SUCCESS && kernel && s->ctx->dev != ctx->dev)
         r = CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS)
@@ -232,9 +218,7 @@ static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsign
 {
     if (!cb || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
     if (r == CUDA_SUCCESS && s->capture)
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (r != CUDA_SUCCESS)
@@ -258,9 +242,7 @@ SIM_API CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *ar
 
 SIM_API CUresult cucacheSimLaunchFault(CUstream hStream)
 {
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, hStream, false, &s);
+    DRV_ENTER_STREAM(ctx, s, r, hStream, false);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     return drv_leave(sim_enqueue(s, sim_op_new(SIM_OP_FAULT, "faulting kernel")));
@@ -284,13 +266,21 @@ SIM_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return drv_leave(CUDA_SUCCESS);
 }
 
+/* The stream of a call that queues work for a handle (an event to record,
+ * a graph to launch): the handle, of kind magic, is checked first. */
+static CUresult stream_for_handle(struct CUctx_st *ctx, const void *x, uint32_t magic, CUstream h, bool ptds,
+                                  struct CUstream_st **s)
+{
+    if (!handle_is(x, magic))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return sim_stream_resolve(ctx, h, ptds, s);
+}
+
 static CUresult event_record(CUevent e, CUstream h, bool ptds)
 {
     DRV_ENTER(ctx);
-    if (!handle_is(e, SIM_MAGIC_EVENT))
-        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    CUresult r = stream_for_handle(ctx, e, SIM_MAGIC_EVENT, h, ptds, &s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (e->ctx->dev != s->ctx->dev)
@@ -304,10 +294,7 @@ DRV_PTSZ(cuEventRecord, event_record, (CUevent hEvent, CUstream hStream), (hEven
 
 SIM_API CUresult cuEventQuery(CUevent hEvent)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_ANY();
     if (!handle_is(hEvent, SIM_MAGIC_EVENT))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     if (event_capture(hEvent))
@@ -324,10 +311,7 @@ SIM_API CUresult cuEventQuery(CUevent hEvent)
 
 SIM_API CUresult cuEventSynchronize(CUevent hEvent)
 {
-    sim_lock();
-    CUresult r = sim_check_init();
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_ANY();
     if (!handle_is(hEvent, SIM_MAGIC_EVENT))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     if (event_capture(hEvent))
@@ -378,9 +362,7 @@ SIM_API CUresult cuEventDestroy_v2(CUevent hEvent)
 
 static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool ptds)
 {
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
@@ -414,9 +396,7 @@ static void graph_free(struct CUgraph_st *g)
 
 static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptds)
 {
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
     if (r == CUDA_SUCCESS && !phGraph)
         r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
@@ -451,9 +431,7 @@ static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptds)
 
 static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *status, bool ptds)
 {
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
     if (r == CUDA_SUCCESS && !status)
         r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
@@ -509,10 +487,8 @@ SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
 static CUresult graph_launch(CUgraphExec x, CUstream h, bool ptds)
 {
     DRV_ENTER(ctx);
-    if (!handle_is(x, SIM_MAGIC_EXEC))
-        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    CUresult r = stream_for_handle(ctx, x, SIM_MAGIC_EXEC, h, ptds, &s);
     for (size_t i = 0; r == CUDA_SUCCESS && i < x->nops; i++) {
         if (x->ops[i]->kind == SIM_OP_FREE)
             continue;
