@@ -220,6 +220,19 @@ static bool parse_uint(const char *s, unsigned long max, unsigned long *out)
     return true;
 }
 
+/* Microseconds at s (fractions allowed, at most 10 s) into *ns, rounded to
+ * the nearest nanosecond, and *end just after them; false when s starts
+ * with no such number. */
+static bool parse_us(const char *s, char **end, uint64_t *ns)
+{
+    errno = 0;
+    double us = strtod(s, end);
+    if (*end == s || errno || !(us >= 0 && us <= 10000000))
+        return false;
+    *ns = (uint64_t)(us * 1000 + 0.5);
+    return true;
+}
+
 /* The calls of CUCACHE_SIM_VMM_US, in sim_vmm_call_t's order, and their
  * default costs in nanoseconds: the A100 figures of shared/notes/vmm.md
  * (1.7), where the release of a handle and of a reservation, not measured
@@ -246,11 +259,10 @@ static bool parse_vmm_costs(const char *v, unsigned ns[SIM_VMM_NCALLS])
             if (strlen(vmm_call_names[i]) == (size_t)(eq - p) && strncmp(p, vmm_call_names[i], (size_t)(eq - p)) == 0)
                 call = i;
         char *end;
-        errno = 0;
-        double us = strtod(eq + 1, &end);
-        if (call < 0 || end == eq + 1 || errno || !(us >= 0 && us <= 10000000) || (*end && *end != ','))
+        uint64_t cost;
+        if (call < 0 || !parse_us(eq + 1, &end, &cost) || (*end && *end != ','))
             return false;
-        ns[call] = (unsigned)(us * 1000 + 0.5);
+        ns[call] = (unsigned)cost;
         p = *end ? end + 1 : end;
         if (*end == ',' && !*p)
             return false;
@@ -270,11 +282,9 @@ static bool parse_kernel_times(const char *v, sim_config_t *cfg)
         const char *eq = memchr(p, '=', len);
         const char *num = eq ? eq + 1 : p;
         char *end;
-        errno = 0;
-        double us = strtod(num, &end);
-        if (end == num || errno || !(us >= 0 && us <= 10000000) || end != p + len)
+        uint64_t ns;
+        if (!parse_us(num, &end, &ns) || end != p + len)
             return false;
-        uint64_t ns = (uint64_t)(us * 1000 + 0.5);
         if (eq) {
             size_t n = (size_t)(eq - p);
             if (n == 0 || n >= sizeof cfg->kernels[0].name || cfg->nkernels == SIM_KERNEL_TIMES)
@@ -294,7 +304,50 @@ static bool parse_kernel_times(const char *v, sim_config_t *cfg)
     return true;
 }
 
-/* Reads the CUCACHE_SIM_* variables; prints the first bad one. */
+#define SIM_STR_(x) #x
+#define SIM_STR(x) SIM_STR_(x)
+
+/* Says what a CUCACHE_SIM_* variable should have held; returns false. */
+static bool env_bad(const char *name, const char *v, const char *expected)
+{
+    sim_log("%s=%s: expected %s", name, v, expected);
+    return false;
+}
+
+/* The whole number in variable name, min to max, into *out, which stays
+ * as it is when the variable is unset; false (env_bad) on anything else. */
+static bool env_uint(const char *name, unsigned long min, unsigned long max, unsigned long *out, const char *expected)
+{
+    const char *v = secure_getenv(name);
+    unsigned long u;
+    if (!v)
+        return true;
+    if (!parse_uint(v, max, &u) || u < min)
+        return env_bad(name, v, expected);
+    *out = u;
+    return true;
+}
+
+/* env_uint into an unsigned, from 0 to max. */
+static bool env_unsigned(const char *name, unsigned max, unsigned *out, const char *expected)
+{
+    unsigned long u = *out;
+    bool ok = env_uint(name, 0, max, &u, expected);
+    *out = (unsigned)u;
+    return ok;
+}
+
+/* env_uint into a switch: 0 or 1. */
+static bool env_bool(const char *name, bool *out, const char *expected)
+{
+    unsigned long u = *out;
+    bool ok = env_uint(name, 0, 1, &u, expected);
+    *out = u == 1;
+    return ok;
+}
+
+/* Reads the CUCACHE_SIM_* variables in this order; prints the first bad
+ * one. */
 static CUresult config_read(sim_config_t *cfg)
 {
     cfg->devices = 1;
@@ -310,113 +363,45 @@ static CUresult config_read(sim_config_t *cfg)
     cfg->spin_us = 100;
 
     const char *v;
-    unsigned long u;
-    if ((v = secure_getenv("CUCACHE_SIM_DEVICES"))) {
-        if (!parse_uint(v, SIM_MAX_DEVICES, &u) || u == 0)
-            goto bad_devices;
-        cfg->devices = (int)u;
-    }
-    if ((v = secure_getenv("CUCACHE_SIM_CAPACITY"))) {
-        if (!parse_size(v, &cfg->capacity) || cfg->capacity < ((size_t)4 << 20) || cfg->capacity > ((size_t)1 << 44))
-            goto bad_capacity;
-    }
-    if ((v = secure_getenv("CUCACHE_SIM_ALLOC_US"))) {
-        if (!parse_uint(v, 10000000, &u))
-            goto bad_alloc;
-        cfg->alloc_us = (unsigned)u;
-    }
-    if ((v = secure_getenv("CUCACHE_SIM_FREE_US"))) {
-        if (!parse_uint(v, 10000000, &u))
-            goto bad_free;
-        cfg->free_us = (unsigned)u;
-    }
-    if ((v = secure_getenv("CUCACHE_SIM_COPY_GBPS"))) {
+    unsigned long devices = (unsigned long)cfg->devices;
+    bool ok = env_uint("CUCACHE_SIM_DEVICES", 1, SIM_MAX_DEVICES, &devices,
+                       "a number of devices from 1 to " SIM_STR(SIM_MAX_DEVICES));
+    cfg->devices = (int)devices;
+    if (ok && (v = secure_getenv("CUCACHE_SIM_CAPACITY")) &&
+        (!parse_size(v, &cfg->capacity) || cfg->capacity < ((size_t)4 << 20) || cfg->capacity > ((size_t)1 << 44)))
+        ok = env_bad("CUCACHE_SIM_CAPACITY", v, "a size from 4M to 16T, like 80G or 512M");
+    ok = ok && env_unsigned("CUCACHE_SIM_ALLOC_US", 10000000, &cfg->alloc_us, "microseconds, 0 to 10000000");
+    ok = ok && env_unsigned("CUCACHE_SIM_FREE_US", 10000000, &cfg->free_us, "microseconds, 0 to 10000000");
+    if (ok && (v = secure_getenv("CUCACHE_SIM_COPY_GBPS"))) {
         char *end;
         errno = 0;
         double d = strtod(v, &end);
         if (end == v || *end || errno || d < 0)
-            goto bad_copy;
-        cfg->copy_gbps = d;
+            ok = env_bad("CUCACHE_SIM_COPY_GBPS", v, "a bandwidth in GB/s (0 = instant copies)");
+        else
+            cfg->copy_gbps = d;
     }
-    if ((v = secure_getenv("CUCACHE_SIM_RACE"))) {
-        if (!parse_uint(v, 1, &u))
-            goto bad_race;
-        cfg->race = u == 1;
-    }
-    if ((v = secure_getenv("CUCACHE_SIM_RACE_FATAL"))) {
-        if (!parse_uint(v, 1, &u))
-            goto bad_fatal;
-        cfg->race_fatal = u == 1;
-    }
-    if ((v = secure_getenv("CUCACHE_SIM_VMM_GRANULARITY"))) {
+    ok = ok && env_bool("CUCACHE_SIM_RACE", &cfg->race, "0 (race detector off) or 1 (on)");
+    ok = ok && env_bool("CUCACHE_SIM_RACE_FATAL", &cfg->race_fatal, "0 (count races) or 1 (abort on the first)");
+    if (ok && (v = secure_getenv("CUCACHE_SIM_VMM_GRANULARITY"))) {
         size_t g;
         if (!parse_size(v, &g) || g < 4096 || g > ((size_t)1 << 30) || (g & (g - 1)))
-            goto bad_granularity;
-        cfg->vmm_granularity = g;
+            ok = env_bad("CUCACHE_SIM_VMM_GRANULARITY", v, "a power of two from 4K to 1G, like 2M");
+        else
+            cfg->vmm_granularity = g;
     }
-    if ((v = secure_getenv("CUCACHE_SIM_VMM_US"))) {
-        if (!parse_vmm_costs(v, cfg->vmm_ns))
-            goto bad_vmm_us;
-    }
-    if ((v = secure_getenv("CUCACHE_SIM_KERNEL_US"))) {
-        if (!*v || !parse_kernel_times(v, cfg))
-            goto bad_kernel_us;
-    }
-    if ((v = secure_getenv("CUCACHE_SIM_SPIN_US"))) {
-        if (!parse_uint(v, 100000, &u))
-            goto bad_spin_us;
-        cfg->spin_us = (unsigned)u;
-    }
-    if ((v = secure_getenv("CUCACHE_SIM_COHERENT"))) {
-        if (!parse_uint(v, 1, &u))
-            goto bad_coherent;
-        cfg->coherent = u == 1;
-    }
-    return CUDA_SUCCESS;
-
-bad_coherent:
-    sim_log("CUCACHE_SIM_COHERENT=%s: expected 0 (a discrete GPU) or 1 (the CPU shares device memory coherently, "
-            "as on Grace Hopper)",
-            v);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_kernel_us:
-    sim_log("CUCACHE_SIM_KERNEL_US=%s: expected DEFAULT and/or NAME=MICROSECONDS,... (for example 5,gemm=300: "
-            "kernels whose name contains gemm take 300 us, others 5 us; at most %d names of 1-63 bytes)",
-            v, SIM_KERNEL_TIMES);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_spin_us:
-    sim_log("CUCACHE_SIM_SPIN_US=%s: expected microseconds, 0 to 100000", v);
-    return CUDA_ERROR_INVALID_VALUE;
-
-bad_granularity:
-    sim_log("CUCACHE_SIM_VMM_GRANULARITY=%s: expected a power of two from 4K to 1G, like 2M", v);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_vmm_us:
-    sim_log("CUCACHE_SIM_VMM_US=%s: expected 0 or CALL=MICROSECONDS,... with CALL one of reserve, addressfree, "
-            "create, release, map, unmap, access",
-            v);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_devices:
-    sim_log("CUCACHE_SIM_DEVICES=%s: expected a number of devices from 1 to %d", v, SIM_MAX_DEVICES);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_capacity:
-    sim_log("CUCACHE_SIM_CAPACITY=%s: expected a size from 4M to 16T, like 80G or 512M", v);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_alloc:
-    sim_log("CUCACHE_SIM_ALLOC_US=%s: expected microseconds, 0 to 10000000", v);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_free:
-    sim_log("CUCACHE_SIM_FREE_US=%s: expected microseconds, 0 to 10000000", v);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_copy:
-    sim_log("CUCACHE_SIM_COPY_GBPS=%s: expected a bandwidth in GB/s (0 = instant copies)", v);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_race:
-    sim_log("CUCACHE_SIM_RACE=%s: expected 0 (race detector off) or 1 (on)", v);
-    return CUDA_ERROR_INVALID_VALUE;
-bad_fatal:
-    sim_log("CUCACHE_SIM_RACE_FATAL=%s: expected 0 (count races) or 1 (abort on the first)", v);
-    return CUDA_ERROR_INVALID_VALUE;
+    if (ok && (v = secure_getenv("CUCACHE_SIM_VMM_US")) && !parse_vmm_costs(v, cfg->vmm_ns))
+        ok = env_bad("CUCACHE_SIM_VMM_US", v,
+                     "0 or CALL=MICROSECONDS,... with CALL one of reserve, addressfree, create, release, map, unmap, "
+                     "access");
+    if (ok && (v = secure_getenv("CUCACHE_SIM_KERNEL_US")) && (!*v || !parse_kernel_times(v, cfg)))
+        ok = env_bad("CUCACHE_SIM_KERNEL_US", v,
+                     "DEFAULT and/or NAME=MICROSECONDS,... (for example 5,gemm=300: kernels whose name contains gemm "
+                     "take 300 us, others 5 us; at most " SIM_STR(SIM_KERNEL_TIMES) " names of 1-63 bytes)");
+    ok = ok && env_unsigned("CUCACHE_SIM_SPIN_US", 100000, &cfg->spin_us, "microseconds, 0 to 100000");
+    ok = ok && env_bool("CUCACHE_SIM_COHERENT", &cfg->coherent,
+                        "0 (a discrete GPU) or 1 (the CPU shares device memory coherently, as on Grace Hopper)");
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ------------------------------------------------------------------------
