@@ -465,8 +465,7 @@ SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
     sim_thread_t *t = sim_thread();
     for (int i = 0; i < t->depth; i++)
         if (t->ctx_stack[i] == ctx) {
-            memmove(&t->ctx_stack[i], &t->ctx_stack[i + 1], (size_t)(t->depth - i - 1) * sizeof(CUcontext));
-            t->depth--;
+            sim_array_close(t->ctx_stack, (size_t)t->depth--, sizeof t->ctx_stack[0], (size_t)i);
             break;
         }
     return drv_leave(CUDA_SUCCESS);

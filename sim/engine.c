@@ -74,6 +74,30 @@ void *sim_xcalloc(size_t n, size_t m)
     return p;
 }
 
+void *sim_array_room(void *base, size_t n, size_t *cap, size_t elem, size_t first)
+{
+    if (n < *cap)
+        return base;
+    *cap = *cap ? *cap * 2 : first;
+    base = realloc(base, *cap * elem);
+    if (!base)
+        abort();
+    return base;
+}
+
+void *sim_array_open(void *base, size_t n, size_t elem, size_t i)
+{
+    char *slot = (char *)base + i * elem;
+    memmove(slot + elem, slot, (n - i) * elem);
+    return slot;
+}
+
+void sim_array_close(void *base, size_t n, size_t elem, size_t i)
+{
+    char *slot = (char *)base + i * elem;
+    memmove(slot, slot + elem, (n - i - 1) * elem);
+}
+
 uint64_t sim_now_ns(void)
 {
     struct timespec ts;

@@ -168,12 +168,7 @@ bool sim_ipc_freeing(sim_alloc_t *a)
         atomic_store(&s->state, SLOT_EMPTY);
         return true;
     }
-    if (ipc.nkept == ipc.cap_kept) {
-        ipc.cap_kept = ipc.cap_kept ? 2 * ipc.cap_kept : 16;
-        ipc.kept = realloc(ipc.kept, ipc.cap_kept * sizeof *ipc.kept);
-        if (!ipc.kept)
-            abort();
-    }
+    ipc.kept = sim_array_room(ipc.kept, ipc.nkept, &ipc.cap_kept, sizeof *ipc.kept, 16);
     ipc.kept[ipc.nkept++] = (kept_t){a->ipc_slot - 1, a->device, a->addr, a->reserved};
     return false;
 }
@@ -285,12 +280,7 @@ CUresult sim_ipc_open(struct CUctx_st *ctx, const sim_ipc_handle_t *h, uintptr_t
         remote_close(t, h->slot);
         return va ? CUDA_ERROR_MAP_FAILED : CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (ipc.nimports == ipc.cap_imports) {
-        ipc.cap_imports = ipc.cap_imports ? 2 * ipc.cap_imports : 16;
-        ipc.imports = realloc(ipc.imports, ipc.cap_imports * sizeof *ipc.imports);
-        if (!ipc.imports)
-            abort();
-    }
+    ipc.imports = sim_array_room(ipc.imports, ipc.nimports, &ipc.cap_imports, sizeof *ipc.imports, 16);
     m = &ipc.imports[ipc.nimports++];
     *m = (import_t){h->pid, h->nonce, h->slot, h->buffer_id, 1, va + (uintptr_t)(h->offset - lo), va, map_len,
                     d->ordinal, t};

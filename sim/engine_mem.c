@@ -27,25 +27,13 @@ static size_t round_up(size_t n, size_t to)
 /* Index of the first allocation with addr > x. */
 static size_t upper_bound(uintptr_t x)
 {
-    size_t lo = 0, hi = sim.nallocs;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (sim.allocs[mid].addr <= x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return sim_array_upper(sim.allocs, sim.nallocs, sizeof *sim.allocs, offsetof(sim_alloc_t, addr), x);
 }
 
 sim_alloc_t *sim_alloc_find(uintptr_t addr)
 {
-    size_t i = upper_bound(addr);
-    if (i == 0)
-        return NULL;
-    sim_alloc_t *a = &sim.allocs[i - 1];
-    size_t span = a->size ? a->size : 1;
-    return addr < a->addr + span ? a : NULL;
+    sim_alloc_t *a = sim_array_floor(sim.allocs, sim.nallocs, sizeof *sim.allocs, offsetof(sim_alloc_t, addr), addr);
+    return a && addr < a->addr + (a->size ? a->size : 1) ? a : NULL;
 }
 
 sim_alloc_t *sim_alloc_live(uintptr_t addr)
@@ -70,25 +58,16 @@ sim_alloc_t *sim_alloc_exact(uintptr_t addr)
 
 static sim_alloc_t *table_insert(const sim_alloc_t *a)
 {
-    if (sim.nallocs == sim.cap_allocs) {
-        sim.cap_allocs = sim.cap_allocs ? sim.cap_allocs * 2 : 64;
-        sim.allocs = realloc(sim.allocs, sim.cap_allocs * sizeof *sim.allocs);
-        if (!sim.allocs)
-            abort();
-    }
-    size_t i = upper_bound(a->addr);
-    memmove(&sim.allocs[i + 1], &sim.allocs[i], (sim.nallocs - i) * sizeof *sim.allocs);
-    sim.allocs[i] = *a;
-    sim.nallocs++;
-    return &sim.allocs[i];
+    sim.allocs = sim_array_room(sim.allocs, sim.nallocs, &sim.cap_allocs, sizeof *sim.allocs, 64);
+    sim_alloc_t *slot = sim_array_open(sim.allocs, sim.nallocs++, sizeof *sim.allocs, upper_bound(a->addr));
+    *slot = *a;
+    return slot;
 }
 
 static void table_remove(sim_alloc_t *a)
 {
-    size_t i = (size_t)(a - sim.allocs);
     vc_release(a->free_vc);
-    memmove(&sim.allocs[i], &sim.allocs[i + 1], (sim.nallocs - i - 1) * sizeof *sim.allocs);
-    sim.nallocs--;
+    sim_array_close(sim.allocs, sim.nallocs--, sizeof *sim.allocs, (size_t)(a - sim.allocs));
 }
 
 sim_alloc_t *sim_alloc_insert(const sim_alloc_t *a)
@@ -126,21 +105,13 @@ bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out)
 
 static void ext_remove(sim_extents_t *x, size_t i)
 {
-    memmove(&x->ext[i], &x->ext[i + 1], (x->n - i - 1) * sizeof *x->ext);
-    x->n--;
+    sim_array_close(x->ext, x->n--, sizeof *x->ext, i);
 }
 
 static void ext_insert(sim_extents_t *x, size_t i, sim_extent_t e)
 {
-    if (x->n == x->cap) {
-        x->cap = x->cap ? x->cap * 2 : 16;
-        x->ext = realloc(x->ext, x->cap * sizeof *x->ext);
-        if (!x->ext)
-            abort();
-    }
-    memmove(&x->ext[i + 1], &x->ext[i], (x->n - i) * sizeof *x->ext);
-    x->ext[i] = e;
-    x->n++;
+    x->ext = sim_array_room(x->ext, x->n, &x->cap, sizeof *x->ext, 16);
+    *(sim_extent_t *)sim_array_open(x->ext, x->n++, sizeof *x->ext, i) = e;
 }
 
 void sim_ext_init(sim_extents_t *x, size_t len)
@@ -332,18 +303,9 @@ static uintptr_t small_take(sim_device_t *d, size_t len)
     uintptr_t page = pages_take(d, 1);
     if (!page)
         return 0;
-    if (d->nsmall == d->cap_small) {
-        d->cap_small = d->cap_small ? d->cap_small * 2 : 8;
-        d->small = realloc(d->small, d->cap_small * sizeof *d->small);
-        if (!d->small)
-            abort();
-    }
-    size_t i = 0;
-    while (i < d->nsmall && d->small[i].addr < page)
-        i++;
-    memmove(&d->small[i + 1], &d->small[i], (d->nsmall - i) * sizeof *d->small);
-    d->nsmall++;
-    sim_smallpage_t *sp = &d->small[i];
+    d->small = sim_array_room(d->small, d->nsmall, &d->cap_small, sizeof *d->small, 8);
+    size_t i = sim_array_upper(d->small, d->nsmall, sizeof *d->small, offsetof(sim_smallpage_t, addr), page);
+    sim_smallpage_t *sp = sim_array_open(d->small, d->nsmall++, sizeof *d->small, i);
     memset(sp, 0, sizeof *sp);
     sp->addr = page;
     grains_set(sp, 0, n, true);
@@ -360,8 +322,7 @@ static void small_give(sim_device_t *d, uintptr_t addr, size_t len)
         drop_bytes(d, addr, len);
         grains_set(sp, (addr - page) / SIM_SMALL_GRAIN, len / SIM_SMALL_GRAIN, false);
         if (sp->used == 0) {
-            memmove(sp, sp + 1, (d->nsmall - i - 1) * sizeof *sp);
-            d->nsmall--;
+            sim_array_close(d->small, d->nsmall--, sizeof *d->small, i);
             pages_give(d, page, 1);
         }
         return;

@@ -102,12 +102,7 @@ static void add_record(const sim_op_t *op, const sim_range_t *rg)
         }
         r->n = j;
     }
-    if (r->n == r->cap) {
-        r->cap = r->cap ? r->cap * 2 : 256;
-        r->recs = realloc(r->recs, r->cap * sizeof *r->recs);
-        if (!r->recs)
-            abort();
-    }
+    r->recs = sim_array_room(r->recs, r->n, &r->cap, sizeof *r->recs, 256);
     race_rec_t *n = &r->recs[r->n++];
     n->lo = rg->lo;
     n->hi = rg->hi;

@@ -106,26 +106,10 @@ void sim_vmm_cost(sim_vmm_call_t call)
  * Reservations
  * ---------------------------------------------------------------------- */
 
-static size_t res_upper(uintptr_t addr)
-{
-    size_t lo = 0, hi = vmm.nres;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (vmm.res[mid].addr <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 sim_reservation_t *sim_vmm_reservation_of(uintptr_t addr)
 {
-    size_t i = res_upper(addr);
-    if (i == 0)
-        return NULL;
-    sim_reservation_t *r = &vmm.res[i - 1];
-    return addr - r->addr < r->size ? r : NULL;
+    sim_reservation_t *r = sim_array_floor(vmm.res, vmm.nres, sizeof *vmm.res, offsetof(sim_reservation_t, addr), addr);
+    return r && addr - r->addr < r->size ? r : NULL;
 }
 
 CUresult sim_vmm_reserve(size_t size, size_t align, uintptr_t hint, uintptr_t *out)
@@ -136,17 +120,11 @@ CUresult sim_vmm_reserve(size_t size, size_t align, uintptr_t hint, uintptr_t *o
     size_t off = sim_ext_take(&vmm.addrs, (uintptr_t)vmm.base, size, align, at);
     if (off == SIZE_MAX)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (vmm.nres == vmm.cap_res) {
-        vmm.cap_res = vmm.cap_res ? vmm.cap_res * 2 : 16;
-        vmm.res = realloc(vmm.res, vmm.cap_res * sizeof *vmm.res);
-        if (!vmm.res)
-            abort();
-    }
+    vmm.res = sim_array_room(vmm.res, vmm.nres, &vmm.cap_res, sizeof *vmm.res, 16);
     uintptr_t addr = (uintptr_t)vmm.base + off;
-    size_t i = res_upper(addr);
-    memmove(&vmm.res[i + 1], &vmm.res[i], (vmm.nres - i) * sizeof *vmm.res);
-    vmm.res[i] = (sim_reservation_t){.addr = addr, .size = size};
-    vmm.nres++;
+    size_t i = sim_array_upper(vmm.res, vmm.nres, sizeof *vmm.res, offsetof(sim_reservation_t, addr), addr);
+    sim_reservation_t *r = sim_array_open(vmm.res, vmm.nres++, sizeof *vmm.res, i);
+    *r = (sim_reservation_t){.addr = addr, .size = size};
     *out = addr;
     return CUDA_SUCCESS;
 }
@@ -154,9 +132,7 @@ CUresult sim_vmm_reserve(size_t size, size_t align, uintptr_t hint, uintptr_t *o
 static void reservation_free(sim_reservation_t *r)
 {
     sim_ext_give(&vmm.addrs, r->addr - (uintptr_t)vmm.base, r->size);
-    size_t i = (size_t)(r - vmm.res);
-    memmove(&vmm.res[i], &vmm.res[i + 1], (vmm.nres - i - 1) * sizeof *vmm.res);
-    vmm.nres--;
+    sim_array_close(vmm.res, vmm.nres--, sizeof *vmm.res, (size_t)(r - vmm.res));
 }
 
 /* ------------------------------------------------------------------------
@@ -192,12 +168,7 @@ CUmemGenericAllocationHandle sim_vmm_handle(const sim_phys_t *p)
 /* Adds p (ids only grow: appended) and gives it its keys. */
 static void phys_add(sim_phys_t *p)
 {
-    if (vmm.nphys == vmm.cap_phys) {
-        vmm.cap_phys = vmm.cap_phys ? vmm.cap_phys * 2 : 64;
-        vmm.phys = realloc(vmm.phys, vmm.cap_phys * sizeof *vmm.phys);
-        if (!vmm.phys)
-            abort();
-    }
+    vmm.phys = sim_array_room(vmm.phys, vmm.nphys, &vmm.cap_phys, sizeof *vmm.phys, 64);
     p->id = ++vmm.next_id;
     p->block_id = ++sim.next_buffer_id;
     p->key = vmm.next_key;
@@ -205,7 +176,6 @@ static void phys_add(sim_phys_t *p)
     vmm.phys[vmm.nphys++] = p;
 }
 
-/* Gives p back once nothing refers to it: its device's charge, its bytes. */
 /* Whether a descriptor other than p's own refers to p's memfd in this
  * process (an exported one the program has not closed). */
 static bool descriptor_open(const sim_phys_t *p)
@@ -244,9 +214,7 @@ static void phys_maybe_free(sim_phys_t *p)
         atomic_fetch_add(&sim.device_frees, 1);
     }
     close(p->fd);
-    size_t i = phys_lower(p->id);
-    memmove(&vmm.phys[i], &vmm.phys[i + 1], (vmm.nphys - i - 1) * sizeof *vmm.phys);
-    vmm.nphys--;
+    sim_array_close(vmm.phys, vmm.nphys--, sizeof *vmm.phys, phys_lower(p->id));
     free(p);
 }
 
