@@ -326,8 +326,7 @@ RT_API cudaError_t cudaSetDevice(int device)
 
 RT_API cudaError_t cudaDeviceSynchronize(void)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuCtxSynchronize()));
+    return rt_ret(RT_FORWARD(RT_DRV->cuCtxSynchronize()));
 }
 
 /* Resets the current device's primary context, forgets it (it is retained
@@ -366,8 +365,7 @@ RT_API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, 
 
 RT_API cudaError_t cudaDeviceGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuCtxGetStreamPriorityRange(leastPriority, greatestPriority)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuCtxGetStreamPriorityRange(leastPriority, greatestPriority)));
 }
 
 /* ------------------------------------------------------------------------

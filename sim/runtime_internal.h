@@ -160,6 +160,14 @@ RT_HIDDEN void rt_current(CUcontext *ctx, int *device, unsigned *gen);
 /* Driver result to runtime error: the numeric values are the same. */
 RT_HIDDEN cudaError_t rt_err(CUresult r);
 
+/* A runtime call that is one driver call: rt_enter(), then `call` (not
+ * made when that failed), whose result becomes the runtime's error. */
+#define RT_FORWARD(call)                                                                                               \
+    __extension__({                                                                                                    \
+        cudaError_t rt_fwd_ = rt_enter();                                                                              \
+        rt_fwd_ != cudaSuccess ? rt_fwd_ : rt_err(call);                                                               \
+    })
+
 /* Records a failure as the calling thread's last error; returns e. */
 RT_HIDDEN cudaError_t rt_ret(cudaError_t e);
 

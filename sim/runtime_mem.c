@@ -55,16 +55,14 @@ RT_API cudaError_t cudaFree(void *devPtr)
 
 RT_API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemGetInfo_v2(free, total)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuMemGetInfo_v2(free, total)));
 }
 
 RT_API cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
     if (!ptr)
         return rt_ret(cudaErrorInvalidValue);
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemAllocHost_v2(ptr, size)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuMemAllocHost_v2(ptr, size)));
 }
 
 /* The cudaHostAlloc* flags have the CU_MEMHOSTALLOC_* values. */
@@ -72,8 +70,7 @@ RT_API cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
     if (!pHost)
         return rt_ret(cudaErrorInvalidValue);
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemHostAlloc(pHost, size, flags)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuMemHostAlloc(pHost, size, flags)));
 }
 
 RT_API cudaError_t cudaFreeHost(void *ptr)
@@ -106,14 +103,12 @@ RT_API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
 
 RT_API cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemHostRegister_v2(ptr, size, flags)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuMemHostRegister_v2(ptr, size, flags)));
 }
 
 RT_API cudaError_t cudaHostUnregister(void *ptr)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemHostUnregister(ptr)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuMemHostUnregister(ptr)));
 }
 
 RT_API cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
@@ -131,8 +126,7 @@ RT_API cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigne
 
 RT_API cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemHostGetFlags(pFlags, pHost)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuMemHostGetFlags(pFlags, pHost)));
 }
 
 /* ------------------------------------------------------------------------
@@ -203,8 +197,7 @@ RT_API cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle
 
 RT_API cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuIpcCloseMemHandle(rt_dptr(devPtr))));
+    return rt_ret(RT_FORWARD(RT_DRV->cuIpcCloseMemHandle(rt_dptr(devPtr))));
 }
 
 /* ------------------------------------------------------------------------
@@ -281,14 +274,12 @@ static cudaError_t rt_memcpy_async(const rt_driver_t *d, void *dst, const void *
 
 static cudaError_t rt_memset(const rt_driver_t *d, void *devPtr, int value, size_t count)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuMemsetD8_v2(rt_dptr(devPtr), (unsigned char)value, count));
+    return RT_FORWARD(d->cuMemsetD8_v2(rt_dptr(devPtr), (unsigned char)value, count));
 }
 
 static cudaError_t rt_memset_async(const rt_driver_t *d, void *devPtr, int value, size_t count, cudaStream_t stream)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuMemsetD8Async(rt_dptr(devPtr), (unsigned char)value, count, stream));
+    return RT_FORWARD(d->cuMemsetD8Async(rt_dptr(devPtr), (unsigned char)value, count, stream));
 }
 
 /* 2D copies: the driver's CUDA_MEMCPY2D, both sides unified (the driver
@@ -388,8 +379,7 @@ static cudaError_t rt_malloc_async(const rt_driver_t *d, void **devPtr, size_t s
 
 static cudaError_t rt_free_async(const rt_driver_t *d, void *devPtr, cudaStream_t stream)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuMemFreeAsync(rt_dptr(devPtr), stream));
+    return RT_FORWARD(d->cuMemFreeAsync(rt_dptr(devPtr), stream));
 }
 
 static cudaError_t rt_malloc_from_pool_async(const rt_driver_t *d, void **ptr, size_t size, cudaMemPool_t pool,
@@ -424,14 +414,12 @@ RT_API cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMe
         return rt_ret(cudaErrorInvalidValue);
     _Static_assert(sizeof props == sizeof *poolProps, "pool props layouts differ");
     memcpy(&props, poolProps, sizeof props);
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemPoolCreate(memPool, &props)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuMemPoolCreate(memPool, &props)));
 }
 
 RT_API cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemPoolDestroy(memPool)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuMemPoolDestroy(memPool)));
 }
 
 RT_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
@@ -450,8 +438,7 @@ RT_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPo
 
 RT_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuMemPoolTrimTo(memPool, minBytesToKeep)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuMemPoolTrimTo(memPool, minBytesToKeep)));
 }
 
 /* Checks the ordinal and enters the current device's context (the pool

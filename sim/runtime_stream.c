@@ -16,63 +16,53 @@
 
 RT_API cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuStreamCreate(pStream, cudaStreamDefault)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuStreamCreate(pStream, cudaStreamDefault)));
 }
 
 RT_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuStreamCreate(pStream, flags)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuStreamCreate(pStream, flags)));
 }
 
 RT_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuStreamCreateWithPriority(pStream, flags, priority)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuStreamCreateWithPriority(pStream, flags, priority)));
 }
 
 RT_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuStreamDestroy_v2(stream)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuStreamDestroy_v2(stream)));
 }
 
 static cudaError_t rt_stream_synchronize(const rt_driver_t *d, cudaStream_t stream)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuStreamSynchronize(stream));
+    return RT_FORWARD(d->cuStreamSynchronize(stream));
 }
 
 static cudaError_t rt_stream_query(const rt_driver_t *d, cudaStream_t stream)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuStreamQuery(stream));
+    return RT_FORWARD(d->cuStreamQuery(stream));
 }
 
 static cudaError_t rt_stream_wait_event(const rt_driver_t *d, cudaStream_t stream, cudaEvent_t event,
                                         unsigned int flags)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuStreamWaitEvent(stream, event, flags));
+    return RT_FORWARD(d->cuStreamWaitEvent(stream, event, flags));
 }
 
 static cudaError_t rt_stream_get_flags(const rt_driver_t *d, cudaStream_t stream, unsigned int *flags)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuStreamGetFlags(stream, flags));
+    return RT_FORWARD(d->cuStreamGetFlags(stream, flags));
 }
 
 static cudaError_t rt_stream_get_priority(const rt_driver_t *d, cudaStream_t stream, int *priority)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuStreamGetPriority(stream, priority));
+    return RT_FORWARD(d->cuStreamGetPriority(stream, priority));
 }
 
 static cudaError_t rt_launch_host_func(const rt_driver_t *d, cudaStream_t stream, cudaHostFn_t fn, void *userData)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuLaunchHostFunc(stream, fn, userData));
+    return RT_FORWARD(d->cuLaunchHostFunc(stream, fn, userData));
 }
 
 RT_STREAM_API(cudaStreamSynchronize, cudaStreamSynchronize_ptsz, rt_stream_synchronize, (cudaStream_t stream), stream)
@@ -129,21 +119,18 @@ RT_STREAM_API(cudaStreamAddCallback, cudaStreamAddCallback_ptsz, rt_stream_add_c
 
 RT_API cudaError_t cudaEventCreate(cudaEvent_t *event)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuEventCreate(event, cudaEventDefault)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuEventCreate(event, cudaEventDefault)));
 }
 
 /* The cudaEvent* flags have the CU_EVENT_* values. */
 RT_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuEventCreate(event, flags)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuEventCreate(event, flags)));
 }
 
 static cudaError_t rt_event_record(const rt_driver_t *d, cudaEvent_t event, cudaStream_t stream)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuEventRecord(event, stream));
+    return RT_FORWARD(d->cuEventRecord(event, stream));
 }
 
 RT_STREAM_API(cudaEventRecord, cudaEventRecord_ptsz, rt_event_record, (cudaEvent_t event, cudaStream_t stream), event,
@@ -151,26 +138,22 @@ RT_STREAM_API(cudaEventRecord, cudaEventRecord_ptsz, rt_event_record, (cudaEvent
 
 RT_API cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuEventQuery(event)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuEventQuery(event)));
 }
 
 RT_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuEventSynchronize(event)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuEventSynchronize(event)));
 }
 
 RT_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuEventElapsedTime_v2(ms, start, end)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuEventElapsedTime_v2(ms, start, end)));
 }
 
 RT_API cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuEventDestroy_v2(event)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuEventDestroy_v2(event)));
 }
 
 /* ------------------------------------------------------------------------
@@ -179,14 +162,12 @@ RT_API cudaError_t cudaEventDestroy(cudaEvent_t event)
 
 static cudaError_t rt_begin_capture(const rt_driver_t *d, cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuStreamBeginCapture_v2(stream, (CUstreamCaptureMode)mode));
+    return RT_FORWARD(d->cuStreamBeginCapture_v2(stream, (CUstreamCaptureMode)mode));
 }
 
 static cudaError_t rt_end_capture(const rt_driver_t *d, cudaStream_t stream, cudaGraph_t *pGraph)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuStreamEndCapture(stream, pGraph));
+    return RT_FORWARD(d->cuStreamEndCapture(stream, pGraph));
 }
 
 static cudaError_t rt_is_capturing(const rt_driver_t *d, cudaStream_t stream,
@@ -230,14 +211,12 @@ RT_API cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMod
 /* CUDA 12+'s cudaGraphInstantiate takes flags: the driver's WithFlags. */
 RT_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuGraphInstantiateWithFlags(pGraphExec, graph, flags)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuGraphInstantiateWithFlags(pGraphExec, graph, flags)));
 }
 
 static cudaError_t rt_graph_launch(const rt_driver_t *d, cudaGraphExec_t graphExec, cudaStream_t stream)
 {
-    cudaError_t e = rt_enter();
-    return e != cudaSuccess ? e : rt_err(d->cuGraphLaunch(graphExec, stream));
+    return RT_FORWARD(d->cuGraphLaunch(graphExec, stream));
 }
 
 RT_STREAM_API(cudaGraphLaunch, cudaGraphLaunch_ptsz, rt_graph_launch, (cudaGraphExec_t graphExec, cudaStream_t stream),
@@ -245,12 +224,10 @@ RT_STREAM_API(cudaGraphLaunch, cudaGraphLaunch_ptsz, rt_graph_launch, (cudaGraph
 
 RT_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuGraphExecDestroy(graphExec)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuGraphExecDestroy(graphExec)));
 }
 
 RT_API cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
-    cudaError_t e = rt_enter();
-    return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuGraphDestroy(graph)));
+    return rt_ret(RT_FORWARD(RT_DRV->cuGraphDestroy(graph)));
 }
