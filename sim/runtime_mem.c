@@ -21,6 +21,15 @@ static CUdeviceptr rt_dptr(const void *p)
     return (CUdeviceptr)(uintptr_t)p;
 }
 
+/* After a driver call that gave the device pointer *p: the program's
+ * pointer *out set when it succeeded, and e the runtime's result. */
+static cudaError_t rt_ptr_ret(cudaError_t e, const CUdeviceptr *p, void **out)
+{
+    if (e == cudaSuccess)
+        *out = rt_host_ptr(*p);
+    return rt_ret(e);
+}
+
 /* ------------------------------------------------------------------------
  * Device, pinned-host and managed allocation
  * ---------------------------------------------------------------------- */
@@ -88,12 +97,7 @@ RT_API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
     CUdeviceptr p = 0;
     if (!devPtr)
         return rt_ret(cudaErrorInvalidValue);
-    cudaError_t e = rt_enter();
-    if (e == cudaSuccess)
-        e = rt_err(RT_DRV->cuMemAllocManaged(&p, size, flags));
-    if (e == cudaSuccess)
-        *devPtr = rt_host_ptr(p);
-    return rt_ret(e);
+    return rt_ptr_ret(RT_FORWARD(RT_DRV->cuMemAllocManaged(&p, size, flags)), &p, devPtr);
 }
 
 /* ------------------------------------------------------------------------
@@ -116,12 +120,7 @@ RT_API cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigne
     CUdeviceptr p = 0;
     if (!pDevice)
         return rt_ret(cudaErrorInvalidValue);
-    cudaError_t e = rt_enter();
-    if (e == cudaSuccess)
-        e = rt_err(RT_DRV->cuMemHostGetDevicePointer_v2(&p, pHost, flags));
-    if (e == cudaSuccess)
-        *pDevice = rt_host_ptr(p);
-    return rt_ret(e);
+    return rt_ptr_ret(RT_FORWARD(RT_DRV->cuMemHostGetDevicePointer_v2(&p, pHost, flags)), &p, pDevice);
 }
 
 RT_API cudaError_t cudaHostGetFlags(unsigned int *pFlags, void *pHost)
@@ -138,12 +137,7 @@ RT_API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
     CUdeviceptr p = 0;
     if (!devPtr || !pitch)
         return rt_ret(cudaErrorInvalidValue);
-    cudaError_t e = rt_enter();
-    if (e == cudaSuccess)
-        e = rt_err(RT_DRV->cuMemAllocPitch_v2(&p, pitch, width, height, 4));
-    if (e == cudaSuccess)
-        *devPtr = rt_host_ptr(p);
-    return rt_ret(e);
+    return rt_ptr_ret(RT_FORWARD(RT_DRV->cuMemAllocPitch_v2(&p, pitch, width, height, 4)), &p, devPtr);
 }
 
 /* A pitched allocation of depth slices of height rows. */
@@ -187,12 +181,7 @@ RT_API cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle
     if (!devPtr)
         return rt_ret(cudaErrorInvalidValue);
     memcpy(h.reserved, handle.reserved, sizeof h.reserved);
-    cudaError_t e = rt_enter();
-    if (e == cudaSuccess)
-        e = rt_err(RT_DRV->cuIpcOpenMemHandle_v2(&p, h, flags));
-    if (e == cudaSuccess)
-        *devPtr = rt_host_ptr(p);
-    return rt_ret(e);
+    return rt_ptr_ret(RT_FORWARD(RT_DRV->cuIpcOpenMemHandle_v2(&p, h, flags)), &p, devPtr);
 }
 
 RT_API cudaError_t cudaIpcCloseMemHandle(void *devPtr)
