@@ -66,6 +66,8 @@
  *   runtime*.c       the runtime over the driver (runtime_internal.h):
  *                    runtime_core.c, runtime_mem.c, runtime_stream.c,
  *                    runtime_module.c (registration and launch)
+ *   errors.h         the error codes, names and texts the driver and the
+ *                    runtime share
  */
 #ifndef CUCACHE_SIM_ENGINE_H
 #define CUCACHE_SIM_ENGINE_H

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "errors.h"
 #include "runtime_internal.h"
 
 /* ------------------------------------------------------------------------
@@ -157,47 +158,15 @@ static const struct rt_error_text {
     const char *name;
     const char *text;
 } rt_errors[] = {
-    {cudaSuccess, "cudaSuccess", "no error"},
-    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
-    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
-    {cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
-    {cudaErrorCudartUnloading, "cudaErrorCudartUnloading", "driver shutting down"},
+#define RT_ERROR_ROW(cu, rt, text) {rt, #rt, text},
+    SIM_ERRORS(RT_ERROR_ROW)
+#undef RT_ERROR_ROW
     {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
     {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
     {cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
     {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
      "CUDA driver version is insufficient for CUDA runtime version"},
-    {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
-    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
-    {cudaErrorDeviceUninitialized, "cudaErrorDeviceUninitialized", "invalid device context"},
-    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
-    {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
-    {cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
-    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
-    {cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
     {cudaErrorSetOnActiveProcess, "cudaErrorSetOnActiveProcess", "cannot set while device is active in this process"},
-    {cudaErrorContextIsDestroyed, "cudaErrorContextIsDestroyed", "context is destroyed"},
-    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
-    {cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
-    {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
-    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
-     "operation not permitted when stream is capturing"},
-    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
-     "operation failed due to a previous error during capture"},
-    {cudaErrorStreamCaptureMerge, "cudaErrorStreamCaptureMerge",
-     "operation would result in a merge of separate capture sequences"},
-    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
-     "capture was not ended in the same stream as it began"},
-    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work"},
-    {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
-     "dependency created on uncaptured work in another stream"},
-    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
-     "operation would make the legacy stream depend on a capturing blocking stream"},
-    {cudaErrorCapturedEvent, "cudaErrorCapturedEvent",
-     "operation not permitted on an event last recorded in a capturing stream"},
-    {cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
-     "attempt to terminate a thread-local capture sequence from another thread"},
-    {cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
 /* The table row of a code, or NULL (both texts are then the real runtime's
