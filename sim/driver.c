@@ -44,6 +44,18 @@ static sim_device_t *device_get(CUdevice dev, CUresult *r)
     return &sim.dev[dev];
 }
 
+/* Takes the lock and fetches device dev into `d` (device_get); returns its
+ * error from the calling function otherwise. */
+#define DRV_ENTER_DEVICE(d, dev)                                                                                       \
+    sim_device_t *d;                                                                                                   \
+    do {                                                                                                               \
+        CUresult device_r_;                                                                                            \
+        sim_lock();                                                                                                    \
+        d = device_get(dev, &device_r_);                                                                               \
+        if (!d)                                                                                                        \
+            return drv_leave(device_r_);                                                                               \
+    } while (0)
+
 /* A call that answers through out, without the lock: the driver is
  * initialised and out is given. */
 static CUresult answer_check(const void *out)
@@ -315,11 +327,7 @@ SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 
 static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
 {
-    CUresult r;
-    sim_lock();
-    sim_device_t *d = device_get(dev, &r);
-    if (!d)
-        return drv_leave(r);
+    DRV_ENTER_DEVICE(d, dev);
     if (!pctx)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!d->primary)
@@ -343,11 +351,7 @@ SIM_API CUresult cucacheSimPrimaryCtxRetainUnseen(CUcontext *pctx, CUdevice dev)
 
 SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    CUresult r;
-    sim_lock();
-    sim_device_t *d = device_get(dev, &r);
-    if (!d)
-        return drv_leave(r);
+    DRV_ENTER_DEVICE(d, dev);
     if (d->primary_refs == 0)
         return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
     if (--d->primary_refs == 0)
@@ -357,11 +361,7 @@ SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    CUresult r;
-    sim_lock();
-    sim_device_t *d = device_get(dev, &r);
-    if (!d)
-        return drv_leave(r);
+    DRV_ENTER_DEVICE(d, dev);
     if (d->primary) {
         sim_ctx_destroy(d->primary);
         d->primary_refs = 0;
@@ -371,11 +371,7 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 
 SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
-    CUresult r;
-    sim_lock();
-    sim_device_t *d = device_get(dev, &r);
-    if (!d)
-        return drv_leave(r);
+    DRV_ENTER_DEVICE(d, dev);
     if (!flags || !active)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *flags = d->primary_flags;
@@ -385,11 +381,7 @@ SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
 
 SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
-    CUresult r;
-    sim_lock();
-    sim_device_t *d = device_get(dev, &r);
-    if (!d)
-        return drv_leave(r);
+    DRV_ENTER_DEVICE(d, dev);
     d->primary_flags = flags;
     return drv_leave(CUDA_SUCCESS);
 }

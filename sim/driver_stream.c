@@ -347,9 +347,8 @@ SIM_API CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUe
 SIM_API CUresult cuEventDestroy_v2(CUevent hEvent)
 {
     sim_lock();
-    if (!handle_is(hEvent, SIM_MAGIC_EVENT))
+    if (!handle_take(hEvent, SIM_MAGIC_EVENT))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
-    handle_del(hEvent);
     hEvent->dead = true;
     if (hEvent->pending == 0)
         sim_event_free(hEvent);
@@ -385,11 +384,17 @@ static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool ptds)
     return drv_leave(CUDA_SUCCESS);
 }
 
+/* The operations of a graph or of its instance, and their array. */
+static void ops_free(sim_op_t **ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sim_op_free(ops[i]);
+    free(ops);
+}
+
 static void graph_free(struct CUgraph_st *g)
 {
-    for (size_t i = 0; i < g->nops; i++)
-        sim_op_free(g->ops[i]);
-    free(g->ops);
+    ops_free(g->ops, g->nops);
     g->magic = SIM_MAGIC_DEAD;
     free(g);
 }
@@ -507,12 +512,9 @@ DRV_PTSZ(cuGraphLaunch, graph_launch, (CUgraphExec hGraphExec, CUstream hStream)
 SIM_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     sim_lock();
-    if (!handle_is(hGraphExec, SIM_MAGIC_EXEC))
+    if (!handle_take(hGraphExec, SIM_MAGIC_EXEC))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    handle_del(hGraphExec);
-    for (size_t i = 0; i < hGraphExec->nops; i++)
-        sim_op_free(hGraphExec->ops[i]);
-    free(hGraphExec->ops);
+    ops_free(hGraphExec->ops, hGraphExec->nops);
     free(hGraphExec);
     return drv_leave(CUDA_SUCCESS);
 }
@@ -520,9 +522,8 @@ SIM_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 SIM_API CUresult cuGraphDestroy(CUgraph hGraph)
 {
     sim_lock();
-    if (!handle_is(hGraph, SIM_MAGIC_GRAPH))
+    if (!handle_take(hGraph, SIM_MAGIC_GRAPH))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    handle_del(hGraph);
     graph_free(hGraph);
     return drv_leave(CUDA_SUCCESS);
 }

@@ -80,6 +80,14 @@ bool handle_is(const void *h, uint32_t magic)
     return s && s->magic == magic;
 }
 
+bool handle_take(const void *h, uint32_t magic)
+{
+    if (!handle_is(h, magic))
+        return false;
+    handle_del(h);
+    return true;
+}
+
 size_t handle_list(uint32_t magic, void ***out)
 {
     void **v = sim_xcalloc(live + 1, sizeof *v);

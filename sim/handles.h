@@ -15,6 +15,8 @@ void handle_add(const void *h, uint32_t magic);
 void handle_del(const void *h);
 /* True when h is live and of the given kind. */
 bool handle_is(const void *h, uint32_t magic);
+/* handle_is, and then h is no longer live (a destruction's check). */
+bool handle_take(const void *h, uint32_t magic);
 /* Live handles of a kind, in a malloc'ed array the caller frees. */
 size_t handle_list(uint32_t magic, void ***out);
 
