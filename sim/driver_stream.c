@@ -292,13 +292,21 @@ static CUresult event_record(CUevent e, CUstream h, bool ptds)
 
 DRV_PTSZ(cuEventRecord, event_record, (CUevent hEvent, CUstream hStream), (hEvent, hStream))
 
+/* An event the host may query or wait for: live, and not last recorded
+ * into a capture still going. */
+static CUresult event_host_check(CUevent e)
+{
+    if (!handle_is(e, SIM_MAGIC_EVENT))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return event_capture(e) ? CUDA_ERROR_CAPTURED_EVENT : CUDA_SUCCESS;
+}
+
 SIM_API CUresult cuEventQuery(CUevent hEvent)
 {
     DRV_ENTER_ANY();
-    if (!handle_is(hEvent, SIM_MAGIC_EVENT))
-        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
-    if (event_capture(hEvent))
-        return drv_leave(CUDA_ERROR_CAPTURED_EVENT);
+    CUresult r = event_host_check(hEvent);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
     if (hEvent->ctx->sticky != CUDA_SUCCESS)
         return drv_leave(hEvent->ctx->sticky);
     if (!hEvent->recorded)
@@ -312,10 +320,9 @@ SIM_API CUresult cuEventQuery(CUevent hEvent)
 SIM_API CUresult cuEventSynchronize(CUevent hEvent)
 {
     DRV_ENTER_ANY();
-    if (!handle_is(hEvent, SIM_MAGIC_EVENT))
-        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
-    if (event_capture(hEvent))
-        return drv_leave(CUDA_ERROR_CAPTURED_EVENT);
+    CUresult r = event_host_check(hEvent);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
     struct CUevent_st *e = hEvent;
     if (e->recorded) {
         sim_vc_t *vc = vc_retain(e->vc);

@@ -211,6 +211,13 @@ cudaError_t rt_device(int ordinal, CUdevice *dev)
     return cudaSuccess;
 }
 
+/* rt_ready(), then rt_device(). */
+static cudaError_t rt_ready_device(int ordinal, CUdevice *dev)
+{
+    cudaError_t e = rt_ready();
+    return e != cudaSuccess ? e : rt_device(ordinal, dev);
+}
+
 /* Slow path of rt_enter: retains the device's primary context if needed and
  * makes it current on this thread if the thread's cache says otherwise. */
 static cudaError_t rt_ctx_bind(int ordinal, unsigned gen)
@@ -284,9 +291,7 @@ RT_API cudaError_t cudaGetDevice(int *device)
 RT_API cudaError_t cudaSetDevice(int device)
 {
     CUdevice dev;
-    cudaError_t e = rt_ready();
-    if (e == cudaSuccess)
-        e = rt_device(device, &dev);
+    cudaError_t e = rt_ready_device(device, &dev);
     if (e != cudaSuccess)
         return rt_ret(e);
     rt_tls_device = device;
@@ -303,9 +308,7 @@ RT_API cudaError_t cudaDeviceSynchronize(void)
 RT_API cudaError_t cudaDeviceReset(void)
 {
     CUdevice dev;
-    cudaError_t e = rt_ready();
-    if (e == cudaSuccess)
-        e = rt_device(rt_tls_device, &dev);
+    cudaError_t e = rt_ready_device(rt_tls_device, &dev);
     if (e != cudaSuccess)
         return rt_ret(e);
     pthread_mutex_lock(&rt_ctx_lock);
@@ -324,9 +327,7 @@ RT_API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, 
     CUdevice dev;
     if (!value)
         return rt_ret(cudaErrorInvalidValue);
-    cudaError_t e = rt_ready();
-    if (e == cudaSuccess)
-        e = rt_device(device, &dev);
+    cudaError_t e = rt_ready_device(device, &dev);
     if (e != cudaSuccess)
         return rt_ret(e);
     return rt_ret(rt_err(RT_DRV->cuDeviceGetAttribute(value, (CUdevice_attribute)attr, dev)));
@@ -438,9 +439,7 @@ static cudaError_t rt_props(void *prop, int device, size_t bytes)
     CUdevice dev;
     if (!prop)
         return cudaErrorInvalidValue;
-    cudaError_t e = rt_ready();
-    if (e == cudaSuccess)
-        e = rt_device(device, &dev);
+    cudaError_t e = rt_ready_device(device, &dev);
     if (e != cudaSuccess)
         return e;
     memset(&p, 0, sizeof p);
