@@ -230,6 +230,10 @@ typedef struct st_site_group_s {
     uint32_t born;   /* its time (core_block_info_t.born; 0: not stamped) */
 } st_site_group_t;
 
+/* The n live allocations of a layout (the caller counted them), in a
+ * hostalloc'ed array sorted by cmp; NULL without host memory. */
+const core_block_info_t **st_live_blocks(const core_layout_t *l, size_t n, int (*cmp)(const void *, const void *));
+
 /* The live allocations grouped by site, most bytes first (hostalloc'ed
  * into *out, the count returned); 0 and NULL when none has a site (stacks
  * were off) or without host memory. */

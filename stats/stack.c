@@ -548,6 +548,19 @@ static int group_bytes_cmp(const void *a, const void *b)
     return (x->first > y->first) - (x->first < y->first);
 }
 
+const core_block_info_t **st_live_blocks(const core_layout_t *l, size_t n, int (*cmp)(const void *, const void *))
+{
+    const core_block_info_t **live = hostalloc_malloc(n * sizeof *live);
+    if (!live)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < l->nblocks; i++)
+        if (l->blocks[i].state == CORE_BLOCK_ALLOCATED)
+            live[k++] = &l->blocks[i];
+    qsort(live, n, sizeof *live, cmp);
+    return live;
+}
+
 size_t st_group_by_site(const core_layout_t *l, st_site_group_t **out)
 {
     *out = NULL;
@@ -558,18 +571,14 @@ size_t st_group_by_site(const core_layout_t *l, st_site_group_t **out)
             n++, any |= l->blocks[i].site != 0;
     if (!any)
         return 0;
-    const core_block_info_t **live = hostalloc_malloc(n * sizeof *live);
+    const core_block_info_t **live = st_live_blocks(l, n, site_cmp);
     st_site_group_t *g = hostalloc_malloc(n * sizeof *g);
     if (!live || !g) {
         hostalloc_free(live);
         hostalloc_free(g);
         return 0;
     }
-    size_t k = 0, ng = 0;
-    for (size_t i = 0; i < l->nblocks; i++)
-        if (l->blocks[i].state == CORE_BLOCK_ALLOCATED)
-            live[k++] = &l->blocks[i];
-    qsort(live, n, sizeof *live, site_cmp);
+    size_t ng = 0;
     for (size_t i = 0; i < n; i++) {
         const core_block_info_t *b = live[i];
         if (ng && g[ng - 1].site == b->site) {

@@ -57,30 +57,41 @@ static int64_t floor_div(int64_t v, int64_t d)
 
 typedef void (*sum_fmt_fn)(char *out, size_t len, int64_t v, int64_t pref);
 
+/* A column's units: each `base` times the one before; a value takes the
+ * largest that keeps its row's reference value (pref) below `limit`. */
+typedef struct sum_scale_s {
+    const char *const *unit;
+    size_t nunits;
+    int64_t base;
+    double limit;
+    int width;        /* of the number */
+    const char *tail; /* after the unit */
+} sum_scale_t;
+
+static void fmt_scaled(char *out, size_t len, int64_t v, int64_t pref, const sum_scale_t *sc)
+{
+    size_t u = 0;
+    double p = (double)pref;
+    while (u + 1 < sc->nunits && !(p < sc->limit)) {
+        u++;
+        v = floor_div(v, sc->base);
+        p /= (double)sc->base;
+    }
+    snprintf(out, len, "%*lld %s%s", sc->width, (long long)v, sc->unit[u], sc->tail);
+}
+
 static void fmt_bytes(char *out, size_t len, int64_t v, int64_t pref)
 {
     static const char *const unit[] = {"B  ", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    size_t u = 0;
-    double p = (double)pref;
-    while (u + 1 < sizeof unit / sizeof unit[0] && !(p < 768.0 * 1024.0)) {
-        u++;
-        v = floor_div(v, 1024);
-        p /= 1024.0;
-    }
-    snprintf(out, len, "%6lld %s", (long long)v, unit[u]);
+    static const sum_scale_t sc = {unit, sizeof unit / sizeof unit[0], 1024, 768.0 * 1024.0, 6, ""};
+    fmt_scaled(out, len, v, pref, &sc);
 }
 
 static void fmt_count(char *out, size_t len, int64_t v, int64_t pref)
 {
     static const char *const unit[] = {" ", "K", "M"};
-    size_t u = 0;
-    double p = (double)pref;
-    while (u + 1 < sizeof unit / sizeof unit[0] && !(p < 750.0 * 1000.0)) {
-        u++;
-        v = floor_div(v, 1000);
-        p /= 1000.0;
-    }
-    snprintf(out, len, "%7lld %s ", (long long)v, unit[u]);
+    static const sum_scale_t sc = {unit, sizeof unit / sizeof unit[0], 1000, 750.0 * 1000.0, 7, " "};
+    fmt_scaled(out, len, v, pref, &sc);
 }
 
 /* current, peak, allocated, freed of one stat, as the table's columns. */
@@ -280,7 +291,7 @@ size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_si
     }
     st_linef(sink, ctx, "leak check: GPU %d: %s in %zu %s still live at exit, by requested size:", device, b, n,
              plural(n, "allocation", "allocations"));
-    const core_block_info_t **live = hostalloc_malloc(n * sizeof *live);
+    const core_block_info_t **live = st_live_blocks(l, n, leak_by_size);
     leak_group_t *g = hostalloc_malloc(n * sizeof *g);
     if (!live || !g) {
         st_linef(sink, ctx, "  (no host memory to group them)");
@@ -288,11 +299,7 @@ size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_si
         hostalloc_free(g);
         return n;
     }
-    size_t k = 0, ng = 0;
-    for (size_t i = 0; i < l->nblocks; i++)
-        if (l->blocks[i].state == CORE_BLOCK_ALLOCATED)
-            live[k++] = &l->blocks[i];
-    qsort(live, n, sizeof *live, leak_by_size);
+    size_t ng = 0;
     for (size_t i = 0; i < n; i++) {
         if (ng && g[ng - 1].size == live[i]->requested)
             g[ng - 1].count++;
