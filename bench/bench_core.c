@@ -175,7 +175,8 @@ static bool je_load(char **argv)
 }
 
 /* ------------------------------------------------------------------------
- * The loops, written once and specialised per target: each caller passes
+ * The loops (and bench_util.h's trace replay), written once and
+ * specialised per target: each caller passes
  * its alloc/free functions as constants, so they inline and the loop makes
  * direct calls (core_malloc/core_free, or jemalloc through its dlsym
  * pointer, as a PLT call would).
@@ -184,21 +185,12 @@ static bool je_load(char **argv)
 typedef uintptr_t (*alloc_fn)(void *ctx, size_t size);
 typedef void (*free_fn)(void *ctx, uintptr_t p);
 
-#define BENCH_INLINE static inline __attribute__((always_inline))
-
-BENCH_INLINE uintptr_t checked(uintptr_t p, size_t size)
-{
-    if (__builtin_expect(!p, 0))
-        bench_die("allocation of %zu bytes failed", size);
-    return p;
-}
-
 /* allocate size, free it, `pairs` times; returns ns */
 BENCH_INLINE uint64_t loop_hit(void *ctx, alloc_fn a, free_fn f, size_t size, uint64_t pairs)
 {
     uint64_t t0 = bench_now_ns();
     for (uint64_t i = 0; i < pairs; i++)
-        f(ctx, checked(a(ctx, size), size));
+        f(ctx, bench_checked(a(ctx, size), size));
     return bench_now_ns() - t0;
 }
 
@@ -220,7 +212,7 @@ BENCH_INLINE uint64_t loop_churn(void *ctx, alloc_fn a, free_fn f, ring_t *r, ui
         next = (next + 1) & (BENCH_SIZES - 1);
         if (slot[pos])
             f(ctx, slot[pos]);
-        slot[pos] = checked(a(ctx, size), size);
+        slot[pos] = bench_checked(a(ctx, size), size);
         pos = pos + 1 == n ? 0 : pos + 1;
     }
     uint64_t ns = bench_now_ns() - t0;
@@ -236,33 +228,6 @@ static void ring_drain(void *ctx, free_fn f, ring_t *r)
             f(ctx, r->slot[i]);
             r->slot[i] = 0;
         }
-}
-
-/* `passes` replays of the trace, each ending with the frees of whatever the
- * trace left live (so every pass starts from the same state); ns */
-BENCH_INLINE uint64_t loop_trace(void *ctx, alloc_fn a, free_fn f, bench_trace_t *t, uint64_t passes)
-{
-    void **live = t->live;
-    uint64_t t0 = bench_now_ns();
-    for (uint64_t p = 0; p < passes; p++) {
-        size_t k = 0;
-        for (size_t i = 0; i < t->nops; i++) {
-            int64_t op = t->ops[i];
-            if (op > 0) {
-                live[k] = (void *)checked(a(ctx, (size_t)op), (size_t)op);
-                k++;
-            } else {
-                f(ctx, (uintptr_t)live[-op]);
-                live[-op] = NULL;
-            }
-        }
-        for (size_t j = 0; j < t->nalloc; j++)
-            if (live[j]) {
-                f(ctx, (uintptr_t)live[j]);
-                live[j] = NULL;
-            }
-    }
-    return bench_now_ns() - t0;
 }
 
 /* The loop functions per target. */
@@ -285,7 +250,7 @@ typedef struct target_ops_s {
     }                                                                                                                  \
     static uint64_t name##_trace(void *ctx, bench_trace_t *t, uint64_t passes)                                         \
     {                                                                                                                  \
-        return loop_trace(ctx, A, F, t, passes);                                                                       \
+        return bench_trace_replay(t, passes, ctx, A, F);                                                               \
     }                                                                                                                  \
     static const target_ops_t name##_ops = {name##_hit, name##_churn, name##_trace, F, A};
 
@@ -352,7 +317,7 @@ static uintptr_t *prefill(void *ctx, const target_ops_t *ops)
         bench_die("out of memory");
     for (size_t i = 0; i < 2 * BENCH_CACHED; i++) {
         size_t size = 512 + rng_next(&seed) % (64 * KiB - 512 + 1);
-        uintptr_t p = checked(ops->alloc(ctx, size), size);
+        uintptr_t p = bench_checked(ops->alloc(ctx, size), size);
         if (i % 2)
             keep[i / 2] = p;
         else

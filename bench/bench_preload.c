@@ -113,31 +113,19 @@ static uint64_t loop_hit(size_t size, uint64_t pairs)
     return bench_now_ns() - t0;
 }
 
-/* `passes` replays of the trace, each ending with the frees of whatever the
- * trace left live; ns */
-static uint64_t loop_trace(bench_trace_t *t, uint64_t passes)
+/* The allocator bench_trace_replay is given: cudaMalloc and cudaFree. */
+static uintptr_t rt_alloc(void *ctx, size_t size)
 {
-    void **live = t->live;
-    uint64_t t0 = bench_now_ns();
-    for (uint64_t p = 0; p < passes; p++) {
-        size_t k = 0;
-        for (size_t i = 0; i < t->nops; i++) {
-            int64_t op = t->ops[i];
-            if (op > 0) {
-                check(cudaMalloc(&live[k], (size_t)op), "cudaMalloc", (size_t)op);
-                k++;
-            } else {
-                check(cudaFree(live[-op]), "cudaFree", 0);
-                live[-op] = NULL;
-            }
-        }
-        for (size_t j = 0; j < t->nalloc; j++)
-            if (live[j]) {
-                check(cudaFree(live[j]), "cudaFree", 0);
-                live[j] = NULL;
-            }
-    }
-    return bench_now_ns() - t0;
+    (void)ctx;
+    void *p;
+    check(cudaMalloc(&p, size), "cudaMalloc", size);
+    return (uintptr_t)p;
+}
+
+static void rt_release(void *ctx, uintptr_t p)
+{
+    (void)ctx;
+    check(cudaFree((void *)p), "cudaFree", 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -177,7 +165,7 @@ static uint64_t scenario_pairs(const scenario_t *sc, uint64_t units)
 
 static uint64_t scenario_loop(const scenario_t *sc, uint64_t units)
 {
-    return sc->trace ? loop_trace(sc->trace, units) : loop_hit(sc->size, units);
+    return sc->trace ? bench_trace_replay(sc->trace, units, NULL, rt_alloc, rt_release) : loop_hit(sc->size, units);
 }
 
 /* Warm-up, which also fills a cache: one cold unit (pair or pass), then

@@ -83,4 +83,46 @@ bool bench_trace_load(bench_trace_t *t, const char *path, const char *name);
  * the count. */
 size_t bench_traces_find(const char *dir, bench_trace_t *out, size_t max);
 
+/* The timed loops are inlined into each caller, so that the allocator they
+ * are given (a constant function) is called directly. */
+#define BENCH_INLINE static inline __attribute__((always_inline))
+
+/* p, the allocation of size bytes, unless it failed (bench_die). */
+BENCH_INLINE uintptr_t bench_checked(uintptr_t p, size_t size)
+{
+    if (__builtin_expect(!p, 0))
+        bench_die("allocation of %zu bytes failed", size);
+    return p;
+}
+
+/* `passes` replays of trace t through alloc and release (given ctx), each
+ * ending with the releases of whatever the trace left live, so that every
+ * pass starts from the same state; returns the nanoseconds taken. */
+BENCH_INLINE uint64_t bench_trace_replay(bench_trace_t *t, uint64_t passes, void *ctx,
+                                         uintptr_t (*alloc)(void *ctx, size_t size),
+                                         void (*release)(void *ctx, uintptr_t p))
+{
+    void **live = t->live;
+    uint64_t t0 = bench_now_ns();
+    for (uint64_t p = 0; p < passes; p++) {
+        size_t k = 0;
+        for (size_t i = 0; i < t->nops; i++) {
+            int64_t op = t->ops[i];
+            if (op > 0) {
+                live[k] = (void *)bench_checked(alloc(ctx, (size_t)op), (size_t)op);
+                k++;
+            } else {
+                release(ctx, (uintptr_t)live[-op]);
+                live[-op] = NULL;
+            }
+        }
+        for (size_t j = 0; j < t->nalloc; j++)
+            if (live[j]) {
+                release(ctx, (uintptr_t)live[j]);
+                live[j] = NULL;
+            }
+    }
+    return bench_now_ns() - t0;
+}
+
 #endif
