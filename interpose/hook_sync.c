@@ -43,14 +43,20 @@ static void traced(unsigned kind, const void *handle, uint64_t size)
         hook_trace_put(kind, TRACE_API_NONE, hook_last_dev, (uintptr_t)handle, 0, size, 0);
 }
 
+/* After a device synchronisation that began with before_sync(hd). */
+static void device_synced(hook_dev_t *hd, bool ok)
+{
+    if (!ok)
+        return;
+    progressed(hd);
+    traced(TRACE_DEVICE_SYNC, NULL, 0);
+}
+
 HOOK_API cudaError_t cudaDeviceSynchronize(void)
 {
     hook_dev_t *hd = hook_bypass() ? NULL : before_sync(hook_rt_device(false));
     cudaError_t e = RT_REAL(cudaDeviceSynchronize);
-    if (e == cudaSuccess) {
-        progressed(hd);
-        traced(TRACE_DEVICE_SYNC, NULL, 0);
-    }
+    device_synced(hd, e == cudaSuccess);
     return e;
 }
 
@@ -58,64 +64,51 @@ HOOK_API CUresult cuCtxSynchronize(void)
 {
     hook_dev_t *hd = hook_bypass() ? NULL : before_sync(hook_cu_device(false));
     CUresult r = CU_REAL(cuCtxSynchronize);
-    if (r == CUDA_SUCCESS) {
-        progressed(hd);
-        traced(TRACE_DEVICE_SYNC, NULL, 0);
-    }
+    device_synced(hd, r == CUDA_SUCCESS);
     return r;
 }
 
-#define RT_PROGRESS(call, kind, handle)                                                                                \
+/* The body of a hook that tells cucache after the real call: `then(ok,
+ * ...)`, ok saying that the call was the program's own (not made under
+ * the guard) and that `good`, a test of its result r, holds.  RT_THEN and
+ * CU_THEN: good is success. */
+#define HOOK_THEN(type, call, good, then, ...)                                                                         \
     do {                                                                                                               \
-        bool bypass_ = hook_bypass();                                                                                  \
-        cudaError_t e_ = call;                                                                                         \
-        if (e_ == cudaSuccess && !bypass_) {                                                                           \
-            progressed(hook_rt_device(false));                                                                         \
-            traced((kind), (handle), 0);                                                                               \
-        }                                                                                                              \
-        return e_;                                                                                                     \
+        bool mine_ = !hook_bypass();                                                                                   \
+        type r = call;                                                                                                 \
+        then(mine_ && (good), __VA_ARGS__);                                                                            \
+        return r;                                                                                                      \
     } while (0)
+#define RT_THEN(call, then, ...) HOOK_THEN(cudaError_t, call, r == cudaSuccess, then, __VA_ARGS__)
+#define CU_THEN(call, then, ...) HOOK_THEN(CUresult, call, r == CUDA_SUCCESS, then, __VA_ARGS__)
 
-#define CU_PROGRESS(call, kind, handle)                                                                                \
-    do {                                                                                                               \
-        bool bypass_ = hook_bypass();                                                                                  \
-        CUresult r_ = call;                                                                                            \
-        if (r_ == CUDA_SUCCESS && !bypass_) {                                                                          \
-            progressed(hook_cu_device(false));                                                                         \
-            traced((kind), (handle), 0);                                                                               \
-        }                                                                                                              \
-        return r_;                                                                                                     \
-    } while (0)
-
-HOOK_API cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+/* After a stream's or an event's synchronisation (kind): work completed. */
+static void synced(bool ok, bool runtime, unsigned kind, const void *handle)
 {
-    RT_PROGRESS(RT_REAL(cudaStreamSynchronize, stream), TRACE_STREAM_SYNC, stream);
+    if (!ok)
+        return;
+    progressed(runtime ? hook_rt_device(false) : hook_cu_device(false));
+    traced(kind, handle, 0);
 }
 
-HOOK_API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
-{
-    RT_PROGRESS(RT_REAL(cudaStreamSynchronize_ptsz, stream), TRACE_STREAM_SYNC, stream);
-}
+/* The synchronisations on one stream or event (kind), runtime and driver. */
+#define RT_SYNC_HOOK(name, handle_t, kind)                                                                             \
+    HOOK_API cudaError_t name(handle_t h)                                                                              \
+    {                                                                                                                  \
+        RT_THEN(RT_REAL(name, h), synced, true, kind, h);                                                              \
+    }
+#define CU_SYNC_HOOK(name, handle_t, kind)                                                                             \
+    HOOK_API CUresult name(handle_t h)                                                                                 \
+    {                                                                                                                  \
+        CU_THEN(CU_REAL(name, h), synced, false, kind, h);                                                             \
+    }
 
-HOOK_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
-{
-    RT_PROGRESS(RT_REAL(cudaEventSynchronize, event), TRACE_EVENT_SYNC, event);
-}
-
-HOOK_API CUresult cuStreamSynchronize(CUstream hStream)
-{
-    CU_PROGRESS(CU_REAL(cuStreamSynchronize, hStream), TRACE_STREAM_SYNC, hStream);
-}
-
-HOOK_API CUresult cuStreamSynchronize_ptsz(CUstream hStream)
-{
-    CU_PROGRESS(CU_REAL(cuStreamSynchronize_ptsz, hStream), TRACE_STREAM_SYNC, hStream);
-}
-
-HOOK_API CUresult cuEventSynchronize(CUevent hEvent)
-{
-    CU_PROGRESS(CU_REAL(cuEventSynchronize, hEvent), TRACE_EVENT_SYNC, hEvent);
-}
+RT_SYNC_HOOK(cudaStreamSynchronize, cudaStream_t, TRACE_STREAM_SYNC)
+RT_SYNC_HOOK(cudaStreamSynchronize_ptsz, cudaStream_t, TRACE_STREAM_SYNC)
+RT_SYNC_HOOK(cudaEventSynchronize, cudaEvent_t, TRACE_EVENT_SYNC)
+CU_SYNC_HOOK(cuStreamSynchronize, CUstream, TRACE_STREAM_SYNC)
+CU_SYNC_HOOK(cuStreamSynchronize_ptsz, CUstream, TRACE_STREAM_SYNC)
+CU_SYNC_HOOK(cuEventSynchronize, CUevent, TRACE_EVENT_SYNC)
 
 /* ------------------------------------------------------------------------
  * Streams
@@ -141,78 +134,73 @@ static void created(bool ok, bool runtime, CUstream *ps, unsigned flags)
         traced(TRACE_STREAM_CREATE, *ps, flags);
 }
 
-/* Before a stream's destruction: its last work remembered, and the stream
- * out of the lists (its counted trace record written there). */
-static int destroying(CUstream s, unsigned *flags)
+/* A stream's destruction, from before the real call to after it. */
+typedef struct destroy_s {
+    CUstream s;
+    bool mine;      /* the program's own call */
+    int dev;        /* the device it was counted on, or -1 */
+    unsigned flags; /* its creation flags, when counted */
+} destroy_t;
+
+/* Before it: the stream's last work remembered, and the stream out of the
+ * lists (its counted trace record written there). */
+static destroy_t destroying(CUstream s)
 {
+    destroy_t d = {s, !hook_bypass(), -1, 0};
+    if (!d.mine)
+        return d;
     hook_stream_retiring(s);
-    int dev = hook_stream_forget(s, flags);
-    if (dev < 0)
+    d.dev = hook_stream_forget(s, &d.flags);
+    if (d.dev < 0)
         traced(TRACE_STREAM_DESTROY, s, 0);
-    return dev;
+    return d;
 }
 
 /* After it: a failed destruction puts a counted stream back. */
-static void destroyed(bool ok, CUstream s, int dev, unsigned flags)
+static void destroyed(const destroy_t *d, bool ok)
 {
+    if (!d->mine)
+        return;
     if (ok)
-        hook_stream_destroyed(s);
-    else if (dev >= 0)
-        hook_stream_created(&hook_devs[dev], s, flags);
+        hook_stream_destroyed(d->s);
+    else if (d->dev >= 0)
+        hook_stream_created(&hook_devs[d->dev], d->s, d->flags);
 }
 
 HOOK_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
-    bool mine = !hook_bypass();
-    cudaError_t e = RT_REAL(cudaStreamCreateWithFlags, pStream, flags);
-    created(mine && e == cudaSuccess, true, pStream, flags);
-    return e;
+    RT_THEN(RT_REAL(cudaStreamCreateWithFlags, pStream, flags), created, true, pStream, flags);
 }
 
 HOOK_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
 {
-    bool mine = !hook_bypass();
-    cudaError_t e = RT_REAL(cudaStreamCreateWithPriority, pStream, flags, priority);
-    created(mine && e == cudaSuccess, true, pStream, flags);
-    return e;
+    RT_THEN(RT_REAL(cudaStreamCreateWithPriority, pStream, flags, priority), created, true, pStream, flags);
 }
 
 HOOK_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    bool mine = !hook_bypass();
-    CUresult r = CU_REAL(cuStreamCreate, phStream, Flags);
-    created(mine && r == CUDA_SUCCESS, false, phStream, Flags);
-    return r;
+    CU_THEN(CU_REAL(cuStreamCreate, phStream, Flags), created, false, phStream, Flags);
 }
 
 HOOK_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
-    bool mine = !hook_bypass();
-    CUresult r = CU_REAL(cuStreamCreateWithPriority, phStream, flags, priority);
-    created(mine && r == CUDA_SUCCESS, false, phStream, flags);
-    return r;
+    CU_THEN(CU_REAL(cuStreamCreateWithPriority, phStream, flags, priority), created, false, phStream, flags);
 }
 
 /* Destruction: the stream's last work is remembered before it goes. */
 HOOK_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    bool mine = !hook_bypass();
-    unsigned flags = 0;
-    int dev = mine ? destroying(stream, &flags) : -1;
+    destroy_t d = destroying(stream);
     cudaError_t e = RT_REAL(cudaStreamDestroy, stream);
-    if (mine)
-        destroyed(e == cudaSuccess, stream, dev, flags);
+    destroyed(&d, e == cudaSuccess);
     return e;
 }
 
 HOOK_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-    bool mine = !hook_bypass();
-    unsigned flags = 0;
-    int dev = mine ? destroying(hStream, &flags) : -1;
+    destroy_t d = destroying(hStream);
     CUresult r = CU_REAL(cuStreamDestroy_v2, hStream);
-    if (mine)
-        destroyed(r == CUDA_SUCCESS, hStream, dev, flags);
+    destroyed(&d, r == CUDA_SUCCESS);
     return r;
 }
 
@@ -231,80 +219,56 @@ static void capture_began(bool ok, bool runtime, CUstream s, bool per_thread, un
 
 HOOK_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
-    bool mine = !hook_bypass();
-    cudaError_t e = RT_REAL(cudaStreamBeginCapture, stream, mode);
-    capture_began(mine && e == cudaSuccess, true, stream, false, (unsigned)mode);
-    return e;
+    RT_THEN(RT_REAL(cudaStreamBeginCapture, stream, mode), capture_began, true, stream, false, (unsigned)mode);
 }
 
 HOOK_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
-    bool mine = !hook_bypass();
-    cudaError_t e = RT_REAL(cudaStreamBeginCapture_ptsz, stream, mode);
-    capture_began(mine && e == cudaSuccess, true, stream, true, (unsigned)mode);
-    return e;
+    RT_THEN(RT_REAL(cudaStreamBeginCapture_ptsz, stream, mode), capture_began, true, stream, true, (unsigned)mode);
 }
 
 HOOK_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-    bool mine = !hook_bypass();
-    CUresult r = CU_REAL(cuStreamBeginCapture_v2, hStream, mode);
-    capture_began(mine && r == CUDA_SUCCESS, false, hStream, false, (unsigned)mode);
-    return r;
+    CU_THEN(CU_REAL(cuStreamBeginCapture_v2, hStream, mode), capture_began, false, hStream, false, (unsigned)mode);
 }
 
 HOOK_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
-    bool mine = !hook_bypass();
-    CUresult r = CU_REAL(cuStreamBeginCapture_v2_ptsz, hStream, mode);
-    capture_began(mine && r == CUDA_SUCCESS, false, hStream, true, (unsigned)mode);
-    return r;
+    CU_THEN(CU_REAL(cuStreamBeginCapture_v2_ptsz, hStream, mode), capture_began, false, hStream, true, (unsigned)mode);
 }
 
 /* The capture is over unless the call came from the wrong thread (the
  * runtime's and the driver's codes are both 908). */
+static void capture_ended(bool ok, CUstream s, bool per_thread)
+{
+    if (!ok)
+        return;
+    hook_capture_end(s, per_thread);
+    traced(TRACE_CAPTURE_END, s, 0);
+}
+
 HOOK_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-    bool mine = !hook_bypass();
-    cudaError_t e = RT_REAL(cudaStreamEndCapture, stream, pGraph);
-    if (mine && e != cudaErrorStreamCaptureWrongThread) {
-        hook_capture_end(stream, false);
-        traced(TRACE_CAPTURE_END, stream, 0);
-    }
-    return e;
+    HOOK_THEN(cudaError_t, RT_REAL(cudaStreamEndCapture, stream, pGraph), r != cudaErrorStreamCaptureWrongThread,
+              capture_ended, stream, false);
 }
 
 HOOK_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
 {
-    bool mine = !hook_bypass();
-    cudaError_t e = RT_REAL(cudaStreamEndCapture_ptsz, stream, pGraph);
-    if (mine && e != cudaErrorStreamCaptureWrongThread) {
-        hook_capture_end(stream, true);
-        traced(TRACE_CAPTURE_END, stream, 0);
-    }
-    return e;
+    HOOK_THEN(cudaError_t, RT_REAL(cudaStreamEndCapture_ptsz, stream, pGraph), r != cudaErrorStreamCaptureWrongThread,
+              capture_ended, stream, true);
 }
 
 HOOK_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
-    bool mine = !hook_bypass();
-    CUresult r = CU_REAL(cuStreamEndCapture, hStream, phGraph);
-    if (mine && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) {
-        hook_capture_end(hStream, false);
-        traced(TRACE_CAPTURE_END, hStream, 0);
-    }
-    return r;
+    HOOK_THEN(CUresult, CU_REAL(cuStreamEndCapture, hStream, phGraph), r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+              capture_ended, hStream, false);
 }
 
 HOOK_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
-    bool mine = !hook_bypass();
-    CUresult r = CU_REAL(cuStreamEndCapture_ptsz, hStream, phGraph);
-    if (mine && r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD) {
-        hook_capture_end(hStream, true);
-        traced(TRACE_CAPTURE_END, hStream, 0);
-    }
-    return r;
+    HOOK_THEN(CUresult, CU_REAL(cuStreamEndCapture_ptsz, hStream, phGraph), r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+              capture_ended, hStream, true);
 }
 
 /* ------------------------------------------------------------------------
