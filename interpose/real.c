@@ -68,20 +68,24 @@ void *hook_real_driver_sym(const char *name)
     return hook_real_driver() ? driver_sym(name) : NULL;
 }
 
+/* The entry point `name` of handle into *slot, a function pointer of any
+ * type (NULL when absent). */
+static void resolve_into(void *handle, const char *name, void *slot)
+{
+    void *p = hook_real_dlsym(handle, name);
+    memcpy(slot, &p, sizeof p);
+}
+
 static void resolve_driver(void)
 {
     hook_real_dlsym_init();
     driver_handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!driver_handle)
         return;
-    void *p;
-#define RESOLVE(name)                                                                                                  \
-    p = hook_real_dlsym(driver_handle, #name);                                                                         \
-    memcpy(&real_cu.name, &p, sizeof p);
+#define RESOLVE(name) resolve_into(driver_handle, #name, &real_cu.name);
     HOOK_DRIVER_FUNCS(RESOLVE)
 #undef RESOLVE
-    p = hook_real_dlsym(driver_handle, "cuGetProcAddress");
-    memcpy(&real_cu.cuGetProcAddress, &p, sizeof p);
+    resolve_into(driver_handle, "cuGetProcAddress", &real_cu.cuGetProcAddress);
     for (size_t i = 0; i < hook_nroutes; i++)
         hook_routes[i].real = hook_real_dlsym(driver_handle, hook_routes[i].name);
     hook_submit_resolve_all(driver_sym);
@@ -119,10 +123,7 @@ static bool runtime_ok;
 static void resolve_runtime(void)
 {
     hook_real_dlsym_init();
-    void *p;
-#define RESOLVE(name)                                                                                                  \
-    p = hook_real_dlsym(RTLD_NEXT, #name);                                                                             \
-    memcpy(&real_rt.name, &p, sizeof p);
+#define RESOLVE(name) resolve_into(RTLD_NEXT, #name, &real_rt.name);
     HOOK_RUNTIME_FUNCS(RESOLVE)
 #undef RESOLVE
     runtime_ok = real_rt.cudaGetDevice && real_rt.cudaMalloc && real_rt.cudaFree;

@@ -168,6 +168,16 @@ static uintptr_t torch_malloc_in(core_dev_t *d, int pool, size_t size, void *str
     return p;
 }
 
+/* A begin that routes nothing: the filter's copy dropped, the lock
+ * released, then why said. */
+static void begin_refused(torch_filter_ref_t *copy, int device, cucache_torch_pool_id_t id, const char *why)
+{
+    filter_unref(copy);
+    pthread_mutex_unlock(&torch_pools_lock);
+    hook_warn(HOOK_WARN_BACKEND, "cucache_torch_begin_allocate_to_pool(device %d, pool (%llu, %llu)): %s", device,
+              id.first, id.second, why);
+}
+
 CUCACHE_EXPORT void cucache_torch_begin_allocate_to_pool(int device, cucache_torch_pool_id_t id, const void *filter)
 {
     hook_dev_t *hd;
@@ -200,12 +210,7 @@ CUCACHE_EXPORT void cucache_torch_begin_allocate_to_pool(int device, cucache_tor
          * it, and the end that comes is ignored */
         tp->uses++;
         tp->refused++;
-        filter_unref(copy);
-        pthread_mutex_unlock(&torch_pools_lock);
-        hook_warn(HOOK_WARN_BACKEND,
-                  "cucache_torch_begin_allocate_to_pool(device %d, pool (%llu, %llu)): already allocating to this pool; "
-                  "ignored",
-                  device, id.first, id.second);
+        begin_refused(copy, device, id, "already allocating to this pool; ignored");
         return;
     }
     if (!tp) {
@@ -214,12 +219,7 @@ CUCACHE_EXPORT void cucache_torch_begin_allocate_to_pool(int device, cucache_tor
         if (!tp) {
             if (pool > 0)
                 core_pool_destroy(d, pool);
-            filter_unref(copy);
-            pthread_mutex_unlock(&torch_pools_lock);
-            hook_warn(HOOK_WARN_BACKEND,
-                      "cucache_torch_begin_allocate_to_pool(device %d, pool (%llu, %llu)): no private pool could be "
-                      "made; allocations stay in the default pools",
-                      device, id.first, id.second);
+            begin_refused(copy, device, id, "no private pool could be made; allocations stay in the default pools");
             return;
         }
         *tp = (torch_pool_t){.next = torch_pools, .device = device, .id = id, .pool = pool};
