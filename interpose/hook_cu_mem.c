@@ -99,15 +99,9 @@ HOOK_API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
     size_t f = 0, t = 0;
     CUresult r = CU_REAL(cuMemGetInfo_v2, &f, &t);
-    if (r != CUDA_SUCCESS)
-        return r;
-    if (!hook_bypass())
-        hook_adjust_meminfo(hook_cu_device(false), &f, &t);
-    if (free)
-        *free = f;
-    if (total)
-        *total = t;
-    return CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        hook_meminfo_answer(false, f, t, free, total);
+    return r;
 }
 
 static CUresult cu_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream s, bool pt)

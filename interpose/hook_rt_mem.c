@@ -188,19 +188,23 @@ void hook_adjust_meminfo(hook_dev_t *hd, size_t *free_bytes, size_t *total)
     *free_bytes = core_fit(d, room < *total ? room : *total);
 }
 
+void hook_meminfo_answer(bool runtime, size_t f, size_t t, size_t *free_bytes, size_t *total)
+{
+    if (!hook_bypass())
+        hook_adjust_meminfo(runtime ? hook_rt_device(false) : hook_cu_device(false), &f, &t);
+    if (free_bytes)
+        *free_bytes = f;
+    if (total)
+        *total = t;
+}
+
 HOOK_API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 {
     size_t f = 0, t = 0;
     cudaError_t e = RT_REAL(cudaMemGetInfo, &f, &t);
-    if (e != cudaSuccess)
-        return e;
-    if (!hook_bypass())
-        hook_adjust_meminfo(hook_rt_device(false), &f, &t);
-    if (free)
-        *free = f;
-    if (total)
-        *total = t;
-    return cudaSuccess;
+    if (e == cudaSuccess)
+        hook_meminfo_answer(true, f, t, free, total);
+    return e;
 }
 
 /* ------------------------------------------------------------------------
