@@ -17,6 +17,22 @@
 
 #define HOOK_SUBMIT_POOL 64
 
+/* The pool, HOOK_SUBMIT_POOL trampolines, k-th at hook_submit_pool +
+ * k * HOOK_SUBMIT_POOL_STRIDE (submit.c): 1 << stride_log2.  Between
+ * POOL_BEGIN and POOL_END, trampoline k jumps through
+ * hook_submit_pool_real[k], set before its address is handed out. */
+#define POOL_BEGIN(stride_log2)                                                                                        \
+    .globl hook_submit_pool;                                                                                           \
+    .hidden hook_submit_pool;                                                                                          \
+    .p2align 6;                                                                                                        \
+    hook_submit_pool:                                                                                                  \
+    .set k, 0;                                                                                                         \
+    .rept HOOK_SUBMIT_POOL;                                                                                            \
+    .p2align stride_log2
+#define POOL_END                                                                                                       \
+    .set k, k + 1;                                                                                                     \
+    .endr
+
 #if defined(__x86_64__)
 
 #if defined(__CET__)
@@ -25,13 +41,16 @@
 #define ENDBR
 #endif
 
+/* hook_submissions += 1, atomically. */
+#define COUNT lock incq hook_submissions(%rip)
+
 #define TRAMP(name)                                                                                                    \
     .globl name;                                                                                                       \
     .type name, @function;                                                                                             \
     .p2align 4;                                                                                                        \
     name:                                                                                                              \
     ENDBR                                                                                                              \
-    lock incq hook_submissions(%rip);                                                                                  \
+    COUNT;                                                                                                             \
     movq hook_submit_real_##name(%rip), %r11;                                                                          \
     testq %r11, %r11;                                                                                                  \
     jz 1f;                                                                                                             \
@@ -43,6 +62,12 @@
     .text
 HOOK_SUBMIT_EXPORTS(TRAMP)
 HOOK_SUBMIT_SIM(TRAMP)
+
+/* The vector argument registers hook_submit_slow saves, and their places
+ * (X(n, place) for %xmm<n>). */
+#define XMM_SLOTS(X) X(0, 0) X(1, 16) X(2, 32) X(3, 48) X(4, 64) X(5, 80) X(6, 96) X(7, 112)
+#define XMM_SAVE(n, place) movdqu %xmm##n, place(%rsp);
+#define XMM_LOAD(n, place) movdqu place(%rsp), %xmm##n;
 
 /* r11: the slot to fill.  Saves the argument registers (and rax, the
  * vector count of a variadic call), asks C for the address, restores them
@@ -67,25 +92,11 @@ hook_submit_slow:
     .cfi_adjust_cfa_offset 8
     subq $128, %rsp
     .cfi_adjust_cfa_offset 128
-    movdqu %xmm0, 0(%rsp)
-    movdqu %xmm1, 16(%rsp)
-    movdqu %xmm2, 32(%rsp)
-    movdqu %xmm3, 48(%rsp)
-    movdqu %xmm4, 64(%rsp)
-    movdqu %xmm5, 80(%rsp)
-    movdqu %xmm6, 96(%rsp)
-    movdqu %xmm7, 112(%rsp)
+    XMM_SLOTS(XMM_SAVE)
     movq %r11, %rdi
     call hook_submit_resolve
     movq %rax, %r11
-    movdqu 0(%rsp), %xmm0
-    movdqu 16(%rsp), %xmm1
-    movdqu 32(%rsp), %xmm2
-    movdqu 48(%rsp), %xmm3
-    movdqu 64(%rsp), %xmm4
-    movdqu 80(%rsp), %xmm5
-    movdqu 96(%rsp), %xmm6
-    movdqu 112(%rsp), %xmm7
+    XMM_SLOTS(XMM_LOAD)
     addq $128, %rsp
     .cfi_adjust_cfa_offset -128
     popq %rax
@@ -110,34 +121,30 @@ hook_submit_slow:
     .cfi_endproc
     .size hook_submit_slow, .-hook_submit_slow
 
-/* The pool: trampoline k jumps through hook_submit_pool_real[k], set
- * before its address is handed out. */
-    .globl hook_submit_pool
-    .hidden hook_submit_pool
-    .p2align 6
-hook_submit_pool:
-    .set k, 0
-    .rept HOOK_SUBMIT_POOL
-    .p2align 5 /* HOOK_SUBMIT_POOL_STRIDE (submit.c) */
+POOL_BEGIN(5)
     ENDBR
-    lock incq hook_submissions(%rip)
+    COUNT
     jmp *hook_submit_pool_real+8*k(%rip)
-    .set k, k + 1
-    .endr
+POOL_END
 
 #elif defined(__aarch64__)
+
+/* hook_submissions += 1, atomically (clobbers x15-x17, no argument
+ * register). */
+#define COUNT                                                                                                          \
+    adrp x16, hook_submissions;                                                                                        \
+    add x16, x16, :lo12:hook_submissions;                                                                              \
+    1: ldxr x17, [x16];                                                                                               \
+    add x17, x17, #1;                                                                                                  \
+    stxr w15, x17, [x16];                                                                                              \
+    cbnz w15, 1b
 
 #define TRAMP(name)                                                                                                    \
     .globl name;                                                                                                       \
     .type name, %function;                                                                                             \
     .p2align 4;                                                                                                        \
     name:                                                                                                              \
-    adrp x16, hook_submissions;                                                                                        \
-    add x16, x16, :lo12:hook_submissions;                                                                              \
-    1: ldxr x17, [x16];                                                                                               \
-    add x17, x17, #1;                                                                                                  \
-    stxr w15, x17, [x16];                                                                                              \
-    cbnz w15, 1b;                                                                                                      \
+    COUNT;                                                                                                             \
     adrp x16, hook_submit_real_##name;                                                                                 \
     add x16, x16, :lo12:hook_submit_real_##name;                                                                       \
     ldr x17, [x16];                                                                                                    \
@@ -149,33 +156,30 @@ hook_submit_pool:
 HOOK_SUBMIT_EXPORTS(TRAMP)
 HOOK_SUBMIT_SIM(TRAMP)
 
-/* x16: the slot to fill; x0-x7 and q0-q7 saved around the call. */
+/* The registers hook_submit_slow saves around its call, and their places
+ * in its frame: pair(x0, x1, place) for each two, single(x8, place). */
+#define SAVED(pair, single)                                                                                            \
+    pair x0, x1, [sp, #16];                                                                                            \
+    pair x2, x3, [sp, #32];                                                                                            \
+    pair x4, x5, [sp, #48];                                                                                            \
+    pair x6, x7, [sp, #64];                                                                                            \
+    pair q0, q1, [sp, #80];                                                                                            \
+    pair q2, q3, [sp, #112];                                                                                           \
+    pair q4, q5, [sp, #144];                                                                                           \
+    pair q6, q7, [sp, #176];                                                                                           \
+    single x8, [sp, #208]
+
+/* x16: the slot to fill; x0-x7, x8 and q0-q7 saved around the call. */
     .p2align 4
     .type hook_submit_slow, %function
 hook_submit_slow:
     stp x29, x30, [sp, #-224]!
     mov x29, sp
-    stp x0, x1, [sp, #16]
-    stp x2, x3, [sp, #32]
-    stp x4, x5, [sp, #48]
-    stp x6, x7, [sp, #64]
-    stp q0, q1, [sp, #80]
-    stp q2, q3, [sp, #112]
-    stp q4, q5, [sp, #144]
-    stp q6, q7, [sp, #176]
-    str x8, [sp, #208]
+    SAVED(stp, str)
     mov x0, x16
     bl hook_submit_resolve
     mov x16, x0
-    ldp x0, x1, [sp, #16]
-    ldp x2, x3, [sp, #32]
-    ldp x4, x5, [sp, #48]
-    ldp x6, x7, [sp, #64]
-    ldp q0, q1, [sp, #80]
-    ldp q2, q3, [sp, #112]
-    ldp q4, q5, [sp, #144]
-    ldp q6, q7, [sp, #176]
-    ldr x8, [sp, #208]
+    SAVED(ldp, ldr)
     ldp x29, x30, [sp], #224
     cbz x16, 2f
     br x16
@@ -183,24 +187,12 @@ hook_submit_slow:
     ret
     .size hook_submit_slow, .-hook_submit_slow
 
-    .globl hook_submit_pool
-    .hidden hook_submit_pool
-    .p2align 6
-hook_submit_pool:
-    .set k, 0
-    .rept HOOK_SUBMIT_POOL
-    .p2align 6 /* HOOK_SUBMIT_POOL_STRIDE (submit.c) */
-    adrp x16, hook_submissions
-    add x16, x16, :lo12:hook_submissions
-3:  ldxr x17, [x16]
-    add x17, x17, #1
-    stxr w15, x17, [x16]
-    cbnz w15, 3b
+POOL_BEGIN(6)
+    COUNT
     adrp x16, hook_submit_pool_real + 8 * k
     ldr x16, [x16, #:lo12:hook_submit_pool_real + 8 * k]
     br x16
-    .set k, k + 1
-    .endr
+POOL_END
 
 #else
 #error "libcucache's submission trampolines are written for x86_64 and aarch64"
