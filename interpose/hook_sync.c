@@ -217,26 +217,6 @@ static void capture_began(bool ok, bool runtime, CUstream s, bool per_thread, un
         traced(TRACE_CAPTURE_BEGIN, s, mode);
 }
 
-HOOK_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
-{
-    RT_THEN(RT_REAL(cudaStreamBeginCapture, stream, mode), capture_began, true, stream, false, (unsigned)mode);
-}
-
-HOOK_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t stream, enum cudaStreamCaptureMode mode)
-{
-    RT_THEN(RT_REAL(cudaStreamBeginCapture_ptsz, stream, mode), capture_began, true, stream, true, (unsigned)mode);
-}
-
-HOOK_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
-{
-    CU_THEN(CU_REAL(cuStreamBeginCapture_v2, hStream, mode), capture_began, false, hStream, false, (unsigned)mode);
-}
-
-HOOK_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
-{
-    CU_THEN(CU_REAL(cuStreamBeginCapture_v2_ptsz, hStream, mode), capture_began, false, hStream, true, (unsigned)mode);
-}
-
 /* The capture is over unless the call came from the wrong thread (the
  * runtime's and the driver's codes are both 908). */
 static void capture_ended(bool ok, CUstream s, bool per_thread)
@@ -247,29 +227,33 @@ static void capture_ended(bool ok, CUstream s, bool per_thread)
     traced(TRACE_CAPTURE_END, s, 0);
 }
 
-HOOK_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
-{
-    HOOK_THEN(cudaError_t, RT_REAL(cudaStreamEndCapture, stream, pGraph), r != cudaErrorStreamCaptureWrongThread,
-              capture_ended, stream, false);
-}
+/* A capture's beginning and end, runtime and driver, each with its
+ * per-thread-default-stream twin (per_thread). */
+#define RT_CAPTURE_HOOKS(begin, end, per_thread)                                                                       \
+    HOOK_API cudaError_t begin(cudaStream_t stream, enum cudaStreamCaptureMode mode)                                   \
+    {                                                                                                                  \
+        RT_THEN(RT_REAL(begin, stream, mode), capture_began, true, stream, per_thread, (unsigned)mode);                \
+    }                                                                                                                  \
+    HOOK_API cudaError_t end(cudaStream_t stream, cudaGraph_t *pGraph)                                                 \
+    {                                                                                                                  \
+        HOOK_THEN(cudaError_t, RT_REAL(end, stream, pGraph), r != cudaErrorStreamCaptureWrongThread, capture_ended,    \
+                  stream, per_thread);                                                                                 \
+    }
+#define CU_CAPTURE_HOOKS(begin, end, per_thread)                                                                       \
+    HOOK_API CUresult begin(CUstream hStream, CUstreamCaptureMode mode)                                                \
+    {                                                                                                                  \
+        CU_THEN(CU_REAL(begin, hStream, mode), capture_began, false, hStream, per_thread, (unsigned)mode);             \
+    }                                                                                                                  \
+    HOOK_API CUresult end(CUstream hStream, CUgraph *phGraph)                                                          \
+    {                                                                                                                  \
+        HOOK_THEN(CUresult, CU_REAL(end, hStream, phGraph), r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,               \
+                  capture_ended, hStream, per_thread);                                                                 \
+    }
 
-HOOK_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t stream, cudaGraph_t *pGraph)
-{
-    HOOK_THEN(cudaError_t, RT_REAL(cudaStreamEndCapture_ptsz, stream, pGraph), r != cudaErrorStreamCaptureWrongThread,
-              capture_ended, stream, true);
-}
-
-HOOK_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
-{
-    HOOK_THEN(CUresult, CU_REAL(cuStreamEndCapture, hStream, phGraph), r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
-              capture_ended, hStream, false);
-}
-
-HOOK_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
-{
-    HOOK_THEN(CUresult, CU_REAL(cuStreamEndCapture_ptsz, hStream, phGraph), r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
-              capture_ended, hStream, true);
-}
+RT_CAPTURE_HOOKS(cudaStreamBeginCapture, cudaStreamEndCapture, false)
+RT_CAPTURE_HOOKS(cudaStreamBeginCapture_ptsz, cudaStreamEndCapture_ptsz, true)
+CU_CAPTURE_HOOKS(cuStreamBeginCapture_v2, cuStreamEndCapture, false)
+CU_CAPTURE_HOOKS(cuStreamBeginCapture_v2_ptsz, cuStreamEndCapture_ptsz, true)
 
 /* ------------------------------------------------------------------------
  * Device reset
