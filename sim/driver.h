@@ -42,6 +42,18 @@
     struct CUstream_st *s = NULL;                                                                                      \
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s)
 
+/* DRV_ENTER_STREAM for a call that answers through out: returns the
+ * lookup's error, or CUDA_ERROR_INVALID_VALUE when out is NULL, from the
+ * calling function. */
+#define DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, out)                                                                     \
+    DRV_ENTER_STREAM(ctx, s, out_r_, h, ptds);                                                                         \
+    do {                                                                                                               \
+        if (out_r_ == CUDA_SUCCESS && !(out))                                                                          \
+            out_r_ = CUDA_ERROR_INVALID_VALUE;                                                                         \
+        if (out_r_ != CUDA_SUCCESS)                                                                                    \
+            return drv_leave(out_r_);                                                                                  \
+    } while (0)
+
 /* Unlocks and returns r. */
 static inline CUresult drv_leave(CUresult r)
 {

@@ -123,11 +123,7 @@ typedef enum stream_field_e { STREAM_FLAGS, STREAM_CTX, STREAM_PRIORITY } stream
 
 static CUresult stream_get(CUstream h, void *out, stream_field_t field, bool ptds)
 {
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
-    if (r == CUDA_SUCCESS && !out)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, out);
     switch (field) {
     case STREAM_FLAGS:
         *(unsigned *)out = s->flags;
@@ -408,11 +404,7 @@ static void graph_free(struct CUgraph_st *g)
 
 static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptds)
 {
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
-    if (r == CUDA_SUCCESS && !phGraph)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, phGraph);
     sim_capture_t *c = s->capture;
     if (!c)
         return drv_leave(CUDA_ERROR_ILLEGAL_STATE);
@@ -443,11 +435,7 @@ static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptds)
 
 static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *status, bool ptds)
 {
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
-    if (r == CUDA_SUCCESS && !status)
-        r = CUDA_ERROR_INVALID_VALUE;
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
+    DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, status);
     if (s->kind == SIM_STREAM_LEGACY)
         for (struct CUstream_st *b = ctx->streams; b; b = b->ctx_next)
             if (b->capture && sim_stream_is_blocking(b))
