@@ -5,6 +5,7 @@
  * attributes are in driver_ptr.c, copies and memsets in driver_copy.c, IPC
  * in driver_ipc.c.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -412,73 +413,71 @@ SIM_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
     return drv_leave(CUDA_SUCCESS);
 }
 
+/* The pool attributes, one row each: the field it reads (an int flag or a
+ * 64-bit figure) and what setting it does.  A flag takes the value as 0 or
+ * 1, the threshold takes it as it is, a high-water mark takes only 0,
+ * which resets it to the current figure (reset_from); the current figures
+ * cannot be set. */
+typedef enum pool_set_e { POOL_READ_ONLY, POOL_SET, POOL_RESET } pool_set_t;
+
+#define POOL_FIELD(f) offsetof(struct CUmemPoolHandle_st, f)
+
+static const struct pool_attr_s {
+    int attr;
+    size_t field;
+    bool flag;
+    pool_set_t set;
+    size_t reset_from; /* POOL_RESET: the current figure's field */
+} pool_attrs[] = {
+    {CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, POOL_FIELD(reuse_follow_events), true, POOL_SET, 0},
+    {CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, POOL_FIELD(reuse_opportunistic), true, POOL_SET, 0},
+    {CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, POOL_FIELD(reuse_internal_deps), true, POOL_SET, 0},
+    {CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, POOL_FIELD(release_threshold), false, POOL_SET, 0},
+    {CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, POOL_FIELD(reserved_cur), false, POOL_READ_ONLY, 0},
+    {CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, POOL_FIELD(reserved_high), false, POOL_RESET, POOL_FIELD(reserved_cur)},
+    {CU_MEMPOOL_ATTR_USED_MEM_CURRENT, POOL_FIELD(used_cur), false, POOL_READ_ONLY, 0},
+    {CU_MEMPOOL_ATTR_USED_MEM_HIGH, POOL_FIELD(used_high), false, POOL_RESET, POOL_FIELD(used_cur)},
+};
+
+/* The row of attr, for a live pool and a value to read or write; NULL
+ * otherwise. */
+static const struct pool_attr_s *pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, const void *value)
+{
+    if (!handle_is(pool, SIM_MAGIC_POOL) || !value)
+        return NULL;
+    for (size_t i = 0; i < sizeof pool_attrs / sizeof pool_attrs[0]; i++)
+        if (pool_attrs[i].attr == (int)attr)
+            return &pool_attrs[i];
+    return NULL;
+}
+
 SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     sim_lock();
-    if (!handle_is(pool, SIM_MAGIC_POOL) || !value)
+    const struct pool_attr_s *a = pool_attr(pool, attr, value);
+    if (!a || a->set == POOL_READ_ONLY || (a->set == POOL_RESET && *(cuuint64_t *)value != 0))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    switch ((int)attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-        pool->reuse_follow_events = *(int *)value != 0;
-        break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-        pool->reuse_opportunistic = *(int *)value != 0;
-        break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        pool->reuse_internal_deps = *(int *)value != 0;
-        break;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-        pool->release_threshold = *(cuuint64_t *)value;
-        break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-        if (*(cuuint64_t *)value != 0)
-            return drv_leave(CUDA_ERROR_INVALID_VALUE);
-        pool->reserved_high = pool->reserved_cur;
-        break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        if (*(cuuint64_t *)value != 0)
-            return drv_leave(CUDA_ERROR_INVALID_VALUE);
-        pool->used_high = pool->used_cur;
-        break;
-    default:
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    }
+    char *p = (char *)pool;
+    if (a->flag)
+        *(int *)(p + a->field) = *(int *)value != 0;
+    else if (a->set == POOL_RESET)
+        *(uint64_t *)(p + a->field) = *(uint64_t *)(p + a->reset_from);
+    else
+        *(uint64_t *)(p + a->field) = *(cuuint64_t *)value;
     return drv_leave(CUDA_SUCCESS);
 }
 
 SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     sim_lock();
-    if (!handle_is(pool, SIM_MAGIC_POOL) || !value)
+    const struct pool_attr_s *a = pool_attr(pool, attr, value);
+    if (!a)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    switch ((int)attr) {
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-        *(int *)value = pool->reuse_follow_events;
-        break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-        *(int *)value = pool->reuse_opportunistic;
-        break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        *(int *)value = pool->reuse_internal_deps;
-        break;
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-        *(cuuint64_t *)value = pool->release_threshold;
-        break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-        *(cuuint64_t *)value = pool->reserved_cur;
-        break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-        *(cuuint64_t *)value = pool->reserved_high;
-        break;
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-        *(cuuint64_t *)value = pool->used_cur;
-        break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-        *(cuuint64_t *)value = pool->used_high;
-        break;
-    default:
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    }
+    const char *p = (const char *)pool;
+    if (a->flag)
+        *(int *)value = *(const int *)(p + a->field);
+    else
+        *(cuuint64_t *)value = *(const uint64_t *)(p + a->field);
     return drv_leave(CUDA_SUCCESS);
 }
 
