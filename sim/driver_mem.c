@@ -15,12 +15,19 @@
  * Allocation and free
  * ---------------------------------------------------------------------- */
 
+/* An allocation's arguments (somewhere to answer, some bytes) and the
+ * captures it would break (sim_capture_check_unsafe). */
+static CUresult alloc_check(const void *out, size_t bytesize)
+{
+    if (!out || bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_capture_check_unsafe();
+}
+
 SIM_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     DRV_ENTER(ctx);
-    if (!dptr || bytesize == 0)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = sim_capture_check_unsafe();
+    CUresult r = alloc_check(dptr, bytesize);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     sim_unlock();
@@ -108,9 +115,7 @@ SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 static CUresult host_alloc(void **pp, size_t bytesize, sim_alloc_kind_t kind)
 {
     DRV_ENTER(ctx);
-    if (!pp || bytesize == 0)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = sim_capture_check_unsafe();
+    CUresult r = alloc_check(pp, bytesize);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     return drv_leave(sim_host_alloc(bytesize, kind, ctx, pp));
