@@ -548,8 +548,9 @@ void sim_host_free(sim_alloc_t *a);
 /* Adds an allocation of ctx's device at addr to the table (host memory:
  * pinned, managed, registered, or an IPC mapping). */
 sim_alloc_t *sim_alloc_add(uintptr_t addr, size_t size, sim_alloc_kind_t kind, unsigned flags, struct CUctx_st *ctx);
-/* Adds a filled-in entry to the table / removes one (engine_vmm.c's mappings). */
-sim_alloc_t *sim_alloc_insert(const sim_alloc_t *a);
+/* Adds an entry to the table, with a new buffer id and the rest zero, for
+ * the caller to fill in / removes one. */
+sim_alloc_t *sim_alloc_new(uintptr_t addr, size_t size, sim_alloc_kind_t kind, int device);
 void sim_alloc_remove(sim_alloc_t *a);
 /* Records [p, p+size) of the program's memory as registered. */
 CUresult sim_host_register(void *p, size_t size, unsigned flags, struct CUctx_st *ctx);

@@ -56,28 +56,24 @@ sim_alloc_t *sim_alloc_exact(uintptr_t addr)
     return a && a->addr == addr ? a : NULL;
 }
 
-static sim_alloc_t *table_insert(const sim_alloc_t *a)
+sim_alloc_t *sim_alloc_new(uintptr_t addr, size_t size, sim_alloc_kind_t kind, int device)
 {
     sim.allocs = sim_array_room(sim.allocs, sim.nallocs, &sim.cap_allocs, sizeof *sim.allocs, 64);
-    sim_alloc_t *slot = sim_array_open(sim.allocs, sim.nallocs++, sizeof *sim.allocs, upper_bound(a->addr));
-    *slot = *a;
-    return slot;
-}
-
-static void table_remove(sim_alloc_t *a)
-{
-    vc_release(a->free_vc);
-    sim_array_close(sim.allocs, sim.nallocs--, sizeof *sim.allocs, (size_t)(a - sim.allocs));
-}
-
-sim_alloc_t *sim_alloc_insert(const sim_alloc_t *a)
-{
-    return table_insert(a);
+    sim_alloc_t *a = sim_array_open(sim.allocs, sim.nallocs++, sizeof *sim.allocs, upper_bound(addr));
+    *a = (sim_alloc_t){
+        .addr = addr,
+        .size = size,
+        .kind = kind,
+        .device = device,
+        .buffer_id = ++sim.next_buffer_id,
+    };
+    return a;
 }
 
 void sim_alloc_remove(sim_alloc_t *a)
 {
-    table_remove(a);
+    vc_release(a->free_vc);
+    sim_array_close(sim.allocs, sim.nallocs--, sizeof *sim.allocs, (size_t)(a - sim.allocs));
 }
 
 bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out)
@@ -351,16 +347,10 @@ CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, st
     uintptr_t addr = size <= SIM_SMALL_MAX ? small_take(dev, len) : pages_take(dev, len / SIM_PAGE);
     if (!addr)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    sim_alloc_t a = {
-        .addr = addr,
-        .size = size,
-        .reserved = len,
-        .kind = kind,
-        .device = dev->ordinal,
-        .buffer_id = ++sim.next_buffer_id,
-        .ctx = ctx,
-    };
-    *out = table_insert(&a);
+    sim_alloc_t *a = sim_alloc_new(addr, size, kind, dev->ordinal);
+    a->reserved = len;
+    a->ctx = ctx;
+    *out = a;
     atomic_fetch_add(&sim.device_allocs, 1);
     return CUDA_SUCCESS;
 }
@@ -378,7 +368,7 @@ void sim_dev_free(sim_alloc_t *a)
 {
     if (sim_ipc_freeing(a))
         sim_dev_release_range(a->device, a->addr, a->reserved);
-    table_remove(a);
+    sim_alloc_remove(a);
     atomic_fetch_add(&sim.device_frees, 1);
 }
 
@@ -405,21 +395,15 @@ void sim_host_free(sim_alloc_t *a)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_MANAGED)
         munmap((void *)a->addr, round_up(a->size, page));
-    table_remove(a);
+    sim_alloc_remove(a);
 }
 
 sim_alloc_t *sim_alloc_add(uintptr_t addr, size_t size, sim_alloc_kind_t kind, unsigned flags, struct CUctx_st *ctx)
 {
-    sim_alloc_t a = {
-        .addr = addr,
-        .size = size,
-        .kind = kind,
-        .device = ctx->dev->ordinal,
-        .buffer_id = ++sim.next_buffer_id,
-        .flags = flags,
-        .ctx = ctx,
-    };
-    return table_insert(&a);
+    sim_alloc_t *a = sim_alloc_new(addr, size, kind, ctx->dev->ordinal);
+    a->flags = flags;
+    a->ctx = ctx;
+    return a;
 }
 
 CUresult sim_host_register(void *p, size_t size, unsigned flags, struct CUctx_st *ctx)

@@ -354,15 +354,7 @@ CUresult sim_vmm_map(uintptr_t addr, size_t size, sim_phys_t *p)
     }
     /* A fork child does not inherit device memory. */
     madvise(m, size, MADV_DONTFORK);
-    sim_alloc_t a = {
-        .addr = addr,
-        .size = size,
-        .kind = SIM_ALLOC_VMM,
-        .device = p->device,
-        .buffer_id = ++sim.next_buffer_id,
-        .phys = p,
-    };
-    sim_alloc_insert(&a);
+    sim_alloc_new(addr, size, SIM_ALLOC_VMM, p->device)->phys = p;
     p->maps++;
     return CUDA_SUCCESS;
 }
