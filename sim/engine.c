@@ -263,11 +263,11 @@ static bool parse_us(const char *s, char **end, uint64_t *ns)
  * there, take an unmap's time. */
 static const char *const vmm_call_names[SIM_VMM_NCALLS] = {"reserve", "addressfree", "create", "release",
                                                            "map",     "unmap",       "access"};
-static const unsigned vmm_default_ns[SIM_VMM_NCALLS] = {19000, 25600, 193000, 25600, 1450, 25600, 36000};
+static const uint64_t vmm_default_ns[SIM_VMM_NCALLS] = {19000, 25600, 193000, 25600, 1450, 25600, 36000};
 
 /* "0" (every call free) or a comma-separated list of CALL=MICROSECONDS
  * (fractions allowed); calls not named keep their cost. */
-static bool parse_vmm_costs(const char *v, unsigned ns[SIM_VMM_NCALLS])
+static bool parse_vmm_costs(const char *v, uint64_t ns[SIM_VMM_NCALLS])
 {
     if (strcmp(v, "0") == 0) {
         memset(ns, 0, SIM_VMM_NCALLS * sizeof *ns);
@@ -286,7 +286,7 @@ static bool parse_vmm_costs(const char *v, unsigned ns[SIM_VMM_NCALLS])
         uint64_t cost;
         if (call < 0 || !parse_us(eq + 1, &end, &cost) || (*end && *end != ','))
             return false;
-        ns[call] = (unsigned)cost;
+        ns[call] = cost;
         p = *end ? end + 1 : end;
         if (*end == ',' && !*p)
             return false;

@@ -394,7 +394,7 @@ typedef struct sim_config_s {
     bool race;
     bool race_fatal;
     size_t vmm_granularity; /* cuMemGetAllocationGranularity's answer, minimum and recommended */
-    unsigned vmm_ns[7];     /* cost of each call of the virtual memory API (sim_vmm_call_t) */
+    uint64_t vmm_ns[7];     /* cost of each call of the virtual memory API (sim_vmm_call_t) */
     /* kernels (CUCACHE_SIM_KERNEL_US): the first entry whose name is part
      * of the kernel's name gives its time, else the default */
     uint64_t kernel_ns;

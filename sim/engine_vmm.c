@@ -89,7 +89,7 @@ bool sim_vmm_region(uintptr_t addr)
 
 void sim_vmm_cost(sim_vmm_call_t call)
 {
-    unsigned ns = sim.cfg.vmm_ns[call];
+    uint64_t ns = sim.cfg.vmm_ns[call];
     if (!ns)
         return;
     /* Sleeps overshoot by tens of microseconds: short costs are spun. */
