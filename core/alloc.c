@@ -60,22 +60,9 @@ static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t 
     int r = s && b ? d->be.seg_alloc(d->be.ctx, d->device, size, &addr) : CORE_EFAIL;
     if (r != CORE_OK)
         return seg_refused(d, s, b, r, why);
-    *s = (seg_t){.addr = addr,
-                 .size = size,
-                 .pool = pool,
-                 .stream = stream,
-                 .first = b,
-                 .next = d->segs,
-                 .free_since = d->alloc_clock,
-                 .oversize = size >= d->conf.max_split_size,
-                 .direct = direct};
-    seg_link(d, s);
-    b->addr = addr;
-    b->size = size;
-    b->seg = s;
-    b->pool = pool;
-    b->stream = stream;
-    b->state = BLOCK_FREE;
+    seg_link(d, s, b, pool, stream, addr, size, BLOCK_FREE);
+    s->oversize = size >= d->conf.max_split_size;
+    s->direct = direct;
     pool_tree_insert(pool, b);
     seg_stats(d, s, +1);
     d->stats.num_device_alloc++;
@@ -92,8 +79,11 @@ seg_t *seg_refused(core_dev_t *d, seg_t *s, block_t *b, int r, seg_failure_t *wh
     return NULL;
 }
 
-void seg_link(core_dev_t *d, seg_t *s)
+void seg_link(core_dev_t *d, seg_t *s, block_t *b, pool_t *pool, core_stream_t stream, uintptr_t addr, size_t size,
+              block_state_t state)
 {
+    *s = (seg_t){.addr = addr, .size = size, .pool = pool, .stream = stream, .first = b, .free_since = d->alloc_clock};
+    *b = (block_t){.addr = addr, .size = size, .seg = s, .pool = pool, .stream = stream, .state = state};
     s->prev = NULL;
     s->next = d->segs;
     if (d->segs)

@@ -111,11 +111,7 @@ void core_dev_destroy(core_dev_t *d)
             exp_seg_destroy(d, s);
             continue;
         }
-        for (block_t *b = s->first, *bn; b; b = bn) {
-            bn = b->next;
-            hostalloc_free(b->uses);
-            hostalloc_free(b);
-        }
+        block_free_chain(s->first);
         d->be.seg_free(d->be.ctx, d->device, s->addr, s->size);
         hostalloc_free(s);
     }

@@ -47,16 +47,9 @@ static seg_t *seg_new_expandable(core_dev_t *d, pool_t *pool, core_stream_t stre
     int r = s && b ? d->be.va_reserve(d->be.ctx, d->device, size, align, &addr) : CORE_EFAIL;
     if (r != CORE_OK)
         return seg_refused(d, s, b, r, why);
-    *s = (seg_t){.addr = addr,
-                 .size = size,
-                 .pool = pool,
-                 .stream = stream,
-                 .first = b,
-                 .free_since = d->alloc_clock,
-                 .expandable = true,
-                 .page = page};
-    seg_link(d, s);
-    *b = (block_t){.addr = addr, .size = size, .seg = s, .pool = pool, .stream = stream, .state = BLOCK_UNMAPPED};
+    seg_link(d, s, b, pool, stream, addr, size, BLOCK_UNMAPPED);
+    s->expandable = true;
+    s->page = page;
     return s;
 }
 

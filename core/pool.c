@@ -223,6 +223,15 @@ block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
     return b;
 }
 
+void block_free_chain(block_t *first)
+{
+    for (block_t *b = first, *next; b; b = next) {
+        next = b->next;
+        hostalloc_free(b->uses);
+        hostalloc_free(b);
+    }
+}
+
 void block_split(block_t *b, uintptr_t at, block_t *r)
 {
     *r = *b;

@@ -58,18 +58,23 @@ static void reset_accumulated(core_stat_t *s)
     s->allocated = s->freed = 0;
 }
 
+/* Applies reset to every gauge (per pool class, and the plain ones). */
+static void reset_gauges(core_stats_t *s, void (*reset)(core_stat_t *))
+{
+#define RESET_ARRAY(name)                                                                                              \
+    for (int i = 0; i < CORE_POOL_CLASSES; i++)                                                                        \
+        reset(&s->name[i]);
+    CORE_STAT_ARRAYS(RESET_ARRAY)
+#undef RESET_ARRAY
+#define RESET_PLAIN(name) reset(&s->name);
+    CORE_STAT_PLAIN(RESET_PLAIN)
+#undef RESET_PLAIN
+}
+
 void core_stats_reset_peaks(core_dev_t *d)
 {
     dev_lock(d);
-    core_stats_t *s = &d->stats;
-#define RESET_ARRAY(name)                                                                                              \
-    for (int i = 0; i < CORE_POOL_CLASSES; i++)                                                                        \
-        reset_peak(&s->name[i]);
-    CORE_STAT_ARRAYS(RESET_ARRAY)
-#undef RESET_ARRAY
-#define RESET_PLAIN(name) reset_peak(&s->name);
-    CORE_STAT_PLAIN(RESET_PLAIN)
-#undef RESET_PLAIN
+    reset_gauges(&d->stats, reset_peak);
     dev_unlock(d);
 }
 
@@ -77,14 +82,7 @@ void core_stats_reset_accumulated(core_dev_t *d)
 {
     dev_lock(d);
     core_stats_t *s = &d->stats;
-#define RESET_ARRAY(name)                                                                                              \
-    for (int i = 0; i < CORE_POOL_CLASSES; i++)                                                                        \
-        reset_accumulated(&s->name[i]);
-    CORE_STAT_ARRAYS(RESET_ARRAY)
-#undef RESET_ARRAY
-#define RESET_PLAIN(name) reset_accumulated(&s->name);
-    CORE_STAT_PLAIN(RESET_PLAIN)
-#undef RESET_PLAIN
+    reset_gauges(s, reset_accumulated);
 #define RESET_COUNTER(name) s->name = 0;
     CORE_STAT_COUNTERS(RESET_COUNTER)
 #undef RESET_COUNTER

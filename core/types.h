@@ -332,6 +332,9 @@ void pool_tree_insert(pool_t *pool, block_t *b);
 void pool_tree_remove(pool_t *pool, block_t *b);
 block_t *block_new(core_dev_t *d);
 void block_delete(core_dev_t *d, block_t *b);
+/* Frees a destroyed segment's block structs, first and every one after it
+ * (their record_stream lists too), to the host, not to the spares. */
+void block_free_chain(block_t *first);
 /* Splits block b at `at` (b->addr < at < its end) with the block struct r:
  * b keeps the low part; r, a copy of b, the high part, in no tree.  Trees
  * and statistics are the caller's. */
@@ -402,8 +405,11 @@ void seg_release(core_dev_t *d, seg_t *s);
 /* The structs of a segment the backend refused (either may be NULL) given
  * back, the error noted: NULL. */
 seg_t *seg_refused(core_dev_t *d, seg_t *s, block_t *b, int r, seg_failure_t *why);
-/* Links a new segment into the device's list and its pool's count. */
-void seg_link(core_dev_t *d, seg_t *s);
+/* Fills a new segment s at [addr, addr+size) of (pool, stream), its one
+ * block b covering it in `state` (the other fields zero), and links it
+ * into the device's list and its pool's count. */
+void seg_link(core_dev_t *d, seg_t *s, block_t *b, pool_t *pool, core_stream_t stream, uintptr_t addr, size_t size,
+              block_state_t state);
 /* Unlinks a segment and frees it (and its pool when destroyed and empty). */
 void seg_unlink_free(core_dev_t *d, seg_t *s);
 bool seg_may_release(const core_dev_t *d, const seg_t *s, const ppool_t *only);

@@ -216,11 +216,7 @@ void exp_seg_destroy(core_dev_t *d, seg_t *s)
         if (z > a)
             d->be.unmap(d->be.ctx, d->device, a, z - a);
     }
-    for (block_t *b = s->first, *bn; b; b = bn) {
-        bn = b->next;
-        hostalloc_free(b->uses);
-        hostalloc_free(b);
-    }
+    block_free_chain(s->first);
     d->be.va_release(d->be.ctx, d->device, s->addr, s->size);
     hostalloc_free(s);
 }
