@@ -211,13 +211,10 @@ block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t roun
     /* every block struct this may need, first: an unmapped block split on
      * both sides, the free block carved in front, and pool_take's split */
     block_t *spare[4] = {0};
-    for (int i = 0; i < 4; i++)
-        if (!(spare[i] = block_new(d))) {
-            while (i--)
-                block_delete(d, spare[i]);
-            why->backend_error = CORE_EFAIL;
-            return NULL;
-        }
+    if (!block_new_n(d, spare, 4)) {
+        why->backend_error = CORE_EFAIL;
+        return NULL;
+    }
     seg_t *s = best.first->seg;
     if (!map_place(d, &best, rounded, why)) {
         for (int i = 0; i < 4; i++)

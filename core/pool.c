@@ -223,6 +223,17 @@ block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
     return b;
 }
 
+bool block_new_n(core_dev_t *d, block_t **out, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!(out[i] = block_new(d))) {
+            while (i--)
+                block_delete(d, out[i]);
+            return false;
+        }
+    return true;
+}
+
 void block_free_chain(block_t *first)
 {
     for (block_t *b = first, *next; b; b = next) {

@@ -207,13 +207,10 @@ block_t *share_take(core_dev_t *d, const share_t *p, size_t rounded, seg_failure
     uintptr_t tfrom = p->tail_donor ? p->tail_donor->addr + p->tail - page : 0;
     uintptr_t hfrom = p->head_donor ? p->head_donor->addr + p->head_donor->size - p->head : 0;
     block_t *spare[6] = {0};
-    for (int i = 0; i < 6; i++)
-        if (!(spare[i] = block_new(d))) {
-            while (i--)
-                block_delete(d, spare[i]);
-            why->backend_error = CORE_EFAIL;
-            return NULL;
-        }
+    if (!block_new_n(d, spare, 6)) {
+        why->backend_error = CORE_EFAIL;
+        return NULL;
+    }
     int r = CORE_OK;
     bool tmapped = false, hmapped = false;
     if (p->tail_donor && (r = d->be.map_alias(d->be.ctx, d->device, q0, tfrom, page)) == CORE_OK)

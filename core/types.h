@@ -332,6 +332,8 @@ void pool_tree_insert(pool_t *pool, block_t *b);
 void pool_tree_remove(pool_t *pool, block_t *b);
 block_t *block_new(core_dev_t *d);
 void block_delete(core_dev_t *d, block_t *b);
+/* n new block structs into out[0..n), or none (false: out of host memory). */
+bool block_new_n(core_dev_t *d, block_t **out, int n);
 /* Frees a destroyed segment's block structs, first and every one after it
  * (their record_stream lists too), to the host, not to the spares. */
 void block_free_chain(block_t *first);

@@ -100,22 +100,25 @@ CUCACHE_EXPORT int cucache_stat(int device, const char *key, int64_t *value)
     return 0;
 }
 
-CUCACHE_EXPORT int cucache_reset_peak_stats(int device)
+/* Applies reset to the device's statistics: 0, or -1 for a device with no
+ * allocator. */
+static int reset_stats(int device, void (*reset)(core_dev_t *))
 {
     core_dev_t *d = device_core(device);
     if (!d)
         return -1;
-    core_stats_reset_peaks(d);
+    reset(d);
     return 0;
+}
+
+CUCACHE_EXPORT int cucache_reset_peak_stats(int device)
+{
+    return reset_stats(device, core_stats_reset_peaks);
 }
 
 CUCACHE_EXPORT int cucache_reset_accumulated_stats(int device)
 {
-    core_dev_t *d = device_core(device);
-    if (!d)
-        return -1;
-    core_stats_reset_accumulated(d);
-    return 0;
+    return reset_stats(device, core_stats_reset_accumulated);
 }
 
 typedef struct text_out_s {
