@@ -75,35 +75,32 @@ static const char *candidates[CORE_WHATIF_MAX - 1]; /* room for the current sett
 static size_t ncandidates;
 static pthread_once_t candidates_once = PTHREAD_ONCE_INIT;
 
-static void candidate_add(const char *first, const char *second)
+/* Adds "first,reuse:rule" (either part may be empty: "" and NULL); a
+ * setting too long for its buffer is left out. */
+static void candidate_add(const char *first, const core_rule_t *rule)
 {
     if (ncandidates == NELEM(candidates))
         return;
     char *t = candidate_text[ncandidates];
-    snprintf(t, CANDIDATE_LEN, "%s%s%s", first, *first && *second ? "," : "", second);
-    candidates[ncandidates++] = t;
-}
-
-static void candidate_add_rule(const char *prefix, const core_rule_t *r)
-{
-    char rule[CANDIDATE_LEN];
-    snprintf(rule, sizeof rule, "reuse:%s", r->name);
-    candidate_add(prefix, rule);
+    int n = snprintf(t, CANDIDATE_LEN, "%s%s%s%s", first, *first && rule ? "," : "", rule ? "reuse:" : "",
+                     rule ? rule->name : "");
+    if (n > 0 && n < CANDIDATE_LEN)
+        candidates[ncandidates++] = t;
 }
 
 static void candidates_build(void)
 {
     for (size_t i = 0; i < NELEM(candidate_prefixes); i++)
-        candidate_add(candidate_prefixes[i], "");
+        candidate_add(candidate_prefixes[i], NULL);
     for (int r = 0; r < CONF_REUSE_COUNT; r++)
         if (core_rules[r].whatif)
-            candidate_add_rule("", &core_rules[r]);
+            candidate_add("", &core_rules[r]);
     for (size_t i = 0; i < NELEM(candidate_others); i++)
-        candidate_add(candidate_others[i], "");
+        candidate_add(candidate_others[i], NULL);
     for (size_t i = 0; i < NELEM(candidate_with_rules); i++)
         for (int r = 0; r < CONF_REUSE_COUNT; r++)
             if (core_rules[r].whatif)
-                candidate_add_rule(candidate_with_rules[i], &core_rules[r]);
+                candidate_add(candidate_with_rules[i], &core_rules[r]);
 }
 
 const char *core_whatif_candidate(size_t i)

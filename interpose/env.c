@@ -192,7 +192,7 @@ static int env_check(void)
         if (env.snapshot_on && !env.snapshot)
             return env_bad(HOOK_ENV_SNAPSHOT_ON, "CUCACHE_SNAPSHOT_ON=%s needs CUCACHE_SNAPSHOT (where to write)", on);
     }
-    unsigned long long n;
+    unsigned long long n = 0;
     const char *events = nonempty(secure_getenv("CUCACHE_SNAPSHOT_EVENTS"));
     if (events) {
         if (env_count(HOOK_ENV_SNAPSHOT_EVENTS, "CUCACHE_SNAPSHOT_EVENTS", events, 0, HOOK_RING_EVENTS_MAX,
