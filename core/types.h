@@ -86,6 +86,8 @@
  *   backend_mem.c mem_backend_     an in-process device for tests, the
  *                                  replay and the what-if
  *   rbtree.c    rb_                the free trees' red-black tree
+ *   hashtab.c   ht_                the one hash table (uint64 -> uint64)
+ *   vec.c       vec_               the one growable array
  *   hostalloc.c hostalloc_         metadata memory (hidden jemalloc arena)
  */
 #ifndef CUCACHE_CORE_TYPES_H
