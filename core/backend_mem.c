@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "hostalloc.h"
+#include "vec.h"
 
 void mem_backend_init(mem_backend_t *m, size_t capacity)
 {
@@ -20,8 +21,7 @@ void mem_backend_init(mem_backend_t *m, size_t capacity)
 
 void mem_backend_fini(mem_backend_t *m)
 {
-    hostalloc_free(m->seg_addr);
-    hostalloc_free(m->seg_size);
+    ht_fini(&m->segs);
     hostalloc_free(m->pages);
     hostalloc_free(m->alias);
     pthread_mutex_destroy(&m->lock);
@@ -51,25 +51,13 @@ static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
         r = m->fail_code;
     } else if (size > m->capacity - m->used) {
         r = CORE_ENOMEM;
-    } else if (m->nsegs == m->cap_segs) {
-        size_t n = m->cap_segs ? m->cap_segs * 2 : 64;
-        uintptr_t *a = hostalloc_realloc(m->seg_addr, n * sizeof *a);
-        if (a)
-            m->seg_addr = a;
-        size_t *s = a ? hostalloc_realloc(m->seg_size, n * sizeof *s) : NULL;
-        if (s)
-            m->seg_size = s;
-        if (!a || !s)
-            r = CORE_EFAIL;
-        else
-            m->cap_segs = n;
+    } else if (!ht_put(&m->segs, m->next_addr, size)) {
+        r = CORE_EFAIL;
     }
     if (r == CORE_OK) {
         *addr = m->next_addr;
         m->next_addr += (size + 4095) & ~(size_t)4095;
         m->used += size;
-        m->seg_addr[m->nsegs] = *addr;
-        m->seg_size[m->nsegs] = size;
         m->nsegs++;
         m->n_alloc++;
         if (size > m->max_seg)
@@ -84,15 +72,12 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
     mem_backend_t *m = ctx;
     (void)device;
     mb_lock(m);
-    size_t i = 0;
-    while (i < m->nsegs && m->seg_addr[i] != addr)
-        i++;
-    if (i == m->nsegs || m->seg_size[i] != size) {
+    uint64_t live;
+    if (!ht_get(&m->segs, addr, &live) || live != size) {
         m->n_bad_free++;
     } else {
+        ht_del(&m->segs, addr, NULL);
         m->used -= size;
-        m->seg_addr[i] = m->seg_addr[m->nsegs - 1];
-        m->seg_size[i] = m->seg_size[m->nsegs - 1];
         m->nsegs--;
         m->n_free++;
     }
@@ -263,15 +248,8 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
         r = CORE_EFAIL;
     } else if (size > m->capacity - m->used) {
         r = CORE_ENOMEM;
-    } else if (m->npages + n > m->cap_pages) {
-        size_t cap = m->cap_pages ? m->cap_pages * 2 : 256;
-        while (cap < m->npages + n)
-            cap *= 2;
-        uintptr_t *p = hostalloc_realloc(m->pages, cap * sizeof *p);
-        if (!p)
-            r = CORE_EFAIL;
-        else
-            m->pages = p, m->cap_pages = cap;
+    } else if (!vec_reserve((void **)&m->pages, &m->cap_pages, m->npages + n, sizeof *m->pages)) {
+        r = CORE_EFAIL;
     }
     size_t i = page_lower(m, addr);
     if (r == CORE_OK && i < m->npages && m->pages[i] < addr + size)
@@ -335,16 +313,8 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
                   m->pages[i + size / g - 1] == from + size - g;
     bool taken = (j < m->npages && m->pages[j] < addr + size) || alias_find(m, addr, size) < m->nalias;
     int r = mapped && !taken ? CORE_OK : CORE_EFAIL;
-    if (r == CORE_OK && m->nalias == m->cap_alias) {
-        size_t cap = m->cap_alias ? m->cap_alias * 2 : 16;
-        struct mem_alias_s *a = hostalloc_realloc(m->alias, cap * sizeof *a);
-        if (a) {
-            m->alias = a;
-            m->cap_alias = cap;
-        } else {
-            r = CORE_EFAIL;
-        }
-    }
+    if (r == CORE_OK && !vec_reserve((void **)&m->alias, &m->cap_alias, m->nalias + 1, sizeof *m->alias))
+        r = CORE_EFAIL;
     if (r == CORE_OK) {
         m->alias[m->nalias++] = (struct mem_alias_s){addr, from, size};
     } else {

@@ -21,6 +21,7 @@
 
 #include "hostalloc.h"
 #include "types.h"
+#include "vec.h"
 
 enum { JR_STREAMS_MAX = 0xFFFF }; /* index JR_STREAMS_MAX: every stream past the table's end */
 
@@ -45,53 +46,18 @@ void jr_fini(journal_t *j)
 {
     hostalloc_free(j->ring);
     hostalloc_free(j->keys);
-    hostalloc_free(j->slots);
+    ht_fini(&j->index);
     memset(j, 0, sizeof *j);
-}
-
-static size_t key_hash(core_stream_t k, size_t mask)
-{
-    uint64_t x = (uint64_t)k * 0x9e3779b97f4a7c15ull;
-    return (size_t)(x >> 32) & mask;
-}
-
-/* Doubles the key table's hash (slots hold index + 1; 0 is empty). */
-static bool keys_grow(journal_t *j)
-{
-    size_t n = j->nslots ? j->nslots * 2 : 64;
-    uint32_t *slots = hostalloc_calloc(n, sizeof *slots);
-    core_stream_t *keys = hostalloc_realloc(j->keys, (n / 2) * sizeof *keys);
-    if (!slots || !keys) {
-        hostalloc_free(slots);
-        if (keys)
-            j->keys = keys;
-        return false;
-    }
-    j->keys = keys;
-    for (uint32_t i = 0; i < j->nkeys; i++) {
-        size_t h = key_hash(keys[i], n - 1);
-        while (slots[h])
-            h = (h + 1) & (n - 1);
-        slots[h] = i + 1;
-    }
-    hostalloc_free(j->slots);
-    j->slots = slots;
-    j->nslots = n;
-    return true;
 }
 
 /* The index of stream key k when the table has it (0 is key 0), else
  * JR_STREAMS_MAX; adds nothing. */
 static uint32_t key_lookup(const journal_t *j, core_stream_t k)
 {
+    uint64_t index;
     if (k == 0)
         return 0;
-    if (!j->nslots)
-        return JR_STREAMS_MAX;
-    for (size_t h = key_hash(k, j->nslots - 1); j->slots[h]; h = (h + 1) & (j->nslots - 1))
-        if (j->keys[j->slots[h] - 1] == k)
-            return j->slots[h];
-    return JR_STREAMS_MAX;
+    return ht_get(&j->index, k, &index) ? (uint32_t)index : JR_STREAMS_MAX;
 }
 
 /* The index of stream key k (0 is key 0); JR_STREAMS_MAX when the table is
@@ -102,27 +68,21 @@ static uint32_t key_index(journal_t *j, core_stream_t k)
         return 0;
     if (k == j->last_key)
         return j->last_index;
-    if (!j->nslots && !keys_grow(j))
-        return JR_STREAMS_MAX;
-    size_t mask = j->nslots - 1, h = key_hash(k, mask);
-    for (; j->slots[h]; h = (h + 1) & mask)
-        if (j->keys[j->slots[h] - 1] == k)
-            goto found;
-    if (j->nkeys + 1 >= JR_STREAMS_MAX)
-        return JR_STREAMS_MAX;
-    if ((j->nkeys + 1) * 2 > j->nslots) {
-        if (!keys_grow(j))
+    const uint64_t *found = ht_find(&j->index, k);
+    uint32_t index;
+    if (found) {
+        index = (uint32_t)*found;
+    } else {
+        if (j->nkeys + 1 >= JR_STREAMS_MAX ||
+            !vec_reserve((void **)&j->keys, &j->keys_cap, j->nkeys + 1, sizeof *j->keys) ||
+            !ht_put(&j->index, k, j->nkeys + 1))
             return JR_STREAMS_MAX;
-        mask = j->nslots - 1;
-        for (h = key_hash(k, mask); j->slots[h]; h = (h + 1) & mask)
-            ;
+        j->keys[j->nkeys] = k;
+        index = ++j->nkeys;
     }
-    j->keys[j->nkeys] = k;
-    j->slots[h] = ++j->nkeys;
-found:
     j->last_key = k;
-    j->last_index = j->slots[h]; /* index + 1: index 0 is key 0 */
-    return j->last_index;
+    j->last_index = index; /* index + 1 into keys: index 0 is key 0 */
+    return index;
 }
 
 void jr_push(core_dev_t *d, jr_op_t op, unsigned how, int pool, core_stream_t s1, core_stream_t s2, uint64_t size,
@@ -157,17 +117,11 @@ static int pool_of(uint64_t w)
     return (int)((w >> 16) & 0xFFFF);
 }
 
-/* Appends an allocation live when the window begins (*cap grows). */
+/* Appends an allocation live when the window begins (*cap: out->live's). */
 static bool live_add(jr_copy_t *out, size_t *cap, jr_live_t l)
 {
-    if (out->nlive == *cap) {
-        size_t n = *cap * 2 + 16;
-        jr_live_t *p = hostalloc_realloc(out->live, n * sizeof *p);
-        if (!p)
-            return false;
-        out->live = p;
-        *cap = n;
-    }
+    if (!vec_reserve((void **)&out->live, cap, out->nlive + 1, sizeof *out->live))
+        return false;
     out->live[out->nlive++] = l;
     return true;
 }

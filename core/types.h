@@ -99,6 +99,7 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "hashtab.h"
 #include "rbtree.h"
 #include "rules.h"
 #include "stats.h"
@@ -232,8 +233,8 @@ typedef struct journal_s {
     /* stream keys, interned: keys[i - 1] has index i */
     core_stream_t *keys;
     uint32_t nkeys;
-    uint32_t *slots; /* open-addressing hash of keys: index, 0 empty */
-    size_t nslots;
+    size_t keys_cap; /* of keys (vec_reserve) */
+    ht_t index;      /* key -> its index */
     core_stream_t last_key;
     uint32_t last_index;
 } journal_t;

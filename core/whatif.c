@@ -37,6 +37,7 @@
 #include <time.h>
 
 #include "backend_mem.h"
+#include "hashtab.h"
 #include "hostalloc.h"
 #include "types.h"
 
@@ -114,100 +115,6 @@ static double now_s(void)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* Allocation number -> address in the replay: open addressing, sized by
- * what is live (it grows), so that it stays in the caches. */
-typedef struct addr_tab_s {
-    uint64_t *ids; /* id + 1; 0: empty */
-    uintptr_t *addrs;
-    size_t mask, count;
-} addr_tab_t;
-
-static bool tab_alloc(addr_tab_t *t, size_t cap)
-{
-    t->ids = hostalloc_calloc(cap, sizeof *t->ids);
-    t->addrs = hostalloc_calloc(cap, sizeof *t->addrs);
-    t->mask = cap - 1;
-    t->count = 0;
-    return t->ids && t->addrs;
-}
-
-static bool tab_init(addr_tab_t *t, size_t n)
-{
-    size_t cap = 1024;
-    while (cap < 2 * n + 2)
-        cap <<= 1;
-    return tab_alloc(t, cap);
-}
-
-static void tab_fini(addr_tab_t *t)
-{
-    hostalloc_free(t->ids);
-    hostalloc_free(t->addrs);
-}
-
-static size_t tab_home(const addr_tab_t *t, uint64_t id)
-{
-    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & t->mask;
-}
-
-static size_t tab_slot(const addr_tab_t *t, uint64_t id)
-{
-    size_t h = tab_home(t, id);
-    while (t->ids[h] && t->ids[h] != id + 1)
-        h = (h + 1) & t->mask;
-    return h;
-}
-
-static void tab_put(addr_tab_t *t, uint64_t id, uintptr_t addr);
-
-/* Doubles the table; false (unchanged) when host memory is short. */
-static bool tab_grow(addr_tab_t *t)
-{
-    addr_tab_t n;
-    if (!tab_alloc(&n, (t->mask + 1) * 2)) {
-        tab_fini(&n);
-        return false;
-    }
-    for (size_t i = 0; i <= t->mask; i++)
-        if (t->ids[i])
-            tab_put(&n, t->ids[i] - 1, t->addrs[i]);
-    tab_fini(t);
-    *t = n;
-    return true;
-}
-
-static void tab_put(addr_tab_t *t, uint64_t id, uintptr_t addr)
-{
-    if ((t->count + 1) * 2 > t->mask + 1 && !tab_grow(t) && t->count + 1 > t->mask)
-        return; /* full and no memory: forgotten (its free is then skipped) */
-    size_t h = tab_slot(t, id);
-    t->count += !t->ids[h];
-    t->ids[h] = id + 1;
-    t->addrs[h] = addr;
-}
-
-/* The address of id, removed (backward-shift deletion); 0 when unknown. */
-static uintptr_t tab_take(addr_tab_t *t, uint64_t id)
-{
-    size_t h = tab_slot(t, id);
-    if (!t->ids[h])
-        return 0;
-    uintptr_t a = t->addrs[h];
-    t->ids[h] = 0;
-    t->count--;
-    for (size_t i = (h + 1) & t->mask; t->ids[i]; i = (i + 1) & t->mask) {
-        size_t home = tab_home(t, t->ids[i] - 1);
-        /* move i back to h when its home is not in (h, i] */
-        if ((i > h && (home <= h || home > i)) || (i < h && home <= h && home > i)) {
-            t->ids[h] = t->ids[i];
-            t->addrs[h] = t->addrs[i];
-            t->ids[i] = 0;
-            h = i;
-        }
-    }
-    return a;
 }
 
 /* What one worker shares with the others. */
@@ -297,9 +204,9 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
         d->streams = c->streams;
         d->no_hand_out = c->no_hand_out;
     }
-    addr_tab_t tab = {0};
+    ht_t tab = {0}; /* allocation number -> address in the replay */
     pools_t pools = {.n = 0};
-    bool ok = d && tab_init(&tab, c->nlive);
+    bool ok = d && ht_reserve(&tab, c->nlive);
     bool capturing = false;
     row->ooms = 0;
     row->first_oom = UINT64_MAX;
@@ -309,7 +216,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
         if (a && l->multi) /* used on other streams before the window: its free waits for the fence, as in the run */
             core_record_stream(d, a, JR_MULTI_STREAM);
         if (a)
-            tab_put(&tab, l->id, a);
+            ht_put(&tab, l->id, a); /* no host memory: forgotten (its free is then skipped) */
         else if (row->ooms++ == 0)
             row->first_oom = 0;
     }
@@ -328,7 +235,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
         case JR_ALLOC: {
             uintptr_t a = replay_alloc(d, &pools, pool, s1, r->size);
             if (a)
-                tab_put(&tab, r->id, a);
+                ht_put(&tab, r->id, a);
             else if (row->ooms++ == 0)
                 row->first_oom = i + 1;
             if (!a && !to_the_end)
@@ -347,13 +254,13 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
             break;
         }
         case JR_FREE: {
-            uintptr_t a = tab_take(&tab, r->id);
-            if (!a)
+            uint64_t a;
+            if (!ht_del(&tab, r->id, &a))
                 break; /* its allocation failed here */
             core_free_t h = (core_free_t)(how & ~JR_HOW_MULTI);
             if (s2 == 0 && h != CORE_FREE_AFTER_STREAM) /* a plain free: the setting's reuse rule */
                 h = rule_plain_free(conf_rule(conf), !capturing);
-            core_free(d, a, h, s2);
+            core_free(d, (uintptr_t)a, h, s2);
             break;
         }
         case JR_POLL: /* after a stream or event synchronisation (busy: taken for the device's) */
@@ -390,9 +297,9 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
             pool_forget(&pools, pool);
             break;
         case JR_RECORD_STREAM: {
-            size_t h = tab_slot(&tab, r->id);
-            if (tab.ids[h])
-                core_record_stream(d, tab.addrs[h], s2);
+            uint64_t a;
+            if (ht_get(&tab, r->id, &a))
+                core_record_stream(d, (uintptr_t)a, s2);
             break;
         }
         default:
@@ -409,7 +316,7 @@ static bool replay_one(job_t *j, const conf_t *conf, core_whatif_row_t *row, boo
         row->fits = false;
     if (max_seg)
         *max_seg = m.max_seg;
-    tab_fini(&tab);
+    ht_fini(&tab);
     core_dev_destroy(d);
     mem_backend_fini(&m);
     return ok;
