@@ -29,8 +29,9 @@
  * marker completes only at the job's next synchronisation or when the core
  * waits for it: the other bound.
  *
- * Addresses: the job's addresses only match frees to allocations; a hash
- * map takes each recorded address to the replay's.  Allocated and reserved
+ * Addresses: the job's addresses only match frees to allocations; a map
+ * (live.c) takes each recorded address to the replay's.  The device
+ * under the core is backend.c's.  Allocated and reserved
  * bytes are followed through the core's observer, at every change, so a
  * peak inside one call (a segment allocated before the retry ladder frees
  * others) counts as it does in the core's own statistics.
@@ -40,168 +41,29 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend_mem.h"
-#include "core.h"
-#include "replay.h"
+#include "engine.h"
 #include "rules.h"
 #include "stats.h"
 
 enum {
-    RP_MAX_DEVICES = 64, /* the core's limit (core/alloc.c) */
     RP_KEY_LEGACY = 1,   /* the interposer's key of the legacy stream */
     RP_KEY_PTDS_TAG = 3, /* ... and the tag of per-thread default streams */
-    RP_MAX_CAPTURES = 64,
 };
 
 #define RP_STREAM_LEGACY 0x1u     /* cudaStreamLegacy / CU_STREAM_LEGACY */
 #define RP_STREAM_PER_THREAD 0x2u /* cudaStreamPerThread / CU_STREAM_PER_THREAD */
 
 /* ------------------------------------------------------------------------
- * The address map: recorded address -> the replay's allocation
- * ---------------------------------------------------------------------- */
-
-typedef struct live_s {
-    uint64_t key;       /* the recorded address; 0 = empty slot */
-    uint64_t addr;      /* the replay's address; 0: not held here (failed, or a graph node) */
-    uint64_t requested; /* bytes asked for */
-    uint64_t charged;   /* bytes the reference models reserve */
-    uint64_t held;      /* ... and count as allocated */
-    int16_t device;
-    bool fallback; /* addr is the runtime's allocation (opts->fallback), not the core's */
-} live_t;
-
-typedef struct livemap_s {
-    live_t *slots;
-    size_t mask; /* capacity - 1 (a power of two) */
-    size_t n;
-    live_t zero;    /* the entry of address 0 (0 marks empty slots) */
-    bool has_zero;
-} livemap_t;
-
-static inline size_t live_hash(uint64_t k)
-{
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdull;
-    k ^= k >> 33;
-    return (size_t)k;
-}
-
-static int livemap_init(livemap_t *m, size_t expect)
-{
-    size_t cap = 64;
-    while (cap < expect * 2)
-        cap <<= 1;
-    m->slots = calloc(cap, sizeof *m->slots);
-    m->mask = cap - 1;
-    m->n = 0;
-    return m->slots ? 0 : -1;
-}
-
-static live_t *livemap_find(livemap_t *m, uint64_t key)
-{
-    if (key == 0)
-        return m->has_zero ? &m->zero : NULL;
-    for (size_t i = live_hash(key) & m->mask;; i = (i + 1) & m->mask) {
-        if (m->slots[i].key == key)
-            return &m->slots[i];
-        if (m->slots[i].key == 0)
-            return NULL;
-    }
-}
-
-static int livemap_grow(livemap_t *m)
-{
-    livemap_t g;
-    if (livemap_init(&g, (m->mask + 1)) != 0)
-        return -1;
-    for (size_t i = 0; i <= m->mask; i++) {
-        if (m->slots[i].key == 0)
-            continue;
-        size_t j = live_hash(m->slots[i].key) & g.mask;
-        while (g.slots[j].key != 0)
-            j = (j + 1) & g.mask;
-        g.slots[j] = m->slots[i];
-    }
-    g.n = m->n;
-    free(m->slots);
-    m->slots = g.slots, m->mask = g.mask;
-    return 0;
-}
-
-/* Inserts (or overwrites) the entry for key.  NULL when out of memory. */
-static live_t *livemap_put(livemap_t *m, uint64_t key)
-{
-    if (key == 0) {
-        m->has_zero = true;
-        m->zero = (live_t){0};
-        return &m->zero;
-    }
-    if ((m->n + 1) * 2 > m->mask + 1 && livemap_grow(m) != 0)
-        return NULL;
-    size_t i = live_hash(key) & m->mask;
-    while (m->slots[i].key != 0 && m->slots[i].key != key)
-        i = (i + 1) & m->mask;
-    if (m->slots[i].key == 0)
-        m->n++;
-    m->slots[i].key = key;
-    return &m->slots[i];
-}
-
-/* Removes e (a slot of m), shifting the probe chain back over the hole. */
-static void livemap_del(livemap_t *m, live_t *e)
-{
-    if (e == &m->zero) {
-        m->has_zero = false;
-        return;
-    }
-    size_t hole = (size_t)(e - m->slots);
-    m->slots[hole].key = 0;
-    m->n--;
-    for (size_t i = (hole + 1) & m->mask; m->slots[i].key != 0; i = (i + 1) & m->mask) {
-        size_t home = live_hash(m->slots[i].key) & m->mask;
-        /* the entry may move to the hole when the hole lies on its probe
-         * path, i.e. cyclically within [home, i) */
-        if (((i - home) & m->mask) >= ((i - hole) & m->mask)) {
-            m->slots[hole] = m->slots[i];
-            m->slots[i].key = 0;
-            hole = i;
-        }
-    }
-}
-
-/* ------------------------------------------------------------------------
  * Replay state
  * ---------------------------------------------------------------------- */
-
-typedef struct capture_s {
-    uint32_t tid;
-    uint64_t stream;
-} capture_t;
-
-typedef struct rdev_s {
-    mem_backend_t mb;   /* markers (events, fences): always completed */
-    core_backend_t mem; /* mb's vtable */
-    rp_space_t space;   /* pages and addresses (device.c) */
-    core_dev_t *core;
-    int capture_pool;                   /* 0 until the first capture */
-    capture_t captures[RP_MAX_CAPTURES]; /* captures under way */
-    int ncaptures;
-    uint64_t allocated, reserved; /* followed through the observer */
-    int device;
-    uint64_t va_next; /* expandable segments' addresses: a range of their own */
-    unsigned streams; /* the program's streams the recording counted (TRACE_REC_COUNTED) */
-    rp_result_t *res; /* for the virtual memory call counts */
-    uintptr_t *alias; /* second mappings of shared pages (map_alias): their addresses, charged nothing */
-    size_t nalias, cap_alias;
-} rdev_t;
 
 typedef struct replay_s {
     const rp_input_t *in;
     const rp_config_t *cfg;
     const rp_opts_t *opts;
     rp_result_t *res;
-    rdev_t *devs[RP_MAX_DEVICES];
-    livemap_t live;
+    rp_dev_t *devs[RP_MAX_DEVICES];
+    rp_livemap_t live;                       /* by recorded address */
     uint64_t allocated, reserved, requested; /* sums over devices */
     size_t event;                            /* the event being replayed */
     bool new_peak;                           /* the current event set a reserved peak */
@@ -209,7 +71,7 @@ typedef struct replay_s {
 
 /* The levels changed (on rd, when not NULL): follow the peaks and the
  * curve. */
-static void level(replay_t *r, const rdev_t *rd)
+static void level(replay_t *r, const rp_dev_t *rd)
 {
     rp_result_t *res = r->res;
     if (rd) {
@@ -244,7 +106,7 @@ static void level(replay_t *r, const rdev_t *rd)
 static void observe(void *ctx, const core_event_t *e)
 {
     replay_t *r = ctx;
-    rdev_t *rd = r->devs[e->device];
+    rp_dev_t *rd = r->devs[e->device];
     switch (e->kind) {
     case CORE_EV_ALLOC:
         rd->allocated += e->size, r->allocated += e->size;
@@ -266,147 +128,6 @@ static void observe(void *ctx, const core_event_t *e)
     level(r, rd);
 }
 
-/* ------------------------------------------------------------------------
- * The device: pages and addresses as the simulated device has them
- * (device.c); where segments land decides the core's address-ordered
- * choices (best fit ties, garbage collection), so a bump pointer, which
- * never reuses a range, would not replay a run whose device reused them.
- * Markers are mem_backend's: always completed.
- * ---------------------------------------------------------------------- */
-
-static int dev_seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
-{
-    rdev_t *rd = ctx;
-    uint64_t a = 0;
-    int rc = rp_space_alloc(&rd->space, size, &a);
-    *addr = (uintptr_t)a;
-    return rc;
-}
-
-static void dev_seg_free(void *ctx, int device, uintptr_t addr, size_t size)
-{
-    rdev_t *rd = ctx;
-    rp_space_free(&rd->space, addr, size);
-}
-
-static int dev_mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
-{
-    rdev_t *rd = ctx;
-    *free_bytes = (size_t)rp_space_free_bytes(&rd->space);
-    *total = (size_t)rd->space.capacity;
-    return CORE_OK;
-}
-
-static int dev_event_record(void *ctx, int device, core_stream_t stream, uint64_t *event)
-{
-    rdev_t *rd = ctx;
-    return rd->mem.event_record(rd->mem.ctx, device, stream, event);
-}
-
-static int dev_event_query(void *ctx, int device, uint64_t event)
-{
-    rdev_t *rd = ctx;
-    return rd->mem.event_query(rd->mem.ctx, device, event);
-}
-
-static void dev_event_wait(void *ctx, int device, uint64_t event)
-{
-    rdev_t *rd = ctx;
-    rd->mem.event_wait(rd->mem.ctx, device, event);
-}
-
-static void dev_event_release(void *ctx, int device, uint64_t event)
-{
-    rdev_t *rd = ctx;
-    rd->mem.event_release(rd->mem.ctx, device, event);
-}
-
-/* The interposer orders the device after a fence (hand-outs); an idle or
- * busy device here has no streams to order: it always can. */
-static int dev_fence_order(void *ctx, int device, uint64_t fence, uint64_t first_alloc)
-{
-    rdev_t *rd = ctx;
-    return rd->mem.fence_order(rd->mem.ctx, device, fence, first_alloc);
-}
-
-static int dev_sync(void *ctx, int device)
-{
-    rdev_t *rd = ctx;
-    return rd->mem.device_sync(rd->mem.ctx, device);
-}
-
-/* Virtual memory, as the simulated device has it: 2 MiB granularity,
- * mappings charged page by page wherever they lie, addresses of their own
- * (above every device's range, never charged). */
-#define VMM_GRANULARITY ((size_t)2 << 20)
-
-static size_t dev_vmm_granularity(void *ctx, int device)
-{
-    (void)ctx, (void)device;
-    return VMM_GRANULARITY;
-}
-
-static int dev_va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_t *addr)
-{
-    rdev_t *rd = ctx;
-    if (!rd->va_next)
-        rd->va_next = ((uint64_t)RP_MAX_DEVICES + 2 + (uint64_t)device) << 44;
-    rd->va_next = (rd->va_next + align - 1) / align * align;
-    *addr = (uintptr_t)rd->va_next;
-    rd->va_next += size;
-    rd->res->vmm_reserves++;
-    return CORE_OK;
-}
-
-static void dev_va_release(void *ctx, int device, uintptr_t addr, size_t size)
-{
-    (void)ctx, (void)device, (void)addr, (void)size;
-}
-
-static int dev_map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
-{
-    rdev_t *rd = ctx;
-    (void)addr;
-    int rc = rp_space_map(&rd->space, size);
-    if (rc == CORE_OK) {
-        rd->res->vmm_map_calls++;
-        rd->res->vmm_map_pages += size / page;
-    }
-    return rc;
-}
-
-static void dev_unmap(void *ctx, int device, uintptr_t addr, size_t size)
-{
-    rdev_t *rd = ctx;
-    (void)device;
-    rd->res->vmm_unmap_calls++;
-    for (size_t i = 0; i < rd->nalias; i++)
-        if (rd->alias[i] == addr) { /* a second mapping: the memory stays the first's */
-            rd->alias[i] = rd->alias[--rd->nalias];
-            return;
-        }
-    rp_space_unmap(&rd->space, size);
-    rd->res->vmm_unmap_bytes += size;
-}
-
-/* A page mapped a second time (expandable_share_pages): a call, no memory. */
-static int dev_map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size)
-{
-    rdev_t *rd = ctx;
-    (void)device, (void)from, (void)size;
-    if (rd->nalias == rd->cap_alias) {
-        size_t cap = rd->cap_alias ? rd->cap_alias * 2 : 64;
-        uintptr_t *a = realloc(rd->alias, cap * sizeof *a);
-        if (!a)
-            return CORE_EFAIL;
-        rd->alias = a;
-        rd->cap_alias = cap;
-    }
-    rd->alias[rd->nalias++] = addr;
-    rd->res->vmm_alias_calls++;
-    return CORE_OK;
-}
-
 /* The memory of a device: the recorded one where given, else --capacity. */
 static uint64_t capacity_of(const replay_t *r, int device)
 {
@@ -415,50 +136,19 @@ static uint64_t capacity_of(const replay_t *r, int device)
 }
 
 /* The device's state, created at its first use.  NULL: out of memory. */
-static rdev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
+static rp_dev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
 {
     if (device < 0)
         device = 0;
     if (r->devs[device])
         return r->devs[device];
-    rdev_t *rd = calloc(1, sizeof *rd);
+    rp_dev_t *rd = rp_dev_new(device, capacity_of(r, device), r->opts->busy,
+                              r->cfg->mode == RP_MODE_CORE ? &r->cfg->conf : NULL, r->res);
     if (!rd) {
         snprintf(err, errlen, "out of host memory");
         return NULL;
     }
-    rd->device = device;
-    rd->res = r->res;
-    uint64_t capacity = capacity_of(r, device);
-    mem_backend_init(&rd->mb, capacity);
-    rd->mb.auto_complete = !r->opts->busy;
-    rd->mb.orders = true;
-    rd->mem = mem_backend_vtable(&rd->mb);
-    if (r->cfg->mode == RP_MODE_CORE) {
-        core_backend_t be = {.ctx = rd,
-                             .seg_alloc = dev_seg_alloc,
-                             .seg_free = dev_seg_free,
-                             .mem_info = dev_mem_info,
-                             .event_record = dev_event_record,
-                             .event_query = dev_event_query,
-                             .event_wait = dev_event_wait,
-                             .event_release = dev_event_release,
-                             .device_sync = dev_sync,
-                             .fence_order = dev_fence_order,
-                             .vmm_granularity = dev_vmm_granularity,
-                             .va_reserve = dev_va_reserve,
-                             .va_release = dev_va_release,
-                             .map = dev_map,
-                             .unmap = dev_unmap,
-                             .map_alias = dev_map_alias};
-        if (rp_space_init(&rd->space, device, capacity) == 0)
-            rd->core = core_dev_new(&be, device, &r->cfg->conf);
-        if (!rd->core) {
-            mem_backend_fini(&rd->mb);
-            rp_space_fini(&rd->space);
-            free(rd);
-            snprintf(err, errlen, "out of host memory");
-            return NULL;
-        }
+    if (rd->core) {
         core_set_observer(rd->core, observe, r);
         /* a trace that does not say which streams cucache counted: taken
          * as having some (hits then hand out only a share) */
@@ -487,7 +177,7 @@ static bool stream_ordered(unsigned api)
 
 /* Whether tid is capturing on the device (its cudaMalloc goes to the
  * capture pool), or, with stream != 0, whether that stream is. */
-static bool capturing(const rdev_t *rd, uint32_t tid, uint64_t stream)
+static bool capturing(const rp_dev_t *rd, uint32_t tid, uint64_t stream)
 {
     for (int i = 0; i < rd->ncaptures; i++)
         if (stream ? rd->captures[i].stream == stream : rd->captures[i].tid == tid)
@@ -521,7 +211,7 @@ static uint64_t held(const replay_t *r, uint64_t size)
 /* One allocation: 0 with *addr (0 when it failed at the capacity or is a
  * graph node; *fallback when the runtime's allocator served it), or -1 for
  * an internal error. */
-static int do_alloc(replay_t *r, rdev_t *rd, const trace_event_t *e, uint64_t *addr, bool *fallback)
+static int do_alloc(replay_t *r, rp_dev_t *rd, const trace_event_t *e, uint64_t *addr, bool *fallback)
 {
     rp_result_t *res = r->res;
     core_oom_t why; /* the core's failure (RP_MODE_CORE) */
@@ -582,7 +272,7 @@ oom:
 }
 
 /* Frees what do_alloc gave (addr != 0) for the entry. */
-static void do_free(replay_t *r, rdev_t *rd, const live_t *l, const trace_event_t *e)
+static void do_free(replay_t *r, rp_dev_t *rd, const rp_live_t *l, const trace_event_t *e)
 {
     if (l->fallback) { /* the runtime's: cucache passes the free on */
         rp_space_free(&rd->space, l->addr, l->requested ? l->requested : 1);
@@ -618,7 +308,7 @@ static void do_free(replay_t *r, rdev_t *rd, const live_t *l, const trace_event_
 static void synchronised(replay_t *r, int device, bool fence)
 {
     for (int i = 0; i < RP_MAX_DEVICES; i++) {
-        rdev_t *rd = r->devs[i];
+        rp_dev_t *rd = r->devs[i];
         if (!rd || !rd->core || (device >= 0 && device != i))
             continue;
         if (fence)
@@ -628,7 +318,7 @@ static void synchronised(replay_t *r, int device, bool fence)
     }
 }
 
-static void capture_begin(rdev_t *rd, const trace_event_t *e)
+static void capture_begin(rp_dev_t *rd, const trace_event_t *e)
 {
     if (!rd->core || rd->ncaptures == RP_MAX_CAPTURES)
         return;
@@ -636,10 +326,10 @@ static void capture_begin(rdev_t *rd, const trace_event_t *e)
         rd->capture_pool = core_pool_create(rd->core);
     if (rd->ncaptures++ == 0)
         core_set_capturing(rd->core, true);
-    rd->captures[rd->ncaptures - 1] = (capture_t){e->tid, e->stream};
+    rd->captures[rd->ncaptures - 1] = (rp_capture_t){e->tid, e->stream};
 }
 
-static void capture_end(rdev_t *rd, const trace_event_t *e)
+static void capture_end(rp_dev_t *rd, const trace_event_t *e)
 {
     for (int i = 0; i < rd->ncaptures; i++) {
         if (rd->captures[i].stream != e->stream)
@@ -654,7 +344,7 @@ static void capture_end(rdev_t *rd, const trace_event_t *e)
 /* One event.  0, or -1 with err set. */
 static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
 {
-    rdev_t *rd = rdev(r, e->device, err, errlen);
+    rp_dev_t *rd = rdev(r, e->device, err, errlen);
     if (!rd)
         return -1;
     switch (e->kind) {
@@ -663,14 +353,14 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         bool fallback;
         if (do_alloc(r, rd, e, &addr, &fallback) != 0)
             return -1;
-        live_t *old = livemap_find(&r->live, e->addr);
+        rp_live_t *old = rp_livemap_find(&r->live, e->addr);
         if (old) {
             /* allocated again without a free in between: the trace lost the
              * free; the old allocation stays held, as it would in the job */
             r->res->skipped++;
-            livemap_del(&r->live, old);
+            rp_livemap_del(&r->live, e->addr);
         }
-        live_t *l = livemap_put(&r->live, e->addr);
+        rp_live_t *l = rp_livemap_put(&r->live, e->addr);
         if (!l) {
             snprintf(err, errlen, "out of host memory");
             return -1;
@@ -699,30 +389,30 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         if (do_alloc(r, rd, e, &addr, &fallback) != 0)
             return -1;
         if (addr) {
-            live_t l = {.addr = addr,
-                        .requested = e->size,
-                        .charged = charged(r, e->size),
-                        .held = held(r, e->size),
-                        .device = (int16_t)(e->device < 0 ? 0 : e->device),
-                        .fallback = fallback};
+            rp_live_t l = {.addr = addr,
+                           .requested = e->size,
+                           .charged = charged(r, e->size),
+                           .held = held(r, e->size),
+                           .device = (int16_t)(e->device < 0 ? 0 : e->device),
+                           .fallback = fallback};
             once.api = TRACE_API_IMPORTED; /* at once: the job never used it */
             do_free(r, rd, &l, &once);
         }
         return 0;
     }
     case TRACE_FREE: {
-        live_t *l = livemap_find(&r->live, e->addr);
+        rp_live_t *l = rp_livemap_find(&r->live, e->addr);
         if (!l) {
             r->res->skipped++; /* never allocated in the trace */
             return 0;
         }
         if (l->addr) {
-            rdev_t *owner = r->devs[l->device];
+            rp_dev_t *owner = r->devs[l->device];
             do_free(r, owner, l, e);
             if (!l->fallback)
                 r->requested -= l->requested;
         }
-        livemap_del(&r->live, l);
+        rp_livemap_del(&r->live, e->addr);
         return 0;
     }
     case TRACE_DEVICE_SYNC: /* with device -1: every device */
@@ -763,7 +453,7 @@ static void measure_peak(replay_t *r)
 {
     uint64_t free_bytes = 0, largest = 0;
     for (int i = 0; i < RP_MAX_DEVICES; i++) {
-        rdev_t *rd = r->devs[i];
+        rp_dev_t *rd = r->devs[i];
         if (!rd || !rd->core)
             continue;
         core_usage_t u;
@@ -781,7 +471,7 @@ static void finish(replay_t *r)
 {
     rp_result_t *res = r->res;
     for (int i = 0; i < RP_MAX_DEVICES; i++) {
-        rdev_t *rd = r->devs[i];
+        rp_dev_t *rd = r->devs[i];
         if (!rd)
             continue;
         if (rd->core) {
@@ -793,16 +483,12 @@ static void finish(replay_t *r)
             res->device_allocs += s.num_device_alloc;
             res->device_frees += s.num_device_free;
             res->hits += s.num_cache_hits;
-            core_dev_destroy(rd->core);
         }
-        mem_backend_fini(&rd->mb);
-        rp_space_fini(&rd->space);
-        free(rd->alias);
-        free(rd);
+        rp_dev_free(rd);
         r->devs[i] = NULL;
     }
     res->utilization = res->peak_reserved ? (double)res->peak_allocated / (double)res->peak_reserved : 1.0;
-    free(r->live.slots);
+    rp_livemap_fini(&r->live);
 }
 
 int rp_replay(const rp_input_t *in, const rp_config_t *cfg, const rp_opts_t *opts, rp_result_t *res, char *err,
@@ -813,8 +499,6 @@ int rp_replay(const rp_input_t *in, const rp_config_t *cfg, const rp_opts_t *opt
     res->reserved_covers = true;
     res->stats_agree = true;
     replay_t r = {.in = in, .cfg = cfg, .opts = opts, .res = res};
-    if (livemap_init(&r.live, 1024) != 0)
-        goto nomem;
     if (opts->curve_buckets && in->nev) {
         rp_curve_t *c = &res->curve;
         c->nbuckets = opts->curve_buckets < in->nev ? opts->curve_buckets : in->nev;

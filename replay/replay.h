@@ -8,7 +8,11 @@
  *   import_torch.c PyTorch snapshot -> rp_input_t (blocks live before the
  *                  recording began, PyTorch's own reserved curve)
  *   import_rmm.c   RMM logging_resource_adaptor CSV -> rp_input_t
- *   engine.c       one replay: rp_input_t x configuration -> rp_result_t
+ *   engine.c       one replay: rp_input_t x configuration -> rp_result_t,
+ *                  event by event through the core or a reference model
+ *   backend.c      a replayed device: the core's backend over device.c
+ *   live.c         the live allocations by recorded address
+ *                  (engine.h: the types these three share)
  *   device.c       the device it replays on: pages and addresses
  *   output.c       the tables and the JSON lines
  *   plot.c         the SVG plot
