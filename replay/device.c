@@ -16,7 +16,9 @@
 #include <string.h>
 
 #include "core.h"
+#include "hostalloc.h"
 #include "replay.h"
+#include "vec.h"
 
 #define PAGE ((uint64_t)2 << 20)
 #define GRAIN ((uint64_t)512)
@@ -42,9 +44,7 @@ int rp_space_init(rp_space_t *s, int device, uint64_t capacity)
     s->capacity = s->pages * PAGE;
     s->base = SPACE_STEP * (uint64_t)(device + 1);
     s->span = capacity < (SPACE_STEP - PAGE) / 8 ? s->capacity * 8 : SPACE_STEP - PAGE;
-    s->cap_ext = 64;
-    s->ext = malloc(s->cap_ext * sizeof *s->ext);
-    if (!s->ext)
+    if (!vec_reserve((void **)&s->ext, &s->cap_ext, 64, sizeof *s->ext))
         return -1;
     s->ext[0] = (rp_extent_t){0, s->span};
     s->next = 1;
@@ -67,8 +67,8 @@ void rp_space_unmap(rp_space_t *s, uint64_t size)
 
 void rp_space_fini(rp_space_t *s)
 {
-    free(s->ext);
-    free(s->small);
+    hostalloc_free(s->ext);
+    hostalloc_free(s->small);
     memset(s, 0, sizeof *s);
 }
 
@@ -79,12 +79,8 @@ uint64_t rp_space_free_bytes(const rp_space_t *s)
 
 static int ext_insert(rp_space_t *s, size_t i, rp_extent_t e)
 {
-    if (s->next == s->cap_ext) {
-        rp_extent_t *x = realloc(s->ext, 2 * s->cap_ext * sizeof *x);
-        if (!x)
-            return -1;
-        s->ext = x, s->cap_ext *= 2;
-    }
+    if (!vec_reserve((void **)&s->ext, &s->cap_ext, s->next + 1, sizeof *s->ext))
+        return -1;
     memmove(&s->ext[i + 1], &s->ext[i], (s->next - i) * sizeof *s->ext);
     s->ext[i] = e;
     s->next++;
@@ -172,13 +168,8 @@ static int small_take(rp_space_t *s, uint64_t len, uint64_t *addr)
             return CORE_OK;
         }
     }
-    if (s->nsmall == s->cap_small) {
-        size_t cap = s->cap_small ? 2 * s->cap_small : 8;
-        rp_smallpage_t *x = realloc(s->small, cap * sizeof *x);
-        if (!x)
-            return CORE_EFAIL;
-        s->small = x, s->cap_small = cap;
-    }
+    if (!vec_reserve((void **)&s->small, &s->cap_small, s->nsmall + 1, sizeof *s->small))
+        return CORE_EFAIL;
     uint64_t page;
     int rc = pages_take(s, 1, &page);
     if (rc != CORE_OK)

@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hostalloc.h"
 #include "replay.h"
+#include "vec.h"
 
 enum { COL_THREAD, COL_TIME, COL_ACTION, COL_POINTER, COL_SIZE, COL_STREAM, NCOLS, MAX_FIELDS = 32 };
 
@@ -180,15 +182,9 @@ static int row(rimp_t *r, const field_t *f, const int *col, size_t lineno, uint6
         *t0 = time;
     e.time_ns = time >= *t0 ? time - *t0 : 0;
     e.tid = thread_number(r, thread);
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 1024;
-        trace_event_t *ev = realloc(r->ev, cap * sizeof *ev);
-        if (!ev) {
-            snprintf(err, errlen, "out of host memory");
-            return -1;
-        }
-        r->ev = ev;
-        r->cap = cap;
+    if (!vec_reserve((void **)&r->ev, &r->cap, r->n + 1, sizeof *r->ev)) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
     }
     r->ev[r->n++] = e;
     return 0;
@@ -260,6 +256,6 @@ int rp_import_rmm(const uint8_t *data, size_t len, rp_input_t *out, char *err, s
         rp_note(out, "more than 256 threads: the later ones share a number");
     return 0;
 fail:
-    free(r.ev);
+    hostalloc_free(r.ev);
     return -1;
 }

@@ -28,8 +28,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hashtab.h"
+#include "hostalloc.h"
 #include "pickle.h"
 #include "replay.h"
+#include "vec.h"
 
 enum { MAX_EVENT_DEVICES = 64 };
 #define MAX_BYTES ((int64_t)1 << 50) /* a size beyond a PiB is a corrupt file */
@@ -46,8 +49,8 @@ typedef struct timp_s {
     char *err;
     size_t errlen;
     trace_event_t *ev; /* being built */
-    uint64_t *ref;
-    size_t nev, cap;
+    uint64_t *ref;     /* ref[i]: PyTorch's reserved bytes after ev[i] */
+    size_t nev, cap_ev, cap_ref;
 } timp_t;
 
 static int tev_cmp(const void *a, const void *b)
@@ -74,34 +77,14 @@ static int field_int(timp_t *t, const pk_val_t *d, const char *key, const char *
 
 static int push(timp_t *t, const trace_event_t *e, uint64_t ref)
 {
-    if (t->nev == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 1024;
-        trace_event_t *ev = realloc(t->ev, cap * sizeof *ev);
-        uint64_t *rf = ev ? realloc(t->ref, cap * sizeof *rf) : NULL;
-        if (ev)
-            t->ev = ev;
-        if (!ev || !rf) {
-            snprintf(t->err, t->errlen, "out of host memory");
-            return -1;
-        }
-        t->ref = rf;
-        t->cap = cap;
+    if (!vec_reserve((void **)&t->ev, &t->cap_ev, t->nev + 1, sizeof *t->ev) ||
+        !vec_reserve((void **)&t->ref, &t->cap_ref, t->nev + 1, sizeof *t->ref)) {
+        snprintf(t->err, t->errlen, "out of host memory");
+        return -1;
     }
     t->ref[t->nev] = ref;
     t->ev[t->nev++] = *e;
     return 0;
-}
-
-/* An address seen by the trace, and whether an allocation at it is live. */
-typedef struct seen_s {
-    uint64_t addr;
-    bool live;
-} seen_t;
-
-static int seen_cmp(const void *a, const void *b)
-{
-    const seen_t *x = a, *y = b;
-    return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
 static int prelude_cmp(const void *a, const void *b)
@@ -110,16 +93,10 @@ static int prelude_cmp(const void *a, const void *b)
     return x->addr < y->addr ? -1 : x->addr > y->addr;
 }
 
-/* Binary search in the sorted seen set. */
-static seen_t *seen_find(seen_t *s, size_t n, uint64_t addr)
-{
-    seen_t key = {addr, false};
-    return bsearch(&key, s, n, sizeof *s, seen_cmp);
-}
-
-/* The blocks of the final segments that are live and never mentioned. */
-static int untouched_blocks(timp_t *t, const pk_val_t *segs, seen_t *seen, size_t nseen, trace_event_t **pre,
-                            size_t *npre, size_t *cap, uint64_t *total)
+/* The blocks of the final segments that are live and never mentioned
+ * (seen: every address the trace mentions). */
+static int untouched_blocks(timp_t *t, const pk_val_t *segs, const ht_t *seen, trace_event_t **pre, size_t *npre,
+                            size_t *cap, uint64_t *total)
 {
     for (size_t k = 0; segs && k < segs->n; k++) {
         const pk_val_t *sg = segs->items[k];
@@ -151,16 +128,11 @@ static int untouched_blocks(timp_t *t, const pk_val_t *segs, seen_t *seen, size_
                 snprintf(t->err, t->errlen, "segments[%zu].blocks[%zu]: size %lld", k, j, (long long)bsize);
                 return -1;
             }
-            if (seen_find(seen, nseen, (uint64_t)addr))
+            if (ht_get(seen, (uint64_t)addr, NULL))
                 continue;
-            if (*npre == *cap) {
-                *cap = *cap ? *cap * 2 : 256;
-                trace_event_t *p = realloc(*pre, *cap * sizeof *p);
-                if (!p) {
-                    snprintf(t->err, t->errlen, "out of host memory");
-                    return -1;
-                }
-                *pre = p;
+            if (!vec_reserve((void **)pre, cap, *npre + 1, sizeof **pre)) {
+                snprintf(t->err, t->errlen, "out of host memory");
+                return -1;
             }
             (*pre)[(*npre)++] = (trace_event_t){.tid = 1, .kind = TRACE_ALLOC, .api = TRACE_API_IMPORTED,
                                                 .device = (int16_t)dev, .stream = (uint64_t)stream,
@@ -199,11 +171,11 @@ static int import(timp_t *t, const pk_val_t *root)
         n += traces->items[d]->n;
     }
     tev_t *all = malloc((n ? n : 1) * sizeof *all);
-    seen_t *seen = malloc((n ? n : 1) * sizeof *seen);
+    ht_t seen = {0}; /* every address the trace mentions -> an allocation at it is live (1) */
     trace_event_t *pre = NULL;
-    size_t npre = 0, precap = 0, nseen = 0;
+    size_t npre = 0, precap = 0;
     int rc = -1;
-    if (!all || !seen) {
+    if (!all) {
         snprintf(t->err, t->errlen, "out of host memory");
         goto out;
     }
@@ -220,17 +192,13 @@ static int import(timp_t *t, const pk_val_t *root)
             }
             pk_int(pk_get(e, "time_us"), &time_us);
             all[n++] = (tev_t){time_us, (int)d, j, e};
-            if (pk_int(pk_get(e, "addr"), &addr))
-                seen[nseen++] = (seen_t){(uint64_t)addr, false};
+            if (pk_int(pk_get(e, "addr"), &addr) && !ht_put(&seen, (uint64_t)addr, 0)) {
+                snprintf(t->err, t->errlen, "out of host memory");
+                goto out;
+            }
         }
     }
     qsort(all, n, sizeof *all, tev_cmp);
-    qsort(seen, nseen, sizeof *seen, seen_cmp);
-    size_t w = 0; /* unique */
-    for (size_t i = 0; i < nseen; i++)
-        if (w == 0 || seen[w - 1].addr != seen[i].addr)
-            seen[w++] = seen[i];
-    nseen = w;
 
     /* pass 1: the prelude (blocks live before the recording) and the
      * segment bytes the trace added */
@@ -257,22 +225,17 @@ static int import(timp_t *t, const pk_val_t *root)
             seg_delta += seg_plus ? size : -size;
             continue;
         }
-        seen_t *s = seen_find(seen, nseen, (uint64_t)addr);
+        uint64_t *live = ht_find(&seen, (uint64_t)addr);
         if (is_alloc) {
-            s->live = true;
-        } else if (s->live) {
-            s->live = false;
+            *live = 1;
+        } else if (*live) {
+            *live = 0;
         } else {
             int64_t stream = 0;
             pk_int(pk_get(e, "stream"), &stream);
-            if (npre == precap) {
-                precap = precap ? precap * 2 : 256;
-                trace_event_t *p = realloc(pre, precap * sizeof *p);
-                if (!p) {
-                    snprintf(t->err, t->errlen, "out of host memory");
-                    goto out;
-                }
-                pre = p;
+            if (!vec_reserve((void **)&pre, &precap, npre + 1, sizeof *pre)) {
+                snprintf(t->err, t->errlen, "out of host memory");
+                goto out;
             }
             pre[npre++] = (trace_event_t){.tid = 1, .kind = TRACE_ALLOC, .api = TRACE_API_IMPORTED,
                                           .device = (int16_t)all[i].device, .stream = (uint64_t)stream,
@@ -280,7 +243,7 @@ static int import(timp_t *t, const pk_val_t *root)
             pre_freed++;
         }
     }
-    if (untouched_blocks(t, segs, seen, nseen, &pre, &npre, &precap, &seg_total) != 0)
+    if (untouched_blocks(t, segs, &seen, &pre, &npre, &precap, &seg_total) != 0)
         goto out;
     if (npre)
         qsort(pre, npre, sizeof *pre, prelude_cmp);
@@ -343,8 +306,8 @@ static int import(timp_t *t, const pk_val_t *root)
     rc = 0;
 out:
     free(all);
-    free(seen);
-    free(pre);
+    ht_fini(&seen);
+    hostalloc_free(pre);
     return rc;
 }
 
@@ -356,8 +319,8 @@ int rp_import_torch(const uint8_t *data, size_t len, rp_input_t *out, char *err,
         return -1;
     timp_t t = {.in = out, .err = err, .errlen = errlen};
     int rc = import(&t, doc.root);
-    free(t.ev);
-    free(t.ref);
+    hostalloc_free(t.ev);
+    hostalloc_free(t.ref);
     pk_free(&doc);
     return rc;
 }

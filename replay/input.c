@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hostalloc.h"
 #include "replay.h"
 
 const char *rp_format_name(rp_format_t f)
@@ -41,8 +42,8 @@ void rp_note(rp_input_t *in, const char *fmt, ...)
 void rp_input_free(rp_input_t *in)
 {
     free(in->name);
-    free(in->ev);
-    free(in->ref_reserved);
+    hostalloc_free(in->ev);
+    hostalloc_free(in->ref_reserved);
     memset(in, 0, sizeof *in);
 }
 
@@ -101,7 +102,7 @@ int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen)
 {
     out->format = RP_FORMAT_CUCACHE;
     out->streams_unknown = t->header.version < 3;
-    out->ev = malloc((t->nevents ? t->nevents : 1) * sizeof *out->ev);
+    out->ev = hostalloc_malloc((t->nevents ? t->nevents : 1) * sizeof *out->ev);
     if (!out->ev) {
         snprintf(err, errlen, "out of host memory for %zu events", t->nevents);
         return -1;

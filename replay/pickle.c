@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hostalloc.h"
 #include "pickle.h"
+#include "vec.h"
 
 enum { ARENA_CHUNK = 64 * 1024 };
 
@@ -120,13 +122,8 @@ static int push(reader_t *r, pk_val_t *v)
 {
     if (!v)
         return -1;
-    if (r->sp == r->stack_cap) {
-        size_t cap = r->stack_cap ? r->stack_cap * 2 : 64;
-        pk_val_t **s = realloc(r->stack, cap * sizeof *s);
-        if (!s)
-            return fail(r, "out of host memory");
-        r->stack = s, r->stack_cap = cap;
-    }
+    if (!vec_reserve((void **)&r->stack, &r->stack_cap, r->sp + 1, sizeof *r->stack))
+        return fail(r, "out of host memory");
     r->stack[r->sp++] = v;
     return 0;
 }
@@ -385,14 +382,10 @@ static int memo_put(reader_t *r, uint64_t id, const char *name)
         return fail(r, "memo index %llu is beyond what a file of %zu bytes can use", (unsigned long long)id,
                     (size_t)(r->end - r->start));
     if (id >= r->memo_cap) {
-        size_t cap = r->memo_cap ? r->memo_cap : 256;
-        while (cap <= id)
-            cap *= 2;
-        pk_val_t **m = realloc(r->memo, cap * sizeof *m);
-        if (!m)
+        size_t had = r->memo_cap;
+        if (!vec_reserve((void **)&r->memo, &r->memo_cap, (size_t)id + 1, sizeof *r->memo))
             return fail(r, "out of host memory");
-        memset(m + r->memo_cap, 0, (cap - r->memo_cap) * sizeof *m);
-        r->memo = m, r->memo_cap = cap;
+        memset(r->memo + had, 0, (r->memo_cap - had) * sizeof *r->memo);
     }
     if (!r->memo[id])
         r->memo_count++;
@@ -446,13 +439,8 @@ static int step(reader_t *r)
         return 0;
     case '.': return 1; /* STOP */
     case '(': /* MARK */
-        if (r->nmarks == r->marks_cap) {
-            size_t cap = r->marks_cap ? r->marks_cap * 2 : 16;
-            size_t *m = realloc(r->marks, cap * sizeof *m);
-            if (!m)
-                return fail(r, "out of host memory");
-            r->marks = m, r->marks_cap = cap;
-        }
+        if (!vec_reserve((void **)&r->marks, &r->marks_cap, r->nmarks + 1, sizeof *r->marks))
+            return fail(r, "out of host memory");
         r->marks[r->nmarks++] = r->sp;
         return 0;
     case '0': /* POP: the top value, or the innermost mark if none is above it (as Python) */
@@ -561,9 +549,9 @@ int pk_parse(const uint8_t *data, size_t len, pk_doc_t *doc, char *err, size_t e
     }
     if (rc == 0)
         doc->root = r.stack[0];
-    free(r.stack);
-    free(r.marks);
-    free(r.memo);
+    hostalloc_free(r.stack);
+    hostalloc_free(r.marks);
+    hostalloc_free(r.memo);
     doc->arena = r.arena;
     if (rc != 0)
         pk_free(doc);

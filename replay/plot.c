@@ -22,16 +22,18 @@
  *     characters become U+FFFD, so the file parses whatever the names.
  *     Coordinates go through fin(): one decimal, never nan or inf, in the C
  *     locale (the tool never calls setlocale).
- *   - The text grows in one realloc'ed buffer (host memory is the C
- *     library's here); any failed allocation and rp_plot_render returns NULL.
+ *   - The text grows in one buffer (core/vec.h); any failed allocation and
+ *     rp_plot_render returns NULL.
  */
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "hostalloc.h"
 #include "replay.h"
 #include "st.h"
+#include "vec.h"
 
 enum {
     WIDTH = 1000,      /* the SVG's width */
@@ -86,16 +88,8 @@ typedef struct line_s {
 /* Room for `more` bytes and a NUL; false (and failed) when out of memory. */
 static bool grow(out_t *o, size_t more)
 {
-    if (!o->failed && o->cap - o->len <= more) {
-        size_t cap = o->cap ? o->cap : 65536;
-        while (cap - o->len <= more && cap <= SIZE_MAX / 2)
-            cap *= 2;
-        char *b = cap - o->len > more ? realloc(o->buf, cap) : NULL;
-        if (b)
-            o->buf = b, o->cap = cap;
-        else
-            o->failed = true;
-    }
+    if (!o->failed && (more > SIZE_MAX - 1 - o->len || !vec_reserve((void **)&o->buf, &o->cap, o->len + more + 1, 1)))
+        o->failed = true;
     return !o->failed;
 }
 
@@ -445,7 +439,7 @@ char *rp_plot_render(const rp_plot_panel_t *panels, size_t npanels, size_t *len)
     }
     put(&o, "</svg>\n");
     if (o.failed) {
-        free(o.buf);
+        hostalloc_free(o.buf);
         return NULL;
     }
     if (len)
@@ -463,6 +457,6 @@ int rp_plot_svg(const char *path, const rp_plot_panel_t *panels, size_t npanels,
         return -1;
     }
     int rc = st_write_file(path, svg, len, err, errlen);
-    free(svg);
+    hostalloc_free(svg);
     return rc;
 }

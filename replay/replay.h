@@ -18,7 +18,9 @@
  *   plot.c         the SVG plot
  *   main.c         the command line
  *
- * The replay tool is an executable: host memory is the C library's.
+ * The replay tool is an executable: host memory is the C library's, and
+ * through core/hostalloc.h (the C library's too in an executable) where an
+ * array grows (core/vec.h) or a map holds it (core/hashtab.h).
  * Every reader returns -1 with an error naming the problem and, where the
  * input is binary or textual, its byte offset or line.
  */
@@ -55,7 +57,7 @@ typedef enum rp_format_e {
 typedef struct rp_input_s {
     char *name;         /* the file name as given */
     rp_format_t format;
-    trace_event_t *ev;  /* malloc'ed */
+    trace_event_t *ev;  /* hostalloc'ed (rp_input_free) */
     size_t nev;
     size_t nprelude;    /* ev[0 .. nprelude) are allocations already live when
                          * the recording began (imports), replayed first */
@@ -259,8 +261,8 @@ typedef struct rp_plot_panel_s {
 /* Writes the SVG to path (whole or not at all: st_write_file).  0, or -1
  * with err set. */
 int rp_plot_svg(const char *path, const rp_plot_panel_t *panels, size_t npanels, char *err, size_t errlen);
-/* The SVG text itself, malloc'ed and NUL-terminated (*len without the NUL);
- * NULL when out of memory. */
+/* The SVG text itself, NUL-terminated (*len without the NUL), for
+ * hostalloc_free; NULL when out of memory. */
 char *rp_plot_render(const rp_plot_panel_t *panels, size_t npanels, size_t *len);
 
 #endif

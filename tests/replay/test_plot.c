@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "hostalloc.h"
 #include "replay.h"
 
 #define GiB ((uint64_t)1 << 30)
@@ -292,7 +293,7 @@ static void test_two_configs_and_reference(void **state)
     assert_true(fabs((base - top) / fh - 9.0 / 14.0) < 0.001); /* 9 GiB on a 14 GiB axis */
     /* the point sits at the middle of its events (2468 .. 2472 of 6000) */
     assert_true(fabs(xs[at] - (fx + fw * 2470.0 / 6000.0)) < 0.06);
-    free(svg);
+    hostalloc_free(svg);
     for (int k = 0; k < 3; k++)
         curve_free(&res[k].curve);
     curve_free(&ref);
@@ -305,7 +306,7 @@ static void test_empty_and_zero(void **state)
     common("none.svg", svg, len);
     assert_non_null(strstr(svg, ">no data</text>"));
     assert_int_equal(count(svg, "<polyline"), 0);
-    free(svg);
+    hostalloc_free(svg);
 
     /* all zero in one bucket: 0 .. 1 MiB, a flat segment across the panel;
      * panels without events or curves: "no data" */
@@ -332,7 +333,7 @@ static void test_empty_and_zero(void **state)
     assert_int_equal(points(svg, 1, xs, ys, 4), 2);
     assert_true(xs[0] == fx && xs[1] == fx + fw);
     assert_true(ys[0] == fy + fh && ys[1] == fy + fh);
-    free(svg);
+    hostalloc_free(svg);
     curve_free(&res[0].curve);
 }
 
@@ -362,7 +363,7 @@ static void test_axes(void **state)
         snprintf(want, sizeof want, "memory (%s)", ys[i].unit);
         if (!strstr(svg, want) || fabs(check_ticks(svg, "ytick") - ys[i].end) > 1e-9)
             fail_msg("max %llu: want %s up to %g", (unsigned long long)ys[i].max, ys[i].unit, ys[i].end);
-        free(svg);
+        hostalloc_free(svg);
         curve_free(&res.curve);
     }
     /* events: 5 to 8 ticks of 1, 2, 5 x 10^k, the last less than a step
@@ -381,7 +382,7 @@ static void test_axes(void **state)
         ticks(svg, "xtick", v, 16);
         if (last - v[1] >= (double)ns[i])
             fail_msg("%zu events: more than a step past the end", ns[i]);
-        free(svg);
+        hostalloc_free(svg);
         curve_free(&res.curve);
     }
     /* fewer than 4 events: a tick per event */
@@ -393,7 +394,7 @@ static void test_axes(void **state)
     double v[8];
     assert_int_equal(ticks(svg, "xtick", v, 8), 4);
     assert_true(v[3] == 3);
-    free(svg);
+    hostalloc_free(svg);
     curve_free(&res.curve);
 }
 
@@ -436,7 +437,7 @@ static void test_text_and_legend(void **state)
     double fx, fy, fw, fh;
     frame(svg, 0, &fx, &fy, &fw, &fh);
     assert_true(fy + fh + 54 == h);
-    free(svg);
+    hostalloc_free(svg);
     for (int k = 0; k < N; k++)
         curve_free(&res[k].curve);
 }
@@ -487,7 +488,7 @@ static void test_random_inputs(void **state)
         common("random.svg", svg, len);
         for (int i = 0; i < (int)count(svg, "<polyline"); i++)
             assert_true(points(svg, i, xs, ys, 2100) <= 2000);
-        free(svg);
+        hostalloc_free(svg);
         for (size_t k = 0; k < n; k++)
             curve_free(&res[k].curve);
     }
@@ -522,7 +523,7 @@ static void test_written_whole(void **state)
     assert_int_equal(unlink(path), 0);
     assert_int_equal(rmdir(dir), 0); /* nothing else was left behind */
     free(back);
-    free(svg);
+    hostalloc_free(svg);
     curve_free(&res.curve);
 }
 
