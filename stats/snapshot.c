@@ -20,6 +20,7 @@
 
 #include "hostalloc.h"
 #include "st.h"
+#include "vec.h"
 
 /* ------------------------------------------------------------------------
  * The byte buffer
@@ -34,25 +35,9 @@ void st_buf_free(st_buf_t *b)
 /* Room for n more bytes; false (and b->failed) when there is none. */
 static bool buf_reserve(st_buf_t *b, size_t n)
 {
-    if (b->failed)
-        return false;
-    if (n <= b->cap - b->len)
-        return true;
-    if (n > SIZE_MAX / 2 - b->len) {
+    if (!b->failed && (n > SIZE_MAX - b->len || !vec_reserve((void **)&b->data, &b->cap, b->len + n, 1)))
         b->failed = true;
-        return false;
-    }
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap - b->len < n)
-        cap *= 2;
-    unsigned char *p = hostalloc_realloc(b->data, cap);
-    if (!p) {
-        b->failed = true;
-        return false;
-    }
-    b->data = p;
-    b->cap = cap;
-    return true;
+    return !b->failed;
 }
 
 void st_buf_put(st_buf_t *b, const void *data, size_t n)

@@ -38,8 +38,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hashtab.h"
 #include "hostalloc.h"
 #include "st.h"
+#include "vec.h"
 
 #ifdef CUCACHE_HAVE_LIBDW
 #include <elfutils/libdwfl.h>
@@ -245,15 +247,11 @@ size_t st_stack_pcs(uint32_t id, const uintptr_t **pc)
  * Symbolisation
  * ---------------------------------------------------------------------- */
 
-typedef struct sym_s {
-    uintptr_t pc; /* 0: empty slot */
-    st_frame_t f;
-} sym_t;
-
 static struct {
     pthread_mutex_t lock;
-    sym_t *tab; /* open addressing by pc */
-    size_t cap, n;
+    ht_t index;         /* pc -> its frame's number in frames */
+    st_frame_t *frames; /* symbolised, n of cap */
+    size_t n, cap;
 #ifdef CUCACHE_HAVE_LIBDW
     Dwfl *dwfl;
 #endif
@@ -463,46 +461,26 @@ static void sym_lookup_dladdr(uintptr_t pc, st_frame_t *f)
     f->name = sym_name(info.dli_sname);
 }
 
-static bool sym_grow(void)
-{
-    size_t cap = sym.cap ? sym.cap * 2 : 1024;
-    sym_t *t = hostalloc_calloc(cap, sizeof *t);
-    if (!t)
-        return false;
-    for (size_t i = 0; i < sym.cap; i++) {
-        if (!sym.tab[i].pc)
-            continue;
-        size_t k = (sym.tab[i].pc * 0x9e3779b97f4a7c15u >> 20) & (cap - 1);
-        while (t[k].pc)
-            k = (k + 1) & (cap - 1);
-        t[k] = sym.tab[i];
-    }
-    hostalloc_free(sym.tab);
-    sym.tab = t;
-    sym.cap = cap;
-    return true;
-}
-
 /* The frame at pc, symbolised once; under sym.lock. */
 static st_frame_t sym_get(uintptr_t pc)
 {
     st_frame_t none = {.name = "??", .pc = pc};
+    uint64_t i;
     if (pc == 0)
         return none;
-    if ((sym.n + 1) * 2 > sym.cap && !sym_grow())
+    if (ht_get(&sym.index, pc, &i))
+        return sym.frames[i];
+    /* room first, so that a frame symbolised is always kept */
+    if (!vec_reserve((void **)&sym.frames, &sym.cap, sym.n + 1, sizeof *sym.frames) ||
+        !ht_reserve(&sym.index, sym.n + 1))
         return none;
-    size_t k = (pc * 0x9e3779b97f4a7c15u >> 20) & (sym.cap - 1);
-    while (sym.tab[k].pc && sym.tab[k].pc != pc)
-        k = (k + 1) & (sym.cap - 1);
-    if (!sym.tab[k].pc) {
-        st_frame_t f = {.pc = pc};
-        sym_lookup(pc, &f);
-        if (!f.name)
-            f.name = "??"; /* no host memory for the name */
-        sym.tab[k] = (sym_t){pc, f};
-        sym.n++;
-    }
-    return sym.tab[k].f;
+    st_frame_t f = {.pc = pc};
+    sym_lookup(pc, &f);
+    if (!f.name)
+        f.name = "??"; /* no host memory for the name */
+    sym.frames[sym.n] = f;
+    ht_put(&sym.index, pc, sym.n++);
+    return f;
 }
 
 size_t st_stack_frames(uint32_t id, st_frame_t *out, size_t max)

@@ -19,6 +19,7 @@
 
 #include "hostalloc.h"
 #include "trace.h"
+#include "vec.h"
 
 static void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -119,21 +120,6 @@ static int raw_cmp(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    void *q = hostalloc_realloc(*p, c * elem);
-    if (!q)
-        return false;
-    *p = q;
-    *cap = c;
-    return true;
-}
-
 static int u32_cmp(const void *a, const void *b)
 {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -170,7 +156,7 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
     calib_t *cal = NULL;
     uint32_t *tids = NULL;
     size_t nraw = 0, raw_cap = 0, ncal = 0, cal_cap = 0, ntids = 0, tid_cap = 0;
-    if (!grow((void **)&cal, &cal_cap, 1, sizeof *cal))
+    if (!vec_reserve((void **)&cal, &cal_cap, 1, sizeof *cal))
         goto oom;
     cal[ncal++] = (calib_t){h.start_ticks, h.start_ns};
 
@@ -198,7 +184,7 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
         bool cut = whole < n;
         if (cut)
             n = whole;
-        if (!grow((void **)&raw, &raw_cap, nraw + n, sizeof *raw))
+        if (!vec_reserve((void **)&raw, &raw_cap, nraw + n, sizeof *raw))
             goto oom;
         for (size_t i = 0; i < n; i++) {
             size_t at = rec_off + i * TRACE_REC_SIZE;
@@ -233,7 +219,7 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
             };
             nraw++;
         }
-        if (!grow((void **)&tids, &tid_cap, ntids + 1, sizeof *tids))
+        if (!vec_reserve((void **)&tids, &tid_cap, ntids + 1, sizeof *tids))
             goto oom;
         tids[ntids++] = c.tid;
         out->nchunks++;
@@ -243,7 +229,7 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
             break;
         }
         /* a whole chunk: its calibration point counts */
-        if (!grow((void **)&cal, &cal_cap, ncal + 1, sizeof *cal))
+        if (!vec_reserve((void **)&cal, &cal_cap, ncal + 1, sizeof *cal))
             goto oom;
         cal[ncal++] = (calib_t){c.ticks, c.ns};
         off = rec_off + n * TRACE_REC_SIZE;
