@@ -233,10 +233,11 @@ typedef struct journal_s {
     /* stream keys, interned: keys[i - 1] has index i */
     core_stream_t *keys;
     uint32_t nkeys;
-    size_t keys_cap; /* of keys (vec_reserve) */
-    ht_t index;      /* key -> its index */
     core_stream_t last_key;
     uint32_t last_index;
+    /* after last_key: jr_note reads it with ring, cap and head */
+    size_t keys_cap; /* of keys (vec_reserve) */
+    ht_t index;      /* key -> its index */
 } journal_t;
 
 /* An allocation live when a copied window begins. */
