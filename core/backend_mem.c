@@ -21,7 +21,8 @@ void mem_backend_init(mem_backend_t *m, size_t capacity)
 
 void mem_backend_fini(mem_backend_t *m)
 {
-    ht_fini(&m->segs);
+    hostalloc_free(m->seg_addr);
+    hostalloc_free(m->seg_size);
     hostalloc_free(m->pages);
     hostalloc_free(m->alias);
     pthread_mutex_destroy(&m->lock);
@@ -51,13 +52,16 @@ static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
         r = m->fail_code;
     } else if (size > m->capacity - m->used) {
         r = CORE_ENOMEM;
-    } else if (!ht_put(&m->segs, m->next_addr, size)) {
+    } else if (!vec_reserve((void **)&m->seg_addr, &m->cap_seg_addr, m->nsegs + 1, sizeof *m->seg_addr) ||
+               !vec_reserve((void **)&m->seg_size, &m->cap_seg_size, m->nsegs + 1, sizeof *m->seg_size)) {
         r = CORE_EFAIL;
     }
     if (r == CORE_OK) {
         *addr = m->next_addr;
         m->next_addr += (size + 4095) & ~(size_t)4095;
         m->used += size;
+        m->seg_addr[m->nsegs] = *addr;
+        m->seg_size[m->nsegs] = size;
         m->nsegs++;
         m->n_alloc++;
         if (size > m->max_seg)
@@ -72,12 +76,15 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
     mem_backend_t *m = ctx;
     (void)device;
     mb_lock(m);
-    uint64_t live;
-    if (!ht_get(&m->segs, addr, &live) || live != size) {
+    size_t i = 0;
+    while (i < m->nsegs && m->seg_addr[i] != addr)
+        i++;
+    if (i == m->nsegs || m->seg_size[i] != size) {
         m->n_bad_free++;
     } else {
-        ht_del(&m->segs, addr, NULL);
         m->used -= size;
+        m->seg_addr[i] = m->seg_addr[m->nsegs - 1];
+        m->seg_size[i] = m->seg_size[m->nsegs - 1];
         m->nsegs--;
         m->n_free++;
     }

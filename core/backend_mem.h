@@ -29,7 +29,6 @@
 #include <stdint.h>
 
 #include "core.h"
-#include "hashtab.h"
 
 typedef struct mem_backend_s {
     pthread_mutex_t lock;
@@ -72,8 +71,10 @@ typedef struct mem_backend_s {
     uint64_t n_alloc, n_free, n_record, n_query, n_wait, n_sync, n_fence;
     uint64_t n_bad_free; /* seg_free of an address that is not a live segment */
     size_t max_seg;      /* the largest segment or reservation made: no block was larger */
-    ht_t segs;           /* live segments, for checking frees: address -> size */
-    size_t nsegs;        /* live segments (the keys of segs) */
+    /* live segments, for checking frees (small: segments are few) */
+    uintptr_t *seg_addr;
+    size_t *seg_size;
+    size_t nsegs, cap_seg_addr, cap_seg_size;
 } mem_backend_t;
 
 void mem_backend_init(mem_backend_t *m, size_t capacity);
