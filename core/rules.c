@@ -6,20 +6,11 @@
 
 /* clang-format off */
 const core_rule_t core_rules[CONF_REUSE_COUNT] = {
-    [CONF_REUSE_ORDERED] = {
-        "ordered", RULE_PLAIN_FENCED, .idle_shortcut = true, .hands_out = true, .safe = true, .whatif = false,
-        .help = "behind a shared fence, handed out early with the device ordered after it"},
-    [CONF_REUSE_FENCED] = {
-        "fenced", RULE_PLAIN_FENCED, .idle_shortcut = true, .hands_out = false, .safe = true, .whatif = false,
-        .help = "once its shared fence completed"},
-    [CONF_REUSE_STREAM] = {
-        "stream", RULE_PLAIN_NOW, .idle_shortcut = false, .hands_out = false, .safe = false, .whatif = false,
-        .help = "at once: stream order only, as in PyTorch"},
-    [CONF_REUSE_SYNC] = {
-        "sync", RULE_PLAIN_AFTER_SYNC, .idle_shortcut = false, .hands_out = false, .safe = true, .whatif = true,
-        .help = "after a device synchronisation at the free"},
-    [CONF_REUSE_FENCED_HOST] = {
-        "fenced-host", RULE_PLAIN_FENCED, .idle_shortcut = false, .hands_out = false, .safe = true, .whatif = false,
-        .help = "as fenced, without the shortcut for a block no work could use"},
+    /* columns: name, plain, idle_shortcut, hands_out, safe, whatif, help (rules.h) */
+    [CONF_REUSE_ORDERED]     = {"ordered",     RULE_PLAIN_FENCED,     true,  true,  true,  false, "behind a shared fence, handed out early with the device ordered after it"},
+    [CONF_REUSE_FENCED]      = {"fenced",      RULE_PLAIN_FENCED,     true,  false, true,  false, "once its shared fence completed"},
+    [CONF_REUSE_STREAM]      = {"stream",      RULE_PLAIN_NOW,        false, false, false, false, "at once: stream order only, as in PyTorch"},
+    [CONF_REUSE_SYNC]        = {"sync",        RULE_PLAIN_AFTER_SYNC, false, false, true,  true,  "after a device synchronisation at the free"},
+    [CONF_REUSE_FENCED_HOST] = {"fenced-host", RULE_PLAIN_FENCED,     false, false, true,  false, "as fenced, without the shortcut for a block no work could use"},
 };
 /* clang-format on */

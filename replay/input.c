@@ -13,6 +13,7 @@
 
 #include "hostalloc.h"
 #include "replay.h"
+#include "st.h"
 
 const char *rp_format_name(rp_format_t f)
 {
@@ -209,18 +210,10 @@ int rp_input_parse(const char *name, const uint8_t *data, size_t len, rp_input_t
 int rp_input_load(const char *path, rp_input_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    size_t len = 0;
+    int fd = st_open_regular(path, &len, err, errlen);
+    if (fd < 0)
         return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    size_t len = (size_t)st.st_size;
     if (len == 0) {
         close(fd);
         snprintf(err, errlen, "%s: empty file", path);

@@ -16,19 +16,6 @@ enum {
     COL_MAX = 28, /* longer configuration labels become [k] with a legend */
 };
 
-static void fmt_count(char *buf, size_t len, uint64_t v)
-{
-    /* thousands separated by commas */
-    char raw[32];
-    int n = snprintf(raw, sizeof raw, "%" PRIu64, v);
-    size_t o = 0;
-    for (int i = 0; i < n && o + 2 < len; i++) {
-        if (i && (n - i) % 3 == 0)
-            buf[o++] = ',';
-        buf[o++] = raw[i];
-    }
-    buf[o] = '\0';
-}
 
 static void fmt_pct(char *buf, size_t len, double v)
 {
@@ -37,6 +24,14 @@ static void fmt_pct(char *buf, size_t len, double v)
 
 typedef void (*cell_fn)(char *buf, size_t len, const rp_input_t *in, const rp_config_t *cfg, const rp_result_t *r,
                         const rp_opts_t *opts);
+
+/* Whether a column applies to a row: where it does not, its cell is "-". */
+static bool shown(char *b, size_t l, bool applies)
+{
+    if (!applies)
+        snprintf(b, l, "-");
+    return applies;
+}
 
 static void c_peak_alloc(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                          const rp_opts_t *o)
@@ -53,10 +48,8 @@ static void c_peak_res(char *b, size_t l, const rp_input_t *in, const rp_config_
 static void c_vs_torch(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                        const rp_opts_t *o)
 {
-    if (!in->ref_peak_reserved) {
-        snprintf(b, l, "-");
+    if (!shown(b, l, in->ref_peak_reserved))
         return;
-    }
     double d = ((double)r->peak_reserved - (double)in->ref_peak_reserved) / (double)in->ref_peak_reserved;
     snprintf(b, l, "%+.1f%%", d * 100.0);
 }
@@ -70,66 +63,52 @@ static void c_util(char *b, size_t l, const rp_input_t *in, const rp_config_t *c
 static void c_frag(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                    const rp_opts_t *o)
 {
-    if (c->mode != RP_MODE_CORE)
-        snprintf(b, l, "-");
-    else
+    if (shown(b, l, c->mode == RP_MODE_CORE))
         fmt_pct(b, l, r->frag_at_peak);
 }
 
 static void c_dev_allocs(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                          const rp_opts_t *o)
 {
-    if (c->mode == RP_MODE_FLOOR)
-        snprintf(b, l, "-");
-    else
-        fmt_count(b, l, r->device_allocs);
+    if (shown(b, l, c->mode != RP_MODE_FLOOR))
+        st_fmt_count(b, l, r->device_allocs);
 }
 
 static void c_dev_frees(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                         const rp_opts_t *o)
 {
-    if (c->mode == RP_MODE_FLOOR)
-        snprintf(b, l, "-");
-    else
-        fmt_count(b, l, r->device_frees);
+    if (shown(b, l, c->mode != RP_MODE_FLOOR))
+        st_fmt_count(b, l, r->device_frees);
 }
 
 static void c_hits(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                    const rp_opts_t *o)
 {
-    if (c->mode == RP_MODE_FLOOR)
-        snprintf(b, l, "-");
-    else
+    if (shown(b, l, c->mode != RP_MODE_FLOOR))
         fmt_pct(b, l, r->allocs ? (double)r->hits / (double)r->allocs : 0.0);
 }
 
 static void c_ooms(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                    const rp_opts_t *o)
 {
-    if (c->mode == RP_MODE_FLOOR)
-        snprintf(b, l, "-");
-    else
-        fmt_count(b, l, r->ooms);
+    if (shown(b, l, c->mode != RP_MODE_FLOOR))
+        st_fmt_count(b, l, r->ooms);
 }
 
 static void c_fallbacks(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                         const rp_opts_t *o)
 {
-    if (c->mode != RP_MODE_CORE)
-        snprintf(b, l, "-");
-    else
-        fmt_count(b, l, r->fallbacks);
+    if (shown(b, l, c->mode == RP_MODE_CORE))
+        st_fmt_count(b, l, r->fallbacks);
 }
 
 static void c_first_oom(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                         const rp_opts_t *o)
 {
-    if (r->first_oom_event < 0) {
-        snprintf(b, l, "-");
+    if (!shown(b, l, !(r->first_oom_event < 0)))
         return;
-    }
     char n[32], sz[32];
-    fmt_count(n, sizeof n, (uint64_t)r->first_oom_event);
+    st_fmt_count(n, sizeof n, (uint64_t)r->first_oom_event);
     st_fmt_size(sz, sizeof sz, r->first_oom_size);
     snprintf(b, l, "event %s: %s at %.3f s", n, sz, (double)r->first_oom_time_ns * 1e-9);
 }
@@ -137,9 +116,7 @@ static void c_first_oom(char *b, size_t l, const rp_input_t *in, const rp_config
 static void c_time(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
                    const rp_opts_t *o)
 {
-    if (!r->events)
-        snprintf(b, l, "-");
-    else
+    if (shown(b, l, r->events))
         snprintf(b, l, "%.0f ns", r->seconds * 1e9 / (double)r->events);
 }
 
@@ -169,7 +146,7 @@ void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, co
                     const rp_opts_t *opts)
 {
     char a[64], b[64];
-    fmt_count(a, sizeof a, in->nev);
+    st_fmt_count(a, sizeof a, in->nev);
     st_fmt_size(b, sizeof b, opts->capacity);
     fprintf(out, "%s (%s): %s events", in->name, rp_format_name(in->format), a);
     if (in->nprelude)
@@ -199,8 +176,8 @@ void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, co
                            : "idle (queued work completes at once)");
     if (in->recorded_settings || in->recorded_ooms) {
         char f[64];
-        fmt_count(a, sizeof a, in->recorded_ooms);
-        fmt_count(f, sizeof f, in->recorded_fallbacks);
+        st_fmt_count(a, sizeof a, in->recorded_ooms);
+        st_fmt_count(f, sizeof f, in->recorded_fallbacks);
         fprintf(out, "  the recorded run: %s OOM%s", a, in->recorded_ooms == 1 ? "" : "s");
         if (in->format == RP_FORMAT_CUCACHE && in->recorded_settings)
             fprintf(out, ", %s served by the runtime's allocator after cucache's path failed, CUCACHE_CONF=%s", f,

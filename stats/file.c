@@ -274,3 +274,20 @@ int st_write_file(const char *path, const void *data, size_t len, char *err, siz
     errno = saved_errno;
     return 0;
 }
+
+int st_open_regular(const char *path, size_t *len, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    *len = (size_t)st.st_size;
+    return fd;
+}

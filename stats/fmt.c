@@ -1,5 +1,6 @@
 /*
- * Sizes in PyTorch's format and the line sink's printf.
+ * Sizes in PyTorch's format, counts with thousands separators, and the
+ * line sink's printf.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +19,19 @@ void st_fmt_size(char *buf, size_t len, uint64_t bytes)
         snprintf(buf, len, "%.2f MiB", v / 1048576.0);
     else
         snprintf(buf, len, "%.2f GiB", v / 1073741824.0);
+}
+
+void st_fmt_count(char *buf, size_t len, uint64_t v)
+{
+    char digits[32];
+    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
+    size_t k = 0;
+    for (int i = 0; i < n && k + 2 < len; i++) {
+        if (i && (n - i) % 3 == 0)
+            buf[k++] = ',';
+        buf[k++] = digits[i];
+    }
+    buf[k] = '\0';
 }
 
 void st_linef(st_sink_fn sink, void *ctx, const char *fmt, ...)

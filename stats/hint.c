@@ -275,23 +275,6 @@ static void hint_live(const rep_t *r, st_sink_fn sink, void *ctx)
                  sz(r->private_free).s);
 }
 
-/* ------------------------------------------------------------------------
- * 5. Settings, only as a replay of the job's history proves them
- * ---------------------------------------------------------------------- */
-
-/* 12345 -> "12,345". */
-static void fmt_count(char *out, size_t len, uint64_t v)
-{
-    char digits[32];
-    int n = snprintf(digits, sizeof digits, "%llu", (unsigned long long)v);
-    size_t k = 0;
-    for (int i = 0; i < n && k + 2 < len; i++) {
-        if (i && (n - i) % 3 == 0)
-            out[k++] = ',';
-        out[k++] = digits[i];
-    }
-    out[k] = '\0';
-}
 
 static int by_peak(const void *a, const void *b)
 {
@@ -306,7 +289,7 @@ static int by_peak(const void *a, const void *b)
 static void window_text(const rep_t *r, const core_whatif_t *w, char *out, size_t len)
 {
     char n[32];
-    fmt_count(n, sizeof n, w->events);
+    st_fmt_count(n, sizeof n, w->events);
     if (w->whole)
         snprintf(out, len, "all %s allocator calls of GPU %d", n, r->in->device);
     else

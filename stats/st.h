@@ -40,6 +40,8 @@ typedef void (*st_sink_fn)(void *ctx, const char *line);
 /* PyTorch's format_size: "512 bytes" (<= 1024), "1.50 KiB" (<= 1 MiB),
  * "20.00 MiB" (<= 1 GiB), else "1.17 GiB"; two decimals. */
 void st_fmt_size(char *buf, size_t len, uint64_t bytes);
+/* A count with thousands separated by commas: 12345 -> "12,345". */
+void st_fmt_count(char *buf, size_t len, uint64_t v);
 
 /* ", the first allocation N of M", and " (t=S.SS s)" when born (a
  * core_block_info_t.born) says when: seconds after the device's state was
@@ -265,6 +267,9 @@ int st_json_name(const char *path, char *out, size_t len);
  * link.  0, or -1 with err naming the path and the reason (nothing is left
  * behind). */
 int st_write_file(const char *path, const void *data, size_t len, char *err, size_t errlen);
+/* Opens path for reading, a regular file (its size in *len): the
+ * descriptor (O_CLOEXEC), or -1 with "PATH: why" in err. */
+int st_open_regular(const char *path, size_t *len, char *err, size_t errlen);
 
 /* Tests only: when set, st_write_file calls it after each chunk (64 KiB)
  * written to the temporary file, with that file's name and the bytes

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "hostalloc.h"
+#include "st.h"
 #include "trace.h"
 #include "vec.h"
 
@@ -281,18 +282,10 @@ fail:
 int trace_load(const char *path, trace_t *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        errf(err, errlen, "%s: %s", path, strerror(errno));
+    size_t len = 0, got = 0;
+    int fd = st_open_regular(path, &len, err, errlen);
+    if (fd < 0)
         return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        errf(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    size_t len = (size_t)st.st_size, got = 0;
     unsigned char *buf = hostalloc_malloc(len ? len : 1);
     if (!buf) {
         errf(err, errlen, "%s: out of host memory for %zu bytes", path, len);
