@@ -66,6 +66,23 @@ void hook_leave(hook_scope_t *sc)
  * Segments and memory information
  * ---------------------------------------------------------------------- */
 
+/* The device's state entered for one of the backend's calls (hook_enter),
+ * or NULL when its context cannot be made current. */
+static hook_dev_t *enter(int device, bool relax, hook_scope_t *sc)
+{
+    hook_dev_t *hd = &hook_devs[device];
+    return hook_enter(hd, relax, sc) ? hd : NULL;
+}
+
+/* Warns when giving back a range failed: nothing the program asked for
+ * failed, but the memory may stay taken. */
+static void range_failed(CUresult r, int device, const char *what, uintptr_t addr, size_t size)
+{
+    if (r != CUDA_SUCCESS)
+        hook_warn(HOOK_WARN_BACKEND, "device %d: %s %zu bytes at 0x%lx failed (error %d)", device, what, size,
+                  (unsigned long)addr, (int)r);
+}
+
 /* The core's code for a driver result (the error kept for the report). */
 static int core_code(CUresult r)
 {
@@ -81,9 +98,9 @@ static int core_code(CUresult r)
 static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
 {
     (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
     hook_scope_t sc;
-    if (!hook_enter(hd, true, &sc))
+    hook_dev_t *hd = enter(device, true, &sc);
+    if (!hd)
         return CORE_EFAIL;
     CUdeviceptr p = 0;
     CUresult r = real_cu.cuMemAlloc_v2(&p, size);
@@ -96,15 +113,13 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
     (void)size;
-    hook_dev_t *hd = &hook_devs[device];
     hook_scope_t sc;
-    if (!hook_enter(hd, true, &sc))
+    hook_dev_t *hd = enter(device, true, &sc);
+    if (!hd)
         return;
     CUresult r = real_cu.cuMemFree_v2((CUdeviceptr)addr);
     hook_leave(&sc);
-    if (r != CUDA_SUCCESS)
-        hook_warn(HOOK_WARN_BACKEND, "device %d: returning a segment of %zu bytes at 0x%lx to CUDA failed (error %d)",
-                  device, size, (unsigned long)addr, (int)r);
+    range_failed(r, device, "returning to CUDA a segment of", addr, size);
 }
 
 /* ------------------------------------------------------------------------
@@ -154,9 +169,9 @@ static size_t vmm_granularity(void *ctx, int device)
 static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_t *addr)
 {
     (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
     hook_scope_t sc;
-    if (!hook_enter(hd, false, &sc))
+    hook_dev_t *hd = enter(device, false, &sc);
+    if (!hd)
         return CORE_EFAIL;
     CUdeviceptr p = 0;
     CUresult r = real_cu.cuMemAddressReserve(&p, size, align, 0, 0);
@@ -168,23 +183,21 @@ static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_
 static void va_release(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
     hook_scope_t sc;
-    if (!hook_enter(hd, false, &sc))
+    hook_dev_t *hd = enter(device, false, &sc);
+    if (!hd)
         return;
     CUresult r = real_cu.cuMemAddressFree((CUdeviceptr)addr, size);
     hook_leave(&sc);
-    if (r != CUDA_SUCCESS)
-        hook_warn(HOOK_WARN_BACKEND, "device %d: freeing %zu bytes of addresses at 0x%lx failed (error %d)", device,
-                  size, (unsigned long)addr, (int)r);
+    range_failed(r, device, "freeing the addresses of", addr, size);
 }
 
 static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
 {
     (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
     hook_scope_t sc;
-    if (!hook_enter(hd, true, &sc))
+    hook_dev_t *hd = enter(device, true, &sc);
+    if (!hd)
         return CORE_EFAIL;
     CUmemAllocationProp prop = device_prop(hd);
     CUresult r = CUDA_SUCCESS;
@@ -221,9 +234,9 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
 static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size)
 {
     (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
     hook_scope_t sc;
-    if (!hook_enter(hd, true, &sc))
+    hook_dev_t *hd = enter(device, true, &sc);
+    if (!hd)
         return CORE_EFAIL;
     CUmemGenericAllocationHandle h = 0;
     CUresult r = real_cu.cuMemRetainAllocationHandle ? real_cu.cuMemRetainAllocationHandle(&h, (void *)from)
@@ -250,23 +263,21 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
 static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
     hook_scope_t sc;
-    if (!hook_enter(hd, true, &sc))
+    hook_dev_t *hd = enter(device, true, &sc);
+    if (!hd)
         return;
     CUresult r = real_cu.cuMemUnmap((CUdeviceptr)addr, size);
     hook_leave(&sc);
-    if (r != CUDA_SUCCESS)
-        hook_warn(HOOK_WARN_BACKEND, "device %d: unmapping %zu bytes at 0x%lx failed (error %d)", device, size,
-                  (unsigned long)addr, (int)r);
+    range_failed(r, device, "unmapping", addr, size);
 }
 
 static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
 {
     (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
     hook_scope_t sc;
-    if (!hook_enter(hd, false, &sc))
+    hook_dev_t *hd = enter(device, false, &sc);
+    if (!hd)
         return CORE_EFAIL;
     CUresult r = real_cu.cuMemGetInfo_v2(free_bytes, total);
     hook_leave(&sc);

@@ -25,6 +25,12 @@ static void fmt_pct(char *buf, size_t len, double v)
 typedef void (*cell_fn)(char *buf, size_t len, const rp_input_t *in, const rp_config_t *cfg, const rp_result_t *r,
                         const rp_opts_t *opts);
 
+/* A column's cell: the row's input, configuration, result and options in,
+ * at most l bytes of text in b. */
+#define COLUMN(name)                                                                                                   \
+    static void name(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,             \
+                     const rp_opts_t *o)
+
 /* Whether a column applies to a row: where it does not, its cell is "-". */
 static bool shown(char *b, size_t l, bool applies)
 {
@@ -33,20 +39,17 @@ static bool shown(char *b, size_t l, bool applies)
     return applies;
 }
 
-static void c_peak_alloc(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                         const rp_opts_t *o)
+COLUMN(c_peak_alloc)
 {
     st_fmt_size(b, l, r->peak_allocated);
 }
 
-static void c_peak_res(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                       const rp_opts_t *o)
+COLUMN(c_peak_res)
 {
     st_fmt_size(b, l, r->peak_reserved);
 }
 
-static void c_vs_torch(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                       const rp_opts_t *o)
+COLUMN(c_vs_torch)
 {
     if (!shown(b, l, in->ref_peak_reserved))
         return;
@@ -54,56 +57,48 @@ static void c_vs_torch(char *b, size_t l, const rp_input_t *in, const rp_config_
     snprintf(b, l, "%+.1f%%", d * 100.0);
 }
 
-static void c_util(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                   const rp_opts_t *o)
+COLUMN(c_util)
 {
     fmt_pct(b, l, r->utilization);
 }
 
-static void c_frag(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                   const rp_opts_t *o)
+COLUMN(c_frag)
 {
     if (shown(b, l, c->mode == RP_MODE_CORE))
         fmt_pct(b, l, r->frag_at_peak);
 }
 
-static void c_dev_allocs(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                         const rp_opts_t *o)
+COLUMN(c_dev_allocs)
 {
     if (shown(b, l, c->mode != RP_MODE_FLOOR))
         st_fmt_count(b, l, r->device_allocs);
 }
 
-static void c_dev_frees(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                        const rp_opts_t *o)
+COLUMN(c_dev_frees)
 {
     if (shown(b, l, c->mode != RP_MODE_FLOOR))
         st_fmt_count(b, l, r->device_frees);
 }
 
-static void c_hits(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                   const rp_opts_t *o)
+COLUMN(c_hits)
 {
     if (shown(b, l, c->mode != RP_MODE_FLOOR))
         fmt_pct(b, l, r->allocs ? (double)r->hits / (double)r->allocs : 0.0);
 }
 
-static void c_ooms(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                   const rp_opts_t *o)
+COLUMN(c_ooms)
 {
     if (shown(b, l, c->mode != RP_MODE_FLOOR))
         st_fmt_count(b, l, r->ooms);
 }
 
-static void c_fallbacks(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                        const rp_opts_t *o)
+COLUMN(c_fallbacks)
 {
     if (shown(b, l, c->mode == RP_MODE_CORE))
         st_fmt_count(b, l, r->fallbacks);
 }
 
-static void c_first_oom(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                        const rp_opts_t *o)
+COLUMN(c_first_oom)
 {
     if (!shown(b, l, !(r->first_oom_event < 0)))
         return;
@@ -113,8 +108,7 @@ static void c_first_oom(char *b, size_t l, const rp_input_t *in, const rp_config
     snprintf(b, l, "event %s: %s at %.3f s", n, sz, (double)r->first_oom_time_ns * 1e-9);
 }
 
-static void c_time(char *b, size_t l, const rp_input_t *in, const rp_config_t *c, const rp_result_t *r,
-                   const rp_opts_t *o)
+COLUMN(c_time)
 {
     if (shown(b, l, r->events))
         snprintf(b, l, "%.0f ns", r->seconds * 1e9 / (double)r->events);
