@@ -212,15 +212,35 @@ HOOK_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_a
     return r;
 }
 
+/* Whom a question about a pointer is for. */
+typedef enum ptr_whose_e {
+    PTR_REAL,         /* not cucache's memory (or the hooks pass through): the real call answers */
+    PTR_NOT_IN_BLOCK, /* cucache's memory, but freed, or [p, p + need) leaves the live block */
+    PTR_BLOCK,        /* a live block, revealed (its fences waited for) */
+} ptr_whose_t;
+
+/* A question that lets an agent outside the device's streams reach the
+ * `need` bytes at p (0: only p): for a live block that holds them, the
+ * fences that may have handed its memory out complete first. */
+static ptr_whose_t ptr_question(CUdeviceptr p, size_t need, core_ptr_info_t *info)
+{
+    hook_dev_t *hd;
+    if (hook_bypass() || hook_describe((uintptr_t)p, info, &hd) == CORE_WHERE_NONE)
+        return PTR_REAL;
+    if (info->where == CORE_WHERE_DEAD || need > info->base + info->size - (uintptr_t)p)
+        return PTR_NOT_IN_BLOCK;
+    revealed(hd, info);
+    return PTR_BLOCK;
+}
+
 HOOK_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    core_ptr_info_t info;
-    hook_dev_t *hd;
-    if (hook_bypass() || hook_describe((uintptr_t)dptr, &info, &hd) == CORE_WHERE_NONE)
+    core_ptr_info_t info; /* what registration caches key on */
+    ptr_whose_t whose = ptr_question(dptr, 0, &info);
+    if (whose == PTR_REAL)
         return CU_REAL(cuMemGetAddressRange_v2, pbase, psize, dptr);
-    if (info.where == CORE_WHERE_DEAD)
+    if (whose == PTR_NOT_IN_BLOCK)
         return CUDA_ERROR_NOT_FOUND;
-    revealed(hd, &info); /* what registration caches key on */
     if (pbase)
         *pbase = (CUdeviceptr)info.base;
     if (psize)
@@ -238,12 +258,9 @@ HOOK_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, 
                                                 CUmemRangeHandleType handleType, unsigned long long flags)
 {
     core_ptr_info_t info;
-    hook_dev_t *hd;
-    if (hook_bypass() || hook_describe((uintptr_t)dptr, &info, &hd) == CORE_WHERE_NONE)
-        return CU_REAL(cuMemGetHandleForAddressRange, handle, dptr, size, handleType, flags);
-    if (info.where == CORE_WHERE_DEAD || size > info.base + info.size - (uintptr_t)dptr)
+    ptr_whose_t whose = ptr_question(dptr, size, &info);
+    if (whose == PTR_NOT_IN_BLOCK)
         return CUDA_ERROR_INVALID_VALUE;
-    revealed(hd, &info);
     return CU_REAL(cuMemGetHandleForAddressRange, handle, dptr, size, handleType, flags);
 }
 
@@ -254,12 +271,8 @@ HOOK_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, 
 HOOK_API CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
     core_ptr_info_t info;
-    hook_dev_t *hd;
-    if (hook_bypass() || hook_describe((uintptr_t)ptr, &info, &hd) == CORE_WHERE_NONE)
-        return CU_REAL(cuPointerSetAttribute, value, attribute, ptr);
-    if (info.where == CORE_WHERE_DEAD)
+    if (ptr_question(ptr, 0, &info) == PTR_NOT_IN_BLOCK)
         return CUDA_ERROR_INVALID_VALUE;
-    revealed(hd, &info);
     return CU_REAL(cuPointerSetAttribute, value, attribute, ptr);
 }
 

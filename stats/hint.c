@@ -397,28 +397,32 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
              w->nrows - 1, win, cut, sz(w->live_bytes).s, sz(w->request).s, sz(need).s, sz(w->capacity).s);
 }
 
+static void hint_error(const rep_t *r, st_sink_fn sink, void *ctx)
+{
+    (void)r;
+    st_linef(sink, ctx,
+             "hint: the device (or cucache's host memory) failed with an error other than out of memory: this is "
+             "not a shortage of device memory, and no CUCACHE_CONF setting changes it");
+}
+
+/* The hint of each cause, one row each; the what-if follows every one but
+ * an error's (no setting changes an error). */
+static const struct {
+    void (*hint)(const rep_t *r, st_sink_fn sink, void *ctx);
+    bool whatif;
+} hints[] = {
+    [CAUSE_ERROR] = {hint_error, false},
+    [CAUSE_LIMIT] = {hint_limit, true},
+    [CAUSE_OUTSIDE] = {hint_outside, true},
+    [CAUSE_FRAGMENTED] = {hint_fragmented, true},
+    [CAUSE_LIVE] = {hint_live, true},
+};
+
 void rep_hint(const rep_t *r, st_sink_fn sink, void *ctx)
 {
-    switch (rep_cause(r)) {
-    case CAUSE_ERROR:
-        st_linef(sink, ctx,
-                 "hint: the device (or cucache's host memory) failed with an error other than out of memory: this is "
-                 "not a shortage of device memory, and no CUCACHE_CONF setting changes it");
-        break;
-    case CAUSE_LIMIT:
-        hint_limit(r, sink, ctx);
-        break;
-    case CAUSE_OUTSIDE:
-        hint_outside(r, sink, ctx);
-        break;
-    case CAUSE_FRAGMENTED:
-        hint_fragmented(r, sink, ctx);
-        break;
-    case CAUSE_LIVE:
-        hint_live(r, sink, ctx);
-        break;
-    }
-    if (rep_cause(r) != CAUSE_ERROR)
+    int cause = rep_cause(r);
+    hints[cause].hint(r, sink, ctx);
+    if (hints[cause].whatif)
         rep_whatif(r, sink, ctx);
 }
 
