@@ -97,11 +97,13 @@ __attribute__((format(printf, 2, 3))) static int env_bad(hook_env_var_t var, con
 }
 
 /* A whole decimal number from min to max in variable `name` ("what" says
- * what it is: "a number of milliseconds"); -1 naming the variable
- * otherwise. */
+ * what it is: "a number of milliseconds"), into *out; NULL text (unset):
+ * *out stays; -1 naming the variable when out of range or not a number. */
 static int env_count(hook_env_var_t var, const char *name, const char *text, unsigned long long min,
                      unsigned long long max, const char *what, unsigned long long *out)
 {
+    if (!text)
+        return 0;
     char *end;
     errno = 0;
     unsigned long long n = strtoull(text, &end, 10);
@@ -192,38 +194,26 @@ static int env_check(void)
         if (env.snapshot_on && !env.snapshot)
             return env_bad(HOOK_ENV_SNAPSHOT_ON, "CUCACHE_SNAPSHOT_ON=%s needs CUCACHE_SNAPSHOT (where to write)", on);
     }
-    unsigned long long n = 0;
-    const char *events = nonempty(secure_getenv("CUCACHE_SNAPSHOT_EVENTS"));
-    if (events) {
-        if (env_count(HOOK_ENV_SNAPSHOT_EVENTS, "CUCACHE_SNAPSHOT_EVENTS", events, 0, HOOK_RING_EVENTS_MAX,
-                      "a number of events", &n) != 0)
-            return -1;
-        env.ring_events = (size_t)n;
-    }
-
-    const char *history = nonempty(secure_getenv("CUCACHE_HISTORY"));
-    if (history) {
-        if (env_count(HOOK_ENV_HISTORY, "CUCACHE_HISTORY", history, 0, MAX_HISTORY, "a number of allocator calls",
-                      &n) != 0)
-            return -1;
-        env.history = (size_t)n;
-    }
-    const char *leak = nonempty(secure_getenv("CUCACHE_LEAK_EXITCODE"));
-    if (leak) {
-        if (env_count(HOOK_ENV_LEAK_EXITCODE, "CUCACHE_LEAK_EXITCODE", leak, 1, 255, "an exit status", &n) != 0)
-            return -1;
-        env.leak_exitcode = (int)n;
-    }
+    unsigned long long events = env.ring_events, history = env.history, leak = (unsigned)env.leak_exitcode,
+                       whatif = env.whatif_ms;
+    if (env_count(HOOK_ENV_SNAPSHOT_EVENTS, "CUCACHE_SNAPSHOT_EVENTS",
+                  nonempty(secure_getenv("CUCACHE_SNAPSHOT_EVENTS")), 0, HOOK_RING_EVENTS_MAX, "a number of events",
+                  &events) != 0 ||
+        env_count(HOOK_ENV_HISTORY, "CUCACHE_HISTORY", nonempty(secure_getenv("CUCACHE_HISTORY")), 0, MAX_HISTORY,
+                  "a number of allocator calls", &history) != 0 ||
+        env_count(HOOK_ENV_LEAK_EXITCODE, "CUCACHE_LEAK_EXITCODE", nonempty(secure_getenv("CUCACHE_LEAK_EXITCODE")),
+                  1, 255, "an exit status", &leak) != 0)
+        return -1;
+    env.ring_events = (size_t)events;
+    env.history = (size_t)history;
+    env.leak_exitcode = (int)leak;
     env.stacks = nonempty(secure_getenv("CUCACHE_STACKS"));
     if (env.stacks && env_stacks(env.stacks) != 0)
         return -1;
-    const char *whatif = nonempty(secure_getenv("CUCACHE_WHATIF_MS"));
-    if (whatif) {
-        if (env_count(HOOK_ENV_WHATIF_MS, "CUCACHE_WHATIF_MS", whatif, 0, MAX_WHATIF_MS, "a number of milliseconds",
-                      &n) != 0)
-            return -1;
-        env.whatif_ms = (unsigned)n;
-    }
+    if (env_count(HOOK_ENV_WHATIF_MS, "CUCACHE_WHATIF_MS", nonempty(secure_getenv("CUCACHE_WHATIF_MS")), 0,
+                  MAX_WHATIF_MS, "a number of milliseconds", &whatif) != 0)
+        return -1;
+    env.whatif_ms = (unsigned)whatif;
     return 0;
 }
 
