@@ -46,8 +46,9 @@
  *
  * Files (sim_ throughout; the exported CUDA names and cucacheSim* are the
  * only symbols the libraries export: libcuda.map, libcudart.map.in):
- *   engine.c         configuration, initialisation, vector clocks, host
- *                    threads, contexts
+ *   engine.c         configuration (config.h), initialisation, vector
+ *                    clocks, host threads, contexts, the sorted arrays
+ *                    (array.h)
  *   engine_stream.c  streams and their workers, CUDA's implicit
  *                    dependencies, host waits, stream-ordered frees
  *   engine_mem.c     pages and addresses, the live-allocation table, host
@@ -81,6 +82,8 @@
 
 #include "cucache/cuda_api.h"
 #include "cucache/sim.h"
+#include "array.h"
+#include "config.h"
 
 #define SIM_API __attribute__((visibility("default")))
 
@@ -383,41 +386,7 @@ struct sim_op_s {
  * Configuration and global state
  * ---------------------------------------------------------------------- */
 
-#define SIM_KERNEL_TIMES 32
 #define SIM_END_RING 64 /* device times of the last ops of each slot, for what waits on them */
-
-typedef struct sim_config_s {
-    int devices;
-    size_t capacity;
-    unsigned alloc_us, free_us;
-    double copy_gbps; /* 0: instant */
-    bool race;
-    bool race_fatal;
-    size_t vmm_granularity; /* cuMemGetAllocationGranularity's answer, minimum and recommended */
-    uint64_t vmm_ns[7];     /* cost of each call of the virtual memory API (sim_vmm_call_t) */
-    /* kernels (CUCACHE_SIM_KERNEL_US): the first entry whose name is part
-     * of the kernel's name gives its time, else the default */
-    uint64_t kernel_ns;
-    struct {
-        char name[64];
-        uint64_t ns;
-    } kernels[SIM_KERNEL_TIMES];
-    unsigned nkernels;
-    unsigned spin_us; /* CUCACHE_SIM_SPIN_US: a worker spins this close to an op's end instead of sleeping */
-    bool coherent;    /* CUCACHE_SIM_COHERENT: the devices say the CPU shares their memory coherently (ATS) */
-} sim_config_t;
-
-/* The calls of the virtual memory API that cost time (CUCACHE_SIM_VMM_US)
- * and can be made to fail (cucacheSimVmmFail): sim.h's enum. */
-typedef enum cucache_sim_vmm_call sim_vmm_call_t;
-#define SIM_VMM_RESERVE CUCACHE_SIM_VMM_RESERVE
-#define SIM_VMM_ADDRESS_FREE CUCACHE_SIM_VMM_ADDRESS_FREE
-#define SIM_VMM_CREATE CUCACHE_SIM_VMM_CREATE
-#define SIM_VMM_RELEASE CUCACHE_SIM_VMM_RELEASE
-#define SIM_VMM_MAP CUCACHE_SIM_VMM_MAP
-#define SIM_VMM_UNMAP CUCACHE_SIM_VMM_UNMAP
-#define SIM_VMM_SET_ACCESS CUCACHE_SIM_VMM_SET_ACCESS
-#define SIM_VMM_NCALLS 7
 
 typedef struct sim_state_s {
     pthread_mutex_t lock;
@@ -665,40 +634,5 @@ void sim_sleep_us(unsigned us);
 const char *sim_stream_name(const struct CUstream_st *s, char *buf, size_t len);
 void *sim_xmalloc(size_t n);
 void *sim_xcalloc(size_t n, size_t m);
-
-/* The growable arrays (the allocation table, free extents, small pages,
- * reservations, IPC records, race records), each a base, a count n and a
- * capacity.  sim_array_room: base with room for one more element of elem
- * bytes, the capacity doubled (from first) when full; aborts when out of
- * host memory.  sim_array_open: moves elements i..n-1 up one and returns
- * slot i.  sim_array_close: moves elements i+1..n-1 down over slot i.  The
- * caller updates n. */
-void *sim_array_room(void *base, size_t n, size_t *cap, size_t elem, size_t first);
-void *sim_array_open(void *base, size_t n, size_t elem, size_t i);
-void sim_array_close(void *base, size_t n, size_t elem, size_t i);
-
-/* In an array of n elements of elem bytes sorted by the uintptr_t at byte
- * offset key of each, the index of the first whose key is above x. */
-static inline size_t sim_array_upper(const void *base, size_t n, size_t elem, size_t key, uintptr_t x)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        uintptr_t k;
-        memcpy(&k, (const char *)base + mid * elem + key, sizeof k);
-        if (k <= x)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* The same array's last element whose key is x or below, or NULL. */
-static inline void *sim_array_floor(const void *base, size_t n, size_t elem, size_t key, uintptr_t x)
-{
-    size_t i = sim_array_upper(base, n, elem, key, x);
-    return i ? (char *)base + (i - 1) * elem : NULL;
-}
 
 #endif

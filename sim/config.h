@@ -1,0 +1,50 @@
+/*
+ * The simulated device's configuration (CUCACHE_SIM_* variables, read by
+ * engine.c) and the virtual memory calls that cost time.  Included by
+ * engine.h.
+ */
+#ifndef CUCACHE_SIM_CONFIG_H
+#define CUCACHE_SIM_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cucache/sim.h"
+
+#define SIM_KERNEL_TIMES 32
+
+typedef struct sim_config_s {
+    int devices;
+    size_t capacity;
+    unsigned alloc_us, free_us;
+    double copy_gbps; /* 0: instant */
+    bool race;
+    bool race_fatal;
+    size_t vmm_granularity; /* cuMemGetAllocationGranularity's answer, minimum and recommended */
+    uint64_t vmm_ns[7];     /* cost of each call of the virtual memory API (sim_vmm_call_t) */
+    /* kernels (CUCACHE_SIM_KERNEL_US): the first entry whose name is part
+     * of the kernel's name gives its time, else the default */
+    uint64_t kernel_ns;
+    struct {
+        char name[64];
+        uint64_t ns;
+    } kernels[SIM_KERNEL_TIMES];
+    unsigned nkernels;
+    unsigned spin_us; /* CUCACHE_SIM_SPIN_US: a worker spins this close to an op's end instead of sleeping */
+    bool coherent;    /* CUCACHE_SIM_COHERENT: the devices say the CPU shares their memory coherently (ATS) */
+} sim_config_t;
+
+/* The calls of the virtual memory API that cost time (CUCACHE_SIM_VMM_US)
+ * and can be made to fail (cucacheSimVmmFail): sim.h's enum. */
+typedef enum cucache_sim_vmm_call sim_vmm_call_t;
+#define SIM_VMM_RESERVE CUCACHE_SIM_VMM_RESERVE
+#define SIM_VMM_ADDRESS_FREE CUCACHE_SIM_VMM_ADDRESS_FREE
+#define SIM_VMM_CREATE CUCACHE_SIM_VMM_CREATE
+#define SIM_VMM_RELEASE CUCACHE_SIM_VMM_RELEASE
+#define SIM_VMM_MAP CUCACHE_SIM_VMM_MAP
+#define SIM_VMM_UNMAP CUCACHE_SIM_VMM_UNMAP
+#define SIM_VMM_SET_ACCESS CUCACHE_SIM_VMM_SET_ACCESS
+#define SIM_VMM_NCALLS 7
+
+#endif
