@@ -180,16 +180,23 @@ static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_
     return core_code(r);
 }
 
+/* Gives back [addr, addr+size) with one driver call (call), warning when
+ * it fails. */
+static void give_back(int device, bool relax, CUresult (*call)(CUdeviceptr, size_t), const char *what, uintptr_t addr,
+                      size_t size)
+{
+    hook_scope_t sc;
+    if (!enter(device, relax, &sc))
+        return;
+    CUresult r = call((CUdeviceptr)addr, size);
+    hook_leave(&sc);
+    range_failed(r, device, what, addr, size);
+}
+
 static void va_release(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
-    hook_scope_t sc;
-    hook_dev_t *hd = enter(device, false, &sc);
-    if (!hd)
-        return;
-    CUresult r = real_cu.cuMemAddressFree((CUdeviceptr)addr, size);
-    hook_leave(&sc);
-    range_failed(r, device, "freeing the addresses of", addr, size);
+    give_back(device, false, real_cu.cuMemAddressFree, "freeing the addresses of", addr, size);
 }
 
 static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
@@ -263,13 +270,7 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
 static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
-    hook_scope_t sc;
-    hook_dev_t *hd = enter(device, true, &sc);
-    if (!hd)
-        return;
-    CUresult r = real_cu.cuMemUnmap((CUdeviceptr)addr, size);
-    hook_leave(&sc);
-    range_failed(r, device, "unmapping", addr, size);
+    give_back(device, true, real_cu.cuMemUnmap, "unmapping", addr, size);
 }
 
 static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
