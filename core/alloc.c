@@ -6,7 +6,6 @@
  * device.c makes and destroys devices; query.c answers what a pointer is.
  */
 #include <string.h>
-#include <time.h>
 
 #include "hand_out.h"
 #include "hostalloc.h"

@@ -21,8 +21,7 @@ void mem_backend_init(mem_backend_t *m, size_t capacity)
 
 void mem_backend_fini(mem_backend_t *m)
 {
-    hostalloc_free(m->seg_addr);
-    hostalloc_free(m->seg_size);
+    hostalloc_free(m->segs);
     hostalloc_free(m->pages);
     hostalloc_free(m->alias);
     pthread_mutex_destroy(&m->lock);
@@ -52,16 +51,15 @@ static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
         r = m->fail_code;
     } else if (size > m->capacity - m->used) {
         r = CORE_ENOMEM;
-    } else if (!vec_reserve((void **)&m->seg_addr, &m->cap_seg_addr, m->nsegs + 1, sizeof *m->seg_addr) ||
-               !vec_reserve((void **)&m->seg_size, &m->cap_seg_size, m->nsegs + 1, sizeof *m->seg_size)) {
+    } else if (!vec_reserve((void **)&m->segs, &m->cap_segs, m->nsegs + 1, sizeof *m->segs)) {
         r = CORE_EFAIL;
     }
     if (r == CORE_OK) {
         *addr = m->next_addr;
         m->next_addr += (size + 4095) & ~(size_t)4095;
         m->used += size;
-        m->seg_addr[m->nsegs] = *addr;
-        m->seg_size[m->nsegs] = size;
+        m->segs[m->nsegs].addr = *addr;
+        m->segs[m->nsegs].size = size;
         m->nsegs++;
         m->n_alloc++;
         if (size > m->max_seg)
@@ -77,14 +75,13 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
     (void)device;
     mb_lock(m);
     size_t i = 0;
-    while (i < m->nsegs && m->seg_addr[i] != addr)
+    while (i < m->nsegs && m->segs[i].addr != addr)
         i++;
-    if (i == m->nsegs || m->seg_size[i] != size) {
+    if (i == m->nsegs || m->segs[i].size != size) {
         m->n_bad_free++;
     } else {
         m->used -= size;
-        m->seg_addr[i] = m->seg_addr[m->nsegs - 1];
-        m->seg_size[i] = m->seg_size[m->nsegs - 1];
+        m->segs[i] = m->segs[m->nsegs - 1];
         m->nsegs--;
         m->n_free++;
     }

@@ -72,9 +72,11 @@ typedef struct mem_backend_s {
     uint64_t n_bad_free; /* seg_free of an address that is not a live segment */
     size_t max_seg;      /* the largest segment or reservation made: no block was larger */
     /* live segments, for checking frees (small: segments are few) */
-    uintptr_t *seg_addr;
-    size_t *seg_size;
-    size_t nsegs, cap_seg_addr, cap_seg_size;
+    struct {
+        uintptr_t addr;
+        size_t size;
+    } *segs;
+    size_t nsegs, cap_segs;
 } mem_backend_t;
 
 void mem_backend_init(mem_backend_t *m, size_t capacity);

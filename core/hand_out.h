@@ -33,10 +33,10 @@
  * The constants were chosen on scripts/bench-train's multi-stream shapes;
  * the measurements and the alternatives tried are in docs/performance.md
  * ("A GPU-bound training step": how the hand-outs are paced with streams,
- * and why one stream of its own stays paced).  Pacing starts at one stream of the program's
- * own: a program computing on the legacy stream beside one non-blocking
- * stream cannot be told, from the fences' events, from one whose legacy
- * stream idles, and unpaced it serialises.
+ * and why one stream of its own stays paced).  Pacing starts at one stream
+ * of the program's own: a program computing on the legacy stream beside
+ * one non-blocking stream cannot be told, from the fences' events, from
+ * one whose legacy stream idles, and unpaced it serialises.
  */
 #ifndef CUCACHE_CORE_HAND_OUT_H
 #define CUCACHE_CORE_HAND_OUT_H

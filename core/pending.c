@@ -23,7 +23,6 @@
  */
 #include <time.h>
 
-#include "hand_out.h"
 #include "hostalloc.h"
 #include "types.h"
 

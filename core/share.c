@@ -4,10 +4,7 @@
  * borrows, mapping them a second time, and ending the sharing once the
  * borrowed bytes are free and idle.
  */
-#include <string.h>
-
 #include "expand.h"
-#include "hostalloc.h"
 
 /* Whether the page of segment s at page boundary ps is mapped a second
  * time here (a FOREIGN block at its start or its end): its memory is

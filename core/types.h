@@ -235,7 +235,8 @@ typedef struct journal_s {
     uint32_t nkeys;
     core_stream_t last_key;
     uint32_t last_index;
-    /* after last_key: jr_note reads it with ring, cap and head */
+    /* kept after last_key, so that what jr_note reads (ring, cap, head,
+     * last_key, last_index) shares its cache lines */
     size_t keys_cap; /* of keys (vec_reserve) */
     ht_t index;      /* key -> its index */
 } journal_t;

@@ -37,7 +37,6 @@
 #include <time.h>
 
 #include "backend_mem.h"
-#include "hashtab.h"
 #include "hostalloc.h"
 #include "types.h"
 
@@ -69,24 +68,25 @@ static const char *const candidate_with_rules[] = {
     "max_split_size_mb:64",
 };
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
-#define CANDIDATE_LEN 96
+#define CANDIDATE_LEN sizeof(((core_whatif_row_t *)0)->change)
 
-static char candidate_text[CORE_WHATIF_MAX - 1][CANDIDATE_LEN];
-static const char *candidates[CORE_WHATIF_MAX - 1]; /* room for the current settings in row 0 */
+/* candidates[0 .. ncandidates): the settings tried, with room for the
+ * current settings in row 0 */
+static char candidates[CORE_WHATIF_MAX - 1][CANDIDATE_LEN];
 static size_t ncandidates;
 static pthread_once_t candidates_once = PTHREAD_ONCE_INIT;
 
-/* Adds "first,reuse:rule" (either part may be empty: "" and NULL); a
- * setting too long for its buffer is left out. */
+/* Adds "first,reuse:rule" (either part may be empty: "" and NULL).  A
+ * setting past the rows' room, or longer than a row's change text, is left
+ * out (with today's rows and keys neither happens). */
 static void candidate_add(const char *first, const core_rule_t *rule)
 {
     if (ncandidates == NELEM(candidates))
         return;
-    char *t = candidate_text[ncandidates];
-    int n = snprintf(t, CANDIDATE_LEN, "%s%s%s%s", first, *first && rule ? "," : "", rule ? "reuse:" : "",
-                     rule ? rule->name : "");
-    if (n > 0 && n < CANDIDATE_LEN)
-        candidates[ncandidates++] = t;
+    int n = snprintf(candidates[ncandidates], CANDIDATE_LEN, "%s%s%s%s", first, *first && rule ? "," : "",
+                     rule ? "reuse:" : "", rule ? rule->name : "");
+    if (n > 0 && (size_t)n < CANDIDATE_LEN)
+        ncandidates++;
 }
 
 static void candidates_build(void)
@@ -482,7 +482,7 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
     size_t n = 1;
     for (size_t i = 0; core_whatif_candidate(i); i++) {
         conf_t t = base;
-        if (conf_parse(&t, candidates[i], err, sizeof err) != 0 || memcmp(&t, &base, sizeof t) == 0)
+        if (conf_parse(&t, core_whatif_candidate(i), err, sizeof err) != 0 || memcmp(&t, &base, sizeof t) == 0)
             continue;
         if (t.expandable_segments && !vmm)
             continue; /* the device has no virtual memory: the setting would be ignored there */
@@ -492,7 +492,7 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
         if (dup)
             continue;
         j->confs[n] = t;
-        snprintf(out->rows[n].change, sizeof out->rows[n].change, "%s", candidates[i]);
+        snprintf(out->rows[n].change, sizeof out->rows[n].change, "%s", core_whatif_candidate(i));
         n++;
     }
     j->nrows = n;

@@ -29,7 +29,6 @@
 
 #include "hook.h"
 #include "hostalloc.h"
-#include "trace.h"
 
 HOOK_TLS CUresult hook_backend_error;
 
@@ -74,13 +73,18 @@ static hook_dev_t *enter(int device, bool relax, hook_scope_t *sc)
     return hook_enter(hd, relax, sc) ? hd : NULL;
 }
 
-/* Warns when giving back a range failed: nothing the program asked for
- * failed, but the memory may stay taken. */
-static void range_failed(CUresult r, int device, const char *what, uintptr_t addr, size_t size)
+/* Warns when giving back a range failed ("device D: <verb> N bytes<of> at
+ * 0xA<to> failed"): nothing the program asked for failed, but the memory
+ * may stay taken. */
+typedef struct range_words_s {
+    const char *verb, *of, *to;
+} range_words_t;
+
+static void range_failed(CUresult r, int device, range_words_t w, uintptr_t addr, size_t size)
 {
     if (r != CUDA_SUCCESS)
-        hook_warn(HOOK_WARN_BACKEND, "device %d: %s %zu bytes at 0x%lx failed (error %d)", device, what, size,
-                  (unsigned long)addr, (int)r);
+        hook_warn(HOOK_WARN_BACKEND, "device %d: %s%zu bytes%s at 0x%lx%s failed (error %d)", device, w.verb, size,
+                  w.of, (unsigned long)addr, w.to, (int)r);
 }
 
 /* The core's code for a driver result (the error kept for the report). */
@@ -93,7 +97,6 @@ static int core_code(CUresult r)
     hook_backend_error = r;
     return CORE_EFAIL;
 }
-
 
 static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
 {
@@ -119,7 +122,7 @@ static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
         return;
     CUresult r = real_cu.cuMemFree_v2((CUdeviceptr)addr);
     hook_leave(&sc);
-    range_failed(r, device, "returning to CUDA a segment of", addr, size);
+    range_failed(r, device, (range_words_t){"returning a segment of ", "", " to CUDA"}, addr, size);
 }
 
 /* ------------------------------------------------------------------------
@@ -182,7 +185,7 @@ static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_
 
 /* Gives back [addr, addr+size) with one driver call (call), warning when
  * it fails. */
-static void give_back(int device, bool relax, CUresult (*call)(CUdeviceptr, size_t), const char *what, uintptr_t addr,
+static void give_back(int device, bool relax, CUresult (*call)(CUdeviceptr, size_t), range_words_t what, uintptr_t addr,
                       size_t size)
 {
     hook_scope_t sc;
@@ -196,7 +199,7 @@ static void give_back(int device, bool relax, CUresult (*call)(CUdeviceptr, size
 static void va_release(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
-    give_back(device, false, real_cu.cuMemAddressFree, "freeing the addresses of", addr, size);
+    give_back(device, false, real_cu.cuMemAddressFree, (range_words_t){"freeing ", " of addresses", ""}, addr, size);
 }
 
 static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
@@ -270,7 +273,7 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
 static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
 {
     (void)ctx;
-    give_back(device, true, real_cu.cuMemUnmap, "unmapping", addr, size);
+    give_back(device, true, real_cu.cuMemUnmap, (range_words_t){"unmapping ", "", ""}, addr, size);
 }
 
 static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
@@ -485,7 +488,7 @@ static void event_release(void *ctx, int device, uint64_t event)
     pthread_mutex_lock(&hd->lock);
     f->released = true;
     if (!f->ordered)
-        hook_fence_free(hd, f); /* else when it completes (ordered_sweep) */
+        hook_fence_free(hd, f); /* else when it completes (order.c, ordered_sweep) */
     pthread_mutex_unlock(&hd->lock);
 }
 

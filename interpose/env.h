@@ -34,7 +34,8 @@ typedef enum hook_env_var_e {
     HOOK_ENV_WHATIF_MS,
 } hook_env_var_t;
 
-/* A value set to the empty string counts as unset. */
+/* A value set to the empty string counts as unset, but for CUCACHE_CONF,
+ * which is kept as written (an empty configuration is the defaults). */
 typedef struct hook_env_s {
     const char *conf;     /* CUCACHE_CONF as written; NULL: unset */
     const char *log;      /* CUCACHE_LOG: file name template; NULL: stderr */

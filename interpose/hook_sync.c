@@ -68,19 +68,41 @@ HOOK_API CUresult cuCtxSynchronize(void)
     return r;
 }
 
+/* The tests of a real call's result that HOOK_THEN takes. */
+static bool rt_ok(cudaError_t r)
+{
+    return r == cudaSuccess;
+}
+
+static bool cu_ok(CUresult r)
+{
+    return r == CUDA_SUCCESS;
+}
+
+/* A capture's end ended it unless called from the wrong thread. */
+static bool rt_ended(cudaError_t r)
+{
+    return r != cudaErrorStreamCaptureWrongThread;
+}
+
+static bool cu_ended(CUresult r)
+{
+    return r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+}
+
 /* The body of a hook that tells cucache after the real call: `then(ok,
  * ...)`, ok saying that the call was the program's own (not made under
- * the guard) and that `good`, a test of its result r, holds.  RT_THEN and
- * CU_THEN: good is success. */
+ * the guard) and that good(its result) holds.  RT_THEN and CU_THEN: good
+ * is success. */
 #define HOOK_THEN(type, call, good, then, ...)                                                                         \
     do {                                                                                                               \
         bool mine_ = !hook_bypass();                                                                                   \
-        type r = call;                                                                                                 \
-        then(mine_ && (good), __VA_ARGS__);                                                                            \
-        return r;                                                                                                      \
+        type r_ = call;                                                                                                \
+        then(mine_ &&good(r_), __VA_ARGS__);                                                                           \
+        return r_;                                                                                                     \
     } while (0)
-#define RT_THEN(call, then, ...) HOOK_THEN(cudaError_t, call, r == cudaSuccess, then, __VA_ARGS__)
-#define CU_THEN(call, then, ...) HOOK_THEN(CUresult, call, r == CUDA_SUCCESS, then, __VA_ARGS__)
+#define RT_THEN(call, then, ...) HOOK_THEN(cudaError_t, call, rt_ok, then, __VA_ARGS__)
+#define CU_THEN(call, then, ...) HOOK_THEN(CUresult, call, cu_ok, then, __VA_ARGS__)
 
 /* After a stream's or an event's synchronisation (kind): work completed. */
 static void synced(bool ok, bool runtime, unsigned kind, const void *handle)
@@ -236,8 +258,7 @@ static void capture_ended(bool ok, CUstream s, bool per_thread)
     }                                                                                                                  \
     HOOK_API cudaError_t end(cudaStream_t stream, cudaGraph_t *pGraph)                                                 \
     {                                                                                                                  \
-        HOOK_THEN(cudaError_t, RT_REAL(end, stream, pGraph), r != cudaErrorStreamCaptureWrongThread, capture_ended,    \
-                  stream, per_thread);                                                                                 \
+        HOOK_THEN(cudaError_t, RT_REAL(end, stream, pGraph), rt_ended, capture_ended, stream, per_thread);             \
     }
 #define CU_CAPTURE_HOOKS(begin, end, per_thread)                                                                       \
     HOOK_API CUresult begin(CUstream hStream, CUstreamCaptureMode mode)                                                \
@@ -246,8 +267,7 @@ static void capture_ended(bool ok, CUstream s, bool per_thread)
     }                                                                                                                  \
     HOOK_API CUresult end(CUstream hStream, CUgraph *phGraph)                                                          \
     {                                                                                                                  \
-        HOOK_THEN(CUresult, CU_REAL(end, hStream, phGraph), r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,               \
-                  capture_ended, hStream, per_thread);                                                                 \
+        HOOK_THEN(CUresult, CU_REAL(end, hStream, phGraph), cu_ended, capture_ended, hStream, per_thread);             \
     }
 
 RT_CAPTURE_HOOKS(cudaStreamBeginCapture, cudaStreamEndCapture, false)

@@ -22,8 +22,6 @@
  *
  * The fences themselves (events on every stream) are backend.c's.
  */
-#include <stdlib.h>
-
 #include "hook.h"
 #include "hostalloc.h"
 #include "trace.h"

@@ -353,13 +353,11 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         bool fallback;
         if (do_alloc(r, rd, e, &addr, &fallback) != 0)
             return -1;
-        rp_live_t *old = rp_livemap_find(&r->live, e->addr);
-        if (old) {
-            /* allocated again without a free in between: the trace lost the
-             * free; the old allocation stays held, as it would in the job */
+        /* allocated again without a free in between: the trace lost the
+         * free; the old allocation stays held, as it would in the job, and
+         * its entry is replaced */
+        if (rp_livemap_find(&r->live, e->addr))
             r->res->skipped++;
-            rp_livemap_del(&r->live, e->addr);
-        }
         rp_live_t *l = rp_livemap_put(&r->live, e->addr);
         if (!l) {
             snprintf(err, errlen, "out of host memory");

@@ -175,7 +175,7 @@ static int import(timp_t *t, const pk_val_t *root)
     trace_event_t *pre = NULL;
     size_t npre = 0, precap = 0;
     int rc = -1;
-    if (!all) {
+    if (!all || !ht_reserve(&seen, n)) {
         snprintf(t->err, t->errlen, "out of host memory");
         goto out;
     }

@@ -3,12 +3,10 @@
  * bytes, and turned into an rp_input_t by the matching reader.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "hostalloc.h"

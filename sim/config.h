@@ -14,27 +14,6 @@
 
 #define SIM_KERNEL_TIMES 32
 
-typedef struct sim_config_s {
-    int devices;
-    size_t capacity;
-    unsigned alloc_us, free_us;
-    double copy_gbps; /* 0: instant */
-    bool race;
-    bool race_fatal;
-    size_t vmm_granularity; /* cuMemGetAllocationGranularity's answer, minimum and recommended */
-    uint64_t vmm_ns[7];     /* cost of each call of the virtual memory API (sim_vmm_call_t) */
-    /* kernels (CUCACHE_SIM_KERNEL_US): the first entry whose name is part
-     * of the kernel's name gives its time, else the default */
-    uint64_t kernel_ns;
-    struct {
-        char name[64];
-        uint64_t ns;
-    } kernels[SIM_KERNEL_TIMES];
-    unsigned nkernels;
-    unsigned spin_us; /* CUCACHE_SIM_SPIN_US: a worker spins this close to an op's end instead of sleeping */
-    bool coherent;    /* CUCACHE_SIM_COHERENT: the devices say the CPU shares their memory coherently (ATS) */
-} sim_config_t;
-
 /* The calls of the virtual memory API that cost time (CUCACHE_SIM_VMM_US)
  * and can be made to fail (cucacheSimVmmFail): sim.h's enum. */
 typedef enum cucache_sim_vmm_call sim_vmm_call_t;
@@ -46,5 +25,26 @@ typedef enum cucache_sim_vmm_call sim_vmm_call_t;
 #define SIM_VMM_UNMAP CUCACHE_SIM_VMM_UNMAP
 #define SIM_VMM_SET_ACCESS CUCACHE_SIM_VMM_SET_ACCESS
 #define SIM_VMM_NCALLS 7
+
+typedef struct sim_config_s {
+    int devices;
+    size_t capacity;
+    unsigned alloc_us, free_us;
+    double copy_gbps; /* 0: instant */
+    bool race;
+    bool race_fatal;
+    size_t vmm_granularity;          /* cuMemGetAllocationGranularity's answer, minimum and recommended */
+    uint64_t vmm_ns[SIM_VMM_NCALLS]; /* cost of each call of the virtual memory API (sim_vmm_call_t) */
+    /* kernels (CUCACHE_SIM_KERNEL_US): the first entry whose name is part
+     * of the kernel's name gives its time, else the default */
+    uint64_t kernel_ns;
+    struct {
+        char name[64];
+        uint64_t ns;
+    } kernels[SIM_KERNEL_TIMES];
+    unsigned nkernels;
+    unsigned spin_us; /* CUCACHE_SIM_SPIN_US: a worker spins this close to an op's end instead of sleeping */
+    bool coherent;    /* CUCACHE_SIM_COHERENT: the devices say the CPU shares their memory coherently (ATS) */
+} sim_config_t;
 
 #endif

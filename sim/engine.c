@@ -80,8 +80,10 @@ void *sim_array_room(void *base, size_t n, size_t *cap, size_t elem, size_t firs
         return base;
     *cap = *cap ? *cap * 2 : first;
     base = realloc(base, *cap * elem);
-    if (!base)
+    if (!base) {
+        sim_log("out of host memory (%zu x %zu bytes)", *cap, elem);
         abort();
+    }
     return base;
 }
 

@@ -59,7 +59,8 @@ sim_alloc_t *sim_alloc_exact(uintptr_t addr)
 sim_alloc_t *sim_alloc_new(uintptr_t addr, size_t size, sim_alloc_kind_t kind, int device)
 {
     sim.allocs = sim_array_room(sim.allocs, sim.nallocs, &sim.cap_allocs, sizeof *sim.allocs, 64);
-    sim_alloc_t *a = sim_array_open(sim.allocs, sim.nallocs++, sizeof *sim.allocs, upper_bound(addr));
+    size_t i = upper_bound(addr); /* before the count changes: it searches sim.nallocs entries */
+    sim_alloc_t *a = sim_array_open(sim.allocs, sim.nallocs++, sizeof *sim.allocs, i);
     *a = (sim_alloc_t){
         .addr = addr,
         .size = size,

@@ -214,7 +214,8 @@ static void phys_maybe_free(sim_phys_t *p)
         atomic_fetch_add(&sim.device_frees, 1);
     }
     close(p->fd);
-    sim_array_close(vmm.phys, vmm.nphys--, sizeof *vmm.phys, phys_lower(p->id));
+    size_t i = phys_lower(p->id); /* before the count changes: it searches vmm.nphys entries */
+    sim_array_close(vmm.phys, vmm.nphys--, sizeof *vmm.phys, i);
     free(p);
 }
 

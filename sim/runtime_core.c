@@ -153,6 +153,12 @@ RT_API cudaError_t cudaPeekAtLastError(void)
  * Error names and strings (the real runtime's texts)
  * ---------------------------------------------------------------------- */
 
+/* rt_err maps a driver code to the runtime's by value: each shared row's
+ * two codes are equal. */
+#define RT_ERROR_SAME(cu, rt, text) _Static_assert((int)(cu) == (int)(rt), #cu " and " #rt " differ");
+SIM_ERRORS(RT_ERROR_SAME)
+#undef RT_ERROR_SAME
+
 static const struct rt_error_text {
     cudaError_t code;
     const char *name;
