@@ -480,9 +480,10 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
         base = cur;
     bool vmm = d->be.vmm_granularity && d->be.vmm_granularity(d->be.ctx, d->device) != 0;
     size_t n = 1;
-    for (size_t i = 0; core_whatif_candidate(i); i++) {
+    pthread_once(&candidates_once, candidates_build);
+    for (size_t i = 0; i < ncandidates; i++) {
         conf_t t = base;
-        if (conf_parse(&t, core_whatif_candidate(i), err, sizeof err) != 0 || memcmp(&t, &base, sizeof t) == 0)
+        if (conf_parse(&t, candidates[i], err, sizeof err) != 0 || memcmp(&t, &base, sizeof t) == 0)
             continue;
         if (t.expandable_segments && !vmm)
             continue; /* the device has no virtual memory: the setting would be ignored there */
@@ -492,7 +493,7 @@ int core_whatif(core_dev_t *d, const core_oom_t *oom, const core_whatif_opts_t *
         if (dup)
             continue;
         j->confs[n] = t;
-        snprintf(out->rows[n].change, sizeof out->rows[n].change, "%s", core_whatif_candidate(i));
+        memcpy(out->rows[n].change, candidates[i], sizeof out->rows[n].change); /* the same size */
         n++;
     }
     j->nrows = n;
