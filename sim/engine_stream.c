@@ -239,6 +239,34 @@ static void add_implicit_deps(struct CUstream_st *s, sim_op_t *op)
     }
 }
 
+/* An event record or a wait on a stream with nothing queued, whose
+ * dependencies completed, completes as it is queued, as on a GPU (within
+ * microseconds, however busy the host): it does no work, and the stream's
+ * worker thread, which a loaded host may run milliseconds later, need not
+ * get to it.  The same bookkeeping as the worker's (stream_worker).  Called
+ * with the lock held, after op was numbered and clocked. */
+static uint64_t op_start(const struct CUstream_st *s, const sim_op_t *op);
+
+static bool retire_at_once(struct CUstream_st *s, sim_op_t *op)
+{
+    if ((op->kind != SIM_OP_RECORD && op->kind != SIM_OP_WAIT) || s->head || !op_ready(op))
+        return false;
+    uint64_t end = op_start(s, op);
+    if (op->kind == SIM_OP_RECORD) {
+        struct CUevent_st *e = op->event;
+        e->done = true; /* this record is the event's last (just numbered) */
+        e->time_ns = end;
+        e->pending--; /* live: its owner still holds it */
+    }
+    sim.slot_end[s->slot] = end;
+    sim.ends[s->slot][op->seq % SIM_END_RING].seq = op->seq;
+    sim.ends[s->slot][op->seq % SIM_END_RING].end = end;
+    sim.completed[s->slot] = op->seq;
+    sim_op_free(op);
+    pthread_cond_broadcast(&sim.cv);
+    return true;
+}
+
 CUresult sim_enqueue(struct CUstream_st *s, sim_op_t *op)
 {
     if (s->ctx->sticky != CUDA_SUCCESS) {
@@ -283,6 +311,8 @@ CUresult sim_enqueue(struct CUstream_st *s, sim_op_t *op)
     }
     if (sim.cfg.race)
         race_check_and_add(op);
+    if (retire_at_once(s, op))
+        return CUDA_SUCCESS;
     if (s->tail)
         s->tail->next = op;
     else

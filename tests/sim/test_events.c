@@ -206,6 +206,50 @@ static void test_event_on_legacy_stream_covers_blocking_streams_only(void **stat
     SIM_OK(cudaStreamDestroy(n));
 }
 
+/* An event recorded on a stream with nothing queued, and a wait for a
+ * completed event there, complete as they are queued, as on a GPU, not
+ * when the stream's worker thread gets to them (on a loaded host,
+ * milliseconds later): cuStreamQuery and cuEventQuery answer ready at once
+ * (on a created stream, and on the legacy stream, which also waits for the
+ * blocking streams, all idle).  Behind queued work they wait for it.  Seen
+ * to fail (not ready at the first query) with every record and wait left
+ * to the worker. */
+static void test_record_on_idle_stream_completes_at_once(void **state)
+{
+    (void)state;
+    cudaStream_t n = stream_new(cudaStreamNonBlocking), b = stream_new(cudaStreamDefault);
+    cudaEvent_t e = event_new(cudaEventDisableTiming), f = event_new(cudaEventDisableTiming);
+    SIM_OK(cudaDeviceSynchronize());
+    const cudaStream_t on[] = {n, LEGACY, b};
+    for (int round = 0; round < 200; round++) {
+        cudaStream_t s = on[round % 3];
+        SIM_OK(cudaEventRecord(e, s));
+        SIM_OK(cudaEventQuery(e));
+        SIM_OK(cudaStreamWaitEvent(s, e, 0));
+        SIM_OK(cudaEventRecord(f, s));
+        SIM_OK(cudaEventQuery(f));
+        SIM_OK(cudaStreamQuery(s));
+    }
+    simtest_gate_t *g = simtest_gate_new();
+    simtest_gate_block(g, n);
+    SIM_OK(cudaEventRecord(e, n));
+    simtest_settle();
+    SIM_EXPECT(cudaEventQuery(e), cudaErrorNotReady);
+    SIM_EXPECT(cudaStreamQuery(n), cudaErrorNotReady);
+    SIM_OK(cudaStreamWaitEvent(b, e, 0)); /* a wait for a pending event queues */
+    SIM_OK(cudaEventRecord(f, b));
+    simtest_settle();
+    SIM_EXPECT(cudaEventQuery(f), cudaErrorNotReady);
+    (void)cudaGetLastError();
+    simtest_gate_open(g);
+    SIM_OK(simtest_event_wait_done(f));
+    SIM_OK(cudaDeviceSynchronize());
+    SIM_OK(cudaEventDestroy(e));
+    SIM_OK(cudaEventDestroy(f));
+    SIM_OK(cudaStreamDestroy(n));
+    SIM_OK(cudaStreamDestroy(b));
+}
+
 /* Stream `waiter` waits for event e recorded on gated stream `held`. */
 static void expect_wait_event_orders(cudaStream_t held, cudaStream_t waiter)
 {
@@ -332,6 +376,7 @@ int main(void)
         SIMTEST(test_elapsed_time_pending_is_not_ready),
         SIMTEST(test_elapsed_time_refused_without_timing),
         SIMTEST(test_event_on_legacy_stream_covers_blocking_streams_only),
+        SIMTEST(test_record_on_idle_stream_completes_at_once),
         SIMTEST(test_stream_wait_event_orders_streams),
         SIMTEST(test_stream_wait_event_uses_record_current_at_call),
         SIMTEST(test_stream_wait_on_never_recorded_event_does_not_wait),
