@@ -8,7 +8,7 @@
  * bottleneck: the host runs ahead until the step's synchronisation, as in
  * a real training loop.
  *
- *   bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US]
+ *   bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US] [-x EVERY]
  *
  * -c adds a communication stream, as data-parallel training has: after
  * every 16th allocation it waits for the compute stream's work so far (an
@@ -19,13 +19,22 @@
  * -S 0 runs the kernels on the legacy default stream: the program creates
  * no stream of its own.
  *
+ * -x EVERY (with two streams or more) makes every EVERY-th block cross
+ * streams: after its kernel writes it on its stream, the next stream waits
+ * for that write (an event) and runs a kernel of KERNEL_US reading it.  The block is then
+ * freed while that reader may still be queued: cudaFree orders itself
+ * against every stream's work; with -a the program first makes the
+ * block's stream wait for the reader (an event, as PyTorch's record_stream
+ * does) and frees it there with cudaFreeAsync.  A rule that reuses a block
+ * on its own stream alone races with the reader here.
+ *
  * -a allocates with cudaMallocAsync/cudaFreeAsync on the block's stream
  * instead of cudaMalloc/cudaFree.  Run it plain (CUDA without a cache:
  * the simulator's allocation costs) or under cucache-run --sim with the
  * setting to compare (scripts/bench-train runs them all side by side).
  * Prints one line:
  *
- *   result TRACE STREAMS MODE step_ms=MEDIAN (MIN-MAX) peak_reserved=BYTES races=N
+ *   result TRACE STREAMS[x] MODE step_ms=MEDIAN (MIN-MAX) peak_reserved=BYTES races=N
  *
  * peak_reserved is cucache's reserved_bytes.all.peak when cucache is in
  * the process, else the most device memory in use seen through
@@ -61,6 +70,16 @@ static double now_ms(void)
             bench_die("%s: error %d", #x, e_);                                                                         \
     } while (0)
 
+/* Frees p: with cudaFreeAsync on s, the stream of its last user, or with
+ * cudaFree, which orders itself against every stream. */
+static void free_block(void *p, bool async, cudaStream_t s)
+{
+    if (async)
+        CHECK(cudaFreeAsync(p, s));
+    else
+        CHECK(cudaFree(p));
+}
+
 int main(int argc, char **argv)
 {
     const char *trace = "bcrafton_cs336";
@@ -68,6 +87,7 @@ int main(int argc, char **argv)
     unsigned kernel_us = 50;
     bool async = false;
     unsigned comm_us = 0;
+    unsigned cross = 0; /* -x: every cross-th block is read on the next stream */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc)
             trace = argv[++i];
@@ -81,11 +101,15 @@ int main(int argc, char **argv)
             async = true;
         else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
             comm_us = (unsigned)atoi(argv[++i]);
+        else if (strcmp(argv[i], "-x") == 0 && i + 1 < argc)
+            cross = (unsigned)atoi(argv[++i]);
         else
-            bench_die("usage: bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US]");
+            bench_die("usage: bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US] [-x EVERY]");
     }
     if (nstreams < 0 || nstreams > MAX_STREAMS || steps < 2)
         bench_die("-S 0..%d and -n 2 or more", MAX_STREAMS);
+    if (cross && nstreams < 2)
+        bench_die("-x needs -S 2 or more");
     /* -S 0: the legacy default stream, no stream of the program's own */
     bool legacy = nstreams == 0;
     if (legacy)
@@ -113,6 +137,10 @@ int main(int argc, char **argv)
         CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
         CHECK(cudaMalloc(&comm_buf, comm_bytes));
     }
+    /* -x: the write a reader on the next stream waits for */
+    cudaEvent_t written = NULL;
+    if (cross)
+        CHECK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
     int *on = calloc(t.nalloc, sizeof *on);
     size_t *bytes = calloc(t.nalloc, sizeof *bytes);
     double *step_ms = calloc((size_t)steps, sizeof *step_ms);
@@ -137,6 +165,14 @@ int main(int argc, char **argv)
                 bytes[k] = (size_t)op;
                 struct cucache_sim_access w = {p, (size_t)op, 1};
                 CHECK(cucacheSimLaunchTimed((CUstream)s[si], kernel_us, NULL, NULL, &w, 1));
+                if (cross && k % cross == 0) {
+                    int ri = (si + 1) % nstreams;
+                    struct cucache_sim_access r = {p, (size_t)op, 0};
+                    CHECK(cudaEventRecord(written, s[si]));
+                    CHECK(cudaStreamWaitEvent(s[ri], written, 0));
+                    CHECK(cucacheSimLaunchTimed((CUstream)s[ri], kernel_us, NULL, NULL, &r, 1));
+                    on[k] = ri; /* its last user in stream order */
+                }
                 if (comm_us && k % 16 == 15) {
                     struct cucache_sim_access c = {comm_buf, comm_bytes, 1};
                     CHECK(cudaEventRecord(ready, s[si]));
@@ -154,10 +190,7 @@ int main(int argc, char **argv)
                 size_t j = (size_t)(-op);
                 if (!t.live[j])
                     continue;
-                if (async)
-                    CHECK(cudaFreeAsync(t.live[j], s[on[j]]));
-                else
-                    CHECK(cudaFree(t.live[j]));
+                free_block(t.live[j], async, s[on[j]]);
                 t.live[j] = NULL;
             }
         }
@@ -165,10 +198,7 @@ int main(int argc, char **argv)
          * training step's activations are */
         for (size_t j = 0; j < k; j++)
             if (t.live[j]) {
-                if (async)
-                    CHECK(cudaFreeAsync(t.live[j], s[on[j]]));
-                else
-                    CHECK(cudaFree(t.live[j]));
+                free_block(t.live[j], async, s[on[j]]);
                 t.live[j] = NULL;
             }
         CHECK(cudaDeviceSynchronize());
@@ -183,6 +213,8 @@ int main(int argc, char **argv)
     if (stat && stat(0, "reserved_bytes.all.peak", &peak) != 0)
         peak = -1;
     const char *mode = async ? "async" : "plain";
+    if (cross)
+        CHECK(cudaEventDestroy(written));
     if (comm_us) {
         CHECK(cudaFree(comm_buf));
         CHECK(cudaEventDestroy(ready));
@@ -190,7 +222,7 @@ int main(int argc, char **argv)
     }
     if (legacy)
         nstreams = 0;
-    printf("result %s %d %s step_ms=%s peak_reserved=%lld races=%lu\n", trace, nstreams, mode, fmt, (long long)peak,
+    printf("result %s %d%s %s step_ms=%s peak_reserved=%lld races=%lu\n", trace, nstreams, cross ? "x" : "", mode, fmt, (long long)peak,
            cucacheSimRaceCount());
     return 0;
 }
