@@ -268,16 +268,18 @@ void core_fence(core_dev_t *d);
  * capture ended and a fence completed. */
 void core_set_capturing(core_dev_t *d, bool on);
 
-/* The streams the program created on the device and has not destroyed
- * (its primary context's, blocking or not; not the default streams), now
- * n.  While there are none, the program's work runs on the legacy default
- * stream and the per-thread default streams, which every fence already
- * orders (a fence records an event on the legacy stream, which waits for
- * them and which their later work waits for): handing out frees behind
- * fences with the device ordered after them then holds back no work that
- * could have run beside it, and a rule that hands out hands out any that
- * could serve a hit, not only once they hold a share of the cache.
- * Unknown counts as some (a replay of a trace that does not say). */
+/* The streams the program's work runs on, now n: those it created on the
+ * device and has not destroyed (its primary context's, blocking or not),
+ * and the legacy default stream once the program's work was seen there
+ * (with the per-thread default streams it waits for) beside one of them.
+ * While fewer than two, the program's work runs in one stream's order, or
+ * on the default streams, which every fence already orders (a fence
+ * records an event on the legacy stream, which waits for them and which
+ * their later work waits for): handing out frees behind fences with the
+ * device ordered after them then holds back no work that could have run
+ * beside it, and a rule that hands out hands out any that could serve a
+ * hit, not only once they hold a share of the cache (core/hand_out.h).
+ * Unknown counts as two (a replay of a trace that does not say). */
 void core_set_streams(core_dev_t *d, unsigned n);
 
 /* Stops handing out frees behind fences on the device for good

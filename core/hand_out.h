@@ -10,7 +10,7 @@
  *     that can order the device, no capture, not stopped;
  *   - when a hit hands out rather than split a block (hand_out_due) and how
  *     much it leaves behind fences (hand_out_keep), paced while the program
- *     has streams of its own (hand_out_paced);
+ *     runs on two streams or more (hand_out_paced);
  *   - the slices: the open batch gets its fence once it holds a slice of
  *     the cache (hand_out_slice), so that there are old fences to take;
  *   - the stop, for good, when something the ordering cannot reach may touch
@@ -18,11 +18,12 @@
  * A miss hands out everything behind fences (hand_out(d, 0), alloc.c's slow
  * path, step 1b).
  *
- * With no stream of the program's own the ordering holds nothing back (the
- * fence already orders the default streams): a hit hands out any pending
- * free that could serve it.  With streams of its own each hand-out makes
- * every stream wait for every stream's work before the fence, which
- * serialises streams that would overlap, so:
+ * With the program's work on one stream the ordering holds nothing back
+ * (that stream is in order after its own work; the fence already orders the
+ * default streams): a hit hands out any pending free that could serve it.
+ * With work on two streams or more each hand-out makes every stream wait
+ * for every stream's work before the fence, which serialises streams that
+ * would overlap, so:
  *   - a hit hands out only once the frees behind fences hold
  *     1/HAND_OUT_SHARE of the reserved bytes;
  *   - it hands out the oldest fences' frees and leaves the newest, up to
@@ -32,11 +33,12 @@
  *     reserved bytes freed.
  * The constants were chosen on scripts/bench-train's multi-stream shapes;
  * the measurements and the alternatives tried are in docs/performance.md
- * ("A GPU-bound training step": how the hand-outs are paced with streams,
- * and why one stream of its own stays paced).  Pacing starts at one stream
- * of the program's own: a program computing on the legacy stream beside
- * one non-blocking stream cannot be told, from the fences' events, from
- * one whose legacy stream idles, and unpaced it serialises.
+ * ("A GPU-bound training step": how the hand-outs are paced with streams).
+ * The count (core_set_streams) is the streams the program created, and the
+ * legacy default stream once its work was seen there beside one of them (the
+ * interposer's probe, interpose/order.c): a program computing on the legacy
+ * stream beside one stream of its own serialises unpaced, one whose legacy
+ * stream idles loses nothing.
  */
 #ifndef CUCACHE_CORE_HAND_OUT_H
 #define CUCACHE_CORE_HAND_OUT_H
@@ -57,10 +59,11 @@ static inline bool hand_out_allowed(const core_dev_t *d)
     return d->be.fence_order && !d->capturing && !d->no_hand_out && conf_rule(&d->conf)->hands_out;
 }
 
-/* Whether hand-outs are paced: with any stream of the program's own. */
+/* Whether hand-outs are paced: with two streams or more the program's work
+ * runs on (core_set_streams). */
 static inline bool hand_out_paced(const core_dev_t *d)
 {
-    return d->streams > 0;
+    return d->streams > 1;
 }
 
 /* The reserved bytes divided by n (the pacing's unit). */
@@ -78,9 +81,8 @@ static inline bool hand_out_due(const core_dev_t *d, size_t rounded)
     return !hand_out_paced(d) || d->fenced_bytes >= hand_out_part(d, HAND_OUT_SHARE);
 }
 
-/* What a hit's hand-out leaves behind fences: nothing while the program has
- * no stream of its own, else the newest frees up to 1/HAND_OUT_KEEP of the
- * cache. */
+/* What a hit's hand-out leaves behind fences: nothing while not paced, else
+ * the newest frees up to 1/HAND_OUT_KEEP of the cache. */
 static inline size_t hand_out_keep(const core_dev_t *d)
 {
     return hand_out_paced(d) ? hand_out_part(d, HAND_OUT_KEEP) : 0;

@@ -22,6 +22,8 @@
  *                                  streams) ──► order.c: the device ordered
  *                                  after fences (hand-outs), its waits and
  *                                  stops
+ *               (a plain free first runs order.c's probe: whether the
+ *               program's work also runs on the legacy stream)
  *
  * Beside the path: submit.c and submit_entry.S count every submission of
  * work (the core's work_epoch; submit_table.h is generated, submit_sim.h
@@ -214,6 +216,12 @@ typedef struct hook_dev_s {
     CUstream hub;
     /* its hand-outs stopped for good, and the trace says so (backend.c) */
     atomic_bool stopped;
+    /* the program's work was seen on the legacy default stream beside one
+     * stream of its own: counted as a stream (hook_live_streams; order.c's
+     * probe sets it, for good) */
+    atomic_bool default_busy;
+    _Atomic uint64_t probe_next; /* the probe's next question, not before (mono ns) */
+    uint64_t clear_at;           /* when the last fence on `ordered` was found completed (mono ns) */
 } hook_dev_t;
 
 extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];
@@ -274,6 +282,10 @@ static inline uint64_t hook_alloc_number(uint64_t id)
  * record, once), then waits for the fences handed out so far;
  * every call waits. */
 void hook_order_stop(hook_dev_t *hd);
+/* Before a plain free, while the program has one stream of its own: whether
+ * its work also runs on the legacy default stream (order.c's probe, at most
+ * once a millisecond); if so, counts it (hook_stream_default_busy). */
+void hook_order_probe(hook_dev_t *hd);
 /* The trace's record that the device stopped handing out, once. */
 void hook_order_note_stopped(hook_dev_t *hd);
 /* The process has (or may have) a second CUDA context: stops the hand-outs
@@ -414,8 +426,12 @@ static inline void *hook_trace_stream(void *s, bool per_thread)
  * (the core told, and the trace given a counted record). */
 bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags);
 /* Called with hd->lock held: the streams the program has on the device
- * (core_set_streams' count). */
+ * (core_set_streams' count): those it created, and the legacy default
+ * stream once seen busy beside them (hd->default_busy). */
 unsigned hook_live_streams(const hook_dev_t *hd);
+/* The program's work was seen on the legacy default stream: counted, with
+ * the trace's counted record, once (called with no lock held). */
+void hook_stream_default_busy(hook_dev_t *hd);
 /* A stream about to be destroyed leaves the lists before the real call, so
  * that a creation on another thread that gets the same handle back is
  * counted and fenced: the device it was counted on (its flags set), or -1.
@@ -523,6 +539,8 @@ static inline bool hook_trace_on(void)
 }
 /* The recorder's clock now (for a record stamped before the call). */
 uint64_t hook_trace_now(void);
+/* CLOCK_MONOTONIC, in nanoseconds. */
+uint64_t hook_mono_ns(void);
 /* Appends one record (stats/trace.h's kinds and apis) to this thread's
  * buffer; when: hook_trace_now() taken earlier, or 0 for now. */
 void hook_trace_put(unsigned kind, unsigned api, int device, uint64_t stream, uint64_t addr, uint64_t size,

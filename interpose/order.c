@@ -18,18 +18,26 @@
  *     good and waits for every fence (hook_order_stop, from hook_ctx.c and
  *     fence_order itself), and the trace records the stop once
  *     (hook_order_note_stopped);
- *   - a device reset forgets the fences (hook_order_drop).
+ *   - a device reset forgets the fences (hook_order_drop);
+ *   - while the program has one stream of its own, a probe on the legacy
+ *     stream tells whether its work runs there too (hook_order_probe):
+ *     hand-outs are paced from two streams with work on (core/hand_out.h).
  *
  * The fences themselves (events on every stream) are backend.c's.
  */
 #include "hook.h"
 #include "hostalloc.h"
+#include "rules.h"
 #include "trace.h"
 
 /* fence_gather: a fence of this many events or more is gathered on the hub */
 enum { HUB_MIN_EVENTS = 8 };
+/* hook_order_probe: asked at most this often, and this long after the last
+ * ordered fence was found completed */
+enum { PROBE_EVERY_NS = 1000000, PROBE_SETTLE_NS = 20000000 };
 
-/* Called with hd->lock held: forgets ordered fences that completed. */
+/* Called with hd->lock held: forgets ordered fences that completed (the
+ * time the last one went: hd->clear_at). */
 static void ordered_sweep(hook_dev_t *hd)
 {
     size_t j = 0;
@@ -43,6 +51,8 @@ static void ordered_sweep(hook_dev_t *hd)
             hd->ordered[j++] = f;
         }
     }
+    if (j == 0 && hd->nordered)
+        hd->clear_at = hook_mono_ns(); /* hook_order_probe */
     hd->nordered = j;
 }
 
@@ -213,8 +223,48 @@ int hook_order_fence(void *ctx, int device, uint64_t event, uint64_t first_alloc
     return rc;
 }
 
+/* The legacy stream's probe: while the program has exactly one stream of
+ * its own (with none the hand-outs are not paced whatever the legacy
+ * stream runs, with two or more they are), whether its work also runs on
+ * the legacy stream.  Asked only while no wait of cucache's is on the
+ * legacy stream, and has not been for PROBE_SETTLE_NS (every fence the
+ * device was ordered after was found completed that long ago: a wait whose
+ * event completed leaves the stream within microseconds on a GPU; the time
+ * leaves room for a loaded host running the simulated device's stream
+ * workers late): then work still queued there is the
+ * program's (cucache's own event records there complete as they are
+ * queued), and the legacy stream is counted as one of its streams, for
+ * good.  Asked at most once every PROBE_EVERY_NS. */
+void hook_order_probe(hook_dev_t *hd)
+{
+    if (atomic_load_explicit(&hd->default_busy, memory_order_relaxed) || !conf_rule(&hook_conf)->hands_out ||
+        atomic_load(&hd->stopped) || atomic_load(&hd->capturing))
+        return;
+    uint64_t now = hook_mono_ns(), next = atomic_load_explicit(&hd->probe_next, memory_order_relaxed);
+    if (now < next || !atomic_compare_exchange_strong(&hd->probe_next, &next, now + PROBE_EVERY_NS))
+        return; /* asked less than PROBE_EVERY_NS ago, or by another thread now */
+    hook_scope_t sc;
+    if (!hook_enter(hd, false, &sc))
+        return;
+    pthread_mutex_lock(&hd->lock);
+    bool busy = false;
+    if (hd->nstreams + hd->nblocking + hd->nlost == 1 && !hd->ncaptures) {
+        /* the newest ordered fence completed: so did every older one */
+        if (hd->nordered && hook_fence_done(hd->ordered[hd->nordered - 1]))
+            ordered_sweep(hd);
+        if (hd->nordered == 0 && now - hd->clear_at >= PROBE_SETTLE_NS)
+            busy = real_cu.cuStreamQuery(CU_STREAM_LEGACY) == CUDA_ERROR_NOT_READY;
+    }
+    pthread_mutex_unlock(&hd->lock);
+    hook_leave(&sc);
+    if (busy)
+        hook_stream_default_busy(hd);
+}
+
 void hook_order_drop(hook_dev_t *hd)
 {
+    /* and the streams the probe saw */
+    atomic_store(&hd->default_busy, false);
     /* their events die with the context, reset next: neither queried
      * later nor put back among the spares (core_dev_destroy released
      * them all) */

@@ -47,6 +47,7 @@
     X(cuStreamGetCtx_ptsz)                                                                                             \
     X(cuStreamSynchronize)                                                                                             \
     X(cuStreamSynchronize_ptsz)                                                                                        \
+    X(cuStreamQuery)                                                                                                   \
     X(cuStreamIsCapturing)                                                                                             \
     X(cuStreamIsCapturing_ptsz)                                                                                        \
     X(cuStreamBeginCapture_v2)                                                                                         \

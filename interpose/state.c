@@ -281,6 +281,7 @@ core_where_t hook_describe(uintptr_t addr, core_ptr_info_t *info, hook_dev_t **h
 
 core_free_t hook_free_policy(hook_dev_t *hd)
 {
+    hook_order_probe(hd); /* the streams the program's work runs on: hand-outs' pacing */
     const core_rule_t *r = conf_rule(&hook_conf);
     bool synced = r->plain == RULE_PLAIN_AFTER_SYNC && atomic_load(&hd->capturing) == 0 && hook_dev_core(hd) &&
                   hook_backend.device_sync(hook_backend.ctx, hd->ordinal) == CORE_OK;

@@ -70,7 +70,7 @@ static bool list_has(const CUstream *list, size_t n, CUstream s)
 
 unsigned hook_live_streams(const hook_dev_t *hd)
 {
-    size_t n = hd->nstreams + hd->nblocking + hd->nlost;
+    size_t n = hd->nstreams + hd->nblocking + hd->nlost + atomic_load(&hd->default_busy);
     return n > UINT32_MAX ? UINT32_MAX : (unsigned)n;
 }
 
@@ -86,6 +86,18 @@ static void count_changed(hook_dev_t *hd, unsigned kind, CUstream s, unsigned fl
     core_dev_t *d = hook_dev_core(hd);
     if (d)
         core_set_streams(d, n);
+}
+
+void hook_stream_default_busy(hook_dev_t *hd)
+{
+    pthread_mutex_lock(&hd->count_lock);
+    if (!atomic_exchange(&hd->default_busy, true)) {
+        pthread_mutex_lock(&hd->lock);
+        unsigned n = hook_live_streams(hd);
+        pthread_mutex_unlock(&hd->lock);
+        count_changed(hd, TRACE_DEFAULT_BUSY, CU_STREAM_LEGACY, 0, n);
+    }
+    pthread_mutex_unlock(&hd->count_lock);
 }
 
 bool hook_stream_created(hook_dev_t *hd, CUstream s, unsigned flags)

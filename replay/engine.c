@@ -151,8 +151,11 @@ static rp_dev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
     if (rd->core) {
         core_set_observer(rd->core, observe, r);
         /* a trace that does not say which streams cucache counted: taken
-         * as having some (hits then hand out only a share) */
-        core_set_streams(rd->core, r->in->streams_unknown ? 1 : 0);
+         * as having some (hits then hand out only a share); one from before
+         * the legacy stream was counted on its own: counted from the start,
+         * so that the first stream of the program's paces as it did */
+        rd->streams = r->in->streams_unknown ? 2 : r->in->default_counted ? 1 : 0;
+        core_set_streams(rd->core, rd->streams);
         if (r->opts->history)
             core_set_history(rd->core, r->opts->history);
     }
@@ -428,9 +431,10 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         return 0;
     case TRACE_STREAM_CREATE:
     case TRACE_STREAM_DESTROY:
+    case TRACE_DEFAULT_BUSY:
         /* the streams the recording cucache counted on the device */
         if ((e->flags & TRACE_REC_COUNTED) && !r->in->streams_unknown && rd->core) {
-            if (e->kind == TRACE_STREAM_CREATE)
+            if (e->kind != TRACE_STREAM_DESTROY)
                 rd->streams++;
             else if (rd->streams)
                 rd->streams--;

@@ -101,6 +101,7 @@ int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen)
 {
     out->format = RP_FORMAT_CUCACHE;
     out->streams_unknown = t->header.version < 3;
+    out->default_counted = t->header.version < 5;
     out->ev = hostalloc_malloc((t->nevents ? t->nevents : 1) * sizeof *out->ev);
     if (!out->ev) {
         snprintf(err, errlen, "out of host memory for %zu events", t->nevents);

@@ -81,6 +81,8 @@ typedef struct rp_input_s {
     bool recorded_settings;      /* recorded_conf holds the run's CUCACHE_CONF, whole */
     bool streams_unknown;        /* a cucache trace before version 3: its stream records do not say which
                                   * streams cucache counted (TRACE_REC_COUNTED) */
+    bool default_counted;        /* a cucache trace before version 5: the recording cucache counted the legacy
+                                  * default stream with the program's first stream (no TRACE_DEFAULT_BUSY) */
     char recorded_conf[1024];    /* "" when it was unset */
     uint64_t recorded_free[64];  /* per device: free bytes at cucache's first use; 0 when not recorded */
     uint64_t recorded_total[64]; /* ... and its total bytes */

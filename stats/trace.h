@@ -32,8 +32,9 @@
 
 #define TRACE_MAGIC "CUCTRACE"  /* 8 bytes, no terminator in the file */
 #define TRACE_CHUNK_MAGIC 0x4B4E4843u /* "CHNK" */
-#define TRACE_VERSION 4 /* 1: no TRACE_DEVICE, TRACE_CONF or flags; 2: no TRACE_REC_COUNTED; 3: no \
-                         * TRACE_NO_HAND_OUTS (all still read) */
+#define TRACE_VERSION 5 /* 1: no TRACE_DEVICE, TRACE_CONF or flags; 2: no TRACE_REC_COUNTED; 3: no \
+                         * TRACE_NO_HAND_OUTS; 4: no TRACE_DEFAULT_BUSY, the legacy stream counted with \
+                         * the first stream (all still read) */
 
 enum {
     TRACE_HEADER_SIZE = 64,
@@ -63,7 +64,10 @@ typedef enum trace_kind_e {
     /* version 4 */
     TRACE_NO_HAND_OUTS = 13, /* the device stopped handing out frees behind fences for good (a rule that hands out; a second
                               * CUDA context appeared in the process, or the CPU reads device memory coherently) */
-    TRACE_KIND_MAX = 13,
+    /* version 5 */
+    TRACE_DEFAULT_BUSY = 14, /* stream (CU_STREAM_LEGACY); flags TRACE_REC_COUNTED: the program's work was seen on
+                              * the legacy default stream beside a stream of its own, counted from here on as one */
+    TRACE_KIND_MAX = 14,
 } trace_kind_t;
 
 /* trace_rec_t.flags of an ALLOC (version 2). */
@@ -71,11 +75,11 @@ enum {
     TRACE_REC_FALLBACK = 1, /* cucache's own path failed and the CUDA runtime's (or driver's) allocator served it */
 };
 
-/* trace_rec_t.flags of a STREAM_CREATE / STREAM_DESTROY (version 3). */
+/* trace_rec_t.flags of a STREAM_CREATE / STREAM_DESTROY (version 3) and a DEFAULT_BUSY. */
 enum {
     TRACE_REC_COUNTED = 2, /* a stream of the device's primary context (the record's device), which cucache
-                            * counts: while the device has none, a hit under a rule that hands out takes any frees
-                            * behind fences, else only a share (a replay needs the count to agree) */
+                            * counts: while the device has fewer than two, a hit under a rule that hands out takes
+                            * any frees behind fences, else only a share (a replay needs the count to agree) */
 };
 
 /* trace_rec_t.flags of a CONF piece: the text's last piece (the rest of

@@ -37,8 +37,9 @@ const char *trace_kind_name(unsigned kind)
     static const char *const names[] = {
         "?",           "alloc",      "alloc_fail",    "free",           "stream_sync",
         "device_sync", "event_sync", "stream_create", "stream_destroy", "capture_begin",
-        "capture_end", "device",     "conf",          "no_hand_outs",
+        "capture_end", "device",     "conf",          "no_hand_outs",   "default_busy",
     };
+    _Static_assert(sizeof names / sizeof names[0] == TRACE_KIND_MAX + 1, "a name for every kind");
     return kind <= TRACE_KIND_MAX ? names[kind] : "?";
 }
 
@@ -191,6 +192,7 @@ int trace_parse(const void *data, size_t len, trace_t *out, char *err, size_t er
             memcpy(&r, d + at, sizeof r);
             unsigned kind_max = h.version == 1   ? TRACE_CAPTURE_END
                                 : h.version < 4 ? TRACE_CONF
+                                : h.version < 5 ? TRACE_NO_HAND_OUTS
                                                 : TRACE_KIND_MAX;
             if (r.kind < 1 || r.kind > kind_max) {
                 errf(err, errlen, "offset %zu: record %zu of chunk %zu has kind %u, expected 1 to %u (version %u)", at,

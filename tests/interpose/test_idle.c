@@ -479,14 +479,29 @@ static void test_no_stream_of_its_own_per_thread_streams(void **state)
     SIM_OK(cudaFree(q));
 }
 
-/* reuse:ordered at a hit that would split a block: with a stream of the
- * program's own alive (blocking by the runtime, non-blocking by the
- * driver, or both), a free behind a fence holding less than an eighth of
- * the cache stays behind it (the hit splits the free rest); with none it
- * is handed out (the ordering holds back nothing that could overlap).  The
- * writer on the legacy stream waits for the gated memset either way.
- * Under the other rules nothing is handed out.  Seen to fail (rounds 1 and
- * 3) with the pacing from two streams on only. */
+/* The legacy stream's probe (interpose/order.c) asks at most once a
+ * millisecond, and only 20 ms after it found the fences the device was
+ * ordered after completed: a free that lets it find them, and a pause, so
+ * that the next free asks. */
+static void probe_ready(void)
+{
+    void *x = NULL;
+    SIM_OK(cudaMalloc(&x, 512));
+    simtest_sleep_ms(3);
+    SIM_OK(cudaFree(x));
+    simtest_sleep_ms(25);
+}
+
+/* reuse:ordered at a hit that would split a block: with the program's work
+ * on two streams or more (a stream of its own alive, blocking by the
+ * runtime, non-blocking by the driver, or both, and the legacy stream,
+ * where its gated memset runs), a free behind a fence holding less than an
+ * eighth of the cache stays behind it (the hit splits the free rest); with
+ * the legacy stream alone it is handed out (the ordering holds back
+ * nothing that could overlap).  The writer on the legacy stream waits for
+ * the gated memset either way.  Under the other rules nothing is handed
+ * out.  Seen to fail (round 1) with the probe never counting the legacy
+ * stream, and (round 4) with the pacing from one stream on. */
 static void test_ordered_hit_follows_the_streams(void **state)
 {
     (void)state;
@@ -513,6 +528,7 @@ static void test_ordered_hit_follows_the_streams(void **state)
         simtest_gate_t *g = simtest_gate_new();
         simtest_gate_block(g, NULL);
         SIM_OK(cudaMemsetAsync(p, 1, 4 * MIB, NULL));
+        probe_ready();
         int64_t hand_outs = stat_of("num_fence_hand_outs");
         SIM_OK(cudaFree(p));
         SIM_OK(cudaMalloc(&q, 4 * MIB));
@@ -528,6 +544,49 @@ static void test_ordered_hit_follows_the_streams(void **state)
         SIM_OK(cudaMalloc(&big, 100 * MIB));
         SIM_OK(cudaFree(big));
     }
+}
+
+/* reuse:ordered with one stream of the program's own: while all its work
+ * runs there, a free behind a fence holding less than an eighth of the
+ * cache is handed out at a hit (that stream is in order after its own
+ * work; nothing is held back); once its work was seen on the legacy stream
+ * too (a gated memset there when the probe asks), it stays behind its
+ * fence, for good, as with two streams of its own.  The new owner's writer
+ * waits for the old owner's gated work either way.  Seen to fail (the
+ * first part) with the pacing from one stream of the program's own, and
+ * (the second) with the probe never counting the legacy stream. */
+static void test_ordered_one_stream_paced_by_the_legacy_stream(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    /* the legacy stream counts for good once seen busy beside a stream of
+     * the program's (earlier tests here): forgotten with the context */
+    SIM_OK(cudaDeviceReset());
+    cudaStream_t s = NULL;
+    SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int legacy = 0; legacy < 2; legacy++) {
+        start_empty();
+        void *big = NULL, *p = NULL, *q = NULL;
+        SIM_OK(cudaMalloc(&big, 100 * MIB)); /* cached, free: an eighth of the cache is 15 MiB */
+        SIM_OK(cudaFree(big));
+        SIM_OK(cudaMalloc(&p, 4 * MIB));
+        cudaStream_t on = legacy ? NULL : s;
+        simtest_gate_t *g = simtest_gate_new();
+        simtest_gate_block(g, on);
+        SIM_OK(cudaMemsetAsync(p, 1, 4 * MIB, on));
+        probe_ready();
+        int64_t hand_outs = stat_of("num_fence_hand_outs");
+        SIM_OK(cudaFree(p));
+        SIM_OK(cudaMalloc(&q, 4 * MIB));
+        bool out = ordered() && !legacy;
+        if (stat_of("num_fence_hand_outs") != hand_outs + out || (q == p) != out)
+            fail_msg("the program's work on %s: %lld hand-outs, %s", legacy ? "the legacy stream too" : "its stream",
+                     (long long)(stat_of("num_fence_hand_outs") - hand_outs), q == p ? "the freed block" : "another");
+        SIM_OK(cudaMemsetAsync(q, 2, 4 * MIB, s));
+        open_and_check(g);
+        SIM_OK(cudaFree(q));
+    }
+    SIM_OK(cudaStreamDestroy(s));
 }
 
 /* reuse:ordered with many streams (eight of the program's own, non-blocking,
@@ -641,6 +700,7 @@ int main(void)
         ITEST(test_no_stream_of_its_own_destroyed_reader),
         ITEST(test_no_stream_of_its_own_per_thread_streams),
         ITEST(test_ordered_hit_follows_the_streams),
+        ITEST(test_ordered_one_stream_paced_by_the_legacy_stream),
         ITEST(test_ordered_many_streams),
         ITEST(test_ordered_after_device_reset),
         ITEST(test_unseen_submissions_fall_back),

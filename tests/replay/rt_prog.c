@@ -38,8 +38,12 @@
  * hit hands out or not by the pending bytes and the program's streams).
  * The first and last thirds have no stream of the program's own (a hit
  * hands out any pending free that could serve it) and write on the legacy
- * stream; the middle third creates one (a hit hands out once the pending
- * frees hold an eighth of the cache, and leaves the newest) and writes on it.  The line per
+ * stream; the middle third creates two (a hit hands out once the pending
+ * frees hold an eighth of the cache, and leaves the newest) and writes on
+ * the first.  (With one, the legacy stream counts too only once the
+ * probe finds work queued there, which a host loaded enough to delay the
+ * simulated streams' workers may make it find; the trace records it, but
+ * which fences a paced hit then finds completed depends on that delay.)  The line per
  * device adds the hand-outs (num_fence_hand_outs), which the round trip
  * requires to be some.  With "handouts-late" (two devices), the last third
  * begins by giving device 1 its context: the process has two, cucache
@@ -132,15 +136,18 @@ static int handouts(uint64_t seed, long steps, bool late)
     CHECK(cudaSetDevice(0));
     void *live[MAX_LIVE];
     int nlive = 0;
-    cudaStream_t own = NULL;
+    cudaStream_t own = NULL, other = NULL;
     for (long i = 0; i < steps; i++) {
         bool middle = i >= steps / 3 && i < 2 * steps / 3;
-        if (i == steps / 3)
+        if (i == steps / 3) {
             CHECK(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
+            CHECK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+        }
         if (i == 2 * steps / 3) {
             CHECK(cudaDeviceSynchronize());
             CHECK(cudaStreamDestroy(own));
-            own = NULL;
+            CHECK(cudaStreamDestroy(other));
+            own = other = NULL;
             if (late) {
                 CHECK(cudaSetDevice(1));
                 CHECK(cudaFree(NULL)); /* device 1's context */

@@ -367,6 +367,45 @@ static void test_no_hand_outs_record(void **state)
     }
 }
 
+/* reuse:ordered on a busy device, with one stream of the program's own
+ * counted: a 12 MiB block freed behind a fence is handed out at the next
+ * 12 MiB hit, which leaves a free 200 MiB block whole for the 200 MiB
+ * after it (two segments); with the legacy stream counted too (a
+ * default_busy record, or a trace from before version 5, which counted it
+ * from the start) the hit is paced (12 MiB behind fences is less than an
+ * eighth of the cache), splits the 200 MiB block, and the 200 MiB after it
+ * needs a segment of its own (three).  Seen to fail with the replay
+ * ignoring the record. */
+static void test_default_busy_record(void **state)
+{
+    (void)state;
+    rp_config_t cfg = core_cfg("reuse:ordered");
+    for (int round = 0; round < 3; round++) {
+        build_t b = {0};
+        add(&b, TRACE_STREAM_CREATE, TRACE_API_NONE, 1, 0x77, 0, 1);
+        b.in.ev[b.in.nev - 1].flags = TRACE_REC_COUNTED;
+        if (round == 1) {
+            add(&b, TRACE_DEFAULT_BUSY, TRACE_API_NONE, 1, 1, 0, 0);
+            b.in.ev[b.in.nev - 1].flags = TRACE_REC_COUNTED;
+        }
+        b.in.default_counted = round == 2;
+        add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 12 * MiB);
+        add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 200 * MiB);
+        add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x2000, 0);
+        add(&b, TRACE_DEVICE_SYNC, 0, 1, 0, 0, 0);
+        add(&b, TRACE_FREE, TRACE_API_CUDA_MALLOC, 1, 0, 0x1000, 0); /* behind a fence */
+        add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x3000, 12 * MiB);
+        add(&b, TRACE_ALLOC, TRACE_API_CUDA_MALLOC, 1, 0, 0x4000, 200 * MiB);
+        rp_result_t r = run_busy(&b.in, cfg, 1ull << 34);
+        bool paced = round > 0;
+        if (r.device_allocs != (paced ? 3u : 2u))
+            fail_msg("round %d (%s): %llu segments", round, paced ? "paced" : "not paced",
+                     (unsigned long long)r.device_allocs);
+        rp_result_free(&r);
+        free(b.in.ev);
+    }
+}
+
 /* Address 0 is a key like any other (it marks empty slots in the map). */
 static void test_address_zero(void **state)
 {
@@ -640,11 +679,11 @@ static void test_detection(void **state)
     assert_non_null(strstr(err, "x: not a trace this tool reads"));
     /* a cucache trace header of another version */
     uint8_t hdr[64] = "CUCTRACE";
-    hdr[8] = 5;
+    hdr[8] = 6;
     hdr[10] = 64, hdr[12] = 32, hdr[14] = 40;
-    assert_int_equal(rp_input_parse("v5", hdr, sizeof hdr, &in, err, sizeof err), -1);
-    assert_non_null(strstr(err, "v5: cucache trace:"));
-    assert_non_null(strstr(err, "version 5"));
+    assert_int_equal(rp_input_parse("v6", hdr, sizeof hdr, &in, err, sizeof err), -1);
+    assert_non_null(strstr(err, "v6: cucache trace:"));
+    assert_non_null(strstr(err, "version 6"));
     /* a pickle that is not a snapshot */
     static const uint8_t list[] = {0x80, 0x02, ']', 0x71, 0x00, '.'};
     assert_int_equal(rp_input_parse("l", list, sizeof list, &in, err, sizeof err), -1);
@@ -662,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_paged_device),
         cmocka_unit_test(test_busy_device),
         cmocka_unit_test(test_no_hand_outs_record),
+        cmocka_unit_test(test_default_busy_record),
         cmocka_unit_test(test_address_zero),
         cmocka_unit_test(test_device_limit),
         cmocka_unit_test(test_rmm_good),
