@@ -332,17 +332,27 @@ void reuse_fill(cudaStream_t s, bool async)
              stat_or_zero("reserved_bytes.large_pool.current") - stat_or_zero("active_bytes.large_pool.current"));
 }
 
+int64_t reuse_hand_outs(void)
+{
+    return stat_or_zero("num_fence_hand_outs");
+}
+
+void reuse_expect_handed_out(int64_t before, const char *call)
+{
+    if (reuse_policy() == REUSE_ORDERED && !reuse_bare() && reuse_hand_outs() == before)
+        fail_msg("reuse:ordered: %s handed nothing out behind a fence: the test did not exercise it", call);
+}
+
 void reuse_realloc_twice(const void *a, size_t an, size_t n, void (*write)(void *p, size_t n, cudaStream_t s),
                          cudaStream_t writer, void **b, void **c)
 {
-    int64_t fences = stat_or_zero("num_fences"), hand_outs = stat_or_zero("num_fence_hand_outs");
+    int64_t fences = stat_or_zero("num_fences"), hand_outs = reuse_hand_outs();
     SIM_OK(cudaMalloc(b, n));
     reuse_track(*b);
     reuse_expect_disjoint(*b, n, a, an);
     if (reuse_policy() == REUSE_FENCED && !reuse_bare() && stat_or_zero("num_fences") == fences)
         fail_msg("%s", "reuse:fenced: cudaMalloc(B) recorded no fence: the test did not exercise the fence");
-    if (reuse_policy() == REUSE_ORDERED && !reuse_bare() && stat_or_zero("num_fence_hand_outs") == hand_outs)
-        fail_msg("%s", "reuse:ordered: cudaMalloc(B) handed nothing out behind a fence: the test did not exercise it");
+    reuse_expect_handed_out(hand_outs, "cudaMalloc(B)");
     write(*b, n, writer);
     if (reuse_policy() == REUSE_ORDERED) {
         /* the writer may wait on the device for the held readers: C is

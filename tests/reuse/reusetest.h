@@ -159,6 +159,14 @@ void reuse_fill(cudaStream_t s, bool async);
 void reuse_realloc_twice(const void *a, size_t an, size_t n, void (*write)(void *p, size_t n, cudaStream_t s),
                          cudaStream_t writer, void **b, void **c);
 
+/* The count of blocks handed out ahead of their fences so far
+ * (num_fence_hand_outs; 0 without cucache), for reuse_expect_handed_out. */
+int64_t reuse_hand_outs(void);
+/* reuse:ordered: fails unless `call` handed something out ahead of a fence
+ * since the count was `before`: otherwise the test did not exercise the
+ * hand-out.  No-op under the other rules. */
+void reuse_expect_handed_out(int64_t before, const char *call);
+
 /* ---- buffers and checks ------------------------------------------------ */
 
 /* cudaMalloc(n) filled with simtest's pattern `seed` (synchronous copy);

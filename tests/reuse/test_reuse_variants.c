@@ -14,15 +14,26 @@
  * program frees, reallocates (with the cache filled, so that allocations
  * miss) and overwrites, then checks what the reader saw; reuse:fenced and
  * reuse:sync must pass with the fatal detector, and reuse:stream is caught
- * on every cudaFree hazard (REUSE_EXPECT=race or abort).  reuse:stream does
- * not change cudaFreeAsync (its free always waits behind an event on its
- * stream), so the stream-ordered tests prove safety only; under
- * REUSE_EXPECT=race they say so.  Seen to fail, in scratch copies of
- * interpose/: the stream-ordered tests with cudaFreeAsync made reusable at
- * once (hook_rt_mem.c, CORE_FREE_NOW: two of them) or with every stream
- * keyed alike (hook.h: all four); the non-blocking-stream tests with the
- * fence's events on non-blocking streams dropped; the blocking and
- * per-thread reader tests with its legacy-stream event dropped.
+ * on every cudaFree hazard (REUSE_EXPECT=race or abort).  reuse:ordered
+ * must pass too: it hands the freed block out at once and orders the
+ * device after its fence, so the new owner's writes are queued and never
+ * waited for while the reader is held; where the tests look, a write to a
+ * held reader's bytes is still pending, and it has landed once the reader
+ * is done.  reuse:stream does not change cudaFreeAsync (its free always
+ * waits behind an event on its stream), so the stream-ordered tests prove
+ * safety only; under REUSE_EXPECT=race they say so.  Seen to fail, in
+ * scratch copies of interpose/ and core/: the stream-ordered tests with
+ * cudaFreeAsync made reusable at once (hook_rt_mem.c, CORE_FREE_NOW: two
+ * of them) or with every stream keyed alike (hook.h: all four); the
+ * non-blocking-stream tests with the fence's events on non-blocking
+ * streams dropped; the blocking and per-thread reader tests with its
+ * legacy-stream event dropped; under reuse:ordered, the second-thread and
+ * several-stream tests with fence_order placing no waits (order.c) and
+ * with hand_out not calling it (hand_out.c): the detector aborts at the
+ * new owner's write, and with the detector not fatal the test finds that
+ * write completed while its reader was held; and the several-stream test
+ * with each stream waiting for part of the fence only: the write to the
+ * second reader's block completes once the first reader is done.
  */
 #include "reusetest.h"
 
@@ -35,6 +46,78 @@ enum { OVERWRITE = 0x3C };
 static void write_memset(void *p, size_t n, cudaStream_t s)
 {
     SIM_OK(cudaMemsetAsync(p, OVERWRITE, n, s));
+}
+
+/* ---- new owners' writes and held readers --------------------------------- */
+
+/* A write of OVERWRITE queued to a new owner's block [p, p+n), and an event
+ * recorded after it on its stream. */
+struct queued_write {
+    const void *p;
+    size_t n;
+    cudaEvent_t done;
+};
+
+/* w: the write just queued on s to [p, p+n); records its event there. */
+static void write_queued(struct queued_write *w, const void *p, size_t n, cudaStream_t s)
+{
+    w->p = p;
+    w->n = n;
+    SIM_OK(cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming));
+    SIM_OK(cudaEventRecord(w->done, s));
+}
+
+/* No write reaches memory while a reader of bytes it overlaps is held:
+ * each write that overlaps freed block i (fn[i] bytes) while gate g[i]
+ * is still closed must still be pending, after a settle (the chance a
+ * missing ordering needs to let it run).  Under reuse:ordered that is the
+ * device ordered after the fence, and there must be such a write, or the
+ * ordering went unexercised; under reuse:fenced no such write exists (the blocks are disjoint), under
+ * reuse:sync no reader is held any more, and under REUSE_EXPECT=race the
+ * write is meant to land, so nothing is checked there. */
+static void expect_writes_held(const struct queued_write *w, int nw, const void *const *freed, const size_t *fn,
+                               simtest_gate_t *const *g, int nf, const char *when)
+{
+    if (reuse_expect() == REUSE_EXPECT_RACE)
+        return;
+    bool settled = false;
+    int held = 0;
+    for (int k = 0; k < nw; k++)
+        for (int i = 0; i < nf; i++) {
+            if (simtest_gate_passed(g[i]) || !reuse_overlap(w[k].p, w[k].n, freed[i], fn[i]))
+                continue;
+            if (!settled)
+                simtest_settle();
+            settled = true;
+            cudaError_t rc = cudaEventQuery(w[k].done);
+            if (rc == cudaSuccess)
+                fail_msg("reuse:%s: %s, the new owner's write to [%p, +%zu) had completed while the reader of the "
+                         "freed block [%p, +%zu) it overlaps was held: nothing ordered the write after the reader",
+                         reuse_policy_name(), when, w[k].p, w[k].n, freed[i], fn[i]);
+            SIM_EXPECT(rc, cudaErrorNotReady);
+            held++;
+            break;
+        }
+    if (reuse_policy() == REUSE_ORDERED && held == 0)
+        fail_msg("reuse:ordered: %s, no new owner's block overlaps a held reader's: the device's ordering after the "
+                 "fence was not exercised",
+                 when);
+}
+
+/* Waits (bounded) for each write and checks that its block holds
+ * OVERWRITE: the writes ordered after the readers did land.  Then
+ * forgets their events. */
+static void expect_writes_landed(struct queued_write *w, int nw, const char *what)
+{
+    for (int k = 0; k < nw; k++)
+        SIM_OK(simtest_event_wait_done(w[k].done));
+    for (int k = 0; k < nw; k++) {
+        SIM_OK(cudaMemcpy(rf.dst2, w[k].p, w[k].n, cudaMemcpyDeviceToHost));
+        if (!reuse_bytes_are(rf.dst2, w[k].n, OVERWRITE, "a new owner's block"))
+            fail_msg("reuse:%s: %s: the new owner's write to [%p, +%zu) did not land", reuse_policy_name(), what,
+                     w[k].p, w[k].n);
+        SIM_OK(cudaEventDestroy(w[k].done));
+    }
 }
 
 /* ---- per-thread default streams -------------------------------------- */
@@ -148,6 +231,8 @@ struct reallocator {
     void *a, *b;
     size_t n;
     simtest_gate_t *gate;
+    bool wait;                   /* wait for the overwrite (not under reuse:ordered: it waits for the reader) */
+    cudaEvent_t written;         /* recorded after the overwrite */
     bool gate_passed_after_free; /* for reuse:sync */
     cudaError_t rc;
     const char *failed; /* the call that failed */
@@ -169,25 +254,37 @@ static void free_and_reallocate(void *arg)
         r->failed = "cudaMemsetAsync";
         return;
     }
+    if ((r->rc = cudaEventRecord(r->written, cudaStreamPerThread)) != cudaSuccess) {
+        r->failed = "cudaEventRecord";
+        return;
+    }
+    if (!r->wait)
+        return;
     r->rc = simtest_stream_wait_idle(cudaStreamPerThread);
     r->failed = r->rc == cudaSuccess ? NULL : "cudaStreamQuery";
 }
 
 /* A second thread frees A, reallocates and overwrites on its per-thread
- * stream; then the main thread reallocates once more. */
+ * stream; then the main thread reallocates once more and overwrites on
+ * the legacy stream.  Under the rules that keep A from the new owners
+ * until its reader is done, both writes complete while the reader is
+ * held.  reuse:ordered hands A out at once instead, and the writes wait on
+ * the device for the reader: they are queued, not waited for; with the
+ * reader held, a write to A's bytes must still be pending; once the reader
+ * is released, it saw A's data and every write landed. */
 static void test_second_thread_frees_and_reallocates(void **state)
 {
     (void)state;
-    if (reuse_policy() == REUSE_ORDERED)
-        skip(); /* it waits for the new owner's writes while the reader is held: under reuse:ordered they wait on
-                 * the device for that reader (tests/interpose/test_idle.c proves the hand-out) */
     enum { N = 256 << 10 };
     unsigned seed = 1004;
+    bool ordered = reuse_policy() == REUSE_ORDERED;
     void *a = reuse_alloc_filled(N, seed);
     reuse_fill(NULL, false);
     simtest_gate_t *g = reuse_gate_on(rf.nb);
     SIM_OK(cudaMemcpyAsync(rf.dst, a, N, cudaMemcpyDeviceToHost, rf.nb));
-    struct reallocator r = {a, NULL, N, g, false, cudaSuccess, NULL};
+    struct reallocator r = {a, NULL, N, g, !ordered, NULL, false, cudaSuccess, NULL};
+    SIM_OK(cudaEventCreateWithFlags(&r.written, cudaEventDisableTiming));
+    int64_t hand_outs = reuse_hand_outs();
     uint32_t armed = reuse_arm_openers();
     simtest_thread_t *t = simtest_thread_start(free_and_reallocate, &r);
     reuse_untrack(a); /* freed there */
@@ -198,18 +295,28 @@ static void test_second_thread_frees_and_reallocates(void **state)
     if (armed && !r.gate_passed_after_free)
         fail_msg("%s", "reuse:sync: cudaFree on the second thread did not wait for the reader");
     reuse_expect_disjoint(r.b, N, a, N);
-    reuse_drain_unheld();
+    reuse_expect_handed_out(hand_outs, "cudaMalloc(B) on the second thread");
+    if (!ordered)
+        reuse_drain_unheld(); /* under reuse:ordered every stream now waits for the reader */
     reuse_fill(NULL, false);
     void *c = NULL;
     SIM_OK(cudaMalloc(&c, N));
     reuse_track(c);
     reuse_expect_disjoint_if_fenced(c, N, a, N);
     SIM_OK(cudaMemsetAsync(c, OVERWRITE, N, LEGACY));
-    SIM_OK(simtest_stream_wait_idle(LEGACY));
+    struct queued_write w[2] = {{r.b, N, r.written}};
+    write_queued(&w[1], c, N, LEGACY);
+    if (!ordered)
+        SIM_OK(simtest_stream_wait_idle(LEGACY));
+    const void *freed = a;
+    const size_t fn = N;
+    expect_writes_held(w, 2, &freed, &fn, &g, 1, "before the reader's gate opened");
     reuse_open_all();
     SIM_OK(simtest_stream_wait_idle(rf.nb));
     bool ok = reuse_data_is(rf.dst, N, seed, "the reader of A");
-    reuse_verdict_hazard(a, N, ok, "a second thread frees, reallocates, overwrites on its per-thread stream");
+    const char *what = "a second thread frees, reallocates, overwrites on its per-thread stream";
+    reuse_verdict_hazard(a, N, ok, what);
+    expect_writes_landed(w, 2, what);
     simtest_thread_finish(t);
     reuse_free(r.b);
     reuse_free(c);
@@ -308,27 +415,39 @@ static void test_device_synchronize_on_another_thread(void **state)
 
 /* Readers on nb, nb2, nb3, each behind its gate; all three blocks freed,
  * reallocated and overwritten on the legacy stream; then the first reader
- * finishes: the other two still keep the fence, and their blocks, pending. */
+ * finishes, and each block is allocated and overwritten once more.  What
+ * must hold throughout is that no write reaches a block's bytes before its
+ * reader is done.  Under the rules that keep the blocks from the new
+ * owners meanwhile, the writes complete while the readers are held, and
+ * after the first reader the other two still keep the fence, and their
+ * blocks, pending.  reuse:ordered hands the blocks out at once, the device
+ * ordered after the fence: the writes are queued, not waited for, and a
+ * write to a block whose reader is held (all three, then the last two)
+ * must still be pending. */
 static void test_several_nonblocking_streams(void **state)
 {
     (void)state;
-    if (reuse_policy() == REUSE_ORDERED)
-        skip(); /* as above: it waits for the legacy stream's writes while the readers are held */
     enum { K = 3 };
+    bool ordered = reuse_policy() == REUSE_ORDERED;
     const size_t n[K] = {256 << 10, 1 << 20, 4 << 20};
     cudaStream_t s[K] = {rf.nb, rf.nb2, rf.nb3};
     unsigned char *dst[K] = {rf.dst, rf.dst + (1 << 20), rf.dst + (2 << 20)};
     simtest_gate_t *g[K];
-    void *a[K], *b[K];
+    cudaEvent_t read[K]; /* recorded after each reader */
+    void *a[K], *b[K], *c[K];
+    struct queued_write w[2 * K]; /* to b, then to c */
     for (int i = 0; i < K; i++)
         a[i] = reuse_alloc_filled(n[i], 2000 + i);
     reuse_fill(NULL, false);
     for (int i = 0; i < K; i++) {
         g[i] = reuse_gate_on(s[i]);
         SIM_OK(cudaMemcpyAsync(dst[i], a[i], n[i], cudaMemcpyDeviceToHost, s[i]));
+        SIM_OK(cudaEventCreateWithFlags(&read[i], cudaEventDisableTiming));
+        SIM_OK(cudaEventRecord(read[i], s[i]));
     }
     for (int i = 0; i < K; i++)
         reuse_free(a[i]);
+    int64_t hand_outs = reuse_hand_outs();
     for (int i = 0; i < K; i++) {
         SIM_OK(cudaMalloc(&b[i], n[i]));
         reuse_track(b[i]);
@@ -336,14 +455,21 @@ static void test_several_nonblocking_streams(void **state)
             reuse_expect_disjoint_if_fenced(b[i], n[i], a[j], n[j]);
         reuse_expect_disjoint(b[i], n[i], a[i], n[i]);
         SIM_OK(cudaMemsetAsync(b[i], OVERWRITE, n[i], LEGACY));
+        write_queued(&w[i], b[i], n[i], LEGACY);
     }
-    SIM_OK(simtest_stream_wait_idle(LEGACY));
+    reuse_expect_handed_out(hand_outs, "cudaMalloc(B)");
+    if (!ordered)
+        SIM_OK(simtest_stream_wait_idle(LEGACY));
+    const void *freed[K] = {a[0], a[1], a[2]};
+    expect_writes_held(w, K, freed, n, g, K, "with the three readers held");
 
-    /* the first reader done, everything else drained */
+    /* the first reader done (under reuse:ordered its stream now waits for
+     * the other readers: the reader's event tells), everything else
+     * drained */
     simtest_gate_open(g[0]);
-    SIM_OK(simtest_stream_wait_idle(s[0]));
-    SIM_OK(simtest_stream_wait_idle(LEGACY));
-    void *c[K];
+    SIM_OK(ordered ? simtest_event_wait_done(read[0]) : simtest_stream_wait_idle(s[0]));
+    if (!ordered)
+        SIM_OK(simtest_stream_wait_idle(LEGACY));
     for (int i = 0; i < K; i++) {
         reuse_fill(NULL, false);
         SIM_OK(cudaMalloc(&c[i], n[i]));
@@ -351,17 +477,22 @@ static void test_several_nonblocking_streams(void **state)
         for (int j = 1; j < K; j++)
             reuse_expect_disjoint_if_fenced(c[i], n[i], a[j], n[j]);
         SIM_OK(cudaMemsetAsync(c[i], OVERWRITE, n[i], LEGACY));
+        write_queued(&w[K + i], c[i], n[i], LEGACY);
     }
-    SIM_OK(simtest_stream_wait_idle(LEGACY));
+    if (!ordered)
+        SIM_OK(simtest_stream_wait_idle(LEGACY));
+    expect_writes_held(w, 2 * K, freed, n, g, K, "with the first reader done and the other two held");
 
     reuse_open_all();
     bool ok = true;
     for (int i = 0; i < K; i++) {
         SIM_OK(simtest_stream_wait_idle(s[i]));
         ok &= reuse_data_is(dst[i], n[i], 2000 + i, "a reader");
+        SIM_OK(cudaEventDestroy(read[i]));
     }
-    const void *freed[K] = {a[0], a[1], a[2]};
-    reuse_verdict_hazard_n(freed, n, K, ok, "readers on three non-blocking streams");
+    const char *what = "readers on three non-blocking streams";
+    reuse_verdict_hazard_n(freed, n, K, ok, what);
+    expect_writes_landed(w, 2 * K, what);
     for (int i = 0; i < K; i++) {
         reuse_free(b[i]);
         reuse_free(c[i]);
