@@ -6,7 +6,7 @@
  * data and never overlaps a live allocation, and that a block freed while a
  * kernel on another stream still reads it is not handed out again under
  * that kernel (the "race" checks: what a real cudaFree guarantees by
- * synchronising the device, and cucache's default reuse:fenced must keep).
+ * synchronising the device, and cucache's default, reuse:ordered, must keep).
  *
  * Checks (each prints "check NAME: PASS|FAIL ..."):
  *   selftest      the device-side checker finds a wrong pattern (it can fail)
@@ -20,7 +20,8 @@
  *                 checked and freed on the owner or on another stream
  *                 (ordered by an event, as a correct program must)
  * Race checks ("race NAME: PASS|FAIL ..."; they hold without cucache and
- * under reuse:fenced and reuse:sync, and may fail under reuse:stream):
+ * under reuse:ordered, reuse:fenced and reuse:sync, and may fail under
+ * reuse:stream):
  *   race-*        a kernel on stream R spins ~100 ms, then copies A into C;
  *                 meanwhile the host cudaFree(A)s, cudaMalloc(B) of the same
  *                 size and memsets B on stream W; C must equal A's content.
@@ -30,17 +31,25 @@
  *                 check on that stream, cudaFree at once, next allocation.
  * Then "timing: NAME NS ns/pair" for cudaMalloc+cudaFree (4 KiB, 8 MiB) and
  * cudaMallocAsync+cudaFreeAsync (4 KiB), 10000 pairs each, and, when cucache
- * is in the process (dlsym(RTLD_DEFAULT, "cucache_stat")), its counters.
+ * is in the process (dlsym(RTLD_DEFAULT, "cucache_stat")), its counters
+ * (contexts_seen and num_submissions/submissions_unseen among them: whether
+ * the runtime's context retains and launches reached cucache's hooks).
  *
  * Options: --expect-cucache (fail unless cucache is loaded and had cache
  * hits), --race-informational (print race results, do not let them decide
- * the exit status: for reuse:stream), --oom (instead of the checks: fill
- * the device with 256 MiB blocks, free every other one, then ask for 1 GiB
+ * the exit status: for reuse:stream), --quick (a fifth of the churn, async,
+ * race-stress and timing lengths and two rounds of sizes: a second try in
+ * little time), --smoke (selftest and the smoke check alone, a second or
+ * two: three rounds of eight sizes filled and checked, cudaMallocAsync
+ * pairs; with --expect-cucache, the first answer to "does cucache load and
+ * serve this runtime"), --oom (instead of the checks: fill the device with
+ * blocks of a 320th of its memory, free every other one, then ask for 1 GiB
  * more than the device has free; passes when that returns
  * cudaErrorMemoryAllocation and the blocks still held keep their data: the
- * run that shows cucache's OOM report and snapshot on a real device).  GPU_ALLOC_SEED=<n> replays the
- * seeded checks.  Exit status: 0 when every deciding check passed, 1
- * otherwise (also on any CUDA error, which is printed).
+ * run that shows cucache's OOM report and snapshot on a real device).
+ * GPU_ALLOC_SEED=<n> replays the seeded checks.  Exit status: 0 when every
+ * deciding check passed, 1 otherwise (also on any CUDA error, which is
+ * printed).
  *
  * Not yet seen to fail on a GPU (written in a session without one).  The
  * selftest check shows the checker counting a wrong pattern; under
@@ -76,6 +85,14 @@
     } while (0)
 
 #define LAUNCH_CK() CK(cudaGetLastError())
+
+/* How long each check runs: the full lengths, or a fifth of them (two
+ * rounds of sizes) under --quick, for a second try in little time. */
+static int size_rounds = 4;      /* rounds of the sizes check */
+static int churn_ops = 3000;     /* random cudaMalloc/cudaFree operations */
+static int async_ops = 3000;     /* random cudaMallocAsync/cudaFreeAsync operations */
+static int stress_iters = 600;   /* race-stress allocations */
+static int timing_pairs = 10000; /* pairs per timing line */
 
 static int failures;      /* deciding checks that failed */
 static int race_failures; /* race checks that failed */
@@ -334,7 +351,7 @@ static const size_t sizes_list[] = {
     32 * MIB + 5, 64 * MIB, 100 * MIB + 3, 128 * MIB, 200 * MIB, 256 * MIB - 1, 256 * MIB,
 };
 /* clang-format on */
-enum { NSIZES = sizeof sizes_list / sizeof sizes_list[0], SIZE_ROUNDS = 4 };
+enum { NSIZES = sizeof sizes_list / sizeof sizes_list[0] };
 
 static void check_sizes(void)
 {
@@ -349,7 +366,7 @@ static void check_sizes(void)
         printf("gpu_alloc: out of host memory\n");
         exit(1);
     }
-    for (int round = 0; round < SIZE_ROUNDS; round++) {
+    for (int round = 0; round < size_rounds; round++) {
         for (int k = 0; k < NSIZES; k++) {
             int i = round % 2 ? NSIZES - 1 - k : k;
             p[i] = NULL;
@@ -392,12 +409,12 @@ static void check_sizes(void)
     report("check", "sizes", ok,
            "(%d rounds x %d sizes, 1 B .. 256 MiB, %d allocations, %.1f GiB written and checked; bad bytes: %llu on "
            "the device, %zu on the host; overlaps: %d; not 256-byte aligned: %d)",
-           SIZE_ROUNDS, NSIZES, allocs, (double)total / (1 << 30), bad, host_bad, overlap, misal);
+           size_rounds, NSIZES, allocs, (double)total / (1 << 30), bad, host_bad, overlap, misal);
     if (bad)
         printf("  first bad byte: size %zu at offset %u\n", sizes_list[first_tag % NSIZES], first_off);
 }
 
-enum { CHURN_SLOTS = 48, CHURN_OPS = 3000 };
+enum { CHURN_SLOTS = 48 };
 
 static void check_churn(void)
 {
@@ -407,15 +424,15 @@ static void check_churn(void)
     range r[CHURN_SLOTS];
     int overlap = 0, misal = 0, allocs = 0;
     rng_state = seed0 ^ 0xC1;
-    for (int op = 0; op < CHURN_OPS + CHURN_SLOTS; op++) {
-        int s = op < CHURN_OPS ? (int)rng_below(CHURN_SLOTS) : op - CHURN_OPS; /* the tail frees everything */
+    for (int op = 0; op < churn_ops + CHURN_SLOTS; op++) {
+        int s = op < churn_ops ? (int)rng_below(CHURN_SLOTS) : op - churn_ops; /* the tail frees everything */
         if (p[s]) {
             check(p[s], n[s], seed[s], (unsigned)s, 0);
             CK(cudaFree(p[s]));
             p[s] = NULL;
             continue;
         }
-        if (op >= CHURN_OPS)
+        if (op >= churn_ops)
             continue;
         n[s] = rng_size(64 * MIB);
         seed[s] = (unsigned)op;
@@ -440,12 +457,12 @@ static void check_churn(void)
     report("check", "churn", ok,
            "(seed %llu: %d ops over %d slots, %d allocations of 1 B .. 64 MiB; bad bytes: %llu; overlaps: %d; not "
            "256-byte aligned: %d)",
-           seed0, CHURN_OPS, CHURN_SLOTS, allocs, bad, overlap, misal);
+           seed0, churn_ops, CHURN_SLOTS, allocs, bad, overlap, misal);
     if (bad)
         printf("  first bad byte: slot %u at offset %u\n", tag, off);
 }
 
-enum { NSTREAMS = 6, ASYNC_SLOTS = 32, ASYNC_OPS = 3000 };
+enum { NSTREAMS = 6, ASYNC_SLOTS = 32 };
 
 /* 0: legacy default, 1: per-thread default, 2-3: blocking, 4-5: non-blocking. */
 static void streams_create(cudaStream_t *s)
@@ -477,12 +494,12 @@ static void check_async(void)
     streams_create(s);
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     rng_state = seed0 ^ 0xA5;
-    for (int op = 0; op < ASYNC_OPS + ASYNC_SLOTS; op++) {
-        int k = op < ASYNC_OPS ? (int)rng_below(ASYNC_SLOTS) : op - ASYNC_OPS;
+    for (int op = 0; op < async_ops + ASYNC_SLOTS; op++) {
+        int k = op < async_ops ? (int)rng_below(ASYNC_SLOTS) : op - async_ops;
         int j = (int)rng_below(NSTREAMS);
         if (p[k]) {
             /* check and free on the owner, or on stream j after an event */
-            if (j != owner[k] && op < ASYNC_OPS) {
+            if (j != owner[k] && op < async_ops) {
                 CK(cudaEventRecord(ev, s[owner[k]]));
                 CK(cudaStreamWaitEvent(s[j], ev, 0));
                 cross++;
@@ -494,7 +511,7 @@ static void check_async(void)
             p[k] = NULL;
             continue;
         }
-        if (op >= ASYNC_OPS)
+        if (op >= async_ops)
             continue;
         n[k] = rng_size(16 * MIB);
         seed[k] = (unsigned)op;
@@ -522,7 +539,7 @@ static void check_async(void)
     report("check", "async", ok,
            "(seed %llu: %d ops over %d slots on %d streams, %d cudaMallocAsync of 1 B .. 16 MiB, %d freed on "
            "another stream; bad bytes: %llu; overlaps: %d; not 256-byte aligned: %d)",
-           seed0, ASYNC_OPS, ASYNC_SLOTS, NSTREAMS, allocs, cross, bad, overlap, misal);
+           seed0, async_ops, ASYNC_SLOTS, NSTREAMS, allocs, cross, bad, overlap, misal);
     if (bad)
         printf("  first bad byte: slot %u at offset %u\n", tag, off);
 }
@@ -603,8 +620,6 @@ static void check_race(void)
     streams_destroy(s);
 }
 
-enum { STRESS_ITERS = 600 };
-
 /* Allocate, fill on a random stream, check on it after a random spin,
  * free at once; the next allocation's fill runs on another stream. */
 static void check_race_stress(void)
@@ -614,7 +629,7 @@ static void check_race_stress(void)
     int reused = 0;
     streams_create(s);
     rng_state = seed0 ^ 0x5E;
-    for (int it = 0; it < STRESS_ITERS; it++) {
+    for (int it = 0; it < stress_iters; it++) {
         int k = (int)rng_below(NSTREAMS);
         size_t n = rng_size(4 * MIB);
         unsigned long long spin = 1000ull * rng_below(200); /* 0 .. 199 us */
@@ -632,16 +647,61 @@ static void check_race_stress(void)
     race_result("race-stress", bad == 0,
                 "(seed %llu: %d allocations filled and checked on random streams and freed at once, %d handed the "
                 "address just freed; bad bytes: %llu)",
-                seed0, STRESS_ITERS, reused, bad);
+                seed0, stress_iters, reused, bad);
     if (bad)
         printf("  first bad byte: iteration %u at offset %u\n", tag, off);
 }
 
 /* ------------------------------------------------------------------------
- * Timing
+ * --smoke: does cucache load and serve this runtime
  * ---------------------------------------------------------------------- */
 
-enum { PAIRS = 10000 };
+/* Three rounds of eight sizes (4 KiB .. 64 MiB) allocated, filled by a
+ * kernel, checked and freed, then cudaMallocAsync/cudaFreeAsync pairs on a
+ * non-blocking stream: a second or two, after which cucache's counters say
+ * whether it served the allocations (rounds 2 and 3 are cache hits), saw
+ * the runtime's context retain and counted its launches. */
+static void check_smoke(void)
+{
+    static const size_t n[] = {4 * KIB, 64 * KIB + 13, MIB, MIB + 1, 3 * MIB + 5, 8 * MIB, 20 * MIB, 64 * MIB};
+    enum { NS = sizeof n / sizeof n[0], ROUNDS = 3, ASYNC_PAIRS = 16 };
+    void *p[NS];
+    int misal = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        for (int i = 0; i < NS; i++) {
+            CK(cudaMalloc(&p[i], n[i]));
+            misal += misaligned(p[i]);
+            fill(p[i], n[i], (unsigned)(round * 100 + i), 0);
+        }
+        for (int i = 0; i < NS; i++)
+            check(p[i], n[i], (unsigned)(round * 100 + i), (unsigned)i, 0);
+        for (int i = 0; i < NS; i++)
+            CK(cudaFree(p[i]));
+    }
+    unsigned long long bad = counters_take(NULL, NULL);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    for (int i = 0; i < ASYNC_PAIRS; i++) {
+        void *q = NULL;
+        CK(cudaMallocAsync(&q, MIB, s));
+        fill(q, MIB, (unsigned)i, s);
+        check(q, MIB, (unsigned)i, 0, s);
+        CK(cudaFreeAsync(q, s));
+    }
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    bad += counters_take(NULL, NULL);
+    int ok = bad == 0 && misal == 0;
+    failures += !ok;
+    report("check", "smoke", ok,
+           "(%d rounds x %d sizes, 4 KiB .. 64 MiB, and %d cudaMallocAsync pairs; bad bytes: %llu; not 256-byte "
+           "aligned: %d)",
+           ROUNDS, NS, ASYNC_PAIRS, bad, misal);
+}
+
+/* ------------------------------------------------------------------------
+ * Timing
+ * ---------------------------------------------------------------------- */
 
 static void time_pairs(const char *name, size_t n)
 {
@@ -652,12 +712,12 @@ static void time_pairs(const char *name, size_t n)
     }
     CK(cudaDeviceSynchronize());
     double t0 = now_s();
-    for (int i = 0; i < PAIRS; i++) {
+    for (int i = 0; i < timing_pairs; i++) {
         CK(cudaMalloc(&p, n));
         CK(cudaFree(p));
     }
     double t = now_s() - t0;
-    printf("timing: %s %.0f ns/pair (%d pairs)\n", name, t * 1e9 / PAIRS, PAIRS);
+    printf("timing: %s %.0f ns/pair (%d pairs)\n", name, t * 1e9 / timing_pairs, timing_pairs);
 }
 
 static void time_async_pairs(const char *name, size_t n)
@@ -671,14 +731,15 @@ static void time_async_pairs(const char *name, size_t n)
     }
     CK(cudaStreamSynchronize(s));
     double t0 = now_s();
-    for (int i = 0; i < PAIRS; i++) {
+    for (int i = 0; i < timing_pairs; i++) {
         CK(cudaMallocAsync(&p, n, s));
         CK(cudaFreeAsync(p, s));
     }
     CK(cudaStreamSynchronize(s));
     double t = now_s() - t0;
     CK(cudaStreamDestroy(s));
-    printf("timing: %s %.0f ns/pair (%d pairs, stream synchronised at the end)\n", name, t * 1e9 / PAIRS, PAIRS);
+    printf("timing: %s %.0f ns/pair (%d pairs, stream synchronised at the end)\n", name, t * 1e9 / timing_pairs,
+           timing_pairs);
 }
 
 /* ------------------------------------------------------------------------
@@ -703,7 +764,7 @@ static void cucache_counters(void)
                                        "num_fences",         "num_fence_waits",    "fence_wait_ns",
                                        "num_alloc_retries",  "num_ooms",           "reserved_bytes.all.peak",
                                        "num_fence_hand_outs", "num_hand_out_stops", "contexts_seen",
-                                       "contexts_many",      "submissions_unseen"};
+                                       "contexts_many",      "num_submissions",    "submissions_unseen"};
     int64_t hits = -1;
     printf("cucache: loaded, version %s; device 0:", ver ? ver() : "?");
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
@@ -725,11 +786,24 @@ static void cucache_counters(void)
  * --oom: a forced, fragmented out-of-memory failure
  * ---------------------------------------------------------------------- */
 
+/* The block that fills the device in about OOM_BLOCKS pieces, whatever its
+ * size (256 MiB on an 80 GiB card, 444 MiB on a 139 GiB one): the time
+ * to fill it and the snapshot's size stay the same on any card. */
+enum { OOM_BLOCKS = 320 };
+
+static size_t oom_block(size_t total)
+{
+    size_t b = total / OOM_BLOCKS & ~(2 * MIB - 1);
+    return b < 64 * MIB ? 64 * MIB : b;
+}
+
 static int run_oom(void)
 {
-    enum { MAX_BLOCKS = 4096 };
+    enum { MAX_BLOCKS = 4 * OOM_BLOCKS };
     static void *blocks[MAX_BLOCKS];
-    const size_t block = 256 * MIB;
+    size_t free0 = 0, total0 = 0;
+    CK(cudaMemGetInfo(&free0, &total0));
+    const size_t block = oom_block(total0);
     size_t n = 0;
     while (n < MAX_BLOCKS) {
         void *p = NULL;
@@ -747,9 +821,9 @@ static int run_oom(void)
     }
     size_t free_b = 0, total_b = 0;
     CK(cudaMemGetInfo(&free_b, &total_b));
-    printf("gpu_alloc: --oom: %zu blocks of 256 MiB filled the device, every other one freed; %.2f GiB free of "
+    printf("gpu_alloc: --oom: %zu blocks of %zu MiB filled the device, every other one freed; %.2f GiB free of "
            "%.2f GiB\n",
-           n, (double)free_b / (1 << 30), (double)total_b / (1 << 30));
+           n, block / MIB, (double)free_b / (1 << 30), (double)total_b / (1 << 30));
     void *big = NULL;
     size_t ask = free_b + 1024 * MIB;
     cudaError_t rc = cudaMalloc(&big, ask);
@@ -779,7 +853,7 @@ static int run_oom(void)
 
 int main(int argc, char **argv)
 {
-    int oom_mode = 0;
+    int oom_mode = 0, smoke = 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--expect-cucache") == 0)
@@ -788,8 +862,17 @@ int main(int argc, char **argv)
             race_informational = 1;
         else if (strcmp(argv[i], "--oom") == 0)
             oom_mode = 1;
-        else {
-            fprintf(stderr, "usage: %s [--expect-cucache] [--race-informational] [--oom]\n", argv[0]);
+        else if (strcmp(argv[i], "--smoke") == 0)
+            smoke = 1;
+        else if (strcmp(argv[i], "--quick") == 0) {
+            size_rounds = 2;
+            churn_ops = 600;
+            async_ops = 600;
+            stress_iters = 120;
+            timing_pairs = 2000;
+        } else {
+            fprintf(stderr, "usage: %s [--expect-cucache] [--race-informational] [--quick] [--smoke | --oom]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -822,16 +905,22 @@ int main(int argc, char **argv)
 
     double t0 = now_s();
     check_selftest();
-    check_sizes();
-    check_churn();
-    check_async();
-    check_race();
-    check_race_stress();
+    if (smoke) {
+        check_smoke();
+    } else {
+        check_sizes();
+        check_churn();
+        check_async();
+        check_race();
+        check_race_stress();
+    }
     printf("gpu_alloc: checks took %.2f s\n", now_s() - t0);
 
-    time_pairs("malloc_free_4KiB", 4 * KIB);
-    time_pairs("malloc_free_8MiB", 8 * MIB);
-    time_async_pairs("mallocasync_freeasync_4KiB", 4 * KIB);
+    if (!smoke) {
+        time_pairs("malloc_free_4KiB", 4 * KIB);
+        time_pairs("malloc_free_8MiB", 8 * MIB);
+        time_async_pairs("mallocasync_freeasync_4KiB", 4 * KIB);
+    }
 
     cucache_counters();
     CK(cudaFreeHost(hctr));

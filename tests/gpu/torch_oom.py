@@ -1,7 +1,9 @@
 """A forced out-of-memory failure in PyTorch with its caching allocator off
 (PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor is a cudaMalloc), for
-scripts/gpu-check: fills the GPU with 256 MiB tensors, drops every other
-one, then asks for more than is free.  Passes (exit 0) when PyTorch raises
+scripts/gpu-check: fills the GPU with tensors of a 320th of its memory (256
+MiB on an 80 GiB card, 444 MiB on a 139 GiB one: the same count, and so the
+same time and snapshot size, on any card), drops every other one, then asks
+for more than is free.  Passes (exit 0) when PyTorch raises
 its out-of-memory error and the tensors still held keep their values.
 Under cucache-run the failure prints cucache's report, and with --snapshot
 writes the snapshot gpu-check then opens with torch.cuda._memory_viz.
@@ -36,7 +38,8 @@ if "--leak" in sys.argv[1:]:
     except OOM:
         print(f"torch_oom: leak: {len(kept)} steps, then {total / 2**31:.2f} GiB: out of memory", flush=True)
         sys.exit(3)
-block = 256 << 20
+total = torch.cuda.mem_get_info()[1]
+block = max(64 << 20, total // 320 & ~((2 << 20) - 1))  # as gpu_alloc --oom
 held = []
 try:
     while True:
@@ -47,7 +50,7 @@ n = len(held)
 for i in range(0, n, 2):
     held[i] = None
 free, total = torch.cuda.mem_get_info()
-print(f"torch_oom: {n} tensors of 256 MiB filled the GPU, every other one dropped; "
+print(f"torch_oom: {n} tensors of {block >> 20} MiB filled the GPU, every other one dropped; "
       f"{free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB", flush=True)
 raised = False
 try:
