@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A PyTorch memory snapshot of a few training steps with PyTorch's own
-caching allocator, for scripts/gpu-check step 7 (cucache-replay's importer
-on a snapshot from the PyTorch installed on the GPU machine).
+caching allocator, for scripts/gpu-check's torch-snapshot step
+(cucache-replay's importer on a snapshot from the PyTorch installed on the
+GPU machine).
 
 Usage: torch_snapshot.py OUT.pickle
 Prints peak_allocated=N and peak_reserved=M: torch.cuda's own peaks over
