@@ -239,24 +239,21 @@ static void add_implicit_deps(struct CUstream_st *s, sim_op_t *op)
     }
 }
 
-/* An event record or a wait on a stream with nothing queued, whose
- * dependencies completed, completes as it is queued, as on a GPU (within
- * microseconds, however busy the host): it does no work, and the stream's
- * worker thread, which a loaded host may run milliseconds later, need not
- * get to it.  The same bookkeeping as the worker's (stream_worker).  Called
- * with the lock held, after op was numbered and clocked. */
 static uint64_t op_start(const struct CUstream_st *s, const sim_op_t *op);
 
-static bool retire_at_once(struct CUstream_st *s, sim_op_t *op)
+/* Called with the lock held: op, off its stream's queue, completed at
+ * device time `end`: its event is done (when this was its last record), the
+ * stream's clock and completion move on, and the waiters wake. */
+static void op_complete(struct CUstream_st *s, sim_op_t *op, uint64_t end)
 {
-    if ((op->kind != SIM_OP_RECORD && op->kind != SIM_OP_WAIT) || s->head || !op_ready(op))
-        return false;
-    uint64_t end = op_start(s, op);
     if (op->kind == SIM_OP_RECORD) {
         struct CUevent_st *e = op->event;
-        e->done = true; /* this record is the event's last (just numbered) */
-        e->time_ns = end;
-        e->pending--; /* live: its owner still holds it */
+        if (e->seq == op->seq && e->slot == op->slot) {
+            e->done = true;
+            e->time_ns = end;
+        }
+        if (--e->pending == 0 && e->dead)
+            sim_event_free(e);
     }
     sim.slot_end[s->slot] = end;
     sim.ends[s->slot][op->seq % SIM_END_RING].seq = op->seq;
@@ -264,6 +261,19 @@ static bool retire_at_once(struct CUstream_st *s, sim_op_t *op)
     sim.completed[s->slot] = op->seq;
     sim_op_free(op);
     pthread_cond_broadcast(&sim.cv);
+}
+
+/* An event record or a wait on a stream with nothing queued, whose
+ * dependencies completed, completes as it is queued, as on a GPU (within
+ * microseconds, however busy the host): it does no work, and the stream's
+ * worker thread, which a loaded host may run milliseconds later, need not
+ * get to it.  Called with the lock held, after op was numbered and
+ * clocked. */
+static bool retire_at_once(struct CUstream_st *s, sim_op_t *op)
+{
+    if ((op->kind != SIM_OP_RECORD && op->kind != SIM_OP_WAIT) || s->head || !op_ready(op))
+        return false;
+    op_complete(s, op, op_start(s, op));
     return true;
 }
 
@@ -460,15 +470,6 @@ static void *stream_worker(void *arg)
             end = op_execute(op, start);
         }
         sim_lock();
-        if (op->kind == SIM_OP_RECORD) {
-            struct CUevent_st *e = op->event;
-            if (e->seq == op->seq && e->slot == op->slot) {
-                e->done = true;
-                e->time_ns = end;
-            }
-            if (--e->pending == 0 && e->dead)
-                sim_event_free(e);
-        }
         if (op->kind == SIM_OP_FREE && op->free_addr) {
             /* cuMemFreeAsync of cuMemAlloc memory: released in stream order.
              * The next owner of the range gets it only now, after the free
@@ -485,12 +486,7 @@ static void *stream_worker(void *arg)
         s->head = op->next;
         if (!s->head)
             s->tail = NULL;
-        sim.slot_end[s->slot] = end;
-        sim.ends[s->slot][op->seq % SIM_END_RING].seq = op->seq;
-        sim.ends[s->slot][op->seq % SIM_END_RING].end = end;
-        sim.completed[s->slot] = op->seq;
-        sim_op_free(op);
-        pthread_cond_broadcast(&sim.cv);
+        op_complete(s, op, end);
     }
     stream_free(s);
     sim_unlock();
