@@ -38,10 +38,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' INT TERM # stopped by scripts/test: purge on the way out
 failed=0
-fail() {
-    echo "FAIL: $*" >&2
-    failed=1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/check_lib.sh"
 
 shopt -s nullglob
 files=("$debs"/libcucache0_*.deb "$debs"/cucache_*.deb "$debs"/libcucache-dev_*.deb "$debs"/python3-cucache_*.deb)

@@ -40,17 +40,8 @@ failed=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-fail() {
-    echo "FAIL: $*" >&2
-    failed=1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/check_lib.sh"
 
-# run CMD...: stdout in $out, stderr in $err, status in $rc.
-run() {
-    out=$("$@" 2>"$tmp/stderr")
-    rc=$?
-    err=$(cat "$tmp/stderr")
-}
 
 # expect_usage_error WHAT-STDERR-SAYS ARGS...: exit 2, the message on stderr.
 expect_usage_error() {

@@ -21,10 +21,7 @@ src=${2:?usage: check_install.sh BUILD_DIR SOURCE_DIR}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failed=0
-fail() {
-    echo "FAIL: $*" >&2
-    failed=1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/check_lib.sh"
 
 if ! meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/dest" >"$tmp/install.log" 2>&1; then
     cat "$tmp/install.log" >&2

@@ -21,17 +21,8 @@ build_dir=$(cd "$(dirname "$CUCACHE_RUN")" && pwd -P)
 lib="$build_dir/libcucache.so"
 sim_dir="$build_dir/sim/lib"
 
-fail() {
-    echo "FAIL: $*" >&2
-    failed=1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/check_lib.sh"
 
-# run CMD...: runs it with stdout in $out, stderr in $err, status in $rc.
-run() {
-    out=$("$@" 2>"$tmp/stderr")
-    rc=$?
-    err=$(cat "$tmp/stderr")
-}
 
 show() {
     printf '    command: %s\n    status: %s\n    stdout: %s\n    stderr: %s\n' "$*" "$rc" "$out" "$err" >&2
