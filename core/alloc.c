@@ -443,8 +443,9 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
 
 /* The idle shortcut (core_rule_t.idle_shortcut; core.h, "Free modes as
  * applied", row 1): no work was submitted since the block was handed out,
- * so none can name it and a fenced free needs no fence (the count is the
- * backend's work_epoch, which interpose/submit.c keeps). */
+ * so none can name it and a fenced free needs no fence (the epoch the
+ * block recorded, core_epoch_note, is still the backend's work_epoch,
+ * which interpose/submit.c keeps). */
 static inline bool free_is_idle(const core_dev_t *d, const block_t *b, core_free_t how)
 {
     return how == CORE_FREE_FENCED && conf_rule(&d->conf)->idle_shortcut && !b->nuses && b->hold == 0 &&

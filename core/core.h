@@ -113,13 +113,18 @@ typedef struct core_backend_s {
      * leaves the memory to the first mapping.  NULL: not supported (the
      * setting is then ignored). */
     int (*map_alias)(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size);
-    /* Work submitted so far, by anyone: a count the backend bumps before
-     * each call that may put work using device memory on a stream, with
-     * CORE_EPOCH_UNSEEN set for good once a submission may have gone
+    /* Whether work was submitted, by anyone, since a block was handed
+     * out: an epoch that only grows.  The core makes it odd as it hands a
+     * block out (core_epoch_note) and records that value in the block;
+     * before each call that may put work using device memory on a stream,
+     * the backend moves an odd epoch on to the next even value (a
+     * compare-and-swap from the value it read; an even epoch it leaves
+     * alone, so submissions that follow no hand-out write nothing).
+     * CORE_EPOCH_UNSEEN is set for good once a submission may have gone
      * unseen.  NULL: not known.  Under a rule with the idle shortcut a
-     * fenced free of a block handed out at the same count is reusable at
-     * once: no work can name it. */
-    const _Atomic uint64_t *work_epoch;
+     * fenced free of a block handed out at the epoch it still reads is
+     * reusable at once: no work can name it. */
+    _Atomic uint64_t *work_epoch;
     /* Orders, on the device, everything submitted from now on after the
      * fence (an event_record on stream 0): every stream that could use the
      * device's memory, and those created later until the fence completes,
@@ -137,6 +142,17 @@ typedef struct core_backend_s {
 } core_backend_t;
 
 #define CORE_EPOCH_UNSEEN ((uint64_t)1 << 63)
+
+/* The epoch a block handed out now records: work_epoch made odd (one
+ * atomic operation only when it was even, that is when a submission came
+ * since the last hand-out). */
+static inline uint64_t core_epoch_note(_Atomic uint64_t *epoch)
+{
+    uint64_t e = atomic_load_explicit(epoch, memory_order_relaxed);
+    if (!(e & 1))
+        e = atomic_fetch_or_explicit(epoch, 1, memory_order_relaxed) | 1;
+    return e;
+}
 
 /* ------------------------------------------------------------------------
  * Devices, allocation and free

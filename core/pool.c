@@ -217,7 +217,7 @@ block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
     b->hold = 0;
     b->site = d->site_now;
     b->born = __builtin_expect(d->births, 0) ? birth_now(d) : 0;
-    b->epoch = d->be.work_epoch ? atomic_load_explicit(d->be.work_epoch, memory_order_relaxed) : CORE_EPOCH_UNSEEN;
+    b->epoch = d->be.work_epoch ? core_epoch_note(d->be.work_epoch) : CORE_EPOCH_UNSEEN;
     map_insert(d, b);
     stats_block_alloc(d, b);
     return b;

@@ -140,7 +140,7 @@ struct block_s {
     core_stream_t *uses; /* record_stream: extra streams (hostalloc'ed), NULL if none */
     uint32_t nuses;
     uint32_t site; /* ALLOCATED/PENDING: the caller's call site (core_malloc_site; 0: none) */
-    uint64_t epoch; /* ALLOCATED/PENDING: the backend's work_epoch when handed out (CORE_EPOCH_UNSEEN: unknown) */
+    uint64_t epoch; /* ALLOCATED/PENDING: the backend's work_epoch as handed out, odd (core_epoch_note; CORE_EPOCH_UNSEEN: unknown) */
     uint32_t born; /* ALLOCATED/PENDING: when allocated, ms since the device's state was made + 1, while birth
                     * times are kept (core_set_birth_times); else 0 */
     uint64_t id;   /* ALLOCATED/PENDING: unique per allocation, never reused (core_describe) */

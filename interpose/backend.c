@@ -516,6 +516,6 @@ const core_backend_t hook_backend = {
     .map = map,
     .unmap = unmap,
     .map_alias = map_alias,
-    .work_epoch = &hook_submissions, /* interpose/submit.c */
+    .work_epoch = &hook_submit_epoch, /* interpose/submit.c */
     .fence_order = hook_order_fence, /* order.c */
 };

@@ -48,9 +48,8 @@ static void foreach_one(void *ctx, const char *key, int64_t value)
  * unseen (then every plain free waits behind a fence). */
 static void process_keys(void (*fn)(void *ctx, const char *key, int64_t value), void *ctx)
 {
-    uint64_t n = hook_submit_count();
-    fn(ctx, "num_submissions", (int64_t)(n & ~HOOK_SUBMIT_BLIND));
-    fn(ctx, "submissions_unseen", (n & HOOK_SUBMIT_BLIND) != 0);
+    fn(ctx, "num_submissions", (int64_t)hook_submit_count());
+    fn(ctx, "submissions_unseen", hook_submit_unseen());
     fn(ctx, "contexts_seen", (int64_t)atomic_load(&hook_contexts_seen));
     fn(ctx, "contexts_many", atomic_load(&hook_many_contexts));
 }

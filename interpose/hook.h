@@ -25,9 +25,10 @@
  *               (a plain free first runs order.c's probe: whether the
  *               program's work also runs on the legacy stream)
  *
- * Beside the path: submit.c and submit_entry.S count every submission of
- * work (the core's work_epoch; submit_table.h is generated, submit_sim.h
- * the simulator's kernel extensions); trace.c records CUCACHE_TRACE;
+ * Beside the path: submit.c and submit_entry.S see every submission of
+ * work (a count per thread, and the core's work_epoch, moved on by the
+ * first submission after a hand-out; submit_table.h is generated,
+ * submit_sim.h the simulator's kernel extensions); trace.c records CUCACHE_TRACE;
  * diag.c, log.c and signal.c report (below); run/cucache_run.c is the
  * cucache-run launcher, a program of its own.
  *
@@ -44,9 +45,12 @@
  *                                     (backend.c, order.c, streams.c); no
  *                                     core call is made under it
  *   6. ipc_lock (ipc.c), the trace's lock (trace.c), stats/stack.c's
- *      locks: leaves, nothing is taken under them.
- * The trampolines' submission count and hook_dev_t.core are atomics, read
- * without a lock on the hit path.
+ *      locks, submit.c's list of threads that submitted: leaves, nothing
+ *      is taken under them.
+ * The submission epoch (submit.c) and hook_dev_t.core are atomics, read
+ * without a lock on the hit path; the trampolines take no lock (each
+ * thread counts its own submissions, and only a thread's first
+ * submission takes the list's lock).
  *
  * Real entry points are resolved once, by their exact versioned names, into
  * typed tables (real.h, real.c): the driver's from libcuda.so.1, the runtime's with
@@ -114,11 +118,13 @@ enum {
     HOOK_API_UNKNOWN = 3, /* not in the table (a newer CUDA's) */
 };
 
-/* Set in hook_submissions for good once a submission may go unseen. */
+/* Set in hook_submit_epoch for good once a submission may go unseen. */
 #define HOOK_SUBMIT_BLIND CORE_EPOCH_UNSEEN
 
-/* Calls that submitted so far (| HOOK_SUBMIT_BLIND): the core's work_epoch. */
-extern _Atomic uint64_t hook_submissions;
+/* The core's work_epoch: odd once a block was handed out at its value,
+ * moved on to the next even value by the first submission after
+ * (| HOOK_SUBMIT_BLIND); submit.c says why a free comparing it is exact. */
+extern _Atomic uint64_t hook_submit_epoch;
 
 /* HOOK_API_* of a driver name (exact or base: suffixes are ignored). */
 int hook_api_kind(const char *symbol);
@@ -131,7 +137,10 @@ void *hook_submit_wrap(const char *symbol, void *real);
 void hook_submit_go_blind(void);
 /* Fills every exported trampoline's driver address that is still empty. */
 void hook_submit_resolve_all(void *(*lookup)(const char *name));
+/* Calls that submitted so far, summed over the threads. */
 uint64_t hook_submit_count(void);
+/* Whether a submission may have gone unseen (HOOK_SUBMIT_BLIND). */
+bool hook_submit_unseen(void);
 
 /* ------------------------------------------------------------------------
  * The re-entry guard

@@ -1,7 +1,7 @@
 /*
- * Seeing every submission: each call that may put work reading
- * or writing device memory on a stream adds one to hook_submissions, by
- * every route a program reaches the driver:
+ * Seeing every submission: each call that may put work reading or writing
+ * device memory on a stream goes through a counting trampoline, by every
+ * route a program reaches the driver:
  *
  *   - by name: libcucache.so exports a counting trampoline under each such
  *     entry point of the driver (submit_entry.S, HOOK_SUBMIT_EXPORTS), so a
@@ -18,23 +18,51 @@
  * simulated device's kernel extensions for tests are counted the same way
  * (submit_sim.h).
  *
- * The count is what the reuse rule needs (core: work_epoch): a block freed
- * when the count has not moved since it was handed out cannot be used by
- * any queued work, since any work naming it was submitted after it was
- * handed out and before it was freed (a program that submits on one thread
- * and frees on another orders the two itself, or its free would race with
- * the launch under CUDA too).  The increment is one atomic add before the
- * driver's function runs: no lock, no allocation, a few nanoseconds.
+ * What a trampoline does before it jumps to the driver's function, with no
+ * lock, no allocation and nothing written that another thread writes:
+ *
+ *   1. adds one to its thread's own count (hook_submit_self.count), a
+ *      plain add to the thread's own memory: cucache_stat's
+ *      num_submissions is the sum over the threads (hook_submit_count);
+ *   2. reads the epoch (hook_submit_epoch, the core's work_epoch) and, only
+ *      when it is odd, moves it on to the next even value.
+ *
+ * The epoch is what the reuse rule needs.  The core makes it odd when it
+ * hands a block out and records that odd value in the block (core.h,
+ * work_epoch); a block freed when the epoch still reads that value cannot
+ * be used by any queued work, since any work naming it was submitted after
+ * it was handed out and before it was freed (a program that submits on one
+ * thread and frees on another orders the two itself, or its free would
+ * race with the launch under CUDA too).  Why that is exact: the epoch only
+ * grows.  A submission that comes after the hand-out (in the program's
+ * order, by any thread) reads the recorded odd value or a later one; it
+ * moves an odd value on (its compare-and-swap fails only when someone else
+ * moved it), and a later one already differs from the record.  The free,
+ * ordered after that submission, reads the epoch at that value or a later
+ * one: never the record.  Relaxed atomics suffice: the order comes from
+ * the program's own synchronisation, and each reader sees at least the
+ * values written before it on a single location.  So launches on many
+ * threads share one cache line that they only read, and write it once per
+ * hand-out at most, instead of all writing it on every launch.
+ *
+ * A thread's count is listed (for the readers) on its first submission,
+ * which takes the trampolines' slow path; when the thread exits, its count
+ * moves to the count of threads gone, and a submission made after that
+ * (from a later thread-exit destructor) adds to that count directly.  A
+ * fork child keeps the counts: the parent's other threads' go to the count
+ * of threads gone.
  *
  * Blind: a lookup of a driver name the table does not know (a newer CUDA's),
  * of an opaque one (cuGetExportTable: the runtime's private function
  * tables, whose effects nobody documents), dlsym(RTLD_NEXT) of a
  * submitting name, or a pool exhausted, sets HOOK_SUBMIT_BLIND in the
- * count for good: from then on no count equals an earlier one and every
- * plain free waits behind a fence, as if no count were kept: slower, never
+ * epoch for good: from then on no epoch equals an earlier one and every
+ * plain free waits behind a fence, as if no epoch were kept: slower, never
  * unsafe.
  */
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "hook.h"
@@ -43,12 +71,143 @@
 
 #define HOOK_SUBMIT_POOL 64
 #if defined(__x86_64__)
-#define HOOK_SUBMIT_POOL_STRIDE 32
-#else
 #define HOOK_SUBMIT_POOL_STRIDE 64
+#else
+#define HOOK_SUBMIT_POOL_STRIDE 128
 #endif
 
-_Atomic uint64_t hook_submissions;
+_Atomic uint64_t hook_submit_epoch;
+
+/* ------------------------------------------------------------------------
+ * Each thread's count
+ * ---------------------------------------------------------------------- */
+
+enum {
+    SUBMIT_UNLISTED = 0, /* no submission yet: the next one takes the slow path and lists the thread */
+    SUBMIT_LISTED = 1,   /* the trampolines add to count inline */
+    SUBMIT_GONE = 2,     /* exited (or cannot be listed): each submission adds to threads_gone */
+};
+
+/* One thread's submissions.  submit_entry.S reads state at offset 8 and
+ * adds to count at offset 0 (no lock: only the thread itself writes
+ * them). */
+typedef struct submit_thread_s {
+    _Atomic uint64_t count;              /* submissions made on this thread while LISTED */
+    uint8_t state;                       /* SUBMIT_*; read and written by this thread only */
+    struct submit_thread_s *next, *prev; /* the list of listed threads (under list_lock) */
+} submit_thread_t;
+
+_Static_assert(offsetof(submit_thread_t, count) == 0, "submit_entry.S adds to the count at offset 0");
+_Static_assert(offsetof(submit_thread_t, state) == 8, "submit_entry.S reads the state at offset 8");
+_Static_assert(SUBMIT_LISTED == 1, "submit_entry.S compares the state with 1");
+
+/* The calling thread's record (submit_entry.S reaches it through the
+ * thread pointer). */
+HOOK_TLS submit_thread_t hook_submit_self;
+
+static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
+static submit_thread_t *list_head;    /* every LISTED thread's record (under list_lock) */
+static _Atomic uint64_t threads_gone; /* submissions of threads no longer listed */
+static pthread_key_t exit_key;        /* its destructor unlists an exiting thread */
+static bool have_exit_key;            /* exit_key was made (set once, under key_once) */
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+
+static void list_unlink(submit_thread_t *t)
+{
+    if (t->prev)
+        t->prev->next = t->next;
+    else
+        list_head = t->next;
+    if (t->next)
+        t->next->prev = t->prev;
+    t->next = t->prev = NULL;
+}
+
+/* An exiting thread's count goes to threads_gone, while the list is locked
+ * so that a reader sees it once, in one or the other. */
+static void thread_exit(void *arg)
+{
+    submit_thread_t *t = arg;
+    pthread_mutex_lock(&list_lock);
+    list_unlink(t);
+    atomic_fetch_add_explicit(&threads_gone, atomic_load_explicit(&t->count, memory_order_relaxed),
+                              memory_order_relaxed);
+    atomic_store_explicit(&t->count, 0, memory_order_relaxed);
+    t->state = SUBMIT_GONE;
+    pthread_mutex_unlock(&list_lock);
+}
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&list_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&list_lock);
+}
+
+/* The child has one thread: the others' counts (their memory is still
+ * there, a copy of the parent's) go to threads_gone, and the list keeps
+ * this thread alone. */
+static void fork_child(void)
+{
+    submit_thread_t *me = &hook_submit_self;
+    uint64_t gone = 0;
+    for (submit_thread_t *t = list_head; t; t = t->next)
+        if (t != me)
+            gone += atomic_load_explicit(&t->count, memory_order_relaxed);
+    atomic_fetch_add_explicit(&threads_gone, gone, memory_order_relaxed);
+    list_head = NULL;
+    if (me->state == SUBMIT_LISTED) {
+        me->next = me->prev = NULL;
+        list_head = me;
+    }
+    pthread_mutex_init(&list_lock, NULL);
+}
+
+static void make_exit_key(void)
+{
+    have_exit_key = pthread_key_create(&exit_key, thread_exit) == 0;
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* Lists the calling thread: its trampolines then count inline.  A thread
+ * that cannot be listed (no key for its exit) counts in threads_gone. */
+static void thread_list(submit_thread_t *me)
+{
+    pthread_once(&key_once, make_exit_key);
+    if (!have_exit_key || pthread_setspecific(exit_key, me) != 0) {
+        me->state = SUBMIT_GONE;
+        return;
+    }
+    pthread_mutex_lock(&list_lock);
+    me->prev = NULL;
+    me->next = list_head;
+    if (list_head)
+        list_head->prev = me;
+    list_head = me;
+    me->state = SUBMIT_LISTED;
+    pthread_mutex_unlock(&list_lock);
+}
+
+/* What the trampolines do inline, for their slow path: one more submission
+ * on this thread, and the epoch moved on when it is odd. */
+static void submit_note(void)
+{
+    submit_thread_t *me = &hook_submit_self;
+    if (me->state == SUBMIT_UNLISTED)
+        thread_list(me);
+    if (me->state == SUBMIT_LISTED)
+        atomic_store_explicit(&me->count, atomic_load_explicit(&me->count, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&threads_gone, 1, memory_order_relaxed);
+    uint64_t e = atomic_load_explicit(&hook_submit_epoch, memory_order_relaxed);
+    if (e & 1) /* a failure means another submission moved it on */
+        atomic_compare_exchange_strong_explicit(&hook_submit_epoch, &e, e + 1, memory_order_relaxed,
+                                                memory_order_relaxed);
+}
 
 /* The driver's address behind each exported trampoline (read by
  * submit_entry.S; 0 until resolved). */
@@ -140,13 +299,16 @@ HOOK_NO_SANITIZE int hook_api_kind(const char *symbol)
 
 HOOK_NO_SANITIZE void hook_submit_go_blind(void)
 {
-    atomic_fetch_or_explicit(&hook_submissions, HOOK_SUBMIT_BLIND, memory_order_relaxed);
+    atomic_fetch_or_explicit(&hook_submit_epoch, HOOK_SUBMIT_BLIND, memory_order_relaxed);
 }
 
-/* Called by submit_entry.S's slow path with the trampoline's slot. */
-void *hook_submit_resolve(void **slot);
-void *hook_submit_resolve(void **slot)
+/* Called by submit_entry.S's slow path (a thread's first submission, or a
+ * trampoline's first call) with the trampoline's slot: counts the call, and
+ * returns the driver's address, resolved when it was not yet. */
+void *hook_submit_slow_path(void **slot);
+void *hook_submit_slow_path(void **slot)
 {
+    submit_note();
     void *p = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (p || !hook_real_driver())
         return p;
@@ -216,5 +378,15 @@ void *hook_submit_wrap(const char *symbol, void *real)
 
 uint64_t hook_submit_count(void)
 {
-    return atomic_load_explicit(&hook_submissions, memory_order_relaxed);
+    pthread_mutex_lock(&list_lock);
+    uint64_t n = atomic_load_explicit(&threads_gone, memory_order_relaxed);
+    for (submit_thread_t *t = list_head; t; t = t->next)
+        n += atomic_load_explicit(&t->count, memory_order_relaxed);
+    pthread_mutex_unlock(&list_lock);
+    return n;
+}
+
+bool hook_submit_unseen(void)
+{
+    return atomic_load_explicit(&hook_submit_epoch, memory_order_relaxed) & HOOK_SUBMIT_BLIND;
 }
