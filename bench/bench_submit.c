@@ -171,11 +171,12 @@ static run_t run_once(scenario_t sc, int nthreads, uint64_t calls)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_submit [-t THREADS,...] [-r RUNS] [-n CALLS] [-s SCENARIO,...]\n"
-               "  -t  thread counts (default 1,4,8)\n"
-               "  -r  runs of each, the best reported (default 7)\n"
-               "  -n  calls per thread per run (default 2000000; the mixed scenario makes 1/%d of them)\n"
-               "  -s  scenarios: name, proc, mixed (default name,proc)\n",
+    fprintf(f,
+            "usage: bench_submit [-t THREADS,...] [-r RUNS] [-n CALLS] [-s SCENARIO,...]\n"
+            "  -t  thread counts (default 1,4,8)\n"
+            "  -r  runs of each, the best reported (default 7)\n"
+            "  -n  calls per thread per run (default 2000000; the mixed scenario makes 1/%d of them)\n"
+            "  -s  scenarios: name, proc, mixed (default name,proc)\n",
             MIXED_DIVISOR);
 }
 
@@ -252,7 +253,8 @@ int main(int argc, char **argv)
         bench_die("cuGetProcAddress_v2(cuLaunchKernelEx) failed");
     *(void **)&looked_up = p;
     CUdevice dev;
-    if (on[SC_MIXED] && (cuDeviceGet(&dev, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS))
+    if (on[SC_MIXED] &&
+        (cuDeviceGet(&dev, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS))
         bench_die("no primary context for the mixed scenario");
 
     char model[256];
