@@ -229,8 +229,9 @@ typedef struct hook_dev_s {
      * stream of its own: counted as a stream (hook_live_streams; order.c's
      * probe sets it, for good) */
     atomic_bool default_busy;
-    _Atomic uint64_t probe_next; /* the probe's next question, not before (mono ns) */
-    uint64_t clear_at;           /* when the last fence on `ordered` was found completed (mono ns) */
+    atomic_uint counted;         /* the count the core was last told (core_set_streams) */
+    _Atomic uint64_t probe_next; /* the probe's next question, not before (coarse clock, ns) */
+    uint64_t clear_at;           /* when the last fence on `ordered` was found completed (the same clock) */
 } hook_dev_t;
 
 extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];
@@ -548,8 +549,6 @@ static inline bool hook_trace_on(void)
 }
 /* The recorder's clock now (for a record stamped before the call). */
 uint64_t hook_trace_now(void);
-/* CLOCK_MONOTONIC, in nanoseconds. */
-uint64_t hook_mono_ns(void);
 /* Appends one record (stats/trace.h's kinds and apis) to this thread's
  * buffer; when: hook_trace_now() taken earlier, or 0 for now. */
 void hook_trace_put(unsigned kind, unsigned api, int device, uint64_t stream, uint64_t addr, uint64_t size,

@@ -25,6 +25,8 @@
  *
  * The fences themselves (events on every stream) are backend.c's.
  */
+#include <time.h>
+
 #include "hook.h"
 #include "hostalloc.h"
 #include "rules.h"
@@ -33,8 +35,18 @@
 /* fence_gather: a fence of this many events or more is gathered on the hub */
 enum { HUB_MIN_EVENTS = 8 };
 /* hook_order_probe: asked at most this often, and this long after the last
- * ordered fence was found completed */
+ * ordered fence was found completed (on coarse_ns's clock) */
 enum { PROBE_EVERY_NS = 1000000, PROBE_SETTLE_NS = 20000000 };
+
+/* CLOCK_MONOTONIC_COARSE in nanoseconds: a few milliseconds' resolution, a
+ * third of the precise clock's cost, read before every plain free while
+ * the probe may ask. */
+static uint64_t coarse_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* Called with hd->lock held: forgets ordered fences that completed (the
  * time the last one went: hd->clear_at). */
@@ -52,7 +64,7 @@ static void ordered_sweep(hook_dev_t *hd)
         }
     }
     if (j == 0 && hd->nordered)
-        hd->clear_at = hook_mono_ns(); /* hook_order_probe */
+        hd->clear_at = coarse_ns(); /* hook_order_probe */
     hd->nordered = j;
 }
 
@@ -237,10 +249,11 @@ int hook_order_fence(void *ctx, int device, uint64_t event, uint64_t first_alloc
  * good.  Asked at most once every PROBE_EVERY_NS. */
 void hook_order_probe(hook_dev_t *hd)
 {
-    if (atomic_load_explicit(&hd->default_busy, memory_order_relaxed) || !conf_rule(&hook_conf)->hands_out ||
+    if (atomic_load_explicit(&hd->counted, memory_order_relaxed) != 1 ||
+        atomic_load_explicit(&hd->default_busy, memory_order_relaxed) || !conf_rule(&hook_conf)->hands_out ||
         atomic_load(&hd->stopped) || atomic_load(&hd->capturing))
         return;
-    uint64_t now = hook_mono_ns(), next = atomic_load_explicit(&hd->probe_next, memory_order_relaxed);
+    uint64_t now = coarse_ns(), next = atomic_load_explicit(&hd->probe_next, memory_order_relaxed);
     if (now < next || !atomic_compare_exchange_strong(&hd->probe_next, &next, now + PROBE_EVERY_NS))
         return; /* asked less than PROBE_EVERY_NS ago, or by another thread now */
     hook_scope_t sc;
@@ -263,8 +276,9 @@ void hook_order_probe(hook_dev_t *hd)
 
 void hook_order_drop(hook_dev_t *hd)
 {
-    /* and the streams the probe saw */
+    /* and the streams the probe saw, and their count */
     atomic_store(&hd->default_busy, false);
+    atomic_store(&hd->counted, 0);
     /* their events die with the context, reset next: neither queried
      * later nor put back among the spares (core_dev_destroy released
      * them all) */

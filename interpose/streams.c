@@ -83,6 +83,7 @@ static void count_changed(hook_dev_t *hd, unsigned kind, CUstream s, unsigned fl
 {
     if (hook_trace_on())
         hook_trace_put_flags(kind, TRACE_API_NONE, hd->ordinal, (uintptr_t)s, 0, flags, 0, TRACE_REC_COUNTED);
+    atomic_store_explicit(&hd->counted, n, memory_order_relaxed); /* hook_order_probe */
     core_dev_t *d = hook_dev_core(hd);
     if (d)
         core_set_streams(d, n);

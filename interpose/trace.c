@@ -65,7 +65,7 @@ static HOOK_TLS uint32_t tls_tid;
  * Clocks
  * ---------------------------------------------------------------------- */
 
-uint64_t hook_mono_ns(void)
+static uint64_t mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -78,7 +78,7 @@ static inline uint64_t ticks(void)
     if (HOOK_LIKELY(tr.tsc))
         return __builtin_ia32_rdtsc();
 #endif
-    return hook_mono_ns();
+    return mono_ns();
 }
 
 /* The CPU's flags say the TSC runs at a constant rate in every state. */
@@ -150,7 +150,7 @@ static int open_file(char *err, size_t errlen)
     h.chunk_size = TRACE_CHUNK_SIZE;
     h.rec_size = TRACE_REC_SIZE;
     h.start_ticks = ticks();
-    h.start_ns = hook_mono_ns();
+    h.start_ns = mono_ns();
     h.start_unix_ns = (uint64_t)rt.tv_sec * 1000000000u + (uint64_t)rt.tv_nsec;
     h.pid = (uint32_t)getpid();
     h.flags = tr.tsc ? TRACE_FLAG_TSC : 0;
@@ -167,7 +167,7 @@ static void flush(tbuf_t *b)
         return;
     b->chunk.nrecords = n;
     b->chunk.ticks = ticks();
-    b->chunk.ns = hook_mono_ns();
+    b->chunk.ns = mono_ns();
     write_all(&b->chunk, sizeof b->chunk + (size_t)n * sizeof b->rec[0]);
     atomic_store_explicit(&b->n, 0, memory_order_release);
 }

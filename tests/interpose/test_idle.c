@@ -481,15 +481,15 @@ static void test_no_stream_of_its_own_per_thread_streams(void **state)
 
 /* The legacy stream's probe (interpose/order.c) asks at most once a
  * millisecond, and only 20 ms after it found the fences the device was
- * ordered after completed: a free that lets it find them, and a pause, so
- * that the next free asks. */
+ * ordered after completed, on a clock of a few milliseconds' resolution: a
+ * free that lets it find them, and a pause, so that the next free asks. */
 static void probe_ready(void)
 {
     void *x = NULL;
     SIM_OK(cudaMalloc(&x, 512));
-    simtest_sleep_ms(3);
+    simtest_sleep_ms(10);
     SIM_OK(cudaFree(x));
-    simtest_sleep_ms(25);
+    simtest_sleep_ms(30);
 }
 
 /* reuse:ordered at a hit that would split a block: with the program's work
