@@ -261,12 +261,11 @@ void hook_order_probe(hook_dev_t *hd)
         return;
     pthread_mutex_lock(&hd->lock);
     bool busy = false;
-    if (hd->nstreams + hd->nblocking + hd->nlost == 1 && !hd->ncaptures) {
+    if (hook_live_streams(hd) == 1 && !hd->ncaptures) {
         /* the newest ordered fence completed: so did every older one */
         if (hd->nordered && hook_fence_done(hd->ordered[hd->nordered - 1]))
             ordered_sweep(hd);
-        /* (clear_at may be a tick past `now` when the sweep just ran) */
-        if (hd->nordered == 0 && now >= hd->clear_at && now - hd->clear_at >= PROBE_SETTLE_NS)
+        if (hd->nordered == 0 && now >= hd->clear_at + PROBE_SETTLE_NS)
             busy = real_cu.cuStreamQuery(CU_STREAM_LEGACY) == CUDA_ERROR_NOT_READY;
     }
     pthread_mutex_unlock(&hd->lock);
