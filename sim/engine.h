@@ -17,7 +17,9 @@
  *     Every stream has a *slot* in the process-wide clock table; an operation
  *     is named by (slot, seq) and carries a vector clock saying which
  *     operations of other slots happen before it.  The worker runs an
- *     operation once its explicit dependencies (other slots' seqs) completed.
+ *     operation once its explicit dependencies (other slots' seqs) completed;
+ *     an event record or a wait queued on an idle stream whose dependencies
+ *     completed completes as it is queued (engine_stream.c, retire_at_once).
  *   - struct CUevent_st: a recorded position (slot, seq) plus that
  *     operation's vector clock.
  *   - sim_op_t: one queued operation (copy, memset, host function, event
