@@ -62,10 +62,11 @@ static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t 
     seg_link(d, s, b, pool, stream, addr, size, BLOCK_FREE);
     s->oversize = size >= d->conf.max_split_size;
     s->direct = direct;
+    s->site = d->site_now; /* a segment is made on an allocation's slow path */
     pool_tree_insert(pool, b);
     seg_stats(d, s, +1);
     d->stats.num_device_alloc++;
-    core_emit(d, CORE_EV_SEGMENT_ALLOC, addr, size, stream, pool->owner->id, 0);
+    core_emit(d, CORE_EV_SEGMENT_ALLOC, addr, size, stream, pool->owner->id, s->site);
     return s;
 }
 
@@ -113,7 +114,7 @@ void seg_release(core_dev_t *d, seg_t *s)
     block_delete(d, b);
     seg_stats(d, s, -1);
     d->stats.num_device_free++;
-    core_emit(d, CORE_EV_SEGMENT_FREE, s->addr, s->size, s->stream, s->pool->owner->id, 0);
+    core_emit(d, CORE_EV_SEGMENT_FREE, s->addr, s->size, s->stream, s->pool->owner->id, s->site);
     d->be.seg_free(d->be.ctx, d->device, s->addr, s->size);
     seg_unlink_free(d, s);
 }

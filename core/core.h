@@ -199,7 +199,9 @@ typedef struct core_oom_s {
 uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom_t *oom);
 /* The same, remembering an opaque call site for the block (an interned call
  * stack, stats/stack.c): it comes back in core_block_info_t.site and in the
- * observer's events, the OOM event included. */
+ * observer's events, the OOM event included; a segment this allocation
+ * makes (or pages it maps) keeps it too (core_seg_info_t.site, the segment
+ * events). */
 uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_oom_t *oom);
 
 enum {
@@ -380,6 +382,7 @@ typedef struct core_seg_info_s {
     bool small;    /* the small-request pool */
     bool oversize; /* size >= max_split_size */
     bool expandable; /* one mapped run of an expandable segment (each run is listed as a segment, as PyTorch does) */
+    uint32_t site;   /* the call site of the allocation that created the segment (core_malloc_site; 0: none) */
     size_t first_block, nblocks;
 } core_seg_info_t;
 

@@ -30,7 +30,10 @@ void exp_mapped_stat(core_dev_t *d, seg_t *s, uintptr_t addr, size_t len, int si
         d->stats.num_device_alloc++;
     else
         d->stats.num_device_free++;
-    core_emit(d, sign > 0 ? CORE_EV_SEGMENT_MAP : CORE_EV_SEGMENT_UNMAP, addr, len, s->stream, s->pool->owner->id, 0);
+    /* pages are mapped on an allocation's slow path: its site; unmapped
+     * pages carry none */
+    core_emit(d, sign > 0 ? CORE_EV_SEGMENT_MAP : CORE_EV_SEGMENT_UNMAP, addr, len, s->stream, s->pool->owner->id,
+              sign > 0 ? d->site_now : 0);
 }
 
 /* A new segment for (pool, stream): addresses only, one UNMAPPED block. */
@@ -50,6 +53,7 @@ static seg_t *seg_new_expandable(core_dev_t *d, pool_t *pool, core_stream_t stre
     seg_link(d, s, b, pool, stream, addr, size, BLOCK_UNMAPPED);
     s->expandable = true;
     s->page = page;
+    s->site = d->site_now;
     return s;
 }
 

@@ -96,6 +96,17 @@ static inline size_t ht_count(const ht_t *t)
     return t->used + t->has_zero;
 }
 
+/* A key for a byte string (64-bit FNV-1a), for tables keyed by text: two
+ * texts may share a key, so a hit still compares the text. */
+static inline uint64_t ht_key_bytes(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
 /* Inserts key with val, or replaces its value.  False (the table
  * unchanged) only when host memory is short and the table is full. */
 bool ht_put(ht_t *t, uint64_t key, uint64_t val);

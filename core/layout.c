@@ -75,6 +75,7 @@ int core_layout(core_dev_t *d, core_layout_t *out, void (*under_lock)(void *ctx)
                     .small = s->pool->small,
                     .oversize = s->oversize,
                     .expandable = s->expandable,
+                    .site = s->site,
                     .first_block = k,
                 };
             }

@@ -109,7 +109,9 @@ typedef struct core_event_s {
     uintptr_t addr; /* block or segment address (0 for OOM) */
     size_t size;    /* block, segment or requested size */
     core_stream_t stream;
-    uint32_t site; /* ALLOC, FREE_*: the allocation's call site; OOM: the failed call's (0: none) */
+    uint32_t site; /* ALLOC, FREE_*: the allocation's call site; OOM: the failed call's; SEGMENT_ALLOC, SEGMENT_FREE:
+                    * the site of the allocation that created the segment; SEGMENT_MAP: of the one that mapped
+                    * the pages (0: none) */
 } core_event_t;
 
 typedef void (*core_observer_fn)(void *ctx, const core_event_t *e);

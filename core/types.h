@@ -169,6 +169,7 @@ struct seg_s {
     size_t mapped;       /* expandable: bytes mapped */
     size_t aliased;      /* expandable: bytes of pages mapped a second time here (shared pages; not in
                           * mapped, nor in the reserved bytes: their memory is another mapping's) */
+    uint32_t site;       /* the call site of the allocation that created it (core_malloc_site; 0: none) */
 };
 
 struct pool_s {

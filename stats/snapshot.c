@@ -9,15 +9,17 @@
  * writes the pickle opcodes or the JSON text for it.
  *
  * The pickle uses protocol 2 opcodes only, and no global (no class, no
- * reduce), so that it loads with every global refused; no memo either,
- * since nothing is shared.  Python's unpickler accepts any number of items
- * between MARK and SETITEMS/APPENDS.
+ * reduce), so that it loads with every global refused.  Its batches and
+ * its memo are those of Python's pickler (the emitter's section says
+ * how), so that a snapshot of any size opens in PyTorch's browser viewer
+ * and takes about as many bytes as PyTorch's own.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "hashtab.h"
 #include "hostalloc.h"
 #include "st.h"
 #include "vec.h"
@@ -89,6 +91,27 @@ static const char utf8_replacement[] = "\xef\xbf\xbd"; /* U+FFFD */
 
 /* ------------------------------------------------------------------------
  * The emitter: pickle opcodes or JSON text
+ *
+ * The pickle is written as CPython's pickler (the C one, which
+ * pickle.dump uses) writes protocol 2, so that every reader of PyTorch's
+ * files reads ours the same way:
+ *   - a container's items go in batches of PK_BATCH, each between MARK and
+ *     APPENDS or SETITEMS (the last batch too, however short); a container
+ *     with one item in all is that item and APPEND or SETITEM, an empty one
+ *     is EMPTY_LIST or EMPTY_DICT alone.  The items of one batch are
+ *     spread onto a JavaScript stack by the viewer's own unpickler
+ *     (MemoryViz.js, APPENDS): one batch of a hundred thousand events
+ *     overflows it, a thousand never does.
+ *   - a string is written once and put in the memo (BINPUT, LONG_BINPUT
+ *     past index 255); each repetition is a BINGET or LONG_BINGET.  The
+ *     keys, the action and state names and the frames' file and function
+ *     names are nearly all repetitions.  PyTorch's lists of frames are
+ *     shared too (one per distinct stack): a stack's frames are written
+ *     once, its later uses fetch the list from the memo.
+ *   - integers in the smallest of BININT1, BININT2, BININT and LONG1.
+ * The MARK of a container is written with its first item, so that a memo
+ * put can follow the EMPTY_LIST as Python's does, and an empty container
+ * needs nothing taken back.
  * ---------------------------------------------------------------------- */
 
 enum {
@@ -96,89 +119,189 @@ enum {
     PK_STOP = '.',
     PK_MARK = '(',
     PK_EMPTY_DICT = '}',
+    PK_SETITEM = 's',
     PK_SETITEMS = 'u',
     PK_EMPTY_LIST = ']',
+    PK_APPEND = 'a',
     PK_APPENDS = 'e',
     PK_TUPLE2 = 0x86,
     PK_BININT = 'J',
     PK_BININT1 = 'K',
+    PK_BININT2 = 'M',
     PK_LONG1 = 0x8a,
     PK_BINUNICODE = 'X',
     PK_BINFLOAT = 'G',
     PK_NEWTRUE = 0x88,
     PK_NEWFALSE = 0x89,
     PK_NONE = 'N',
+    PK_BINPUT = 'q',
+    PK_LONG_BINPUT = 'r',
+    PK_BINGET = 'h',
+    PK_LONG_BINGET = 'j',
+};
+
+enum {
+    PK_BATCH = 1000,       /* items between one MARK and its APPENDS or SETITEMS (CPython's BATCHSIZE) */
+    PK_MEMO_SHORT = 256,   /* memo indices below this take BINPUT and BINGET (one byte) */
 };
 
 #define EM_MAX_DEPTH 8 /* the schema nests six deep (a block's frames) */
 
 typedef enum em_format_e { EM_PICKLE, EM_JSON } em_format_t;
 
+/* One open dict or list. */
+typedef struct em_level_s {
+    bool dict;
+    size_t values;  /* values written in it (a dict's keys count as values) */
+    size_t mark_at; /* pickle: the offset of its first batch's MARK */
+} em_level_t;
+
+/* A string in the memo: where its bytes are in the output. */
+typedef struct em_memo_str_s {
+    size_t at, len;
+} em_memo_str_t;
+
 typedef struct em_s {
     st_buf_t *out;
     em_format_t format;
-    int depth;                /* open dicts and lists */
-    bool empty[EM_MAX_DEPTH]; /* JSON: nothing written yet in the container at this depth */
-    bool no_sep;              /* JSON: the next value needs no comma (it follows "key": or a sign) */
+    int depth;                       /* open dicts and lists */
+    em_level_t level[EM_MAX_DEPTH];
+    bool no_sep;                     /* JSON: the next value needs no comma (it follows "key":) */
+    /* pickle: the memo.  Indices are given in order, strings and frame
+     * lists alike. */
+    uint32_t memo_next;
+    ht_t strings;                    /* ht_key_bytes of a string's text -> its index in str */
+    em_memo_str_t *str;              /* by the order of strings put */
+    size_t nstr, str_cap;
+    ht_t stacks;                     /* a stack id (stack.c) -> the memo index of its list of frames */
 } em_t;
 
-/* JSON: the comma before a value or key, unless it opens its container. */
-static void json_sep(em_t *em)
+static void em_fini(em_t *em)
 {
-    if (em->no_sep) {
-        em->no_sep = false;
-        return;
-    }
-    if (em->depth > 0 && !em->empty[em->depth - 1])
-        buf_byte(em->out, ',');
-    if (em->depth > 0)
-        em->empty[em->depth - 1] = false;
+    ht_fini(&em->strings);
+    ht_fini(&em->stacks);
+    hostalloc_free(em->str);
 }
 
-static void em_open(em_t *em, unsigned char pickle_op, char json_ch)
+/* BINPUT or BINGET (short), LONG_BINPUT or LONG_BINGET with index i. */
+static void pickle_memo_op(st_buf_t *b, unsigned char short_op, unsigned char long_op, uint32_t i)
 {
-    if (em->format == EM_PICKLE) {
-        buf_byte(em->out, pickle_op);
-        buf_byte(em->out, PK_MARK);
-    } else {
-        json_sep(em);
-        buf_byte(em->out, (unsigned char)json_ch);
+    if (i < PK_MEMO_SHORT) {
+        const unsigned char op[2] = {short_op, (unsigned char)i};
+        st_buf_put(b, op, 2);
+        return;
     }
+    unsigned char op[5] = {long_op};
+    for (int k = 0; k < 4; k++)
+        op[1 + k] = (unsigned char)(i >> (8 * k));
+    st_buf_put(b, op, 5);
+}
+
+/* Before every value: JSON's comma; the pickle's batches.  A dict's key
+ * and value are two values: a pair starts at an even count. */
+static void em_value(em_t *em)
+{
+    if (em->format == EM_JSON) {
+        if (em->no_sep) {
+            em->no_sep = false;
+            return;
+        }
+        if (em->depth > 0 && em->level[em->depth - 1].values++ > 0)
+            buf_byte(em->out, ',');
+        return;
+    }
+    if (em->depth == 0)
+        return;
+    em_level_t *l = &em->level[em->depth - 1];
+    size_t per_item = l->dict ? 2 : 1;
+    if (l->values == 0) {
+        l->mark_at = em->out->len;
+        buf_byte(em->out, PK_MARK);
+    } else if (l->values % (per_item * PK_BATCH) == 0) {
+        /* a full batch is behind: close it, open the next */
+        buf_byte(em->out, l->dict ? PK_SETITEMS : PK_APPENDS);
+        buf_byte(em->out, PK_MARK);
+    }
+    l->values++;
+}
+
+static void em_open(em_t *em, bool dict)
+{
+    em_value(em);
+    buf_byte(em->out, em->format == EM_JSON ? (dict ? '{' : '[') : (dict ? PK_EMPTY_DICT : PK_EMPTY_LIST));
     if (em->depth == EM_MAX_DEPTH) {
         em->out->failed = true; /* cannot happen with this schema */
         return;
     }
-    em->empty[em->depth++] = true;
+    em->level[em->depth++] = (em_level_t){.dict = dict};
 }
 
-static void em_close(em_t *em, unsigned char pickle_op, char json_ch)
+static void em_close(em_t *em)
 {
-    if (em->depth > 0)
-        em->depth--;
-    buf_byte(em->out, em->format == EM_PICKLE ? pickle_op : (unsigned char)json_ch);
+    if (em->depth == 0)
+        return;
+    const em_level_t *l = &em->level[--em->depth];
+    if (em->format == EM_JSON) {
+        buf_byte(em->out, l->dict ? '}' : ']');
+        return;
+    }
+    size_t items = l->dict ? l->values / 2 : l->values;
+    if (items == 0)
+        return; /* EMPTY_DICT or EMPTY_LIST alone */
+    if (items == 1 && !em->out->failed) {
+        /* one item in all: no MARK, and SETITEM or APPEND */
+        st_buf_t *b = em->out;
+        memmove(b->data + l->mark_at, b->data + l->mark_at + 1, b->len - l->mark_at - 1);
+        b->len--;
+        buf_byte(b, l->dict ? PK_SETITEM : PK_APPEND);
+        return;
+    }
+    buf_byte(em->out, l->dict ? PK_SETITEMS : PK_APPENDS);
 }
 
 static void em_dict_open(em_t *em)
 {
-    em_open(em, PK_EMPTY_DICT, '{');
+    em_open(em, true);
 }
 
 static void em_dict_close(em_t *em)
 {
-    em_close(em, PK_SETITEMS, '}');
+    em_close(em);
 }
 
 static void em_list_open(em_t *em)
 {
-    em_open(em, PK_EMPTY_LIST, '[');
+    em_open(em, false);
 }
 
 static void em_list_close(em_t *em)
 {
-    em_close(em, PK_APPENDS, ']');
+    em_close(em);
 }
 
-static void pickle_str(st_buf_t *b, const char *s)
+/* A stack's list of frames was written before: fetches it from the memo
+ * (the pickle; JSON writes every list). */
+static bool em_stack_seen(em_t *em, uint32_t site)
+{
+    uint64_t i;
+    if (em->format != EM_PICKLE || site < ST_STACK_FIRST || !ht_get(&em->stacks, site, &i))
+        return false;
+    em_value(em);
+    pickle_memo_op(em->out, PK_BINGET, PK_LONG_BINGET, (uint32_t)i);
+    return true;
+}
+
+/* Puts the list just opened, a stack's frames, in the memo. */
+static void em_stack_put(em_t *em, uint32_t site)
+{
+    if (em->format != EM_PICKLE || site < ST_STACK_FIRST || em->memo_next == UINT32_MAX ||
+        !ht_put(&em->stacks, site, em->memo_next))
+        return;
+    pickle_memo_op(em->out, PK_BINPUT, PK_LONG_BINPUT, em->memo_next++);
+}
+
+/* The string's text as BINUNICODE (invalid UTF-8 replaced). */
+static void pickle_unicode(st_buf_t *b, const char *s)
 {
     buf_byte(b, PK_BINUNICODE);
     size_t at = b->len;
@@ -201,6 +324,34 @@ static void pickle_str(st_buf_t *b, const char *s)
     }
     for (int i = 0; i < 4; i++)
         b->data[at + (size_t)i] = (unsigned char)(n >> (8 * i));
+}
+
+/* A string: fetched from the memo when the same text was written before;
+ * else written and put in it (unless another text has its key, or host
+ * memory is short: then it is only written). */
+static void pickle_str(em_t *em, const char *s)
+{
+    st_buf_t *b = em->out;
+    size_t n = strlen(s);
+    uint64_t key = ht_key_bytes(s, n), i;
+    if (ht_get(&em->strings, key, &i)) {
+        const em_memo_str_t *m = &em->str[(uint32_t)i];
+        if (m->len == n && memcmp(b->data + m->at, s, n) == 0) {
+            pickle_memo_op(b, PK_BINGET, PK_LONG_BINGET, (uint32_t)(i >> 32));
+            return;
+        }
+        pickle_unicode(b, s); /* another text with the same key */
+        return;
+    }
+    pickle_unicode(b, s);
+    if (b->failed || em->memo_next == UINT32_MAX ||
+        !vec_reserve((void **)&em->str, &em->str_cap, em->nstr + 1, sizeof *em->str))
+        return;
+    /* the value: the memo index above, the entry in str below */
+    if (!ht_put(&em->strings, key, (uint64_t)em->memo_next << 32 | em->nstr))
+        return;
+    em->str[em->nstr++] = (em_memo_str_t){.at = b->len - n, .len = n};
+    pickle_memo_op(b, PK_BINPUT, PK_LONG_BINPUT, em->memo_next++);
 }
 
 static void json_str(st_buf_t *b, const char *s)
@@ -234,12 +385,11 @@ static void json_str(st_buf_t *b, const char *s)
 
 static void em_str(em_t *em, const char *s)
 {
-    if (em->format == EM_PICKLE) {
-        pickle_str(em->out, s);
-    } else {
-        json_sep(em);
+    em_value(em);
+    if (em->format == EM_PICKLE)
+        pickle_str(em, s);
+    else
         json_str(em->out, s);
-    }
 }
 
 static void em_key(em_t *em, const char *name)
@@ -253,12 +403,17 @@ static void em_key(em_t *em, const char *name)
 
 /* An integer given as its 64-bit two's complement and the byte that extends
  * it (0x00 for an unsigned or non-negative value, 0xff for a negative one):
- * the smallest of BININT1, BININT and LONG1 that holds it. */
+ * the smallest of BININT1, BININT2, BININT and LONG1 that holds it. */
 static void pickle_int(st_buf_t *b, uint64_t bits, unsigned char ext)
 {
     if (ext == 0 && bits <= 0xff) {
         const unsigned char op[2] = {PK_BININT1, (unsigned char)bits};
         st_buf_put(b, op, 2);
+        return;
+    }
+    if (ext == 0 && bits <= 0xffff) {
+        const unsigned char op[3] = {PK_BININT2, (unsigned char)bits, (unsigned char)(bits >> 8)};
+        st_buf_put(b, op, 3);
         return;
     }
     if ((ext == 0 && bits <= INT32_MAX) || (ext == 0xff && bits >= (uint64_t)INT32_MIN)) {
@@ -282,53 +437,55 @@ static void pickle_int(st_buf_t *b, uint64_t bits, unsigned char ext)
     st_buf_put(b, le, n);
 }
 
+/* Integers as JSON text. */
+static void json_uint(st_buf_t *b, uint64_t v)
+{
+    char text[24];
+    size_t n = sizeof text;
+    do
+        text[--n] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    st_buf_put(b, text + n, sizeof text - n);
+}
+
+static void json_int(st_buf_t *b, int64_t v)
+{
+    if (v < 0)
+        buf_byte(b, '-');
+    json_uint(b, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+}
+
 static void em_uint(em_t *em, uint64_t v)
 {
-    if (em->format == EM_PICKLE) {
+    em_value(em);
+    if (em->format == EM_PICKLE)
         pickle_int(em->out, v, 0);
-    } else {
-        char text[24];
-        size_t n = sizeof text;
-        do
-            text[--n] = (char)('0' + v % 10);
-        while ((v /= 10) != 0);
-        json_sep(em);
-        st_buf_put(em->out, text + n, sizeof text - n);
-    }
+    else
+        json_uint(em->out, v);
 }
 
 static void em_int(em_t *em, int64_t v)
 {
-    if (v >= 0) {
-        em_uint(em, (uint64_t)v);
-    } else if (em->format == EM_PICKLE) {
-        pickle_int(em->out, (uint64_t)v, 0xff);
-    } else {
-        json_sep(em);
-        buf_byte(em->out, '-');
-        em->no_sep = true; /* no separator between the sign and the digits */
-        em_uint(em, 0 - (uint64_t)v);
-    }
+    em_value(em);
+    if (em->format == EM_PICKLE)
+        pickle_int(em->out, (uint64_t)v, v < 0 ? 0xff : 0);
+    else
+        json_int(em->out, v);
 }
 
 static void em_bool(em_t *em, bool v)
 {
-    if (em->format == EM_PICKLE) {
+    em_value(em);
+    if (em->format == EM_PICKLE)
         buf_byte(em->out, v ? PK_NEWTRUE : PK_NEWFALSE);
-    } else {
-        json_sep(em);
+    else
         buf_str(em->out, v ? "true" : "false");
-    }
 }
 
 static void em_none(em_t *em)
 {
-    if (em->format == EM_PICKLE) {
-        buf_byte(em->out, PK_NONE);
-    } else {
-        json_sep(em);
-        buf_str(em->out, "null");
-    }
+    em_value(em);
+    buf_str(em->out, em->format == EM_PICKLE ? "N" : "null");
 }
 
 /* A double as JSON: the fewest significant digits (up to 17) that read
@@ -372,6 +529,7 @@ static void em_double(em_t *em, double v)
         em_none(em);
         return;
     }
+    em_value(em);
     if (em->format == EM_PICKLE) {
         uint64_t bits;
         memcpy(&bits, &v, sizeof bits);
@@ -380,7 +538,6 @@ static void em_double(em_t *em, double v)
             op[1 + i] = (unsigned char)(bits >> (56 - 8 * i));
         st_buf_put(em->out, op, 9);
     } else {
-        json_sep(em);
         json_double(em->out, v);
     }
 }
@@ -389,18 +546,16 @@ static void em_double(em_t *em, double v)
  * pool made outside graph capture. */
 static void em_pair(em_t *em, int64_t a, int64_t b)
 {
+    em_value(em);
     if (em->format == EM_PICKLE) {
-        em_int(em, a);
-        em_int(em, b);
+        pickle_int(em->out, (uint64_t)a, a < 0 ? 0xff : 0);
+        pickle_int(em->out, (uint64_t)b, b < 0 ? 0xff : 0);
         buf_byte(em->out, PK_TUPLE2);
     } else {
-        json_sep(em);
         buf_byte(em->out, '[');
-        em->no_sep = true;
-        em_int(em, a);
+        json_int(em->out, a);
         buf_byte(em->out, ',');
-        em->no_sep = true;
-        em_int(em, b);
+        json_int(em->out, b);
         buf_byte(em->out, ']');
     }
 }
@@ -445,7 +600,10 @@ static void kv_frames(em_t *em, uint32_t site)
     st_frame_t f[ST_STACK_DEPTH_MAX];
     size_t n = site ? st_stack_frames(site, f, ST_STACK_DEPTH_MAX) : 0;
     em_key(em, "frames");
+    if (em_stack_seen(em, site))
+        return;
     em_list_open(em);
+    em_stack_put(em, site);
     for (size_t i = 0; i < n; i++) {
         em_dict_open(em);
         kv_str(em, "name", f[i].name);
@@ -485,12 +643,17 @@ static const char *const action_names[] = {
     [ST_SEGMENT_UNMAP] = "segment_unmap",
 };
 
+/* An inactive block's requested_size is 0.  PyTorch's is whatever its
+ * block struct last held: the request of the last allocation it served
+ * (the struct that survives a merge keeps its own), or 0 for a piece
+ * split off and never handed out; its viewers read requested_size of
+ * live and pending blocks only. */
 static void emit_block(em_t *em, const core_block_info_t *b)
 {
     em_dict_open(em);
     kv_uint(em, "address", b->addr);
     kv_uint(em, "size", b->size);
-    kv_uint(em, "requested_size", b->requested);
+    kv_uint(em, "requested_size", b->state == CORE_BLOCK_FREE ? 0 : b->requested);
     kv_str(em, "state", block_state_name(b->state));
     kv_frames(em, b->site);
     em_dict_close(em);
@@ -499,15 +662,17 @@ static void emit_block(em_t *em, const core_block_info_t *b)
 static void emit_segment(em_t *em, int device, const core_layout_t *l, const core_seg_info_t *s)
 {
     /* PyTorch's sums: allocated = live blocks, active = live or waiting for
-     * their last use, requested = what the program asked for in them. */
+     * their last use, requested = what the program asked for in the active
+     * ones. */
     uint64_t allocated = 0, active = 0, requested = 0;
     const core_block_info_t *blocks = l->blocks + s->first_block;
     for (size_t i = 0; i < s->nblocks; i++) {
         if (blocks[i].state == CORE_BLOCK_ALLOCATED)
             allocated += blocks[i].size;
-        if (blocks[i].state != CORE_BLOCK_FREE)
+        if (blocks[i].state != CORE_BLOCK_FREE) {
             active += blocks[i].size;
-        requested += blocks[i].requested;
+            requested += blocks[i].requested;
+        }
     }
     em_dict_open(em);
     kv_int(em, "device", device);
@@ -521,7 +686,7 @@ static void emit_segment(em_t *em, int device, const core_layout_t *l, const cor
     em_key(em, "segment_pool_id");
     em_pair(em, 0, s->pool_id);
     kv_bool(em, "is_expandable", s->expandable);
-    kv_empty_list(em, "frames");
+    kv_frames(em, s->site); /* the allocation that made the segment, as PyTorch's */
     em_key(em, "blocks");
     em_list_open(em);
     for (size_t i = 0; i < s->nblocks; i++)
@@ -540,7 +705,7 @@ static void emit_trace_entry(em_t *em, const st_trace_ev_t *e)
     kv_uint(em, "stream", e->stream);
     kv_uint(em, "time_us", e->time_us);
     kv_frames(em, e->site);
-    kv_str(em, "compile_context", "");
+    kv_str(em, "compile_context", "N/A"); /* PyTorch's when no torch.compile context is set */
     kv_str(em, "user_metadata", "");
     em_dict_close(em);
 }
@@ -632,6 +797,7 @@ int st_snapshot_pickle(const st_snapshot_t *s, st_buf_t *out)
     st_buf_put(out, proto, 2);
     snap_emit(&em, s);
     buf_byte(out, PK_STOP);
+    em_fini(&em);
     return out->failed ? -1 : 0;
 }
 

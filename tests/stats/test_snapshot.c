@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "hostalloc.h"
+#include "pickle.h" /* replay/: cucache-replay's reader of PyTorch's snapshots */
 #include "snap_fixture.h"
 
 /* ------------------------------------------------------------------------
@@ -58,6 +59,60 @@ static bool buf_has_str(const st_buf_t *b, const char *s)
         if (!buf_has_str((b), (s)))                                                                                    \
             fail_msg("%s:%d: \"%s\" not in the output", __FILE__, __LINE__, (s));                                      \
     } while (0)
+
+/* The batches of a snapshot pickle, opcode by opcode: the item count of
+ * each MARK ... APPENDS or SETITEMS in the order they close (into
+ * batch[0 .. *nbatch), at most max), and the containers written with one
+ * APPEND or SETITEM.  Knows only the opcodes snapshot.c writes; false on
+ * any other. */
+static bool pickle_batches(const st_buf_t *b, size_t *batch, size_t max, size_t *nbatch, size_t *singles)
+{
+    size_t height = 0, marks[16], nmarks = 0;
+    *nbatch = *singles = 0;
+    for (size_t i = 2; i < b->len;) { /* past PROTO 2 */
+        unsigned char op = b->data[i++];
+        size_t arg = 0, pops = 0, pushes = 1;
+        switch (op) {
+        case '.': return i == b->len && height == 1;
+        case '(':
+            if (nmarks == 16)
+                return false;
+            marks[nmarks++] = height;
+            pushes = 0;
+            break;
+        case '}': case ']': case 'N': case 0x88: case 0x89: break;
+        case 'K': case 'h': arg = 1; break;
+        case 'q': arg = 1; pushes = 0; break;
+        case 'M': arg = 2; break;
+        case 'J': case 'j': arg = 4; break;
+        case 'r': arg = 4; pushes = 0; break;
+        case 'G': arg = 8; break;
+        case 0x8a: arg = 1 + (i < b->len ? b->data[i] : 0); break;
+        case 'X':
+            if (i + 4 > b->len)
+                return false;
+            arg = 4 + (size_t)b->data[i] + ((size_t)b->data[i + 1] << 8) + ((size_t)b->data[i + 2] << 16) +
+                  ((size_t)b->data[i + 3] << 24);
+            break;
+        case 0x86: pops = 2; break;
+        case 'a': pops = 1; pushes = 0; ++*singles; break;
+        case 's': pops = 2; pushes = 0; ++*singles; break;
+        case 'e': case 'u':
+            if (nmarks == 0 || *nbatch == max)
+                return false;
+            pops = height - marks[--nmarks];
+            batch[(*nbatch)++] = op == 'u' ? pops / 2 : pops;
+            pushes = 0;
+            break;
+        default: return false;
+        }
+        if (pops > height)
+            return false;
+        height = height - pops + pushes;
+        i += arg;
+    }
+    return false;
+}
 
 static void fixture_open(snap_fixture_t *f)
 {
@@ -343,8 +398,21 @@ static void test_snapshot_pickle_bytes(void **state)
     /* BINFLOAT 0.8, big-endian */
     static const unsigned char gc[] = {'G', 0x3f, 0xe9, 0x99, 0x99, 0x99, 0x99, 0x99, 0x9a};
     assert_true(buf_has(&b, gc, sizeof gc));
-    /* NEWFALSE for is_expandable (check_snapshot.py walks every opcode) */
-    assert_true(buf_has(&b, "is_expandable\x89", 14));
+    /* every string once: its later uses are memo references (BINGET),
+     * the first ones in the memo's one-byte range */
+    static const unsigned char address_key[] = "X\x07\0\0\0address";
+    size_t n_address = 0;
+    for (size_t i = 0; i + sizeof address_key - 1 <= b.len; i++)
+        n_address += memcmp(b.data + i, address_key, sizeof address_key - 1) == 0;
+    assert_int_equal(n_address, 1);
+    assert_true(buf_has(&b, "X\x13\0\0\0active_pending_freeq", 25));
+    /* a list of one item is that item and APPEND; dicts of more than one
+     * key are one batch each */
+    size_t batch[256], nbatch, singles;
+    assert_true(pickle_batches(&b, batch, 256, &nbatch, &singles));
+    assert_true(nbatch > 0);
+    for (size_t i = 0; i < nbatch; i++)
+        assert_in_range(batch[i], 2, 1000);
     st_buf_free(&b);
     assert_null(b.data);
     snap_fixture_close(&f);
@@ -375,7 +443,7 @@ static void test_snapshot_json_text(void **state)
     assert_has(&b, "\"expandable_segments\":false");
     assert_has(&b, "\"is_expandable\":false,\"frames\":[],\"blocks\":[{");
     assert_has(&b, "\"state\":\"active_pending_free\"");
-    assert_has(&b, "\"compile_context\":\"\",\"user_metadata\":\"\"}");
+    assert_has(&b, "\"compile_context\":\"N/A\",\"user_metadata\":\"\"}");
     assert_has(&b, "\"external_annotations\":[]}");
     assert_has(&b, "\"CUCACHE_CONF\":\"" SNAP_CONF_TEXT "\"");
     st_buf_free(&b);
@@ -408,18 +476,21 @@ static void test_snapshot_strings_and_defaults(void **state)
     assert_true(buf_has(&p, str, sizeof str - 1));
     static const unsigned char minus_one[] = {'J', 0xff, 0xff, 0xff, 0xff};
     assert_true(buf_has(&p, minus_one, sizeof minus_one));
-    static const unsigned char empty_lists[] = "X\x08\0\0\0segments](eX\x0d\0\0\0device_traces](e";
+    /* empty lists are EMPTY_LIST alone, as Python writes them */
+    static const unsigned char empty_lists[] = "X\x08\0\0\0segmentsq\0]X\x0d\0\0\0device_tracesq\x01]";
     assert_true(buf_has(&p, empty_lists, sizeof empty_lists - 1));
     st_buf_free(&j);
     st_buf_free(&p);
 }
 
 /* Many events: the buffer grows through several reallocations; a device
- * without a layout has traces and no segments. */
+ * without a layout has traces and no segments.  The pickle's lists go in
+ * batches of exactly 1000 items (the last one the rest), as Python's
+ * pickler writes them, and cucache-replay's reader gives back every event. */
 static void test_snapshot_large(void **state)
 {
     (void)state;
-    const size_t n = 100000;
+    const size_t n = 100500;
     st_trace_ev_t *trace = hostalloc_calloc(n, sizeof *trace);
     assert_non_null(trace);
     for (size_t i = 0; i < n; i++)
@@ -430,13 +501,50 @@ static void test_snapshot_large(void **state)
     st_buf_t p = {0}, j = {0};
     assert_int_equal(st_snapshot_pickle(&s, &p), 0);
     assert_int_equal(st_snapshot_json(&s, &j), 0);
-    assert_true(p.len > n * 100);
+    assert_true(p.len > n * 40);
     assert_true(j.len > n * 120);
     assert_true(p.cap >= p.len && j.cap >= j.len);
     assert_int_equal(p.data[p.len - 1], '.');
     assert_has(&j, "\"device_traces\":[[],[],[],[{\"action\":\"alloc\"");
     assert_has(&j, "{\"action\":\"snapshot\",\"addr\":1099511627776,\"size\":99994,");
     assert_has(&j, "{\"action\":\"oom\",\"device_free\":1099511627776,\"size\":99993,");
+
+    size_t nbatch, singles, full = 0, max = 2 * n; /* one per entry's dict, and the lists' */
+    size_t *batch = hostalloc_calloc(max, sizeof *batch);
+    assert_non_null(batch);
+    assert_true(pickle_batches(&p, batch, max, &nbatch, &singles));
+    for (size_t i = 0; i < nbatch; i++) {
+        assert_in_range(batch[i], 2, 1000);
+        full += batch[i] == 1000;
+    }
+    assert_int_equal(full, n / 1000); /* device 3's list: 100 full batches and one of 500 */
+    bool rest = false;
+    for (size_t i = 0; i < nbatch; i++)
+        rest |= batch[i] == n % 1000;
+    assert_true(rest);
+    hostalloc_free(batch);
+
+    char err[256];
+    pk_doc_t doc;
+    if (pk_parse(p.data, p.len, &doc, err, sizeof err) != 0)
+        fail_msg("pk_parse: %s", err);
+    const pk_val_t *traces = pk_get(doc.root, "device_traces");
+    assert_non_null(traces);
+    assert_int_equal(traces->n, 4);
+    const pk_val_t *t3 = traces->items[3];
+    assert_int_equal(t3->n, n);
+    static const char *const names[] = {"alloc", "free_requested", "free_completed", "segment_alloc",
+                                        "segment_free", "oom", "snapshot"};
+    for (size_t i = 0; i < n; i++) {
+        const pk_val_t *e = t3->items[i];
+        int64_t v;
+        assert_true(pk_str_eq(pk_get(e, "action"), names[i % 7]));
+        assert_true(pk_int(pk_get(e, "size"), &v) && v == (int64_t)i);
+        assert_true(pk_int(pk_get(e, "time_us"), &v) && v == (int64_t)(1700000000000000u + i));
+        assert_true(pk_int(pk_get(e, i % 7 == 5 ? "device_free" : "addr"), &v) && v == (int64_t)1 << 40);
+        assert_true(pk_str_eq(pk_get(e, "compile_context"), "N/A"));
+    }
+    pk_free(&doc);
     st_buf_free(&p);
     st_buf_free(&j);
     hostalloc_free(trace);
