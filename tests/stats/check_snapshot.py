@@ -4,7 +4,11 @@ torch.cuda.memory._snapshot().
 
   check_snapshot.py FILE.pickle FILE.json
       Loads the pickle with every global refused, checks its opcodes
-      (protocol 2, nothing that builds objects), every key and type, the
+      (protocol 2, nothing that builds objects), that it is written as
+      CPython's pickler writes the same content (batches of 1000 items,
+      one APPEND or SETITEM for a single item, the same integer forms, the
+      same memo references: opcode for opcode once memo indices are set
+      aside) and that no string is written twice; every key and type, the
       block states, that the blocks tile each segment and that the
       segment sums agree with them; then that the JSON parses and holds
       the same content (tuples as lists, types compared too).
@@ -13,6 +17,9 @@ torch.cuda.memory._snapshot().
       Runs the fixture program into a temporary directory, checks its
       files as above, and holds them against what the C side wrote in
       facts.json (addresses, states, pool id, times, 64-bit values).
+
+  check_snapshot.py --large N --fixture SNAP_WRITE
+      The fixture with N trace events on device 0, checked as above.
 
   check_snapshot.py --self-test --fixture SNAP_WRITE
       Corrupts the fixture's files in several ways (a global in the
@@ -60,11 +67,67 @@ class RefusingUnpickler(pickle.Unpickler):
         raise CheckError(f"pickle: refers to the global {module}.{name}; a snapshot must hold plain data only")
 
 
-# What snapshot.c may write: protocol 2 containers, scalars and STOP.
+# What snapshot.c may write: protocol 2 containers, scalars, the memo and STOP.
 ALLOWED_OPCODES = {
     "PROTO", "STOP", "MARK", "EMPTY_DICT", "SETITEM", "SETITEMS", "EMPTY_LIST", "APPEND", "APPENDS",
-    "TUPLE2", "BININT", "BININT1", "LONG1", "BINUNICODE", "NEWTRUE", "NEWFALSE", "NONE", "BINFLOAT",
+    "TUPLE2", "BININT", "BININT1", "BININT2", "LONG1", "BINUNICODE", "NEWTRUE", "NEWFALSE", "NONE", "BINFLOAT",
+    "BINPUT", "LONG_BINPUT", "BINGET", "LONG_BINGET",
 }
+PUTS = {"BINPUT", "LONG_BINPUT", "MEMOIZE"}
+GETS = {"BINGET", "LONG_BINGET"}
+BATCH = 1000  # CPython's pickler: items between one MARK and its APPENDS or SETITEMS
+
+
+def structure(data):
+    """The opcodes of a pickle with its memo indices set aside: puts left
+    out, each get naming the opcode (its place among the rest) that made
+    the value it fetches.  Two pickles with the same structure build the
+    same objects, shared the same way, from the same opcodes."""
+    out, made_by = [], {}
+    for op, arg, _ in pickletools.genops(data):
+        if op.name in PUTS:
+            made_by[arg if op.name != "MEMOIZE" else len(made_by)] = len(out) - 1
+        elif op.name in GETS:
+            if arg not in made_by:
+                raise CheckError(f"pickle: memo index {arg} fetched before it was stored")
+            out.append(("GET", made_by[arg]))
+        else:
+            out.append((op.name, arg))
+    return out
+
+
+def check_encoding(data, obj):
+    """data is what CPython's pickler (the C one, pickle.dumps) writes for
+    obj at protocol 2, but for memo indices; every string is written once."""
+    seen = set()
+    height, marks, batches = 0, [], []
+    for op, arg, pos in pickletools.genops(data):
+        name = op.name
+        if name == "BINUNICODE":
+            if arg in seen:
+                raise CheckError(f"pickle: the string {arg!r} is written again at byte {pos} "
+                                 "instead of fetched from the memo")
+            seen.add(arg)
+        if name == "MARK":
+            marks.append(height)
+        elif name in ("APPENDS", "SETITEMS"):
+            n = height - marks.pop()
+            batches.append(n // 2 if name == "SETITEMS" else n)
+            height -= n
+        elif name in ("APPEND", "TUPLE2", "SETITEM"):
+            height -= 2 if name == "SETITEM" else 1
+        elif name not in PUTS and name not in ("PROTO", "STOP"):
+            height += 1
+    if any(n > BATCH for n in batches):
+        raise CheckError(f"pickle: a batch of {max(batches)} items; Python's pickler writes at most {BATCH}")
+    ours = structure(data)
+    theirs = structure(pickle.dumps(obj, protocol=2))
+    if ours != theirs:
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+        near = lambda ops: ops[max(0, at - 3):at + 3]  # noqa: E731
+        raise CheckError(f"pickle: not as Python's pickler writes it, from opcode {at}: "
+                         f"ours {near(ours)}, Python's {near(theirs)}")
+    return batches
 
 
 def load_pickle(data):
@@ -155,8 +218,8 @@ FRAME = {"name": "str", "filename": "str", "line": "uint"}
 
 def check_frames(path, frames, allowed):
     """PyTorch's frames: name, filename, line (0 when unknown); cucache
-    records them for blocks and trace events (CUCACHE_STACKS), never for
-    segments."""
+    records them (CUCACHE_STACKS) for live and pending blocks, segments
+    and the trace events that allocate, free, make, map or release."""
     if frames and not allowed:
         fail(path, "cucache records no frames here")
     for i, f in enumerate(frames):
@@ -172,7 +235,7 @@ def check_segment(path, s):
     pid = s["segment_pool_id"]
     if len(pid) != 2 or not all(is_int(x) and x >= 0 for x in pid) or pid[0] != 0:
         fail(f"{path}.segment_pool_id", f"expected (0, pool id), found {pid!r}")
-    check_frames(f"{path}.frames", s["frames"], False)
+    check_frames(f"{path}.frames", s["frames"], True)
     if not s["blocks"]:
         fail(f"{path}.blocks", "a segment has at least one block")
     at = s["address"]
@@ -195,7 +258,7 @@ def check_segment(path, s):
         at += b["size"]
         allocated += b["size"] if b["state"] == "active_allocated" else 0
         active += b["size"] if b["state"] != "inactive" else 0
-        requested += b["requested_size"]
+        requested += b["requested_size"] if b["state"] != "inactive" else 0  # PyTorch sums the active ones
     if at - s["address"] != s["total_size"]:
         fail(f"{path}.total_size", f"{s['total_size']}, but the blocks add up to {at - s['address']}")
     for key, value in (("allocated_size", allocated), ("active_size", active), ("requested_size", requested)):
@@ -214,9 +277,11 @@ def check_trace_entry(path, e):
         fail(f"{path}.action", f"{e['action']!r} is not one of {sorted(ACTIONS)}")
     if e["time_us"] < EPOCH_2020_US:
         fail(f"{path}.time_us", f"{e['time_us']} is before 2020: not microseconds since the epoch")
-    check_frames(f"{path}.frames", e["frames"], e["action"] in ("alloc", "free_requested", "free_completed", "oom"))
-    if e["compile_context"] or e["user_metadata"]:
-        fail(path, "compile_context and user_metadata are empty in cucache's traces")
+    check_frames(f"{path}.frames", e["frames"], e["action"] in (
+        "alloc", "free_requested", "free_completed", "oom", "segment_alloc", "segment_map", "segment_free"))
+    if e["compile_context"] != "N/A" or e["user_metadata"]:
+        fail(path, "compile_context is 'N/A' (PyTorch's without a torch.compile context) and user_metadata "
+                   "empty in cucache's traces")
 
 
 def check_settings(path, s):
@@ -293,10 +358,12 @@ def same(path, a, b):
 
 
 def check_files(pickle_bytes, json_text):
+    """The snapshot, and its batches' sizes (check_encoding)."""
     snap = load_pickle(pickle_bytes)
+    batches = check_encoding(pickle_bytes, snap)
     check_snapshot(snap)
     same("json", as_json(snap), load_json(json_text))
-    return snap
+    return snap, batches
 
 
 def check_paths(pickle_path, json_path):
@@ -304,15 +371,18 @@ def check_paths(pickle_path, json_path):
         data = f.read()
     with open(json_path, encoding="utf-8") as f:
         text = f.read()
-    return check_files(data, text)
+    return check_files(data, text)[0]
 
 
 # ---------------------------------------------------------------------------
 # The fixture (snap_write, snap_fixture.c)
 # ---------------------------------------------------------------------------
 
-def run_fixture(exe, directory):
-    r = subprocess.run([exe, directory], capture_output=True, text=True)
+SELF_TEST_EVENTS = 2500  # lists of more than one batch
+
+
+def run_fixture(exe, directory, events=None):
+    r = subprocess.run([exe, directory] + ([str(events)] if events else []), capture_output=True, text=True)
     if r.returncode != 0:
         raise CheckError(f"{exe} exited {r.returncode}: {r.stderr.strip()}")
     paths = [os.path.join(directory, n) for n in ("snapshot.pickle", "snapshot.json", "facts.json")]
@@ -414,17 +484,57 @@ def fixture_mode(exe):
               f"json equals pickle; fixture facts hold; bytes equal the reference encoding")
 
 
+def large_mode(exe, events):
+    """A snapshot of `events` trace events: loads, holds what the JSON
+    holds, is encoded as Python's pickler encodes it, and its trace list
+    goes in batches of exactly 1000."""
+    with tempfile.TemporaryDirectory(prefix="cucache-snap-") as d:
+        p, j, _ = run_fixture(exe, d, events)
+        with open(p, "rb") as f:
+            data = f.read()
+        with open(j, encoding="utf-8") as f:
+            text = f.read()
+    snap, batches = check_files(data, text)
+    if len(snap["device_traces"][0]) != events:
+        raise CheckError(f"device_traces[0]: {len(snap['device_traces'][0])} entries, expected {events}")
+    full = sum(n == BATCH for n in batches)
+    if full != events // BATCH or (events % BATCH > 1 and events % BATCH not in batches):
+        raise CheckError(f"device_traces[0]: {full} batches of {BATCH}, expected {events // BATCH} "
+                         f"and one of {events % BATCH}")
+    print(f"ok: {events} trace entries in {full} batches of {BATCH} and one of {events % BATCH}; "
+          f"{len(data)} bytes ({len(data) / events:.1f} a trace entry); json equals pickle; "
+          f"encoded as Python's pickler encodes it")
+
+
 # ---------------------------------------------------------------------------
 # --self-test: the checker rejects broken files
 # ---------------------------------------------------------------------------
 
-def pickle2(obj):
-    """obj as a protocol 2 pickle with snapshot.c's opcodes only (Python's
-    pickler adds memo opcodes, which the opcode check alone would reject:
-    the corrupted variants must reach the schema checks)."""
+def pickle2(obj, batch=BATCH, memo=True):
+    """obj as snapshot.c encodes it, for the byte-for-byte check and the
+    corrupted variants: protocol 2, batches of `batch` items (one APPEND
+    or SETITEM for a single item), the smallest integer form, each string
+    written once and fetched from the memo after (memo=False: written
+    each time), each non-empty list of frames put in the memo as it opens
+    and fetched when the same list object comes again."""
     out = bytearray(b"\x80\x02")
+    strings, lists = {}, {}
 
-    def put(v):
+    def memo_op(short, long_, i):
+        out.extend(bytes([short, i]) if i < 256 else bytes([long_]) + i.to_bytes(4, "little"))
+
+    def items(pairs, n, one, many, put_item):
+        if n == 1:
+            put_item(pairs[0])
+            out.extend(one)
+            return
+        for at in range(0, n, batch):
+            out.extend(b"(")
+            for x in pairs[at:at + batch]:
+                put_item(x)
+            out.extend(many)
+
+    def put(v, frames=False):
         if type(v) is bool:
             out.append(0x88 if v else 0x89)
         elif v is None:
@@ -432,6 +542,8 @@ def pickle2(obj):
         elif type(v) is int:
             if 0 <= v <= 0xff:
                 out.extend(b"K" + bytes([v]))
+            elif 0 <= v <= 0xffff:
+                out.extend(b"M" + v.to_bytes(2, "little"))
             elif -(1 << 31) <= v < 1 << 31:
                 out.extend(b"J" + v.to_bytes(4, "little", signed=True))
             else:
@@ -440,23 +552,30 @@ def pickle2(obj):
         elif type(v) is float:
             out.extend(b"G" + struct.pack(">d", v))
         elif type(v) is str:
+            if memo and v in strings:
+                memo_op(ord("h"), ord("j"), strings[v])
+                return
             b = v.encode("utf-8")
             out.extend(b"X" + len(b).to_bytes(4, "little") + b)
+            if memo:
+                strings[v] = len(strings) + len(lists)
+                memo_op(ord("q"), ord("r"), strings[v])
         elif type(v) is tuple and len(v) == 2:
             put(v[0])
             put(v[1])
             out.append(0x86)
         elif type(v) is list:
-            out.extend(b"](")
-            for x in v:
-                put(x)
-            out.extend(b"e")
+            if frames and id(v) in lists:
+                memo_op(ord("h"), ord("j"), lists[id(v)][0])
+                return
+            out.extend(b"]")
+            if frames and v and memo:
+                lists[id(v)] = (len(strings) + len(lists), v)  # v kept: its id stays its own
+                memo_op(ord("q"), ord("r"), lists[id(v)][0])
+            items(v, len(v), b"a", b"e", put)
         elif type(v) is dict:
-            out.extend(b"}(")
-            for k, x in v.items():
-                put(k)
-                put(x)
-            out.extend(b"u")
+            out.extend(b"}")
+            items(list(v.items()), len(v), b"s", b"u", lambda kv: (put(kv[0]), put(kv[1], kv[0] == "frames")))
         else:
             raise TypeError(f"pickle2: {type(v).__name__}")
 
@@ -486,7 +605,13 @@ def corruptions(data, text):
     # A global: if the loader called it, it would print; it must refuse first.
     glob = b"\x80\x02cbuiltins\nprint\nX\x05\x00\x00\x00hello\x85R."
     yield "a pickle that names a global (builtins.print)", glob, text, "GLOBAL"
-    yield "a pickle from Python's pickler (memo opcodes)", pickle.dumps(snap, protocol=2), text, "BINPUT"
+    yield "one batch of every item", pickle2(snap, batch=1 << 30), text, "a batch of 2500 items"
+    yield "batches of 999 items", pickle2(snap, batch=999), text, "not as Python's pickler writes it"
+    yield "strings written again", pickle2(snap, memo=False), text, "instead of fetched from the memo"
+    bad_get = bytearray(data)
+    first_get = next(pos for op, _, pos in pickletools.genops(data) if op.name == "BINGET")
+    bad_get[first_get + 1] = 0xfe  # an index not stored yet
+    yield "a memo index fetched before it was stored", bytes(bad_get), text, "254"
     yield "a truncated pickle", data[: len(data) // 2], text, "malformed"
     yield "a pickle without PROTO 2", pickle.dumps(snap, protocol=0), text, "PROTO 2"
     yield "a block without its state", *edit(lambda s: blk0(s).pop("state")), "blocks[0]: missing key state"
@@ -500,8 +625,11 @@ def corruptions(data, text):
         "is_expandable: expected bool"
     yield "segment_pool_id as a list", *edit(lambda s: seg0(s).__setitem__("segment_pool_id", [0, 0])), \
         "segment_pool_id: expected tuple"
-    yield "frames on a segment", *edit(lambda s: seg0(s).__setitem__(
-        "frames", [{"name": "main", "filename": "x.c", "line": 3}])), "segments[0].frames: cucache records no frames"
+    yield "frames on a snapshot event", *edit(lambda s: [e.__setitem__(
+        "frames", [{"name": "main", "filename": "x.c", "line": 3}]) for e in s["device_traces"][0]
+        if e["action"] == "snapshot"]), "frames: cucache records no frames here"
+    yield "compile_context empty", *edit(lambda s: s["device_traces"][0][0].__setitem__("compile_context", "")), \
+        "compile_context is 'N/A'"
     yield "a frame without its line", *edit(lambda s: blk0(s).__setitem__(
         "frames", [{"name": "main", "filename": "x.c"}])), "frames[0]: missing key line"
     yield "a negative address", *edit(lambda s: blk0(s).__setitem__("address", -1)), "address: expected uint"
@@ -544,7 +672,7 @@ def corruptions(data, text):
 
 def self_test(exe):
     with tempfile.TemporaryDirectory(prefix="cucache-snap-") as d:
-        p, j, _ = run_fixture(exe, d)
+        p, j, _ = run_fixture(exe, d, SELF_TEST_EVENTS)
         with open(p, "rb") as f:
             data = f.read()
         with open(j, encoding="utf-8") as f:
@@ -691,12 +819,18 @@ def main():
     ap.add_argument("--fixture", help="the snap_write program")
     ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--torch", action="store_true")
+    ap.add_argument("--large", type=int, metavar="N", help="the fixture with N trace events")
     args = ap.parse_args()
     try:
         if args.torch or args.self_test:
             if not args.fixture:
                 ap.error("--torch and --self-test need --fixture")
             return torch_mode(args.fixture) if args.torch else self_test(args.fixture) or 0
+        if args.large:
+            if not args.fixture:
+                ap.error("--large needs --fixture")
+            large_mode(args.fixture, args.large)
+            return 0
         if args.fixture:
             fixture_mode(args.fixture)
             return 0

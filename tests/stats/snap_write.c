@@ -1,12 +1,16 @@
 /*
- * snap_write DIR: writes the fixture's snapshot (snap_fixture.h) as
- * DIR/snapshot.pickle and DIR/snapshot.json with st_write_file, and what
- * the C side knows about it as DIR/facts.json, for check_snapshot.py to
- * hold the files against.
+ * snap_write DIR [EVENTS]: writes the fixture's snapshot (snap_fixture.h)
+ * as DIR/snapshot.pickle and DIR/snapshot.json with st_write_file, and
+ * what the C side knows about it as DIR/facts.json, for check_snapshot.py
+ * to hold the files against.  With EVENTS, device 0's trace is that many
+ * events (its own, repeated, a microsecond apart): a snapshot of any size.
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "hostalloc.h"
 
 #include "snap_fixture.h"
 
@@ -59,8 +63,10 @@ static int write_facts(const char *path, const snap_fixture_t *f)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: snap_write DIR\n");
+    char *end = NULL;
+    unsigned long long events = argc == 3 ? strtoull(argv[2], &end, 10) : 0;
+    if (argc < 2 || argc > 3 || (argc == 3 && (*end || events == 0))) {
+        fprintf(stderr, "usage: snap_write DIR [EVENTS]\n");
         return 2;
     }
     char why[512], pickle[4096], json[4096], facts[4096];
@@ -77,12 +83,29 @@ int main(int argc, char **argv)
         snap_fixture_close(&f);
         return 1;
     }
+    st_trace_ev_t *many = NULL;
+    if (events) {
+        many = hostalloc_calloc((size_t)events, sizeof *many);
+        if (!many || f.ntrace == 0) {
+            fprintf(stderr, "snap_write: no room for %llu events\n", events);
+            snap_fixture_close(&f);
+            return 1;
+        }
+        for (size_t i = 0; i < events; i++) {
+            many[i] = f.trace[i % f.ntrace];
+            many[i].time_us = f.t_after + i;
+        }
+        f.devs[0].trace = many;
+        f.devs[0].ntrace = (size_t)events;
+        f.ntrace = (size_t)events;
+    }
     st_buf_t pk = {0}, js = {0};
     int rc = st_snapshot_pickle(&f.snap, &pk) | st_snapshot_json(&f.snap, &js);
     if (rc == 0)
         rc = write_buf(pickle, &pk) | write_buf(json, &js) | write_facts(facts, &f);
     st_buf_free(&pk);
     st_buf_free(&js);
+    hostalloc_free(many);
     snap_fixture_close(&f);
     return rc == 0 ? 0 : 1;
 }
