@@ -249,10 +249,14 @@ static void em_close(em_t *em)
     if (items == 0)
         return; /* EMPTY_DICT or EMPTY_LIST alone */
     if (items == 1 && !em->out->failed) {
-        /* one item in all: no MARK, and SETITEM or APPEND */
+        /* one item in all: no MARK, and SETITEM or APPEND.  The strings
+         * the item put in the memo move back with it (they are the last
+         * ones put). */
         st_buf_t *b = em->out;
         memmove(b->data + l->mark_at, b->data + l->mark_at + 1, b->len - l->mark_at - 1);
         b->len--;
+        for (size_t i = em->nstr; i > 0 && em->str[i - 1].at > l->mark_at; i--)
+            em->str[i - 1].at--;
         buf_byte(b, l->dict ? PK_SETITEM : PK_APPEND);
         return;
     }

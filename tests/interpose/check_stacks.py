@@ -15,7 +15,8 @@ and frees nothing.  Under cucache-run --sim=1G:
    with --leak-exitcode's status.
 2. The snapshot passes check_snapshot.py (a refusing unpickler, the schema),
    its blocks' frames name the call sites (PyTorch's name, filename, line),
-   the oom event's frames name the failed call, segments have none.
+   the oom event's frames name the failed call; each segment, and its
+   segment_alloc event, names the allocation that made it.
 3. --stacks=2 keeps two frames.
 4. Without --stacks: no frames anywhere, the leak check by requested size.
 5. Bad CUCACHE_STACKS values stop the program with a line naming it.
@@ -135,7 +136,18 @@ with tempfile.TemporaryDirectory() as tmp:
               b["frames"][1]["filename"] == "libstacks_stripped.so" and b["frames"][1]["line"] == 0 and
               frame_is(b["frames"][2], "grow_cache", "grow") for b in cache),
           f"cache's frames: {cache[0]['frames'][:3] if cache else None}")
-    check(all(not seg["frames"] for seg in s["segments"]), "segments have no frames")
+    # a segment is made by the first allocation that needs it: its frames,
+    # and its segment_alloc event's, are that allocation's
+    makers = (("load_weights", "weights"), ("cache_alloc", "cache"))
+    check(s["segments"] and all(seg["frames"] and any(frame_is(seg["frames"][0], *m) for m in makers)
+                                for seg in s["segments"]),
+          f"segments name the allocation that made them: {[seg['frames'][:1] for seg in s['segments']]}")
+    check(all(frame_is(seg["frames"][0], "load_weights", "weights") for seg in s["segments"]
+              if any(b["requested_size"] == 64 << 20 for b in seg["blocks"])), "the weights' segments name load_weights")
+    seg_allocs = [e for e in s["device_traces"][0] if e["action"] == "segment_alloc"]
+    check(len(seg_allocs) == len(s["segments"]) and
+          all(e["frames"] == seg["frames"] for e in seg_allocs for seg in s["segments"] if seg["address"] == e["addr"]),
+          f"segment_alloc events carry their segment's frames: {[e['frames'][:1] for e in seg_allocs]}")
     check(all(not b["frames"] for b in blocks if b["state"] == "inactive"), "free blocks have no frames")
     events = s["device_traces"][0]
     ooms = [e for e in events if e["action"] == "oom"]
@@ -160,7 +172,8 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(snap3, "rb") as f:
         s = Refusing(f).load()
     check(all(not b["frames"] for seg in s["segments"] for b in seg["blocks"]) and
-          all(not e["frames"] for e in s["device_traces"][0]), "without --stacks no frames")
+          all(not seg["frames"] for seg in s["segments"]) and
+          all(not e["frames"] for e in s["device_traces"][0]), "without --stacks no frames (segments' neither)")
 
     # 5. bad values
     for value, words in (("natve", "CUCACHE_STACKS: 'natve' is not one of native, native:DEPTH, off"),

@@ -483,6 +483,41 @@ static void test_snapshot_strings_and_defaults(void **state)
     st_buf_free(&p);
 }
 
+/* How many times the text s is written as a BINUNICODE string. */
+static size_t pickle_str_count(const st_buf_t *b, const char *s)
+{
+    size_t n = strlen(s), count = 0;
+    for (size_t i = 0; i + 5 + n <= b->len; i++)
+        count += b->data[i] == 'X' && b->data[i + 1] == n && !b->data[i + 2] && !b->data[i + 3] && !b->data[i + 4] &&
+                 memcmp(b->data + i + 5, s, n) == 0;
+    return count;
+}
+
+/* A segment of one block: its keys are first written inside containers of
+ * one item each (the segment list, its block list), written without their
+ * MARK; they are still fetched from the memo where they come again. */
+static void test_snapshot_memo_after_single_items(void **state)
+{
+    (void)state;
+    core_block_info_t blk = {(uintptr_t)1 << 40, 2 << 20, 1000, CORE_BLOCK_ALLOCATED, 1, 0, 0};
+    core_seg_info_t seg = {.addr = (uintptr_t)1 << 40, .size = 2 << 20, .nblocks = 1};
+    core_layout_t l = {0, &seg, 1, &blk, 1};
+    st_trace_ev_t trace[2] = {{.time_us = 1700000000000000u, .addr = (uintptr_t)1 << 40, .size = 1000},
+                              {.time_us = 1700000000000001u, .addr = (uintptr_t)1 << 40, .size = 1000}};
+    st_snap_dev_t dev = {0, &l, trace, 2};
+    st_snapshot_t s = {&dev, 1, NULL, ""};
+    st_buf_t p = {0};
+    assert_int_equal(st_snapshot_pickle(&s, &p), 0);
+    static const char *const keys[] = {"address", "size", "requested_size", "state", "frames", "stream"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (pickle_str_count(&p, keys[i]) != 1)
+            fail_msg("\"%s\" written %zu times", keys[i], pickle_str_count(&p, keys[i]));
+    size_t batch[64], nbatch, singles;
+    assert_true(pickle_batches(&p, batch, 64, &nbatch, &singles));
+    assert_true(singles >= 3); /* segments, blocks, device_traces: one item each */
+    st_buf_free(&p);
+}
+
 /* Many events: the buffer grows through several reallocations; a device
  * without a layout has traces and no segments.  The pickle's lists go in
  * batches of exactly 1000 items (the last one the rest), as Python's
@@ -903,6 +938,7 @@ int main(void)
         cmocka_unit_test(test_snapshot_pickle_bytes),
         cmocka_unit_test(test_snapshot_json_text),
         cmocka_unit_test(test_snapshot_strings_and_defaults),
+        cmocka_unit_test(test_snapshot_memo_after_single_items),
         cmocka_unit_test(test_snapshot_large),
         cmocka_unit_test(test_snapshot_failed_buffer),
         cmocka_unit_test(test_expand_name),
