@@ -105,9 +105,10 @@ static const char utf8_replacement[] = "\xef\xbf\xbd"; /* U+FFFD */
  *   - a string is written once and put in the memo (BINPUT, LONG_BINPUT
  *     past index 255); each repetition is a BINGET or LONG_BINGET.  The
  *     keys, the action and state names and the frames' file and function
- *     names are nearly all repetitions.  PyTorch's lists of frames are
- *     shared too (one per distinct stack): a stack's frames are written
- *     once, its later uses fetch the list from the memo.
+ *     names are nearly all repetitions.  PyTorch's frames are shared too,
+ *     each list (one per distinct stack) and each frame (one per distinct
+ *     function, file and line): a stack's list and a frame's dict are
+ *     written once, their later uses fetch them from the memo.
  *   - integers in the smallest of BININT1, BININT2, BININT and LONG1.
  * The MARK of a container is written with its first item, so that a memo
  * put can follow the EMPTY_LIST as Python's does, and an empty container
@@ -161,6 +162,13 @@ typedef struct em_memo_str_s {
     size_t at, len;
 } em_memo_str_t;
 
+/* A frame's dict in the memo: its name's and file's entries in str, its
+ * line, its memo index. */
+typedef struct em_memo_frame_s {
+    uint32_t name, file, index;
+    int64_t line;
+} em_memo_frame_t;
+
 typedef struct em_s {
     st_buf_t *out;
     em_format_t format;
@@ -174,13 +182,18 @@ typedef struct em_s {
     em_memo_str_t *str;              /* by the order of strings put */
     size_t nstr, str_cap;
     ht_t stacks;                     /* a stack id (stack.c) -> the memo index of its list of frames */
+    ht_t frames;                     /* frame_key -> its entry in frame */
+    em_memo_frame_t *frame;
+    size_t nframe, frame_cap;
 } em_t;
 
 static void em_fini(em_t *em)
 {
     ht_fini(&em->strings);
     ht_fini(&em->stacks);
+    ht_fini(&em->frames);
     hostalloc_free(em->str);
+    hostalloc_free(em->frame);
 }
 
 /* BINPUT or BINGET (short), LONG_BINPUT or LONG_BINGET with index i. */
@@ -328,6 +341,64 @@ static void pickle_unicode(st_buf_t *b, const char *s)
     }
     for (int i = 0; i < 4; i++)
         b->data[at + (size_t)i] = (unsigned char)(n >> (8 * i));
+}
+
+/* The entry in str of a string already in the memo. */
+static bool em_str_entry(const em_t *em, const char *s, uint32_t *entry)
+{
+    size_t n = strlen(s);
+    uint64_t i;
+    if (!ht_get(&em->strings, ht_key_bytes(s, n), &i))
+        return false;
+    const em_memo_str_t *m = &em->str[(uint32_t)i];
+    *entry = (uint32_t)i;
+    return m->len == n && memcmp(em->out->data + m->at, s, n) == 0;
+}
+
+static uint64_t frame_key(const char *name, const char *file, int64_t line)
+{
+    return ht_key_bytes(name, strlen(name)) * 31 ^ ht_key_bytes(file, strlen(file)) ^
+           (uint64_t)line * 0x9e3779b97f4a7c15ull;
+}
+
+/* The same frame was written before: fetches its dict from the memo. */
+static bool em_frame_seen(em_t *em, const char *name, const char *file, int64_t line)
+{
+    uint64_t e;
+    uint32_t ne, fe;
+    if (em->format != EM_PICKLE || !ht_get(&em->frames, frame_key(name, file, line), &e))
+        return false;
+    const em_memo_frame_t *f = &em->frame[e];
+    if (f->line != line || !em_str_entry(em, name, &ne) || ne != f->name || !em_str_entry(em, file, &fe) ||
+        fe != f->file)
+        return false;
+    em_value(em);
+    pickle_memo_op(em->out, PK_BINGET, PK_LONG_BINGET, f->index);
+    return true;
+}
+
+/* Opens a frame's dict and puts it in the memo: its index (UINT32_MAX:
+ * not put). */
+static uint32_t em_frame_open(em_t *em)
+{
+    em_dict_open(em);
+    if (em->format != EM_PICKLE || em->memo_next == UINT32_MAX)
+        return UINT32_MAX;
+    pickle_memo_op(em->out, PK_BINPUT, PK_LONG_BINPUT, em->memo_next);
+    return em->memo_next++;
+}
+
+/* Closes it and notes it under its content, its strings now in the memo. */
+static void em_frame_close(em_t *em, const char *name, const char *file, int64_t line, uint32_t index)
+{
+    em_dict_close(em);
+    em_memo_frame_t f = {.index = index, .line = line};
+    if (index == UINT32_MAX || em->out->failed || !em_str_entry(em, name, &f.name) ||
+        !em_str_entry(em, file, &f.file) ||
+        !vec_reserve((void **)&em->frame, &em->frame_cap, em->nframe + 1, sizeof *em->frame) ||
+        !ht_put(&em->frames, frame_key(name, file, line), em->nframe))
+        return;
+    em->frame[em->nframe++] = f;
 }
 
 /* A string: fetched from the memo when the same text was written before;
@@ -599,22 +670,29 @@ static void kv_empty_list(em_t *em, const char *key)
 /* A call stack (stack.c) as PyTorch's frames, innermost first: name,
  * filename, line.  A frame without line information names its module (or
  * "??") as the file and line 0; no stack: an empty list. */
+/* One of PyTorch's frames; the pickle writes a frame once. */
+static void emit_frame(em_t *em, const char *name, const char *file, int64_t line)
+{
+    if (em_frame_seen(em, name, file, line))
+        return;
+    uint32_t index = em_frame_open(em);
+    kv_str(em, "name", name);
+    kv_str(em, "filename", file);
+    kv_int(em, "line", line);
+    em_frame_close(em, name, file, line, index);
+}
+
 static void kv_frames(em_t *em, uint32_t site)
 {
-    st_frame_t f[ST_STACK_DEPTH_MAX];
-    size_t n = site ? st_stack_frames(site, f, ST_STACK_DEPTH_MAX) : 0;
     em_key(em, "frames");
     if (em_stack_seen(em, site))
         return;
+    st_frame_t f[ST_STACK_DEPTH_MAX];
+    size_t n = site ? st_stack_frames(site, f, ST_STACK_DEPTH_MAX) : 0;
     em_list_open(em);
     em_stack_put(em, site);
-    for (size_t i = 0; i < n; i++) {
-        em_dict_open(em);
-        kv_str(em, "name", f[i].name);
-        kv_str(em, "filename", f[i].file ? f[i].file : f[i].module ? f[i].module : "??");
-        kv_int(em, "line", f[i].file ? f[i].line : 0);
-        em_dict_close(em);
-    }
+    for (size_t i = 0; i < n; i++)
+        emit_frame(em, f[i].name, f[i].file ? f[i].file : f[i].module ? f[i].module : "??", f[i].file ? f[i].line : 0);
     em_list_close(em);
 }
 

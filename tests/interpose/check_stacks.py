@@ -155,6 +155,10 @@ with tempfile.TemporaryDirectory() as tmp:
           f"the oom event names forward: {ooms[0]['frames'][:1] if ooms else None}")
     allocs = [e for e in events if e["action"] == "alloc"]
     check(len(allocs) == 12 and all(e["frames"] for e in allocs), "every alloc event has frames")
+    # one list per stack, as PyTorch shares them: a block's is its alloc event's
+    by_addr = {e["addr"]: e for e in allocs}
+    check(all(b["frames"] is by_addr[b["address"]]["frames"] for b in weights + cache if b["address"] in by_addr),
+          "a block and its alloc event share one list of frames (the pickle's memo)")
 
     # 3. depth
     snap2 = os.path.join(tmp, "d.pickle")

@@ -120,6 +120,15 @@ def check_encoding(data, obj):
             height += 1
     if any(n > BATCH for n in batches):
         raise CheckError(f"pickle: a batch of {max(batches)} items; Python's pickler writes at most {BATCH}")
+    frames = {}
+    lists = [s["frames"] for s in obj.get("segments", [])] + [b["frames"] for s in obj.get("segments", [])
+                                                              for b in s.get("blocks", [])]
+    lists += [e["frames"] for t in obj.get("device_traces", []) for e in t if isinstance(e, dict) and "frames" in e]
+    for fl in lists:
+        for f in fl if isinstance(fl, list) else []:
+            key = json.dumps(f, sort_keys=True)
+            if frames.setdefault(key, f) is not f:
+                raise CheckError(f"pickle: the frame {key} is written again instead of fetched from the memo")
     ours = structure(data)
     theirs = structure(pickle.dumps(obj, protocol=2))
     if ours != theirs:
@@ -516,9 +525,15 @@ def pickle2(obj, batch=BATCH, memo=True):
     or SETITEM for a single item), the smallest integer form, each string
     written once and fetched from the memo after (memo=False: written
     each time), each non-empty list of frames put in the memo as it opens
-    and fetched when the same list object comes again."""
+    and fetched when the same list object comes again, each frame's dict
+    likewise and fetched when a frame with the same content comes again."""
     out = bytearray(b"\x80\x02")
-    strings, lists = {}, {}
+    strings, lists, frame_dicts = {}, {}, {}
+    count = [0]  # memo indices given
+
+    def next_index():
+        count[0] += 1
+        return count[0] - 1
 
     def memo_op(short, long_, i):
         out.extend(bytes([short, i]) if i < 256 else bytes([long_]) + i.to_bytes(4, "little"))
@@ -534,7 +549,7 @@ def pickle2(obj, batch=BATCH, memo=True):
                 put_item(x)
             out.extend(many)
 
-    def put(v, frames=False):
+    def put(v, frames=False, frame=False):
         if type(v) is bool:
             out.append(0x88 if v else 0x89)
         elif v is None:
@@ -558,7 +573,7 @@ def pickle2(obj, batch=BATCH, memo=True):
             b = v.encode("utf-8")
             out.extend(b"X" + len(b).to_bytes(4, "little") + b)
             if memo:
-                strings[v] = len(strings) + len(lists)
+                strings[v] = next_index()
                 memo_op(ord("q"), ord("r"), strings[v])
         elif type(v) is tuple and len(v) == 2:
             put(v[0])
@@ -570,12 +585,21 @@ def pickle2(obj, batch=BATCH, memo=True):
                 return
             out.extend(b"]")
             if frames and v and memo:
-                lists[id(v)] = (len(strings) + len(lists), v)  # v kept: its id stays its own
+                lists[id(v)] = (next_index(), v)  # v kept: its id stays its own
                 memo_op(ord("q"), ord("r"), lists[id(v)][0])
-            items(v, len(v), b"a", b"e", put)
+            items(v, len(v), b"a", b"e", lambda x: put(x, frame=frames))
         elif type(v) is dict:
+            key = (v.get("name"), v.get("filename"), v.get("line")) if frame and memo else None
+            if key in frame_dicts:
+                memo_op(ord("h"), ord("j"), frame_dicts[key])
+                return
             out.extend(b"}")
+            if key:
+                index = next_index()
+                memo_op(ord("q"), ord("r"), index)
             items(list(v.items()), len(v), b"s", b"u", lambda kv: (put(kv[0]), put(kv[1], kv[0] == "frames")))
+            if key:
+                frame_dicts[key] = index
         else:
             raise TypeError(f"pickle2: {type(v).__name__}")
 
