@@ -171,12 +171,16 @@ void st_buf_free(st_buf_t *b);
 /* The snapshot as a pickle (protocol 2; only dicts, lists, tuples, ints,
  * strings, booleans and None: loads with every global refused) in the
  * schema of torch.cuda.memory._snapshot(): segments (device, address,
- * total_size, allocated_size, active_size, requested_size, stream,
- * segment_type, segment_pool_id, is_expandable, frames, blocks (address,
- * size, requested_size, state, frames)), device_traces (one list per
- * device, up to the highest ordinal; action, addr or device_free, size,
- * stream, time_us, frames, compile_context, user_metadata),
- * allocator_settings, external_annotations.  0, or -1 when out of memory. */
+ * total_size, allocated_size, active_size, requested_size (of the active
+ * blocks), stream, segment_type, segment_pool_id, is_expandable, frames
+ * (of the allocation that made it), blocks (address, size, requested_size
+ * (0 when inactive), state, frames)), device_traces (one list per device,
+ * up to the highest ordinal; action, addr or device_free, size, stream,
+ * time_us, frames (segment events: the segment's), compile_context ('N/A'
+ * as PyTorch's), user_metadata), allocator_settings,
+ * external_annotations.  Encoded as CPython's pickler encodes it: items in
+ * batches of 1000, each string, stack and frame written once and fetched
+ * from the memo after.  0, or -1 when out of memory. */
 int st_snapshot_pickle(const st_snapshot_t *s, st_buf_t *out);
 /* The same content as one JSON object. */
 int st_snapshot_json(const st_snapshot_t *s, st_buf_t *out);
