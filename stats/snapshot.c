@@ -142,8 +142,8 @@ enum {
 };
 
 enum {
-    PK_BATCH = 1000,       /* items between one MARK and its APPENDS or SETITEMS (CPython's BATCHSIZE) */
-    PK_MEMO_SHORT = 256,   /* memo indices below this take BINPUT and BINGET (one byte) */
+    PK_BATCH = 1000,     /* items between one MARK and its APPENDS or SETITEMS (CPython's BATCHSIZE) */
+    PK_MEMO_SHORT = 256, /* memo indices below this take BINPUT and BINGET (one byte) */
 };
 
 #define EM_MAX_DEPTH 8 /* the schema nests six deep (a block's frames) */
@@ -172,18 +172,18 @@ typedef struct em_memo_frame_s {
 typedef struct em_s {
     st_buf_t *out;
     em_format_t format;
-    int depth;                       /* open dicts and lists */
-    em_level_t level[EM_MAX_DEPTH];
-    bool no_sep;                     /* JSON: the next value needs no comma (it follows "key":) */
-    /* pickle: the memo.  Indices are given in order, strings and frame
-     * lists alike. */
+    int depth;                      /* open dicts and lists */
+    em_level_t level[EM_MAX_DEPTH]; /* level[depth - 1]: the innermost */
+    bool no_sep;                    /* JSON: the next value needs no comma (it follows "key":) */
+    /* pickle: the memo.  Indices are given in order, to strings, lists of
+     * frames and frames' dicts alike. */
     uint32_t memo_next;
-    ht_t strings;                    /* ht_key_bytes of a string's text -> its index in str */
-    em_memo_str_t *str;              /* by the order of strings put */
+    ht_t strings;       /* ht_key_bytes of a string's text -> its index in str */
+    em_memo_str_t *str; /* by the order of strings put */
     size_t nstr, str_cap;
-    ht_t stacks;                     /* a stack id (stack.c) -> the memo index of its list of frames */
-    ht_t frames;                     /* frame_key -> its entry in frame */
-    em_memo_frame_t *frame;
+    ht_t stacks;            /* a stack id (stack.c) -> the memo index of its list of frames */
+    ht_t frames;            /* frame_key -> its entry in frame */
+    em_memo_frame_t *frame; /* the frames' dicts put, in order */
     size_t nframe, frame_cap;
 } em_t;
 

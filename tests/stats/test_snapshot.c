@@ -73,38 +73,74 @@ static bool pickle_batches(const st_buf_t *b, size_t *batch, size_t max, size_t 
         unsigned char op = b->data[i++];
         size_t arg = 0, pops = 0, pushes = 1;
         switch (op) {
-        case '.': return i == b->len && height == 1;
+        case '.':
+            return i == b->len && height == 1;
         case '(':
             if (nmarks == 16)
                 return false;
             marks[nmarks++] = height;
             pushes = 0;
             break;
-        case '}': case ']': case 'N': case 0x88: case 0x89: break;
-        case 'K': case 'h': arg = 1; break;
-        case 'q': arg = 1; pushes = 0; break;
-        case 'M': arg = 2; break;
-        case 'J': case 'j': arg = 4; break;
-        case 'r': arg = 4; pushes = 0; break;
-        case 'G': arg = 8; break;
-        case 0x8a: arg = 1 + (i < b->len ? b->data[i] : 0); break;
+        case '}':
+        case ']':
+        case 'N':
+        case 0x88:
+        case 0x89:
+            break;
+        case 'K':
+        case 'h':
+            arg = 1;
+            break;
+        case 'q':
+            arg = 1;
+            pushes = 0;
+            break;
+        case 'M':
+            arg = 2;
+            break;
+        case 'J':
+        case 'j':
+            arg = 4;
+            break;
+        case 'r':
+            arg = 4;
+            pushes = 0;
+            break;
+        case 'G':
+            arg = 8;
+            break;
+        case 0x8a:
+            arg = 1 + (i < b->len ? b->data[i] : 0);
+            break;
         case 'X':
             if (i + 4 > b->len)
                 return false;
             arg = 4 + (size_t)b->data[i] + ((size_t)b->data[i + 1] << 8) + ((size_t)b->data[i + 2] << 16) +
                   ((size_t)b->data[i + 3] << 24);
             break;
-        case 0x86: pops = 2; break;
-        case 'a': pops = 1; pushes = 0; ++*singles; break;
-        case 's': pops = 2; pushes = 0; ++*singles; break;
-        case 'e': case 'u':
+        case 0x86:
+            pops = 2;
+            break;
+        case 'a':
+            pops = 1;
+            pushes = 0;
+            ++*singles;
+            break;
+        case 's':
+            pops = 2;
+            pushes = 0;
+            ++*singles;
+            break;
+        case 'e':
+        case 'u':
             if (nmarks == 0 || *nbatch == max)
                 return false;
             pops = height - marks[--nmarks];
             batch[(*nbatch)++] = op == 'u' ? pops / 2 : pops;
             pushes = 0;
             break;
-        default: return false;
+        default:
+            return false;
         }
         if (pops > height)
             return false;
@@ -568,8 +604,8 @@ static void test_snapshot_large(void **state)
     assert_int_equal(traces->n, 4);
     const pk_val_t *t3 = traces->items[3];
     assert_int_equal(t3->n, n);
-    static const char *const names[] = {"alloc", "free_requested", "free_completed", "segment_alloc",
-                                        "segment_free", "oom", "snapshot"};
+    static const char *const names[] = {"alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                                        "oom",   "snapshot"};
     for (size_t i = 0; i < n; i++) {
         const pk_val_t *e = t3->items[i];
         int64_t v;
