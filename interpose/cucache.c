@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "cucache/cucache.h"
+#include "env.h"
 #include "hook.h"
 #include "hostalloc.h"
+#include "st.h"
 #include "stats.h"
 
 #define CUCACHE_EXPORT __attribute__((visibility("default")))
@@ -166,8 +168,23 @@ CUCACHE_EXPORT int cucache_record_memory_history(size_t max_entries, int stacks)
         hook_log("cucache_record_memory_history: stacks %d is not -1, 0 or a depth from 1 to 64", stacks);
         return -1;
     }
-    if (hook_record_history(max_entries, stacks, err, sizeof err) != 0) {
+    if (hook_record_history(max_entries, ST_STACKS_NATIVE, stacks, err, sizeof err) != 0) {
         hook_log("cucache_record_memory_history: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+CUCACHE_EXPORT int cucache_record_memory_history_stacks(size_t max_entries, const char *stacks)
+{
+    char err[512];
+    int mode = ST_STACKS_NATIVE, depth = -1;
+    if (stacks && hook_stacks_parse(stacks, &mode, &depth, err, sizeof err) != 0) {
+        hook_log("cucache_record_memory_history_stacks: %s", err);
+        return -1;
+    }
+    if (hook_record_history(max_entries, mode, depth, err, sizeof err) != 0) {
+        hook_log("cucache_record_memory_history_stacks: %s", err);
         return -1;
     }
     return 0;

@@ -61,11 +61,12 @@ int hook_diag_start(char *err, size_t errlen)
         return env_error(env, err, errlen);
     if (env->stack_depth) {
         char why[256];
-        if (st_stacks_enable(env->stack_depth, why, sizeof why) != 0) {
+        bool on;
+        if (st_stacks_enable((st_stack_mode_t)env->stack_mode, env->stack_depth, &on, why, sizeof why) != 0) {
             snprintf(err, errlen, "CUCACHE_STACKS=%s: %s", env->stacks, why);
             return -1;
         }
-        atomic_store(&hook_stacks, true);
+        atomic_store(&hook_stacks, on);
     }
     if (env->bad != HOOK_ENV_OK)
         return env_error(env, err, errlen);
@@ -100,17 +101,23 @@ void hook_diag_dev_opened(int ordinal, core_dev_t *d)
     core_set_observer(d, st_ring_observe, r);
 }
 
-int hook_record_history(size_t max_entries, int stacks, char *err, size_t errlen)
+int hook_record_history(size_t max_entries, int mode, int depth, char *err, size_t errlen)
 {
     if (max_entries > HOOK_RING_EVENTS_MAX) {
         snprintf(err, errlen, "max_entries %zu is more than %zu", max_entries, HOOK_RING_EVENTS_MAX);
         return -1;
     }
-    if (stacks > 0) {
-        if (st_stacks_enable(stacks, err, errlen) != 0)
+    if (depth > 0) {
+        bool on;
+        if (st_stacks_enable((st_stack_mode_t)mode, depth, &on, err, errlen) != 0)
             return -1;
+        if (!on) {
+            snprintf(err, errlen, "%s stacks: no Python interpreter (3.11 or later) in this process",
+                     st_stack_modes[mode].name);
+            return -1;
+        }
         atomic_store(&hook_stacks, true);
-    } else if (stacks == 0) {
+    } else if (depth == 0) {
         atomic_store(&hook_stacks, false);
     }
     /* no snapshot reads a ring while it changes (snapshots hold snap_lock;

@@ -29,12 +29,16 @@
  *                              (core_whatif; default 262144, 24 bytes each,
  *                              allocated at the device's first call; 0: none)
  *   CUCACHE_WHATIF_MS=N        its time budget (default 1000; 0: no what-if)
- *   CUCACHE_STACKS=native[:N]  the call stack of each allocation (N frames,
- *                              default 24, at most 64; off: none, the
- *                              default), symbolised when a report or a
- *                              snapshot is written: snapshot frames, live
- *                              allocations by call site in the OOM and leak
- *                              reports (stats/stack.c)
+ *   CUCACHE_STACKS=MODE[:N]    the call stack of each allocation (N frames
+ *                              of each kind, default 24, at most 64; off:
+ *                              none, the default): native (return
+ *                              addresses), python (the thread's Python
+ *                              frames), python+native (the native frames up
+ *                              to the interpreter's, then the Python ones);
+ *                              named when a report or a snapshot is
+ *                              written: snapshot frames, live allocations
+ *                              by call site in the OOM and leak reports
+ *                              (stats/stack.c, stats/pystack.c)
  *   CUCACHE_SNAPSHOT_EVENTS=N  events kept per device for device_traces
  *                              (default 100000; 0: none).  The event ring
  *                              is only recorded when CUCACHE_SNAPSHOT or
@@ -116,21 +120,44 @@ static int env_count(hook_env_var_t var, const char *name, const char *text, uns
     return 0;
 }
 
-/* CUCACHE_STACKS: off, native or native:N (their depth; enabling them is diag.c's). */
+int hook_stacks_parse(const char *text, int *mode, int *depth, char *err, size_t errlen)
+{
+    unsigned long long n = ST_STACK_DEPTH_DEFAULT;
+    for (int m = 0; m < ST_STACKS_MODES; m++) {
+        const char *name = st_stack_modes[m].name;
+        size_t len = strlen(name);
+        if (strncmp(text, name, len) != 0 || (text[len] && text[len] != ':'))
+            continue;
+        if (m == ST_STACKS_OFF && text[len])
+            break;
+        if (text[len] == ':') {
+            char *end;
+            errno = 0;
+            n = strtoull(text + len + 1, &end, 10);
+            if (errno || *end || end == text + len + 1 || text[len + 1] == '-' || n < 1 || n > ST_STACK_DEPTH_MAX) {
+                char shown[64];
+                hook_env_show(shown, sizeof shown, text + len + 1);
+                snprintf(err, errlen, "%s:DEPTH: '%s' is not a number of frames from 1 to %d", name, shown,
+                         ST_STACK_DEPTH_MAX);
+                return -1;
+            }
+        }
+        *mode = m;
+        *depth = m == ST_STACKS_OFF ? 0 : (int)n;
+        return 0;
+    }
+    char shown[64];
+    hook_env_show(shown, sizeof shown, text);
+    snprintf(err, errlen, "'%s' is not one of native, python, python+native (each with :DEPTH), off", shown);
+    return -1;
+}
+
+/* CUCACHE_STACKS (enabling them is diag.c's). */
 static int env_stacks(const char *text)
 {
-    if (strcmp(text, "off") == 0)
-        return 0;
-    unsigned long long depth = ST_STACK_DEPTH_DEFAULT;
-    if (strncmp(text, "native", 6) != 0 || (text[6] && text[6] != ':')) {
-        char shown[64];
-        hook_env_show(shown, sizeof shown, text);
-        return env_bad(HOOK_ENV_STACKS, "CUCACHE_STACKS: '%s' is not one of native, native:DEPTH, off", shown);
-    }
-    if (text[6] == ':' && env_count(HOOK_ENV_STACKS, "CUCACHE_STACKS=native:DEPTH", text + 7, 1, ST_STACK_DEPTH_MAX,
-                                    "a number of frames", &depth) != 0)
-        return -1;
-    env.stack_depth = (int)depth;
+    char why[256];
+    if (hook_stacks_parse(text, &env.stack_mode, &env.stack_depth, why, sizeof why) != 0)
+        return env_bad(HOOK_ENV_STACKS, "CUCACHE_STACKS%s%s", why[0] == '\'' ? ": " : "=", why);
     return 0;
 }
 
@@ -201,8 +228,8 @@ static int env_check(void)
                   &events) != 0 ||
         env_count(HOOK_ENV_HISTORY, "CUCACHE_HISTORY", nonempty(secure_getenv("CUCACHE_HISTORY")), 0, MAX_HISTORY,
                   "a number of allocator calls", &history) != 0 ||
-        env_count(HOOK_ENV_LEAK_EXITCODE, "CUCACHE_LEAK_EXITCODE", nonempty(secure_getenv("CUCACHE_LEAK_EXITCODE")),
-                  1, 255, "an exit status", &leak) != 0)
+        env_count(HOOK_ENV_LEAK_EXITCODE, "CUCACHE_LEAK_EXITCODE", nonempty(secure_getenv("CUCACHE_LEAK_EXITCODE")), 1,
+                  255, "an exit status", &leak) != 0)
         return -1;
     env.ring_events = (size_t)events;
     env.history = (size_t)history;

@@ -46,7 +46,8 @@ typedef struct hook_env_s {
     size_t history;       /* CUCACHE_HISTORY: allocator calls kept per device for the what-if; 0: none */
     int leak_exitcode;    /* CUCACHE_LEAK_EXITCODE: 1..255; 0: no leak check */
     const char *stacks;   /* CUCACHE_STACKS as written; NULL: unset */
-    int stack_depth;      /* its frames per stack; 0: off */
+    int stack_mode;       /* its st_stack_mode_t; ST_STACKS_OFF when unset */
+    int stack_depth;      /* its frames of each kind per stack; 0: off */
     unsigned whatif_ms;   /* CUCACHE_WHATIF_MS: the what-if's time budget; 0: no what-if */
     const char *trace;    /* CUCACHE_TRACE: file name template; NULL: no trace */
     hook_env_var_t bad;   /* the first variable with a bad value; HOOK_ENV_OK: none */
@@ -56,6 +57,11 @@ typedef struct hook_env_s {
 /* The environment, read and checked on the first call (the constructor's);
  * the same struct afterwards, in every thread and in a fork child. */
 const hook_env_t *hook_env(void);
+
+/* A CUCACHE_STACKS value (also cucache_record_memory_history_stacks'):
+ * its st_stack_mode_t and depth (0 for off); 0, or -1 with err saying what
+ * is wrong (without the variable's name, which the caller adds). */
+int hook_stacks_parse(const char *text, int *mode, int *depth, char *err, size_t errlen);
 
 /* A variable's value for an error line: control bytes as \xNN, cut to fit
  * `len` with "...". */

@@ -514,7 +514,9 @@ void hook_warn(hook_warn_t kind, const char *fmt, ...) __attribute__((format(pri
 
 /* CUCACHE_STACKS (diag.c): each allocation's call stack, interned by
  * stats/stack.c, as the block's site.  Off, the hooks pay one predictable
- * branch. */
+ * branch.  It runs before the allocator takes any lock, and holds none
+ * when it returns: with Python frames it may wait for the GIL
+ * (stats/pystack.c), which must not happen under a cucache lock. */
 extern atomic_bool hook_stacks;
 uint32_t st_stack_capture(void); /* stats/st.h */
 
@@ -524,9 +526,10 @@ static inline uint32_t hook_site(void)
 }
 
 /* cucache_record_memory_history (diag.c): the event ring of every device,
- * and of those opened later, on (max_entries > 0) or off (0); stacks:
- * their depth (1..64), 0 off, -1 as they are.  0, or -1 with err set. */
-int hook_record_history(size_t max_entries, int stacks, char *err, size_t errlen);
+ * and of those opened later, on (max_entries > 0) or off (0); stacks in
+ * `mode` (st_stack_mode_t) with `depth` frames of each kind (1..64), depth
+ * 0 off, -1 as they are.  0, or -1 with err set. */
+int hook_record_history(size_t max_entries, int mode, int depth, char *err, size_t errlen);
 
 /* ------------------------------------------------------------------------
  * The trace recorder (trace.c; CUCACHE_TRACE, stats/trace.h)

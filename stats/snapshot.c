@@ -687,8 +687,8 @@ static void kv_frames(em_t *em, uint32_t site)
     em_key(em, "frames");
     if (em_stack_seen(em, site))
         return;
-    st_frame_t f[ST_STACK_DEPTH_MAX];
-    size_t n = site ? st_stack_frames(site, f, ST_STACK_DEPTH_MAX) : 0;
+    st_frame_t f[ST_STACK_FRAMES_MAX];
+    size_t n = site ? st_stack_frames(site, f, ST_STACK_FRAMES_MAX) : 0;
     em_list_open(em);
     em_stack_put(em, site);
     for (size_t i = 0; i < n; i++)

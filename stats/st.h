@@ -11,6 +11,9 @@
  *   summary.c   the exit summary in torch.cuda.memory_summary()'s layout
  *   ring.c      the bounded ring of recent events for snapshots
  *   stack.c     call stacks of allocations: captured, interned, symbolised
+ *   pystack.c   their Python frames: the interpreter found in the process,
+ *               bound at run time, its frames read under its GIL
+ *   intern.c    the lock-free interning tables stacks and frames use
  *   snapshot.c  snapshots as a pickle in torch.cuda.memory._dump_snapshot's
  *               schema, and as JSON with the same content
  *   file.c      file names from templates (%p %r %d %n), whole-file writes
@@ -23,6 +26,7 @@
 #ifndef CUCACHE_STATS_ST_H
 #define CUCACHE_STATS_ST_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -186,45 +190,135 @@ int st_snapshot_pickle(const st_snapshot_t *s, st_buf_t *out);
 int st_snapshot_json(const st_snapshot_t *s, st_buf_t *out);
 
 /* ------------------------------------------------------------------------
- * stack.c: call stacks of allocations (CUCACHE_STACKS=native)
+ * intern.c: keys of bytes given 32-bit ids for the life of the process
+ * ---------------------------------------------------------------------- */
+
+/* Zeroed, then st_intern_init.  Lookups take no lock; insertions take
+ * `lock`; entries are never freed. */
+typedef struct st_intern_s {
+    _Atomic(_Atomic uint32_t *) slots;      /* nslots ids; 0: empty (release: the table is set up) */
+    struct st_interned_s *_Atomic *entries; /* by id, 1..max */
+    size_t nslots;                          /* a power of two, at least twice max */
+    uint32_t count, max;                    /* the next id (under lock); the most entries */
+    pthread_mutex_t lock;
+} st_intern_t;
+
+/* The table's memory (a second call does nothing); 0, or -1 without host
+ * memory. */
+int st_intern_init(st_intern_t *t, uint32_t max);
+/* The id of key[0..len), interned if new; 0 when the table is full, not
+ * set up, or host memory ran out.  Lock-free unless the key is new. */
+uint32_t st_intern(st_intern_t *t, const void *key, size_t len);
+/* The key of id (8-aligned), its length in *len; NULL for 0 and unknown ids. */
+const void *st_intern_key(st_intern_t *t, uint32_t id, size_t *len);
+/* A fork child: another thread of the parent may have held the lock. */
+void st_intern_atfork_child(st_intern_t *t);
+
+/* ------------------------------------------------------------------------
+ * stack.c: call stacks of allocations (CUCACHE_STACKS)
  * ---------------------------------------------------------------------- */
 
 enum {
-    ST_STACK_DEPTH_MAX = 64,     /* frames kept at most per stack */
-    ST_STACK_DEPTH_DEFAULT = 24, /* CUCACHE_STACKS=native */
+    ST_STACK_DEPTH_MAX = 64,     /* native frames, and Python frames, kept at most per stack */
+    ST_STACK_FRAMES_MAX = 128,   /* frames of both kinds in one stack at most */
+    ST_STACK_DEPTH_DEFAULT = 24, /* CUCACHE_STACKS=native (or python...) without :DEPTH */
     ST_STACKS_MAX = 1 << 16,     /* distinct stacks kept; then ST_STACK_DROPPED */
     ST_STACK_DROPPED = 1,        /* an id: a stack was taken but not kept (table full, or no frame) */
-    ST_STACK_FIRST = 2,          /* the first id of a kept stack; 0: none taken */
+    ST_STACK_NO_PYTHON = 2,      /* an id: CUCACHE_STACKS=python on a thread with no Python frames to read */
+    ST_STACK_FIRST = 3,          /* the first id of a kept stack; 0: none taken */
 };
+
+/* What a stack holds (CUCACHE_STACKS; the names are st_stack_modes'). */
+typedef enum st_stack_mode_e {
+    ST_STACKS_OFF,
+    ST_STACKS_NATIVE,        /* native return addresses */
+    ST_STACKS_PYTHON,        /* the calling thread's Python frames */
+    ST_STACKS_PYTHON_NATIVE, /* the native frames up to the interpreter's, then the Python frames */
+    ST_STACKS_MODES,
+} st_stack_mode_t;
+
+/* One row per mode: CUCACHE_STACKS's word for it, and what it records. */
+typedef struct st_stack_mode_row_s {
+    const char *name;
+    bool native, python;
+} st_stack_mode_row_t;
+extern const st_stack_mode_row_t st_stack_modes[ST_STACKS_MODES];
 
 /* One frame, symbolised: name is never NULL ("??" when unknown); file and
  * line where debug information names them (file NULL otherwise); module
  * (the object's file name, NULL when the address is in none) and the
- * offset of pc in it.  The strings live as long as the process. */
+ * offset of pc in it.  A Python frame (python true): file is the code's
+ * co_filename as Python gave it, line the frame's line, name its
+ * co_qualname; no module, pc or offset.  The strings live as long as the
+ * process. */
 typedef struct st_frame_s {
     const char *name, *file, *module;
     int line;
+    bool python;
     uintptr_t pc, offset;
 } st_frame_t;
 
-/* Turns capturing on with `depth` frames (1..ST_STACK_DEPTH_MAX).  0, or -1
- * with err saying why (built without libunwind, a bad depth, no memory). */
-int st_stacks_enable(int depth, char *err, size_t errlen);
+/* Turns capturing on in `mode` with `depth` frames of each kind
+ * (1..ST_STACK_DEPTH_MAX).  0, or -1 with err saying why (no libunwind for
+ * native frames, a bad depth, no memory).  A Python mode in a process with
+ * no interpreter (pystack.c) turns nothing on and returns 0: *on says
+ * whether capture is on. */
+int st_stacks_enable(st_stack_mode_t mode, int depth, bool *on, char *err, size_t errlen);
 bool st_stacks_on(void);
-/* The calling thread's stack, interned: its id, ST_STACK_DROPPED, or 0
- * when capturing is off.  cucache's own frames are left out.  Lock-free
- * unless the stack is new. */
+/* The calling thread's stack, interned: its id, ST_STACK_DROPPED,
+ * ST_STACK_NO_PYTHON, or 0 when capturing is off.  cucache's own frames
+ * are left out.  Lock-free unless the stack is new or Python frames are
+ * read on a thread that does not hold the GIL (pystack.c). */
 uint32_t st_stack_capture(void);
-/* Interns a given stack (tests: addresses with no symbols); 0 when the
- * table was never enabled. */
+/* Interns a given native stack (tests: addresses with no symbols); 0 when
+ * the table was never enabled. */
 uint32_t st_stack_intern(const uintptr_t *pc, int n);
+/* Interns pc[0..n) followed by Python frame records py[0..np) (pystack.c's
+ * ids); tests. */
+uint32_t st_stack_intern_mixed(const uintptr_t *pc, int n, const uint32_t *py, int np);
 /* The return addresses of stack `id`, innermost first; 0 for 0,
  * ST_STACK_DROPPED and unknown ids. */
 size_t st_stack_pcs(uint32_t id, const uintptr_t **pc);
-/* Its first `max` frames symbolised (libdw, else dladdr); the count. */
+/* Its first `max` frames, innermost first: the native ones symbolised
+ * (libdw, else dladdr), then the Python ones; the count. */
 size_t st_stack_frames(uint32_t id, st_frame_t *out, size_t max);
-/* "name (file.c:42)", "name (libx.so+0x1234)" or "?? (0x7f00...)". */
+/* "name (file.c:42)", "name (libx.so+0x1234)", "?? (0x7f00...)", or for a
+ * Python frame "name (train.py:42)" (the file's base name; a package's
+ * __init__.py or __main__.py with its directory). */
 void st_frame_text(const st_frame_t *f, char *buf, size_t len);
+/* The executable segment [*lo, *hi) of the loaded object holding addr;
+ * false when no object holds it. */
+bool st_exec_segment(uintptr_t addr, uintptr_t *lo, uintptr_t *hi);
+
+/* ------------------------------------------------------------------------
+ * pystack.c: Python frames
+ * ---------------------------------------------------------------------- */
+
+enum {
+    ST_PY_FRAMES_MAX = 1 << 18,  /* distinct (file, function, line) frames kept */
+    ST_PY_STRINGS_MAX = 1 << 16, /* distinct file and function names kept */
+};
+
+/* Binds to the CPython (3.11 or later) whose C API the process exports,
+ * once; true when there is one.  Never loads a library. */
+bool st_py_bind(void);
+/* pc lies in the interpreter's code (the executable or libpython that
+ * defines the C API).  False when not bound. */
+bool st_py_in_interpreter(uintptr_t pc);
+/* The calling thread's Python frames, innermost first, as frame record
+ * ids into py[0..max); the count, 0 when it has none to read (no
+ * interpreter, a thread Python does not know, finalization; pystack.c says
+ * each case).  Takes the GIL when the thread is known to Python and does
+ * not hold it. */
+int st_py_capture(uint32_t *py, int max);
+/* Frame record `rec` as a Python st_frame_t; false for an unknown id. */
+bool st_py_frame(uint32_t rec, st_frame_t *f);
+/* Interns a frame (tests); its record id, 0 when not kept. */
+uint32_t st_py_intern(const char *file, const char *name, int line);
+/* Whether a Python file is library code (an installed package or the
+ * standard library): folded in reports.  Then *where is the path from the
+ * package's directory on ("numba/cuda/api.py"). */
+bool st_py_library(const char *file, const char **where);
 
 /* The live allocations of a layout with one call site. */
 typedef struct st_site_group_s {

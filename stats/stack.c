@@ -52,38 +52,38 @@ typedef int (*unw_backtrace_fn)(void **buffer, int size);
 static unw_backtrace_fn stk_backtrace;
 
 enum {
-    STK_SLOTS = 1 << 17, /* hash slots: twice ST_STACKS_MAX, so probes stay short */
-    STK_OWN_MAX = 16,    /* cucache's own frames at most above the program's */
+    STK_OWN_MAX = 16, /* cucache's own frames at most above the program's */
 };
 
-typedef struct stk_entry_s {
-    uint64_t hash;
-    uint32_t depth;
-    uintptr_t pc[]; /* innermost first */
-} stk_entry_t;
+const st_stack_mode_row_t st_stack_modes[ST_STACKS_MODES] = {
+    [ST_STACKS_OFF] = {"off", false, false},
+    [ST_STACKS_NATIVE] = {"native", true, false},
+    [ST_STACKS_PYTHON] = {"python", false, true},
+    [ST_STACKS_PYTHON_NATIVE] = {"python+native", true, true},
+};
 
+/* A stack's key in the table: words[0] native return addresses (innermost
+ * first) in words[1..], then Python frame records (pystack.c's ids), as
+ * many as the key's length leaves. */
 static struct {
-    _Atomic int depth;             /* frames kept; 0: off (release: the tables and stk_backtrace are set) */
-    _Atomic uint32_t *slots;       /* STK_SLOTS ids; 0: empty */
-    stk_entry_t *_Atomic *entries; /* by id; [0] and [ST_STACK_DROPPED] unused */
-    uint32_t count;                /* next id; under lock */
-    pthread_mutex_t lock;
+    _Atomic int depth;    /* frames kept of each kind; 0: off (release: the table, mode and stk_backtrace are set) */
+    st_stack_mode_t mode; /* what a stack holds; set before depth */
+    st_intern_t table;    /* the stacks; ids from ST_STACK_FIRST on */
     uintptr_t own_lo, own_hi; /* cucache's code (libcucache.so's executable segment); empty in executables */
-} stk = {.lock = PTHREAD_MUTEX_INITIALIZER, .count = ST_STACK_FIRST};
+} stk;
 
 /* ------------------------------------------------------------------------
  * Capture and interning
  * ---------------------------------------------------------------------- */
 
-#ifdef CUCACHE_IN_PRELOAD
-typedef struct own_find_s {
+typedef struct seg_find_s {
     uintptr_t addr, lo, hi;
-} own_find_t;
+} seg_find_t;
 
-static int own_segment(struct dl_phdr_info *info, size_t size, void *arg)
+static int seg_of(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
-    own_find_t *f = arg;
+    seg_find_t *f = arg;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
@@ -96,18 +96,36 @@ static int own_segment(struct dl_phdr_info *info, size_t size, void *arg)
     }
     return 0;
 }
-#endif
+
+bool st_exec_segment(uintptr_t addr, uintptr_t *lo, uintptr_t *hi)
+{
+    seg_find_t f = {addr, 0, 0};
+    dl_iterate_phdr(seg_of, &f);
+    *lo = f.lo, *hi = f.hi;
+    return f.hi > f.lo;
+}
 
 static bool dw_load(void);
 static void stacks_atfork_child(void);
 
-int st_stacks_enable(int depth, char *err, size_t errlen)
+int st_stacks_enable(st_stack_mode_t mode, int depth, bool *on, char *err, size_t errlen)
 {
+    *on = false;
+    if (mode <= ST_STACKS_OFF || mode >= ST_STACKS_MODES) {
+        snprintf(err, errlen, "not a mode of call stacks");
+        return -1;
+    }
     if (depth < 1 || depth > ST_STACK_DEPTH_MAX) {
         snprintf(err, errlen, "a stack depth from 1 to %d", ST_STACK_DEPTH_MAX);
         return -1;
     }
-    if (!stk_backtrace) {
+    const st_stack_mode_row_t *row = &st_stack_modes[mode];
+    /* Python frames only, and no interpreter: nothing to record, nothing
+     * loaded (a shell or launcher under cucache-run) */
+    bool python = row->python && st_py_bind();
+    if (!row->native && !python)
+        return 0;
+    if (row->native && !stk_backtrace) {
         void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
         unw_backtrace_fn fn = h ? (unw_backtrace_fn)dlsym(h, "unw_backtrace") : NULL;
         if (!fn) {
@@ -118,30 +136,24 @@ int st_stacks_enable(int depth, char *err, size_t errlen)
         }
         stk_backtrace = fn;
     }
-    if (!stk.slots) {
-        stk.slots = hostalloc_calloc(STK_SLOTS, sizeof *stk.slots);
-        stk.entries = hostalloc_calloc(ST_STACKS_MAX, sizeof *stk.entries);
-        if (!stk.slots || !stk.entries) {
-            hostalloc_free((void *)stk.slots);
-            hostalloc_free((void *)stk.entries);
-            stk.slots = NULL, stk.entries = NULL;
-            snprintf(err, errlen, "no host memory for the stack table");
-            return -1;
-        }
+    if (st_intern_init(&stk.table, ST_STACKS_MAX - ST_STACK_FIRST) != 0) {
+        snprintf(err, errlen, "no host memory for the stack table");
+        return -1;
     }
 #ifdef CUCACHE_IN_PRELOAD
-    own_find_t f = {(uintptr_t)&st_stacks_enable, 0, 0};
-    dl_iterate_phdr(own_segment, &f);
-    stk.own_lo = f.lo, stk.own_hi = f.hi;
+    st_exec_segment((uintptr_t)&st_stacks_enable, &stk.own_lo, &stk.own_hi);
 #endif
     /* libdw now, in the constructor, so that no allocation hook ever calls
      * dlopen (a report written while another thread is in dlopen would
      * wait for the loader's lock holding the symbol cache's) */
-    dw_load();
+    if (row->native)
+        dw_load();
     static bool atfork_set;
     if (!atfork_set && pthread_atfork(NULL, NULL, stacks_atfork_child) == 0)
         atfork_set = true;
+    stk.mode = mode;
     atomic_store_explicit(&stk.depth, depth, memory_order_release);
+    *on = true;
     return 0;
 }
 
@@ -150,59 +162,32 @@ bool st_stacks_on(void)
     return atomic_load_explicit(&stk.depth, memory_order_acquire) > 0;
 }
 
-static uint64_t stk_hash(const uintptr_t *pc, int n)
+/* The table's ids start after the reserved ones (ST_STACK_DROPPED, ...). */
+static uint32_t stk_intern(const uintptr_t *key, int words)
 {
-    uint64_t h = 0x9e3779b97f4a7c15u ^ (uint64_t)n;
-    for (int i = 0; i < n; i++) {
-        h ^= (uint64_t)pc[i];
-        h *= 0xff51afd7ed558ccdu;
-        h ^= h >> 33;
-    }
-    return h;
+    uint32_t id = st_intern(&stk.table, key, (size_t)words * sizeof *key);
+    return id ? id + (ST_STACK_FIRST - 1) : ST_STACK_DROPPED;
 }
 
-static bool stk_same(const stk_entry_t *e, uint64_t h, const uintptr_t *pc, int n)
+/* The native frames of the calling thread's stack into pc[0..depth), the
+ * count; above them `skip` frames of the caller's own (st_stack_capture)
+ * and cucache's. */
+__attribute__((noinline)) static int stk_native(uintptr_t *pc, int depth, int skip)
 {
-    return e->hash == h && e->depth == (uint32_t)n && memcmp(e->pc, pc, (size_t)n * sizeof *pc) == 0;
-}
-
-/* The id of the stack pc[0..n), interning it if new. */
-static uint32_t stk_intern(const uintptr_t *pc, int n)
-{
-    uint64_t h = stk_hash(pc, n);
-    size_t i = (size_t)h & (STK_SLOTS - 1);
-    for (;; i = (i + 1) & (STK_SLOTS - 1)) {
-        uint32_t id = atomic_load_explicit(&stk.slots[i], memory_order_acquire);
-        if (!id)
-            break;
-        if (stk_same(atomic_load_explicit(&stk.entries[id], memory_order_relaxed), h, pc, n))
-            return id;
-    }
-    /* new: the slot found empty may have been taken since */
-    pthread_mutex_lock(&stk.lock);
-    uint32_t id;
-    for (;; i = (i + 1) & (STK_SLOTS - 1)) {
-        id = atomic_load_explicit(&stk.slots[i], memory_order_relaxed);
-        if (!id)
-            break;
-        if (stk_same(atomic_load_explicit(&stk.entries[id], memory_order_relaxed), h, pc, n)) {
-            pthread_mutex_unlock(&stk.lock);
-            return id;
-        }
-    }
-    stk_entry_t *e = stk.count < ST_STACKS_MAX ? hostalloc_malloc(sizeof *e + (size_t)n * sizeof *pc) : NULL;
-    if (!e) {
-        pthread_mutex_unlock(&stk.lock);
-        return ST_STACK_DROPPED;
-    }
-    e->hash = h;
-    e->depth = (uint32_t)n;
-    memcpy(e->pc, pc, (size_t)n * sizeof *pc);
-    id = stk.count++;
-    atomic_store_explicit(&stk.entries[id], e, memory_order_relaxed);
-    atomic_store_explicit(&stk.slots[i], id, memory_order_release); /* publishes the entry */
-    pthread_mutex_unlock(&stk.lock);
-    return id;
+    void *raw[ST_STACK_DEPTH_MAX + STK_OWN_MAX];
+    int n = stk_backtrace(raw, depth + STK_OWN_MAX);
+    /* drop the callers here, and in libcucache.so every frame of cucache's
+     * own above the program's call */
+    if (skip > n)
+        skip = n;
+    while (skip < n && (uintptr_t)raw[skip] >= stk.own_lo && (uintptr_t)raw[skip] < stk.own_hi)
+        skip++;
+    n -= skip;
+    if (n > depth)
+        n = depth;
+    for (int i = 0; i < n; i++)
+        pc[i] = (uintptr_t)raw[skip + i];
+    return n > 0 ? n : 0;
 }
 
 __attribute__((noinline)) uint32_t st_stack_capture(void)
@@ -210,37 +195,74 @@ __attribute__((noinline)) uint32_t st_stack_capture(void)
     int depth = atomic_load_explicit(&stk.depth, memory_order_acquire);
     if (depth <= 0)
         return 0;
-    void *raw[ST_STACK_DEPTH_MAX + STK_OWN_MAX];
-    int n = stk_backtrace(raw, depth + STK_OWN_MAX);
-    /* drop this function, and in libcucache.so every frame of cucache's own
-     * above the program's call */
-    int skip = n > 0 ? 1 : 0;
-    while (skip < n && (uintptr_t)raw[skip] >= stk.own_lo && (uintptr_t)raw[skip] < stk.own_hi)
-        skip++;
-    n -= skip;
-    if (n > depth)
-        n = depth;
-    if (n <= 0)
+    const st_stack_mode_row_t *row = &st_stack_modes[stk.mode];
+    uintptr_t key[1 + 2 * ST_STACK_DEPTH_MAX];
+    int nn = 0, np = 0;
+    /* this function's frame and stk_native's */
+    if (row->native)
+        nn = stk_native(key + 1, depth, 2);
+    if (row->python) {
+        uint32_t py[ST_STACK_DEPTH_MAX];
+        np = st_py_capture(py, depth);
+        if (np == 0 && !row->native)
+            return ST_STACK_NO_PYTHON;
+        /* with Python frames, the native ones up to the interpreter's */
+        for (int i = 0; np > 0 && i < nn; i++)
+            if (st_py_in_interpreter(key[1 + i])) {
+                nn = i;
+                break;
+            }
+        for (int i = 0; i < np; i++)
+            key[1 + nn + i] = py[i];
+    }
+    if (nn + np == 0)
         return ST_STACK_DROPPED;
-    return stk_intern((const uintptr_t *)(raw + skip), n);
+    key[0] = (uintptr_t)nn;
+    return stk_intern(key, 1 + nn + np);
+}
+
+uint32_t st_stack_intern_mixed(const uintptr_t *pc, int n, const uint32_t *py, int np)
+{
+    if (n < 0 || np < 0 || n + np <= 0)
+        return 0;
+    uintptr_t key[1 + 2 * ST_STACK_DEPTH_MAX];
+    n = n > ST_STACK_DEPTH_MAX ? ST_STACK_DEPTH_MAX : n;
+    np = np > ST_STACK_DEPTH_MAX ? ST_STACK_DEPTH_MAX : np;
+    key[0] = (uintptr_t)n;
+    for (int i = 0; i < n; i++)
+        key[1 + i] = pc[i];
+    for (int i = 0; i < np; i++)
+        key[1 + n + i] = py[i];
+    uint32_t id = st_intern(&stk.table, key, (size_t)(1 + n + np) * sizeof *key);
+    return id ? id + (ST_STACK_FIRST - 1) : 0;
 }
 
 uint32_t st_stack_intern(const uintptr_t *pc, int n)
 {
-    if (!stk.slots || n <= 0)
-        return 0;
-    return stk_intern(pc, n > ST_STACK_DEPTH_MAX ? ST_STACK_DEPTH_MAX : n);
+    return st_stack_intern_mixed(pc, n, NULL, 0);
+}
+
+/* Stack id's key: its words, the count in *words; NULL for ids not kept. */
+static const uintptr_t *stk_key(uint32_t id, size_t *words)
+{
+    if (id < ST_STACK_FIRST || id >= ST_STACKS_MAX)
+        return NULL;
+    size_t len;
+    const uintptr_t *key = st_intern_key(&stk.table, id - (ST_STACK_FIRST - 1), &len);
+    if (!key)
+        return NULL;
+    *words = len / sizeof *key;
+    return key;
 }
 
 size_t st_stack_pcs(uint32_t id, const uintptr_t **pc)
 {
-    if (!stk.entries || id < ST_STACK_FIRST || id >= ST_STACKS_MAX)
+    size_t words;
+    const uintptr_t *key = stk_key(id, &words);
+    if (!key)
         return 0;
-    const stk_entry_t *e = atomic_load_explicit(&stk.entries[id], memory_order_acquire);
-    if (!e)
-        return 0;
-    *pc = e->pc;
-    return e->depth;
+    *pc = key + 1;
+    return key[0];
 }
 
 /* ------------------------------------------------------------------------
@@ -443,7 +465,7 @@ static void sym_lookup(uintptr_t pc, st_frame_t *f)
 /* A fork child: another thread of the parent may have held either lock. */
 static void stacks_atfork_child(void)
 {
-    pthread_mutex_init(&stk.lock, NULL);
+    st_intern_atfork_child(&stk.table);
     pthread_mutex_init(&sym.lock, NULL);
 }
 
@@ -485,20 +507,40 @@ static st_frame_t sym_get(uintptr_t pc)
 
 size_t st_stack_frames(uint32_t id, st_frame_t *out, size_t max)
 {
-    const uintptr_t *pc;
-    size_t n = st_stack_pcs(id, &pc);
-    if (n > max)
-        n = max;
+    size_t words;
+    const uintptr_t *key = stk_key(id, &words);
+    if (!key)
+        return 0;
+    size_t nn = key[0], n = 0;
     pthread_mutex_lock(&sym.lock);
-    for (size_t i = 0; i < n; i++)
-        out[i] = sym_get(pc[i]);
+    for (; n < nn && n < max; n++)
+        out[n] = sym_get(key[1 + n]);
     pthread_mutex_unlock(&sym.lock);
+    for (size_t i = 1 + nn; i < words && n < max; i++)
+        if (st_py_frame((uint32_t)key[i], &out[n]))
+            n++;
     return n;
+}
+
+/* A Python file as reports show it: its base name, with its directory for
+ * a package's __init__.py or __main__.py (which says nothing alone). */
+static const char *py_shown_name(const char *path)
+{
+    const char *base = base_name(path);
+    if (base > path + 1 && (strcmp(base, "__init__.py") == 0 || strcmp(base, "__main__.py") == 0)) {
+        const char *dir = base - 1;
+        while (dir > path && dir[-1] != '/')
+            dir--;
+        return dir;
+    }
+    return base;
 }
 
 void st_frame_text(const st_frame_t *f, char *buf, size_t len)
 {
-    if (f->file)
+    if (f->python)
+        snprintf(buf, len, "%s (%s:%d)", f->name, py_shown_name(f->file), f->line);
+    else if (f->file)
         snprintf(buf, len, "%s (%s:%d)", f->name, base_name(f->file), f->line);
     else if (f->module)
         snprintf(buf, len, "%s (%s+0x%llx)", f->name, f->module, (unsigned long long)f->offset);
@@ -575,9 +617,77 @@ size_t st_group_by_site(const core_layout_t *l, st_site_group_t **out)
     return ng;
 }
 
+static const char *frames_word(size_t n)
+{
+    return n == 1 ? "frame" : "frames";
+}
+
+enum { FRAMES_SHOWN = 4 }; /* frames listed per call site */
+
+/* A native stack: its innermost frames, then how many more. */
+static void site_native(uint32_t site, size_t depth, st_sink_fn sink, void *ctx)
+{
+    st_frame_t f[FRAMES_SHOWN];
+    size_t nf = st_stack_frames(site, f, FRAMES_SHOWN);
+    for (size_t k = 0; k < nf; k++) {
+        char text[512];
+        st_frame_text(&f[k], text, sizeof text);
+        st_linef(sink, ctx, "      %s", text);
+    }
+    if (depth > nf)
+        st_linef(sink, ctx, "      ... %zu more %s", depth - nf, frames_word(depth - nf));
+}
+
+/* A stack with Python frames: what the user needs first is their own
+ * line.  The native frames below the interpreter (python+native) fold into
+ * one line naming the innermost; runs of library frames (installed
+ * packages, the standard library: st_py_library) fold into one line naming
+ * where the run starts, unless every frame is library code; then the first
+ * FRAMES_SHOWN frames left, and how many more. */
+static void site_python(const uintptr_t *key, size_t words, st_sink_fn sink, void *ctx)
+{
+    size_t nn = key[0], np = words - 1 - nn;
+    char text[512];
+    if (nn) {
+        st_frame_t inner;
+        pthread_mutex_lock(&sym.lock);
+        inner = sym_get(key[1]);
+        pthread_mutex_unlock(&sym.lock);
+        st_frame_text(&inner, text, sizeof text);
+        st_linef(sink, ctx, "      ... %zu native %s, innermost %s", nn, frames_word(nn), text);
+    }
+    st_frame_t f[ST_STACK_DEPTH_MAX];
+    size_t n = 0;
+    bool any_own = false;
+    for (size_t i = 0; i < np && n < ST_STACK_DEPTH_MAX; i++)
+        if (st_py_frame((uint32_t)key[1 + nn + i], &f[n])) {
+            const char *where;
+            any_own |= !st_py_library(f[n].file, &where);
+            n++;
+        }
+    size_t shown = 0, folded = 0, i = 0;
+    const char *fold_at = NULL;
+    for (; i < n && shown < FRAMES_SHOWN; i++) {
+        const char *where;
+        if (any_own && st_py_library(f[i].file, &where)) {
+            if (!folded++)
+                fold_at = where;
+            continue;
+        }
+        if (folded)
+            st_linef(sink, ctx, "      ... %zu library %s, from %s", folded, frames_word(folded), fold_at);
+        folded = 0;
+        st_frame_text(&f[i], text, sizeof text);
+        st_linef(sink, ctx, "      %s", text);
+        shown++;
+    }
+    size_t more = folded + (n - i);
+    if (more)
+        st_linef(sink, ctx, "      ... %zu more %s", more, frames_word(more));
+}
+
 void st_site_lines(const st_site_group_t *g, size_t ng, size_t rows, uint64_t allocs, st_sink_fn sink, void *ctx)
 {
-    enum { FRAMES_SHOWN = 4 };
     size_t rest = 0, rest_bytes = 0;
     for (size_t i = 0; i < ng; i++) {
         if (i >= rows) {
@@ -596,22 +706,22 @@ void st_site_lines(const st_site_group_t *g, size_t ng, size_t rows, uint64_t al
         char first[96] = "";
         if (allocs)
             st_fmt_first(first, sizeof first, g[i].first, allocs, g[i].born);
-        st_frame_t f[FRAMES_SHOWN];
-        size_t nf = g[i].site >= ST_STACK_FIRST ? st_stack_frames(g[i].site, f, FRAMES_SHOWN) : 0;
-        if (!nf) {
+        size_t words;
+        const uintptr_t *key = stk_key(g[i].site, &words);
+        if (g[i].site == ST_STACK_NO_PYTHON) {
+            st_linef(sink, ctx, "  %s = %s%s, no Python frames (a thread Python does not know, or at shutdown)", sizes,
+                     total, first);
+            continue;
+        }
+        if (!key) {
             st_linef(sink, ctx, "  %s = %s%s, call stack not recorded", sizes, total, first);
             continue;
         }
         st_linef(sink, ctx, "  %s = %s%s, at", sizes, total, first);
-        const uintptr_t *pc;
-        size_t depth = st_stack_pcs(g[i].site, &pc);
-        for (size_t k = 0; k < nf; k++) {
-            char text[512];
-            st_frame_text(&f[k], text, sizeof text);
-            st_linef(sink, ctx, "      %s", text);
-        }
-        if (depth > nf)
-            st_linef(sink, ctx, "      ... %zu more %s", depth - nf, depth - nf == 1 ? "frame" : "frames");
+        if (words > 1 + key[0])
+            site_python(key, words, sink, ctx);
+        else
+            site_native(g[i].site, key[0], sink, ctx);
     }
     if (rest) {
         char t[32];

@@ -73,6 +73,12 @@ int cucache_snapshot(const char *path);
  * is.  0, or -1 with a line saying why (no libunwind.so.8, a bad value). */
 int cucache_record_memory_history(size_t max_entries, int stacks);
 
+/* The same, with stacks as CUCACHE_STACKS takes them: "native",
+ * "python", "python+native", each with ":DEPTH" (1-64, 24 by default), or
+ * "off"; NULL leaves them as they are.  A Python mode needs a CPython
+ * (3.11 or later) in the process.  0, or -1 with a line saying why. */
+int cucache_record_memory_history_stacks(size_t max_entries, const char *stacks);
+
 /* PyTorch's pluggable allocator (torch.cuda.memory.CUDAPluggableAllocator:
  * its MallocFuncType and FreeFuncType; stream is a cudaStream_t): allocate
  * for `stream` on `device` (NULL and an OOM report when it cannot), free as

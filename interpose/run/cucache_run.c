@@ -62,17 +62,18 @@ enum {
 #define RUN_SIM_CAPACITY_MAX ((uint64_t)1 << 44)
 
 typedef struct run_opts_s {
-    bool sim;             /* --sim */
-    const char *capacity; /* --sim=CAPACITY, or NULL */
-    char *conf;           /* the --conf values joined with ',', or NULL (malloc'ed) */
-    bool report;          /* --report */
+    bool sim;                  /* --sim */
+    const char *capacity;      /* --sim=CAPACITY, or NULL */
+    char *conf;                /* the --conf values joined with ',', or NULL (malloc'ed) */
+    bool report;               /* --report */
     const char *leak_exitcode; /* --leak-exitcode N, or NULL */
-    const char *stacks;        /* --stacks: "native", --stacks=DEPTH: "native:DEPTH"; NULL: neither */
-    const char *trace;    /* --trace FILE, or NULL */
-    const char *snapshot; /* --snapshot FILE, or NULL */
+    const char
+        *stacks; /* --stacks: "native", --stacks=DEPTH: "native:DEPTH", --stacks=MODE[:DEPTH] as written; NULL: none */
+    const char *trace;       /* --trace FILE, or NULL */
+    const char *snapshot;    /* --snapshot FILE, or NULL */
     const char *snapshot_on; /* --snapshot-on WHEN, or NULL */
-    bool print_env;       /* --print-env: print the changes, run nothing */
-    char **command;       /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
+    bool print_env;          /* --print-env: print the changes, run nothing */
+    char **command;          /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
 } run_opts_t;
 
 typedef struct env_change_s {
@@ -120,6 +121,8 @@ static void run_usage(FILE *f)
           "  --stacks[=DEPTH]   record each allocation's call stack (DEPTH frames, 24 by\n"
           "                     default) for snapshots and the OOM and leak reports\n"
           "                     (CUCACHE_STACKS=native)\n"
+          "  --stacks=MODE[:DEPTH]  python: the Python frames; python+native: the native\n"
+          "                     frames up to the interpreter, then the Python ones\n"
           "  --trace FILE       record every allocation event to FILE (CUCACHE_TRACE)\n"
           "  --snapshot FILE    where memory snapshots go: a pickle PyTorch's memory viewer\n"
           "                     opens, and JSON beside it (CUCACHE_SNAPSHOT)\n"
@@ -258,8 +261,11 @@ static void run_parse_args(int argc, char **argv, run_opts_t *o)
             o->stacks = "native";
         } else if (strncmp(a, "--stacks=", 9) == 0) {
             if (!a[9])
-                run_die(RUN_EXIT_USAGE, "--stacks=DEPTH needs a number of frames");
-            o->stacks = run_join("native", ':', a + 9);
+                run_die(RUN_EXIT_USAGE, "--stacks=DEPTH needs a number of frames, or a mode (native, python, "
+                                        "python+native; :DEPTH after it)");
+            /* a number is native's depth; anything else is CUCACHE_STACKS's
+             * value as written, which libcucache.so checks */
+            o->stacks = a[9] >= '0' && a[9] <= '9' ? run_join("native", ':', a + 9) : a + 9;
         } else if (strcmp(a, "--report") == 0) {
             o->report = true;
         } else if (strcmp(a, "--print-env") == 0) {

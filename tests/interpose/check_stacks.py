@@ -20,6 +20,9 @@ and frees nothing.  Under cucache-run --sim=1G:
 3. --stacks=2 keeps two frames.
 4. Without --stacks: no frames anywhere, the leak check by requested size.
 5. Bad CUCACHE_STACKS values stop the program with a line naming it.
+6. --stacks=python on this C program records nothing (no interpreter):
+   the leak check by requested size, no frames in the snapshot;
+   --stacks=python+native records its native stacks.
 6. With DOC.md: its example after "<!-- example: stacks_child -->" is what
    the run printed, line for line (libc's frames, the count of frames
    left out and the stripped frame's offset aside: they depend on the C
@@ -180,14 +183,36 @@ with tempfile.TemporaryDirectory() as tmp:
           all(not e["frames"] for e in s["device_traces"][0]), "without --stacks no frames (segments' neither)")
 
     # 5. bad values
-    for value, words in (("natve", "CUCACHE_STACKS: 'natve' is not one of native, native:DEPTH, off"),
+    for value, words in (("natve", "CUCACHE_STACKS: 'natve' is not one of native, python, python+native "
+                                   "(each with :DEPTH), off"),
                          ("native:0", "CUCACHE_STACKS=native:DEPTH: '0' is not a number of frames from 1 to 64"),
+                         ("python:0", "CUCACHE_STACKS=python:DEPTH: '0' is not a number of frames from 1 to 64"),
+                         ("python+native:", "CUCACHE_STACKS=python+native:DEPTH: '' is not a number"),
+                         ("off:3", "CUCACHE_STACKS: 'off:3' is not one of"),
+                         ("pythonnative", "CUCACHE_STACKS: 'pythonnative' is not one of"),
                          ("native:65", "'65' is not a number of frames from 1 to 64"),
                          ("native:\x01", "'\\x01' is not a number of frames")):
         r = run(env={"CUCACHE_STACKS": value})
         check(r.returncode != 0 and words in r.stderr, f"CUCACHE_STACKS={value!r}: {r.returncode} {r.stderr}")
     r = run(env={"CUCACHE_STACKS": "off"})
     check(r.returncode == 0, f"CUCACHE_STACKS=off runs: {r.returncode} {r.stderr}")
+
+    # 6. Python frames asked of a program with no Python: nothing recorded
+    # (no interpreter to bind), the run as without stacks; python+native
+    # records the native stacks
+    snap4 = os.path.join(tmp, "py.pickle")
+    r = run("--stacks=python", "--snapshot", snap4, "--leak-exitcode", "7")
+    check(r.returncode == 7 and "by call site" not in r.stderr and
+          "still live at exit, by requested size:" in r.stderr and "largest live allocations by call site" not in
+          r.stderr, f"--stacks=python on a C program:\n{r.stderr}")
+    with open(snap4, "rb") as f:
+        s = Refusing(f).load()
+    check(all(not b["frames"] for seg in s["segments"] for b in seg["blocks"]), "--stacks=python: no frames")
+    r = run("--stacks=python+native", "--leak-exitcode", "7")
+    check(r.returncode == 7 and re.search(r"4 x 64\.00 MiB = 256\.00 MiB, the first allocation 1 of 12 "
+                                          r"\(t=\d+\.\d\d s\), at\n.*load_weights " + re.escape(site_line("weights")),
+                                          r.stderr),
+          f"--stacks=python+native on a C program: its native stacks\n{r.stderr}")
 
 print(f"check_stacks: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

@@ -5,7 +5,8 @@
  * back whole; addresses in no module or without symbols symbolise as "??"
  * with what is known (module and offset, or the address); the table's
  * bound; live allocations grouped by site, and a site whose stack was not
- * kept said so.  Skipped (77) when built without libunwind.
+ * kept said so; Python frame records in a stack, and the report's folding
+ * of library and native frames around the program's own.  Skipped (77) when built without libunwind.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -184,9 +185,8 @@ static void test_group_by_site(void **state)
     st_site_lines(g, ng, 2, 5, collect, &out);
     assert_non_null(
         strstr(out.text, "  1 x 1024.00 KiB = 1024.00 KiB, the first allocation 3 of 5, at\n      ?? (0x20)\n"));
-    assert_non_null(strstr(out.text,
-                           "  2 allocations of 3.91 KiB to 7.81 KiB = 11.72 KiB, the first allocation 1 of 5 "
-                           "(t=1.50 s), at\n      capture_here ("));
+    assert_non_null(strstr(out.text, "  2 allocations of 3.91 KiB to 7.81 KiB = 11.72 KiB, the first allocation 1 of 5 "
+                                     "(t=1.50 s), at\n      capture_here ("));
     assert_non_null(strstr(out.text, "  ... 1 more call site: 1 allocation, 100 bytes\n"));
     out.len = 0;
     st_site_lines(g, ng, 3, 0, collect, &out);
@@ -199,19 +199,94 @@ static void test_group_by_site(void **state)
     assert_null(g);
 }
 
+/* A stack of Python frames (st_py_intern's records, as pystack.c makes
+ * them) reads back innermost first, and the site lines show the program's
+ * own frames with library runs and native frames folded. */
+static void test_python_frames(void **state)
+{
+    (void)state;
+    const char *numba = "/usr/lib/python3/dist-packages/numba/cuda/cudadrv/driver.py";
+    uint32_t py[7] = {
+        st_py_intern(numba, "Context.memalloc", 1372),
+        st_py_intern("/usr/lib/python3/dist-packages/numba/cuda/api.py", "device_array", 83),
+        st_py_intern("/home/u/train.py", "load_weights", 26),
+        st_py_intern("/usr/lib/python3.11/contextlib.py", "inner", 81),
+        st_py_intern("/home/u/train.py", "main", 57),
+        st_py_intern("/home/u/pkg/__init__.py", "<module>", 3),
+        st_py_intern("<frozen runpy>", "_run_code", 88),
+    };
+    for (int i = 0; i < 7; i++)
+        assert_true(py[i] != 0);
+    assert_int_equal(st_py_intern(numba, "Context.memalloc", 1372), py[0]);
+    uintptr_t pc[2] = {0x30, 0x40};
+    uint32_t mixed = st_stack_intern_mixed(pc, 2, py, 7), only = st_stack_intern_mixed(NULL, 0, py, 7);
+    assert_true(mixed >= ST_STACK_FIRST && only >= ST_STACK_FIRST && mixed != only);
+    st_frame_t f[ST_STACK_FRAMES_MAX];
+    assert_int_equal(st_stack_frames(mixed, f, ST_STACK_FRAMES_MAX), 9);
+    assert_false(f[0].python);
+    assert_int_equal(f[1].pc, 0x40);
+    assert_true(f[2].python && f[4].python);
+    assert_string_equal(f[2].file, numba);
+    assert_string_equal(f[4].name, "load_weights");
+    assert_int_equal(f[4].line, 26);
+    assert_null(f[4].module);
+    char text[256];
+    st_frame_text(&f[7], text, sizeof text);
+    assert_string_equal(text, "<module> (pkg/__init__.py:3)");
+    const char *where;
+    assert_true(st_py_library(numba, &where));
+    assert_string_equal(where, "numba/cuda/cudadrv/driver.py");
+    assert_true(st_py_library("/usr/lib/python3.11/contextlib.py", &where));
+    assert_string_equal(where, "contextlib.py");
+    assert_false(st_py_library("/home/u/train.py", &where));
+
+    core_block_info_t blocks[2] = {
+        {0x1000, 4096, 4096, CORE_BLOCK_ALLOCATED, 1, mixed, 0},
+        {0x2000, 4096, 100, CORE_BLOCK_ALLOCATED, 2, ST_STACK_NO_PYTHON, 0},
+    };
+    core_layout_t l = {.blocks = blocks, .nblocks = 2};
+    st_site_group_t *g;
+    size_t ng = st_group_by_site(&l, &g);
+    assert_int_equal(ng, 2);
+    lines_t out = {0};
+    st_site_lines(g, ng, 2, 0, collect, &out);
+    assert_string_equal(out.text, "  1 x 4.00 KiB = 4.00 KiB, at\n"
+                                  "      ... 2 native frames, innermost ?? (0x30)\n"
+                                  "      ... 2 library frames, from numba/cuda/cudadrv/driver.py\n"
+                                  "      load_weights (train.py:26)\n"
+                                  "      ... 1 library frame, from contextlib.py\n"
+                                  "      main (train.py:57)\n"
+                                  "      <module> (pkg/__init__.py:3)\n"
+                                  "      ... 1 more frame\n"
+                                  "  1 x 100 bytes = 100 bytes, no Python frames (a thread Python does not know, or "
+                                  "at shutdown)\n");
+    hostalloc_free(g);
+    /* every frame library code: nothing folded */
+    uint32_t lib = st_stack_intern_mixed(NULL, 0, py, 2);
+    blocks[0].site = lib;
+    l.nblocks = 1;
+    ng = st_group_by_site(&l, &g);
+    out.len = 0;
+    st_site_lines(g, ng, 1, 0, collect, &out);
+    assert_string_equal(out.text, "  1 x 4.00 KiB = 4.00 KiB, at\n"
+                                  "      Context.memalloc (driver.py:1372)\n"
+                                  "      device_array (api.py:83)\n");
+    hostalloc_free(g);
+}
+
 int main(void)
 {
     char err[256];
-    if (st_stacks_enable(8, err, sizeof err) != 0) {
+    bool on;
+    if (st_stacks_enable(ST_STACKS_NATIVE, 8, &on, err, sizeof err) != 0) {
         printf("skipped: %s\n", err);
         return 77;
     }
     assert_true(st_stacks_on());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_site_one_id),
-        cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_unknown_addresses),
-        cmocka_unit_test(test_group_by_site),
+        cmocka_unit_test(test_one_site_one_id),   cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_unknown_addresses), cmocka_unit_test(test_group_by_site),
+        cmocka_unit_test(test_python_frames),
     };
     return cmocka_run_group_tests_name("stats_stack", tests, NULL, NULL);
 }
