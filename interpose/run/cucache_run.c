@@ -67,13 +67,12 @@ typedef struct run_opts_s {
     char *conf;                /* the --conf values joined with ',', or NULL (malloc'ed) */
     bool report;               /* --report */
     const char *leak_exitcode; /* --leak-exitcode N, or NULL */
-    const char
-        *stacks; /* --stacks: "native", --stacks=DEPTH: "native:DEPTH", --stacks=MODE[:DEPTH] as written; NULL: none */
-    const char *trace;       /* --trace FILE, or NULL */
-    const char *snapshot;    /* --snapshot FILE, or NULL */
-    const char *snapshot_on; /* --snapshot-on WHEN, or NULL */
-    bool print_env;          /* --print-env: print the changes, run nothing */
-    char **command;          /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
+    const char *stacks;        /* CUCACHE_STACKS from --stacks[=DEPTH|MODE[:DEPTH]]; NULL: none */
+    const char *trace;         /* --trace FILE, or NULL */
+    const char *snapshot;      /* --snapshot FILE, or NULL */
+    const char *snapshot_on;   /* --snapshot-on WHEN, or NULL */
+    bool print_env;            /* --print-env: print the changes, run nothing */
+    char **command;            /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
 } run_opts_t;
 
 typedef struct env_change_s {
