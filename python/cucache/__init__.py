@@ -56,6 +56,7 @@ def _api():
             getattr(proc, name).argtypes = [ctypes.c_int]
         proc.cucache_pool_use.argtypes = [ctypes.c_int, ctypes.c_int]
         proc.cucache_record_memory_history.argtypes = [ctypes.c_size_t, ctypes.c_int]
+        proc.cucache_record_memory_history_stacks.argtypes = [ctypes.c_size_t, ctypes.c_char_p]
         proc.cucache_set_per_process_memory_fraction.argtypes = [ctypes.c_double, ctypes.c_int]
         _lib = proc
     return _lib
@@ -148,29 +149,35 @@ def snapshot(path=None):
         raise CucacheError(f"snapshot to {path or '$CUCACHE_SNAPSHOT'} not written (see cucache's message)")
 
 
+# record_memory_history's stacks, as torch.cuda.memory._record_memory_history
+# names them, and CUCACHE_STACKS's mode for each
+_STACKS = {"python": "python", "all": "python+native", "native": "native", "cpp": "native"}
+
+
 def record_memory_history(enabled="all", max_entries=100000, stacks=None, depth=24):
     """Starts (enabled="all" or "state") or stops (enabled=None) keeping the
     allocator's events for snapshots, at run time, in the spirit of
     torch.cuda.memory._record_memory_history: the last max_entries events of
-    each device.  stacks="all" (or "native", "cpp") also records each
-    allocation's native call stack, depth frames, which snapshots give as
-    PyTorch's frames; None leaves stack recording as it is.  enabled=None
-    stops both.  cucache records no Python frames: stacks="python"
-    raises ValueError.  What was recorded before a stop stays for the next
-    snapshot."""
-    if stacks == "python":
-        raise ValueError("cucache records native call stacks only: stacks='all' (or None)")
-    if stacks not in (None, "all", "native", "cpp"):
-        raise ValueError(f"stacks={stacks!r}: expected None, 'all', 'native' or 'cpp'")
+    each device.  stacks also records each allocation's call stack, which
+    snapshots give as PyTorch's frames: "python" the calling thread's Python
+    frames, "all" the native frames up to the interpreter and then the
+    Python ones (CUCACHE_STACKS=python+native), "native" (or "cpp") the
+    native stack; depth frames of each kind.  None leaves stack recording as
+    it is.  enabled=None stops both.  What was recorded before a stop stays
+    for the next snapshot."""
+    if stacks not in (None, *_STACKS):
+        raise ValueError(f"stacks={stacks!r}: expected None, 'python', 'all', 'native' or 'cpp'")
     if enabled not in (None, "all", "state"):
         raise ValueError(f"enabled={enabled!r}: expected 'all', 'state' or None")
+    if not isinstance(depth, int) or not 1 <= depth <= 64:
+        raise ValueError(f"depth={depth!r}: expected a number of frames from 1 to 64")
     if enabled is None:
-        entries, depth_arg = 0, 0  # everything off, as torch's enabled=None
+        entries, mode = 0, "off"  # everything off, as torch's enabled=None
     else:
         if not isinstance(max_entries, int) or max_entries < 1:
             raise ValueError(f"max_entries={max_entries!r}: expected a positive number of events")
-        entries, depth_arg = max_entries, (depth if stacks else -1)
-    if _api().cucache_record_memory_history(entries, depth_arg) != 0:
+        entries, mode = max_entries, (f"{_STACKS[stacks]}:{depth}" if stacks else None)
+    if _api().cucache_record_memory_history_stacks(entries, mode.encode() if mode else None) != 0:
         raise CucacheError("record_memory_history failed (see cucache's message)")
 
 

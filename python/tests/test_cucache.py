@@ -35,6 +35,9 @@ def malloc(rt, n):
     return p
 
 
+MALLOC_LINE = malloc.__code__.co_firstlineno + 2
+
+
 def test_absent():
     """Without cucache: available() is False, calls raise CucacheError."""
     code = ("import cucache, sys\n"
@@ -110,7 +113,22 @@ def test_record_memory_history(rt, tmp_path):
     rt.cudaFree(b)
 
 
-@pytest.mark.parametrize("bad", [{"stacks": "python"}, {"enabled": "yes"}, {"max_entries": 0}])
+@under_cucache
+def test_record_memory_history_python_frames(rt, tmp_path):
+    cucache.record_memory_history("all", max_entries=500, stacks="python", depth=8)
+    a = malloc(rt, 5 * MiB)  # the line the frame must name
+    line = sys._getframe().f_lineno - 1
+    cucache.dump_snapshot(str(tmp_path / "py.pickle"))
+    cucache.record_memory_history(None)
+    rt.cudaFree(a)
+    events = json.loads((tmp_path / "py.json").read_text())["device_traces"][0]
+    mine = [e for e in events if e["action"] == "alloc" and e["addr"] == a.value]
+    frames = mine[-1]["frames"]  # the ring keeps earlier tests' events at this address too
+    assert frames[0] == {"name": "malloc", "filename": __file__, "line": MALLOC_LINE}
+    assert frames[1] == {"name": "test_record_memory_history_python_frames", "filename": __file__, "line": line}
+
+
+@pytest.mark.parametrize("bad", [{"stacks": "pyton"}, {"enabled": "yes"}, {"max_entries": 0}, {"depth": 65}])
 def test_record_memory_history_bad_arguments(bad):
     with pytest.raises(ValueError):
         cucache.record_memory_history(**bad)

@@ -135,7 +135,7 @@ def present():
               "nothing recorded after record_memory_history(None)")
         check(any(e["action"] == "alloc" and e["addr"] == a.value for e in events), "what was recorded stays")
         rt.cudaFree(b)
-        for bad in ({"stacks": "python"}, {"enabled": "yes"}, {"max_entries": 0}):
+        for bad in ({"stacks": "pyton"}, {"enabled": "yes"}, {"max_entries": 0}):
             try:
                 cucache.record_memory_history(**bad)
             except ValueError:
