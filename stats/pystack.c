@@ -64,7 +64,21 @@
 
 enum {
     PY_NAME_MAX = 1024, /* bytes of a file or function name kept */
+    PY_CODE_CACHE = 64, /* code objects whose names a thread remembers (a power of two) */
 };
+
+/* A thread's recently seen code objects and their interned names, so that
+ * a stack seen before costs no attribute lookups.  Each entry holds a
+ * reference to its code object, so that its address is not reused while
+ * it is here; only the main interpreter's code objects are kept (a
+ * sub-interpreter's memory goes with it, whatever the reference count),
+ * and an entry is replaced (its reference dropped) under the main
+ * interpreter's GIL. */
+typedef struct py_code_memo_s {
+    void *code;
+    uint32_t file, name;
+} py_code_memo_t;
+static __thread py_code_memo_t py_memo[PY_CODE_CACHE];
 
 /* The C API used, the same in every version handled (PyObject * as void *). */
 #define PY_FUNCS(X)                                                                                                    \
@@ -79,7 +93,10 @@ enum {
     X(PyFrame_GetLineNumber, int, (void *))                                                                            \
     X(PyObject_GetAttrString, void *, (void *, const char *))                                                          \
     X(PyUnicode_AsUTF8AndSize, const char *, (void *, ssize_t *))                                                      \
-    X(Py_DecRef, void, (void *))
+    X(Py_DecRef, void, (void *))                                                                                       \
+    X(Py_IncRef, void, (void *))                                                                                       \
+    X(PyThreadState_GetInterpreter, void *, (void *))                                                                  \
+    X(PyInterpreterState_Main, void *, (void))
 
 /* What differs between versions: one row each, the last row whose version
  * the process's Python has applies. */
@@ -209,17 +226,27 @@ static uint32_t py_code_string(void *code, const char *attr)
     return id ? id : pyt.unknown;
 }
 
-/* Frame f as a record id; 0 when the table is full. */
-static uint32_t py_frame_record(void *f)
+/* Frame f as a record id; 0 when the table is full.  main: the thread
+ * runs in the main interpreter (py_memo may be used). */
+static uint32_t py_frame_record(void *f, bool main)
 {
     void *code = py.PyFrame_GetCode(f);
     if (!code)
         return 0;
-    py_rec_t r = {
-        .file = py_code_string(code, "co_filename"),
-        .name = py_code_string(code, "co_qualname"),
-        .line = py.PyFrame_GetLineNumber(f),
-    };
+    py_rec_t r = {.line = py.PyFrame_GetLineNumber(f)};
+    py_code_memo_t *m = &py_memo[((uintptr_t)code >> 4) & (PY_CODE_CACHE - 1)];
+    if (main && m->code == code) {
+        r.file = m->file, r.name = m->name;
+    } else {
+        r.file = py_code_string(code, "co_filename");
+        r.name = py_code_string(code, "co_qualname");
+        if (main) {
+            if (m->code)
+                py.Py_DecRef(m->code);
+            py.Py_IncRef(code);
+            *m = (py_code_memo_t){code, r.file, r.name};
+        }
+    }
     py.Py_DecRef(code);
     return st_intern(&pyt.frames, &r, sizeof r);
 }
@@ -233,9 +260,10 @@ static int py_walk(void *ts, uint32_t *out, int max)
     else
         py.err_fetch(&type, &value, &tb);
     int n = 0;
+    bool main = py.PyThreadState_GetInterpreter(ts) == py.PyInterpreterState_Main();
     void *f = py.PyThreadState_GetFrame(ts);
     while (f && n < max) {
-        uint32_t rec = py_frame_record(f);
+        uint32_t rec = py_frame_record(f, main);
         if (!rec)
             break;
         out[n++] = rec;

@@ -51,7 +51,8 @@ def load_weights():
     return [alloc(64 << 20) for _ in range(2)]  # SITE:ct-weights
 
 
-def worker(out):
+def worker(out, go):
+    go.wait()  # until the main thread runs Python
     out.append(alloc(3 << 20))  # SITE:thread
 
 
@@ -60,10 +61,11 @@ def ctypes_run():
     rt = ctypes.CDLL("libcudart.so.13")
     rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
     weights = load_weights()  # SITE:ct-main
-    out = []
-    t = threading.Thread(target=worker, args=(out,))
+    out, go = [], threading.Event()
+    t = threading.Thread(target=worker, args=(out, go))
     spins = 0
     t.start()
+    go.set()  # the main thread keeps the GIL until its switch interval ends
     while t.is_alive():  # Python on the main thread meanwhile, holding the GIL between switches
         spins += 1
     t.join()
