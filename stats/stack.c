@@ -1,16 +1,20 @@
 /*
- * Call stacks of allocations (CUCACHE_STACKS=native): captured at
- * each allocation, interned, symbolised only when a report or snapshot is
- * written.
+ * Call stacks of allocations (CUCACHE_STACKS=native, python,
+ * python+native): captured at each allocation, interned, symbolised only
+ * when a report or snapshot is written.
  *
  * Capture: libunwind's unw_backtrace (Debian's libunwind8), the return
- * addresses only.  A stack is interned in a table of distinct stacks and
+ * addresses only; Python frames as pystack.c's frame records, and in
+ * python+native the native frames up to the first in the interpreter's
+ * code.  A stack is interned (intern.c) in a table of distinct stacks and
  * the allocation carries its 32-bit id (core_block_info_t.site), so a
  * training loop that allocates from the same few places a million times
- * keeps a few stacks.  Lookups take no lock: an entry is written once and
- * published with a release store of its id into its hash slot; insertions
- * (a stack never seen before) take a mutex.  The table is bounded
- * (ST_STACKS_MAX stacks); past it allocations get ST_STACK_DROPPED.
+ * keeps a few stacks.  Lookups take no lock; insertions (a stack never
+ * seen before) take a mutex.  The table is bounded (ST_STACKS_MAX stacks);
+ * past it allocations get ST_STACK_DROPPED.
+ *
+ * Reports: a stack with Python frames is shown with the program's own
+ * frames first (site_python says how the rest is folded).
  *
  * Symbolisation: libdw's Dwfl over the process's own modules
  * (/proc/self/maps): function, file and line where the module has debug
