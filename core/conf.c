@@ -81,8 +81,8 @@ static void conf_put(const conf_opt_t *o, conf_t *c, const void *v, size_t n)
 
 static int conf_size_fail(const conf_opt_t *o, const char *v, size_t n, const char *why, conf_err_t *e)
 {
-    char q[CONF_SHOW_MAX + 4];
-    return conf_fail(e, "%s:%s: %sexpected a size of %s (%s)", o->name, conf_quote(q, v, n), why, o->range,
+    char q[CONF_SHOW_BUF];
+    return conf_fail(e, "%s:%s: %sexpected a size of %s (%s)", o->name, conf_show(q, v, n), why, o->range,
                      o->unit == MiB ? "a number of MiB, or with a unit: 512M, 2G"
                                     : "a number of bytes, or with a unit: 4096, 64K, 2M");
 }
@@ -122,11 +122,11 @@ static void conf_show_size(const conf_opt_t *o, const conf_t *c, char *buf, size
 
 static int conf_set_frac(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
 {
-    char q[CONF_SHOW_MAX + 4];
+    char q[CONF_SHOW_BUF];
     double x;
     bool hi_ok = o->flags & CONF_F_HI_CLOSED;
     if (!conf_read_frac(v, n, &x) || x <= o->lo || x > o->hi || (x == o->hi && !hi_ok))
-        return conf_fail(e, "%s:%s: expected a number %s (for example 0.8)", o->name, conf_quote(q, v, n), o->range);
+        return conf_fail(e, "%s:%s: expected a number %s (for example 0.8)", o->name, conf_show(q, v, n), o->range);
     conf_put(o, c, &x, sizeof x);
     return 0;
 }
@@ -172,14 +172,14 @@ static const char *conf_range(const conf_opt_t *o, char *buf, size_t len)
 
 static int conf_set_choice(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
 {
-    char q[CONF_SHOW_MAX + 4], r[CONF_VALUE_MAX];
+    char q[CONF_SHOW_BUF], r[CONF_VALUE_MAX];
     for (int i = 0; conf_choice_name(o, i); i++) {
         if (conf_eq(v, n, conf_choice_name(o, i))) {
             conf_put(o, c, &i, sizeof i);
             return 0;
         }
     }
-    return conf_fail(e, "%s:%s: expected %s", o->name, conf_quote(q, v, n), conf_range(o, r, sizeof r));
+    return conf_fail(e, "%s:%s: expected %s", o->name, conf_show(q, v, n), conf_range(o, r, sizeof r));
 }
 
 static void conf_show_choice(const conf_opt_t *o, const conf_t *c, char *buf, size_t len)
@@ -191,10 +191,10 @@ static void conf_show_choice(const conf_opt_t *o, const conf_t *c, char *buf, si
 
 static int conf_set_bool(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
 {
-    char q[CONF_SHOW_MAX + 4];
+    char q[CONF_SHOW_BUF];
     bool x;
     if (!conf_read_bool(v, n, &x))
-        return conf_fail(e, "%s:%s: expected true or false (also True, False, 1, 0)", o->name, conf_quote(q, v, n));
+        return conf_fail(e, "%s:%s: expected true or false (also True, False, 1, 0)", o->name, conf_show(q, v, n));
     conf_put(o, c, &x, sizeof x);
     return 0;
 }
@@ -209,14 +209,14 @@ static void conf_show_bool(const conf_opt_t *o, const conf_t *c, char *buf, size
 /* backend: PyTorch's allocator backend.  cucache sits under the native one. */
 static int conf_set_backend(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
 {
-    char q[CONF_SHOW_MAX + 4];
+    char q[CONF_SHOW_BUF];
     (void)c;
     if (conf_eq(v, n, "native"))
         return 0;
     if (conf_eq(v, n, "cudaMallocAsync"))
-        return conf_fail(e, "%s:%s: cucache replaces that backend; accepted: %s", o->name, conf_quote(q, v, n),
+        return conf_fail(e, "%s:%s: cucache replaces that backend; accepted: %s", o->name, conf_show(q, v, n),
                          o->range);
-    return conf_fail(e, "%s:%s: expected %s", o->name, conf_quote(q, v, n), o->range);
+    return conf_fail(e, "%s:%s: expected %s", o->name, conf_show(q, v, n), o->range);
 }
 
 static void conf_show_backend(const conf_opt_t *o, const conf_t *c, char *buf, size_t len)
@@ -228,7 +228,7 @@ static void conf_show_backend(const conf_opt_t *o, const conf_t *c, char *buf, s
 
 static int conf_set_divs(const conf_opt_t *o, conf_t *c, const char *v, size_t n, conf_err_t *e)
 {
-    char q[CONF_SHOW_MAX + 4], why[2 * CONF_SHOW_MAX + 64];
+    char q[CONF_SHOW_BUF], why[2 * CONF_SHOW_BUF + 64];
     unsigned divs[CONF_ROUNDUP_INTERVALS] = {0};
     bool ok;
     if (n && v[0] == '[') {
@@ -240,7 +240,7 @@ static int conf_set_divs(const conf_opt_t *o, conf_t *c, const char *v, size_t n
             divs[i] = d;
     }
     if (!ok)
-        return conf_fail(e, "%s:%s: %s; expected %s", o->name, conf_quote(q, v, n), why, o->range);
+        return conf_fail(e, "%s:%s: %s; expected %s", o->name, conf_show(q, v, n), why, o->range);
     memcpy(c->roundup_divs, divs, sizeof divs);
     return 0;
 }
@@ -448,12 +448,12 @@ static int conf_apply_item(void *ctx, const char *key, size_t klen, const char *
     for (size_t i = 0; i < CONF_NOPTS; i++)
         if (conf_eq(key, klen, conf_opts[i].name))
             return conf_opts[i].set(&conf_opts[i], p->c, val, vlen, &p->e) ? -1 : 0;
-    char qk[CONF_SHOW_MAX + 4], qv[CONF_SHOW_MAX + 4], hint[CONF_KEY_MAX + 32] = "";
+    char qk[CONF_SHOW_BUF], qv[CONF_SHOW_BUF], hint[CONF_KEY_MAX + 32] = "";
     const char *near = conf_near_key(key, klen);
     if (near)
         snprintf(hint, sizeof hint, " (did you mean %s?)", near);
     return conf_fail(&p->e, "%s:%s: unknown key%s; run with CUCACHE_CONF=help for the list of keys",
-                     conf_quote(qk, key, klen), conf_quote(qv, val, vlen), hint);
+                     conf_show(qk, key, klen), conf_show(qv, val, vlen), hint);
 }
 
 void conf_defaults(conf_t *c)

@@ -96,6 +96,20 @@ unsigned conf_roundup_divisions(const conf_t *c, size_t size);
  * report's hint.  Nothing else parses a size or splits CUCACHE_CONF.
  * ---------------------------------------------------------------------- */
 
+/*
+ * A value a user gave, for an error message that names it (every refusal
+ * of every layer: CUCACHE_CONF, the library's variables, the simulator's,
+ * cucache-run's and cucache-replay's options): at most CONF_SHOW_MAX bytes
+ * of text, on one line, safe on a terminal.  Printable ASCII stays as it
+ * is, a backslash is doubled, and every other byte (control bytes, ESC,
+ * each byte of a non-ASCII or invalid UTF-8 sequence) is written \xNN.  A
+ * value that does not fit ends in "... (N bytes)", N its whole length.
+ * Returns out.
+ */
+#define CONF_SHOW_MAX 72                  /* bytes of shown text, escapes included */
+#define CONF_SHOW_BUF (CONF_SHOW_MAX + 32) /* out's size: the text, "... (N bytes)" and the NUL */
+const char *conf_show(char out[CONF_SHOW_BUF], const char *s, size_t n);
+
 /* What conf_read_size found. */
 typedef enum conf_num_e {
     CONF_NUM_OK,

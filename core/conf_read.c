@@ -61,19 +61,39 @@ bool conf_eq(const char *s, size_t n, const char *word)
     return strlen(word) == n && memcmp(s, word, n) == 0;
 }
 
-/* Copies s[0..n) for an error message: one line, at most CONF_SHOW_MAX bytes. */
-const char *conf_quote(char out[CONF_SHOW_MAX + 4], const char *s, size_t n)
+/* One byte as it may appear on a terminal: printable ASCII as itself, a
+ * backslash doubled, every other byte (control bytes, escape sequences'
+ * ESC, every byte of a multibyte or invalid UTF-8 sequence) as \xNN. */
+static size_t conf_show_byte(char out[4], unsigned char ch)
 {
-    size_t k = n < CONF_SHOW_MAX ? n : CONF_SHOW_MAX;
-    for (size_t i = 0; i < k; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        out[i] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+    static const char hex[] = "0123456789abcdef";
+    if (ch == '\\') {
+        out[0] = out[1] = '\\';
+        return 2;
     }
-    if (k < n) {
-        memcpy(out + k, "...", 3);
-        k += 3;
+    if (ch >= 0x20 && ch < 0x7f) {
+        out[0] = (char)ch;
+        return 1;
     }
-    out[k] = '\0';
+    out[0] = '\\', out[1] = 'x', out[2] = hex[ch >> 4], out[3] = hex[ch & 15];
+    return 4;
+}
+
+const char *conf_show(char out[CONF_SHOW_BUF], const char *s, size_t n)
+{
+    size_t k = 0, i = 0;
+    for (; i < n; i++) {
+        char piece[4];
+        size_t m = conf_show_byte(piece, (unsigned char)s[i]);
+        if (k + m > CONF_SHOW_MAX)
+            break;
+        memcpy(out + k, piece, m);
+        k += m;
+    }
+    if (i < n)
+        snprintf(out + k, CONF_SHOW_BUF - k, "... (%zu bytes)", n);
+    else
+        out[k] = '\0';
     return out;
 }
 
@@ -127,7 +147,7 @@ static int conf_split_item(const char *text, size_t start, size_t end, conf_item
     size_t n = end - start;
     conf_trim(&s, &n);
     size_t col = (size_t)(s - text) + 1;
-    char q[CONF_SHOW_MAX + 4];
+    char q[CONF_SHOW_BUF];
     if (!n)
         return conf_fail(
             e, "empty item at column %zu (two commas in a row, or a comma at an end); expected key:value,key:value",
@@ -135,13 +155,13 @@ static int conf_split_item(const char *text, size_t start, size_t end, conf_item
     const char *colon = memchr(s, ':', n);
     if (!colon)
         return conf_fail(e, "'%s' at column %zu: expected key:value (run with CUCACHE_CONF=help for the keys)",
-                         conf_quote(q, s, n), col);
+                         conf_show(q, s, n), col);
     const char *key = s, *val = colon + 1;
     size_t klen = (size_t)(colon - s), vlen = n - klen - 1;
     conf_trim(&key, &klen);
     conf_trim(&val, &vlen);
     if (!klen)
-        return conf_fail(e, "'%s' at column %zu: no key before ':'; expected key:value", conf_quote(q, s, n), col);
+        return conf_fail(e, "'%s' at column %zu: no key before ':'; expected key:value", conf_show(q, s, n), col);
     return item(ctx, key, klen, val, vlen, col);
 }
 
@@ -349,18 +369,18 @@ static bool conf_read_uint(const char *s, size_t n, uint64_t *out)
 /* One division count: 0 or a power of two up to CONF_DIVS_MAX.  On error writes why. */
 bool conf_read_div(const char *s, size_t n, unsigned *out, char *why, size_t whylen)
 {
-    char q[CONF_SHOW_MAX + 4];
+    char q[CONF_SHOW_BUF];
     uint64_t v;
     if (!conf_read_uint(s, n, &v)) {
-        snprintf(why, whylen, "'%s' is not a number", conf_quote(q, s, n));
+        snprintf(why, whylen, "'%s' is not a number", conf_show(q, s, n));
         return false;
     }
     if (v > CONF_DIVS_MAX) {
-        snprintf(why, whylen, "%s is more than %u", conf_quote(q, s, n), CONF_DIVS_MAX);
+        snprintf(why, whylen, "%s is more than %u", conf_show(q, s, n), CONF_DIVS_MAX);
         return false;
     }
     if (v && !conf_is_pow2(v)) {
-        snprintf(why, whylen, "%s is not 0 or a power of two", conf_quote(q, s, n));
+        snprintf(why, whylen, "%s is not 0 or a power of two", conf_show(q, s, n));
         return false;
     }
     *out = (unsigned)v;
@@ -382,7 +402,7 @@ unsigned conf_log2(uint64_t v)
  */
 bool conf_read_divs_list(const char *s, size_t n, unsigned divs[CONF_ROUNDUP_INTERVALS], char *why, size_t whylen)
 {
-    char q[CONF_SHOW_MAX + 4], q2[CONF_SHOW_MAX + 4];
+    char q[CONF_SHOW_BUF], q2[CONF_SHOW_BUF];
     if (n < 2 || s[n - 1] != ']') {
         snprintf(why, whylen, "text after ']'");
         return false;
@@ -413,12 +433,12 @@ bool conf_read_divs_list(const char *s, size_t n, unsigned divs[CONF_ROUNDUP_INT
             return false;
         }
         if (closed) {
-            snprintf(why, whylen, "'%s' after '>': '>' must come last", conf_quote(q, el, elen));
+            snprintf(why, whylen, "'%s' after '>': '>' must come last", conf_show(q, el, elen));
             return false;
         }
         const char *colon = memchr(el, ':', elen);
         if (!colon) {
-            snprintf(why, whylen, "'%s' is not MiB:divisions", conf_quote(q, el, elen));
+            snprintf(why, whylen, "'%s' is not MiB:divisions", conf_show(q, el, elen));
             return false;
         }
         key = el;
@@ -438,18 +458,18 @@ bool conf_read_divs_list(const char *s, size_t n, unsigned divs[CONF_ROUNDUP_INT
         }
         uint64_t mib;
         if (!conf_read_uint(key, klen, &mib)) {
-            snprintf(why, whylen, "key '%s' is not a number of MiB or '>'", conf_quote(q, key, klen));
+            snprintf(why, whylen, "key '%s' is not a number of MiB or '>'", conf_show(q, key, klen));
             return false;
         }
         if (!conf_is_pow2(mib) || mib > CONF_DIVS_KEY_MAX) {
-            snprintf(why, whylen, "key %s is not a power of two from 1 to %u", conf_quote(q, key, klen),
+            snprintf(why, whylen, "key %s is not a power of two from 1 to %u", conf_show(q, key, klen),
                      CONF_DIVS_KEY_MAX);
             return false;
         }
         unsigned idx = conf_log2(mib);
         if (any && idx <= last) {
-            snprintf(why, whylen, "keys must increase: %s comes after %s", conf_quote(q, key, klen),
-                     conf_quote(q2, last_key, last_klen));
+            snprintf(why, whylen, "keys must increase: %s comes after %s", conf_show(q, key, klen),
+                     conf_show(q2, last_key, last_klen));
             return false;
         }
         if (!any)

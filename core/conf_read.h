@@ -21,7 +21,6 @@
 #define CONF_DIVS_MAX 1024u      /* largest roundup_power2_divisions value */
 #define CONF_DIVS_KEY_MAX 32768u /* MiB: the key of the last interval (32 GiB) */
 
-#define CONF_SHOW_MAX 64   /* bytes of a value quoted in an error message */
 #define CONF_LINE_MAX 512  /* one line of conf_help / conf_describe */
 #define CONF_VALUE_MAX 256 /* one formatted value (the roundup list is the longest) */
 #define CONF_KEY_MAX 48    /* longest unknown key we look for a near match of */
@@ -37,8 +36,6 @@ __attribute__((format(printf, 2, 3))) int conf_fail(conf_err_t *e, const char *f
 /* Drops the whitespace at both ends of s[0..n). */
 void conf_trim(const char **s, size_t *n);
 bool conf_eq(const char *s, size_t n, const char *word);
-/* Copies s[0..n) for an error message: one line, at most CONF_SHOW_MAX bytes. */
-const char *conf_quote(char out[CONF_SHOW_MAX + 4], const char *s, size_t n);
 bool conf_is_pow2(uint64_t v);
 /* A size as `20M`, `1536K`, `512` (or `512B` when a bare number would mean MiB). */
 void conf_fmt_size(char *buf, size_t len, size_t v, bool bare_is_bytes);

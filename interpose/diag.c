@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conf.h" /* conf_show */
 #include "env.h"
 #include "hook.h"
 #include "hostalloc.h"
@@ -63,7 +64,8 @@ int hook_diag_start(char *err, size_t errlen)
         char why[256];
         bool on;
         if (st_stacks_enable((st_stack_mode_t)env->stack_mode, env->stack_depth, &on, why, sizeof why) != 0) {
-            snprintf(err, errlen, "CUCACHE_STACKS=%s: %s", env->stacks, why);
+            char shown[CONF_SHOW_BUF];
+            snprintf(err, errlen, "CUCACHE_STACKS: '%s': %s", conf_show(shown, env->stacks, strlen(env->stacks)), why);
             return -1;
         }
         atomic_store(&hook_stacks, on);

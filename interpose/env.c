@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conf.h" /* conf_show: a value in an error line */
 #include "env.h"
 #include "st.h"
 
@@ -68,18 +69,6 @@
 
 static hook_env_t env = {.history = DEFAULT_HISTORY, .whatif_ms = DEFAULT_WHATIF_MS};
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-
-void hook_env_show(char *out, size_t len, const char *text)
-{
-    size_t k = 0;
-    const unsigned char *p = (const unsigned char *)text;
-    for (; *p && k + 8 < len; p++)
-        k += (size_t)(*p < 0x20 || *p == 0x7f ? snprintf(out + k, len - k, "\\x%02x", *p)
-                                              : snprintf(out + k, len - k, "%c", *p));
-    if (*p)
-        k += (size_t)snprintf(out + k, len - k, "...");
-    out[k < len ? k : len - 1] = '\0';
-}
 
 /* A variable's value, NULL when unset or empty.  Each variable is read
  * with a call spelled out, secure_getenv("CUCACHE_..."): tests/run/check_man.py
@@ -112,9 +101,9 @@ static int env_count(hook_env_var_t var, const char *name, const char *text, uns
     errno = 0;
     unsigned long long n = strtoull(text, &end, 10);
     if (errno || *end || end == text || text[0] == '-' || n < min || n > max) {
-        char shown[64];
-        hook_env_show(shown, sizeof shown, text);
-        return env_bad(var, "%s: '%s' is not %s from %llu to %llu", name, shown, what, min, max);
+        char shown[CONF_SHOW_BUF];
+        return env_bad(var, "%s: '%s' is not %s from %llu to %llu", name, conf_show(shown, text, strlen(text)), what,
+                       min, max);
     }
     *out = n;
     return 0;
@@ -135,10 +124,9 @@ int hook_stacks_parse(const char *text, int *mode, int *depth, char *err, size_t
             errno = 0;
             n = strtoull(text + len + 1, &end, 10);
             if (errno || *end || end == text + len + 1 || text[len + 1] == '-' || n < 1 || n > ST_STACK_DEPTH_MAX) {
-                char shown[64];
-                hook_env_show(shown, sizeof shown, text + len + 1);
-                snprintf(err, errlen, "%s:DEPTH: '%s' is not a number of frames from 1 to %d", name, shown,
-                         ST_STACK_DEPTH_MAX);
+                char shown[CONF_SHOW_BUF];
+                snprintf(err, errlen, "%s:DEPTH: '%s' is not a number of frames from 1 to %d", name,
+                         conf_show(shown, text + len + 1, strlen(text + len + 1)), ST_STACK_DEPTH_MAX);
                 return -1;
             }
         }
@@ -146,9 +134,9 @@ int hook_stacks_parse(const char *text, int *mode, int *depth, char *err, size_t
         *depth = m == ST_STACKS_OFF ? 0 : (int)n;
         return 0;
     }
-    char shown[64];
-    hook_env_show(shown, sizeof shown, text);
-    snprintf(err, errlen, "'%s' is not one of native, python, python+native (each with :DEPTH), off", shown);
+    char shown[CONF_SHOW_BUF];
+    snprintf(err, errlen, "'%s' is not one of native, python, python+native (each with :DEPTH), off",
+             conf_show(shown, text, strlen(text)));
     return -1;
 }
 
@@ -176,11 +164,9 @@ static int env_snapshot_on(const char *text)
         else if (n == 4 && strncmp(p, "none", n) == 0)
             ;
         else {
-            char item[64], shown[64];
-            snprintf(item, sizeof item, "%.*s", (int)(n < sizeof item ? n : sizeof item - 1), p);
-            hook_env_show(shown, sizeof shown, item);
+            char shown[CONF_SHOW_BUF];
             return env_bad(HOOK_ENV_SNAPSHOT_ON, "CUCACHE_SNAPSHOT_ON: '%s' is not one of oom, exit, signal, none",
-                           shown);
+                           conf_show(shown, p, n));
         }
         p += n;
         if (*p == ',')
@@ -196,20 +182,18 @@ static int env_check(void)
     const char *report = nonempty(secure_getenv("CUCACHE_REPORT"));
     if (report && strcmp(report, "off") != 0) {
         if (strcmp(report, "exit") != 0) {
-            char shown[64];
-            hook_env_show(shown, sizeof shown, report);
-            return env_bad(HOOK_ENV_REPORT, "CUCACHE_REPORT: '%s' is not one of exit, off", shown);
+            char shown[CONF_SHOW_BUF];
+            return env_bad(HOOK_ENV_REPORT, "CUCACHE_REPORT: '%s' is not one of exit, off",
+                           conf_show(shown, report, strlen(report)));
         }
         env.report_exit = true;
     }
 
     const char *snap = nonempty(secure_getenv("CUCACHE_SNAPSHOT"));
     if (snap) {
-        char probe[4096];
-        if (st_expand_name(snap, 0, 0, probe, sizeof probe, env.why, sizeof env.why) != 0) {
-            env.bad = HOOK_ENV_SNAPSHOT;
-            return -1;
-        }
+        char probe[4096], why[sizeof env.why];
+        if (st_expand_name(snap, 0, 0, probe, sizeof probe, why, sizeof why) != 0)
+            return env_bad(HOOK_ENV_SNAPSHOT, "CUCACHE_SNAPSHOT: %s", why);
         env.snapshot = snap;
         env.snapshot_on = HOOK_SNAP_ON_OOM;
         env.ring_events = DEFAULT_RING_EVENTS;
@@ -218,8 +202,10 @@ static int env_check(void)
     if (on) {
         if (env_snapshot_on(on) != 0)
             return -1;
+        char shown[CONF_SHOW_BUF];
         if (env.snapshot_on && !env.snapshot)
-            return env_bad(HOOK_ENV_SNAPSHOT_ON, "CUCACHE_SNAPSHOT_ON=%s needs CUCACHE_SNAPSHOT (where to write)", on);
+            return env_bad(HOOK_ENV_SNAPSHOT_ON, "CUCACHE_SNAPSHOT_ON: '%s' needs CUCACHE_SNAPSHOT (where to write)",
+                           conf_show(shown, on, strlen(on)));
     }
     unsigned long long events = env.ring_events, history = env.history, leak = (unsigned)env.leak_exitcode,
                        whatif = env.whatif_ms;

@@ -63,8 +63,4 @@ const hook_env_t *hook_env(void);
  * is wrong (without the variable's name, which the caller adds). */
 int hook_stacks_parse(const char *text, int *mode, int *depth, char *err, size_t errlen);
 
-/* A variable's value for an error line: control bytes as \xNN, cut to fit
- * `len` with "...". */
-void hook_env_show(char *out, size_t len, const char *text);
-
 #endif

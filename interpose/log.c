@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "conf.h" /* conf_show */
 #include "env.h"
 #include "hook.h"
 #include "st.h"
@@ -20,14 +21,15 @@ int hook_log_fd = 2; /* CUCACHE_LOG's file, or stderr */
 
 int hook_log_open(const char *tmpl, char *err, size_t errlen)
 {
-    char path[4096], shown[256];
-    if (st_expand_name(tmpl, 0, 0, path, sizeof path, err, errlen) != 0)
+    char path[4096], shown[CONF_SHOW_BUF], why[384];
+    if (st_expand_name(tmpl, 0, 0, path, sizeof path, why, sizeof why) != 0) {
+        snprintf(err, errlen, "CUCACHE_LOG: %s", why);
         return -1;
+    }
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
         int e = errno;
-        hook_env_show(shown, sizeof shown, path);
-        snprintf(err, errlen, "CUCACHE_LOG: cannot open '%s': %s%s", shown, strerror(e),
+        snprintf(err, errlen, "CUCACHE_LOG: cannot open '%s': %s%s", conf_show(shown, path, strlen(path)), strerror(e),
                  e == ELOOP ? " (a symbolic link is refused)" : "");
         return -1;
     }

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conf.h" /* conf_show */
 #include "env.h"
 #include "hook.h"
 #include "hostalloc.h"
@@ -132,12 +133,16 @@ static void write_all(const void *data, size_t len)
 /* Creates the file (never through a link) and writes its header. */
 static int open_file(char *err, size_t errlen)
 {
-    char path[4096];
-    if (st_expand_name(tr.tmpl, -1, 0, path, sizeof path, err, errlen) != 0)
+    char path[4096], why[384], shown[CONF_SHOW_BUF];
+    if (st_expand_name(tr.tmpl, -1, 0, path, sizeof path, why, sizeof why) != 0) {
+        snprintf(err, errlen, "CUCACHE_TRACE: %s", why);
         return -1;
+    }
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
-        snprintf(err, errlen, "CUCACHE_TRACE: %s: %s", path, strerror(errno));
+        int e = errno;
+        snprintf(err, errlen, "CUCACHE_TRACE: cannot create '%s': %s%s", conf_show(shown, path, strlen(path)),
+                 strerror(e), e == ELOOP ? " (a symbolic link is refused)" : "");
         return -1;
     }
     struct timespec rt;
@@ -263,7 +268,9 @@ int hook_trace_start(char *err, size_t errlen)
     if (!tmpl)
         return 0;
     if (strlen(tmpl) >= sizeof tr.tmpl) {
-        snprintf(err, errlen, "CUCACHE_TRACE: the name is longer than %zu bytes", sizeof tr.tmpl - 1);
+        char shown[CONF_SHOW_BUF];
+        snprintf(err, errlen, "CUCACHE_TRACE: '%s': the name is longer than %zu bytes",
+                 conf_show(shown, tmpl, strlen(tmpl)), sizeof tr.tmpl - 1);
         return -1;
     }
     strcpy(tr.tmpl, tmpl);

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "conf.h" /* core/conf.c: the one size reader */
+#include "conf.h" /* core/conf.c: the one size reader, conf_show */
 #include "handles.h"
 
 sim_state_t sim = {
@@ -336,7 +336,8 @@ static bool parse_kernel_times(const char *v, sim_config_t *cfg)
 /* Says what a CUCACHE_SIM_* variable should have held; returns false. */
 static bool env_bad(const char *name, const char *v, const char *expected)
 {
-    sim_log("%s=%s: expected %s", name, v, expected);
+    char shown[CONF_SHOW_BUF];
+    sim_log("%s: '%s': expected %s", name, conf_show(shown, v, strlen(v)), expected);
     return false;
 }
 

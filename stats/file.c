@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "conf.h" /* conf_show: a template in an error line */
 #include "st.h"
 
 /* Writes go out in chunks of this size (the test hook sees each one). */
@@ -61,8 +62,10 @@ int st_expand_name(const char *tmpl, int device, unsigned seq, char *out, size_t
 {
     if (err && errlen)
         err[0] = '\0';
+    char shown[CONF_SHOW_BUF], what[CONF_SHOW_BUF];
+    conf_show(shown, tmpl, strlen(tmpl));
     if (len == 0) {
-        errf(err, errlen, "file name template \"%s\": no room for the name", tmpl);
+        errf(err, errlen, "file name template '%s': no room for the name", shown);
         return -1;
     }
     size_t n = 0; /* < len: room for the NUL is kept */
@@ -93,17 +96,18 @@ int st_expand_name(const char *tmpl, int device, unsigned seq, char *out, size_t
                 add = "%";
                 break;
             case '\0':
-                errf(err, errlen, "file name template \"%s\": a lone %% at the end (%%%% writes a percent sign)", tmpl);
+                errf(err, errlen, "file name template '%s': a lone %% at the end (%%%% writes a percent sign)", shown);
                 return -1;
             default:
-                errf(err, errlen, "file name template \"%s\": unknown %%%c (known: %%p %%r %%d %%n %%%%)", tmpl, p[1]);
+                errf(err, errlen, "file name template '%s': unknown %%%s (known: %%p %%r %%d %%n %%%%)", shown,
+                     conf_show(what, p + 1, 1));
                 return -1;
             }
             p++;
         }
         size_t k = strlen(add);
         if (k >= len - n) {
-            errf(err, errlen, "file name template \"%s\": the name is longer than %zu bytes", tmpl, len - 1);
+            errf(err, errlen, "file name template '%s': the name is longer than %zu bytes", shown, len - 1);
             return -1;
         }
         memcpy(out + n, add, k);

@@ -426,23 +426,64 @@ static void test_error_buffer(void **state)
     assert_int_equal(c.reuse, CONF_REUSE_SYNC);
 }
 
-/* A value is quoted on one line, cut after 64 bytes. */
+/* A value is shown on one line (conf_show), cut after CONF_SHOW_MAX bytes
+ * with its whole length. */
 static void test_error_quotes_safely(void **state)
 {
     char text[300], err[ERRLEN];
     conf_t c;
     (void)state;
-    char want[100] = "reuse:";
+    char want[120] = "reuse:";
     snprintf(text, sizeof text, "reuse:%0200d", 7);
-    memset(want + 6, '0', 64);
-    strcpy(want + 70, "...: expected");
+    memset(want + 6, '0', CONF_SHOW_MAX);
+    strcpy(want + 6 + CONF_SHOW_MAX, "... (200 bytes): expected");
     conf_defaults(&c);
     assert_int_equal(conf_parse(&c, text, err, sizeof err), -1);
     if (!strstr(err, want))
         fail_msg("\"%s\" lacks \"%s\"", err, want);
     assert_true(strlen(err) < 200);
-    ERR("reuse:a\nb", "reuse:a?b: expected ordered, fenced, stream, sync or fenced-host");
-    ERR("reuse:a\001b", "reuse:a?b: expected");
+    ERR("reuse:a\nb", "reuse:a\\x0ab: expected ordered, fenced, stream, sync or fenced-host");
+    ERR("reuse:a\001b", "reuse:a\\x01b: expected");
+}
+
+/* conf_show, the one way every layer shows a value in a refusal: printable
+ * ASCII as it is, a backslash doubled, every other byte \xNN, at most
+ * CONF_SHOW_MAX bytes of text then "... (N bytes)".  Seen to fail with
+ * bytes above 0x7e passed through, and with the cut not counting the
+ * escapes (the output then ran past CONF_SHOW_MAX). */
+static void test_conf_show(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;
+        const char *out;
+    } cases[] = {
+        {"plain text 1.5G", "plain text 1.5G"},
+        {"", ""},
+        {"a\x1b[2Jb", "a\\x1b[2Jb"},
+        {"\x07\r\n\t\x7f", "\\x07\\x0d\\x0a\\x09\\x7f"},
+        {"caf\xc3\xa9 \xff\xfe", "caf\\xc3\\xa9 \\xff\\xfe"},
+        {"\xe2\x80\xae", "\\xe2\\x80\\xae"}, /* U+202E, right-to-left override */
+        {"a\\x41", "a\\\\x41"},               /* a typed \x41 stays distinguishable */
+    };
+    char out[CONF_SHOW_BUF];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_string_equal(conf_show(out, cases[i].in, strlen(cases[i].in)), cases[i].out);
+    /* exactly CONF_SHOW_MAX bytes fit; one more is cut */
+    char in[4096];
+    memset(in, 'x', sizeof in);
+    assert_int_equal(strlen(conf_show(out, in, CONF_SHOW_MAX)), CONF_SHOW_MAX);
+    conf_show(out, in, CONF_SHOW_MAX + 1);
+    assert_int_equal(strncmp(out + CONF_SHOW_MAX, "... (73 bytes)", 15), 0);
+    /* a long hostile value: bounded, nothing raw, its length given */
+    for (size_t i = 0; i < sizeof in; i++)
+        in[i] = (char)(i % 3 == 0 ? 0x1b : i % 3 == 1 ? 0xff : 'A');
+    conf_show(out, in, sizeof in);
+    assert_true(strlen(out) < CONF_SHOW_BUF);
+    assert_non_null(strstr(out, "... (4096 bytes)"));
+    for (const char *p = out; *p; p++)
+        assert_true(*p >= 0x20 && *p < 0x7f);
+    assert_true(strlen(out) - strlen("... (4096 bytes)") <= CONF_SHOW_MAX);
 }
 
 static void test_unknown_key(void **state)
@@ -1147,6 +1188,7 @@ int main(void)
         cmocka_unit_test(test_unchanged_on_error),
         cmocka_unit_test(test_error_buffer),
         cmocka_unit_test(test_error_quotes_safely),
+        cmocka_unit_test(test_conf_show),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_size_units),
         cmocka_unit_test(test_size_errors),

@@ -7,15 +7,18 @@
  * program's live allocations; cucache_memory_summary and cucache_snapshot
  * (a symbolic link at the target refused, the link's file untouched);
  * SIGUSR1 writes a snapshot; CUCACHE_REPORT=exit prints the summary and its
- * verdict at exit; bad CUCACHE_REPORT / CUCACHE_SNAPSHOT_ON /
- * CUCACHE_SNAPSHOT values stop the program before main with a line naming
- * the variable.
+ * verdict at exit; a bad value of any variable the library reads stops
+ * the program before main with a line naming the variable, and a hostile
+ * one (tests/hostile.h: escape sequences, control bytes, invalid UTF-8,
+ * 10 KB) is shown bounded and escaped.
  *
  * Seen to fail: without LD_PRELOAD every cucache check fails; with the
  * report's allocated figure taken from reserved (a scratch diag.c), the
  * report test fails on the "allocated by cucache" figure.
  */
 #include "itest.h"
+
+#include "../hostile.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -312,7 +315,11 @@ static void test_bad_settings_stop_the_program(void **state)
         {"CUCACHE_REPORT=exit\x1b[2J", "CUCACHE_REPORT: 'exit\\x1b[2J' is not one of exit, off"},
         {"CUCACHE_SNAPSHOT_ON=oom,\x07", "CUCACHE_SNAPSHOT_ON: '\\x07' is not one of"},
         {"CUCACHE_SNAPSHOT_ON=crash", "CUCACHE_SNAPSHOT_ON: 'crash'"},
-        {"CUCACHE_SNAPSHOT=/tmp/x-%q.pickle", "%q"},
+        {"CUCACHE_SNAPSHOT=/tmp/x-%q.pickle", "CUCACHE_SNAPSHOT: file name template '/tmp/x-%q.pickle': unknown %q"},
+        {"CUCACHE_LOG=/tmp/x-%q.log", "CUCACHE_LOG: file name template '/tmp/x-%q.log': unknown %q"},
+        {"CUCACHE_TRACE=/tmp/x-%q.trace", "CUCACHE_TRACE: file name template '/tmp/x-%q.trace': unknown %q"},
+        {"CUCACHE_STACKS=foreign", "CUCACHE_STACKS: 'foreign'"},
+        {"CUCACHE_CONF=bogus_key:1", "CUCACHE_CONF: "},
         {"CUCACHE_SNAPSHOT_EVENTS=lots", "CUCACHE_SNAPSHOT_EVENTS: 'lots'"},
         {"CUCACHE_HISTORY=-5", "CUCACHE_HISTORY: '-5' is not a number of allocator calls"},
         {"CUCACHE_HISTORY=1\x01", "CUCACHE_HISTORY: '1\\x01'"},
@@ -335,6 +342,37 @@ static void test_bad_settings_stop_the_program(void **state)
     itest_spawn(child, argv, set, unset, 30000, r);
     itest_expect_exit(r, 1);
     expect_in(r->err, "needs", "needs CUCACHE_SNAPSHOT");
+    free(r);
+}
+
+/* Every variable the library reads, set to a hostile value: refused before
+ * main, named, and shown bounded and escaped (conf_show).  Seen to fail
+ * with env.c's refusal of CUCACHE_SNAPSHOT_ON printing the value raw, and
+ * with CUCACHE_SNAPSHOT's template error not naming the variable. */
+static void test_hostile_settings_shown_safely(void **state)
+{
+    (void)state;
+    const char *child = itest_helper("ITEST_CHILD");
+    itest_run_t *r = malloc(sizeof *r);
+    const char *const argv[] = {child, "alloc", NULL};
+    static const char *const vars[] = {
+        "CUCACHE_CONF",    "CUCACHE_REPORT",        "CUCACHE_SNAPSHOT",   "CUCACHE_SNAPSHOT_ON",
+        "CUCACHE_LOG",     "CUCACHE_SNAPSHOT_EVENTS", "CUCACHE_HISTORY",  "CUCACHE_LEAK_EXITCODE",
+        "CUCACHE_STACKS",  "CUCACHE_WHATIF_MS",     "CUCACHE_TRACE",
+    };
+    static char setting[HOSTILE_LEN + 64];
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *const set[] = {hostile_setting(setting, sizeof setting, vars[i]), NULL};
+        /* the suite's snapshot settings are left out: each case refuses one variable */
+        const char *const unset[] = {"CUCACHE_SNAPSHOT", "CUCACHE_SNAPSHOT_ON", NULL};
+        itest_spawn(child, argv, set, unset, 30000, r);
+        itest_expect_exit(r, 1);
+        char why[128];
+        if (!hostile_shown_safely(r->err, vars[i], why, sizeof why))
+            fail_msg("%s=<hostile>: %s\nstderr:\n%.2000s", vars[i], why, r->err);
+        if (strstr(r->out, "itest_child: main"))
+            fail_msg("%s=<hostile>: main ran", vars[i]);
+    }
     free(r);
 }
 
@@ -572,6 +610,7 @@ int main(void)
         ITEST(test_sigusr1_snapshot),
         ITEST(test_exit_summary),
         ITEST(test_bad_settings_stop_the_program),
+        ITEST(test_hostile_settings_shown_safely),
         ITEST(test_oom_hint_holds_when_applied),
         ITEST(test_oom_hint_nothing_fits),
         ITEST(test_oom_hint_split),

@@ -8,6 +8,8 @@
  */
 #include "simtest.h"
 
+#include "../hostile.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -204,6 +206,30 @@ static void test_bad_values_fail_init_naming_the_variable(void **state)
     }
 }
 
+/* Every variable's refusal of a hostile value (tests/hostile.h): named,
+ * bounded, shown with its control and non-ASCII bytes escaped and its
+ * length.  Seen to fail with sim/engine.c printing the value raw. */
+static void test_hostile_values_shown_safely(void **state)
+{
+    (void)state;
+    static struct run r;
+    static const char *const vars[] = {
+        "CUCACHE_SIM_DEVICES",  "CUCACHE_SIM_CAPACITY",   "CUCACHE_SIM_ALLOC_US",        "CUCACHE_SIM_FREE_US",
+        "CUCACHE_SIM_COPY_GBPS", "CUCACHE_SIM_RACE",      "CUCACHE_SIM_RACE_FATAL",      "CUCACHE_SIM_VMM_GRANULARITY",
+        "CUCACHE_SIM_VMM_US",   "CUCACHE_SIM_KERNEL_US", "CUCACHE_SIM_SPIN_US",         "CUCACHE_SIM_COHERENT",
+    };
+    static char setting[HOSTILE_LEN + 64];
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *const set[] = {hostile_setting(setting, sizeof setting, vars[i]), NULL};
+        probe(set, &r);
+        char why[128];
+        if (field(r.out, "count") == cudaSuccess || !hostile_shown_safely(r.err, vars[i], why, sizeof why)) {
+            print_error("%s=<hostile>: %s\nstderr:\n%.2000s\n", vars[i], why, r.err);
+            fail();
+        }
+    }
+}
+
 static void test_good_values(void **state)
 {
     (void)state;
@@ -268,6 +294,7 @@ int main(void)
         cmocka_unit_test(test_device_count),
         cmocka_unit_test(test_capacity_units),
         cmocka_unit_test(test_bad_values_fail_init_naming_the_variable),
+        cmocka_unit_test(test_hostile_values_shown_safely),
         cmocka_unit_test(test_good_values),
         cmocka_unit_test(test_race_fatal_aborts_on_planted_race),
         cmocka_unit_test(test_race_detector_counts_and_can_be_off),
