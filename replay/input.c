@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "conf.h" /* conf_show */
 #include "hostalloc.h"
 #include "replay.h"
 #include "st.h"
@@ -197,10 +198,12 @@ int rp_input_parse(const char *name, const uint8_t *data, size_t len, rp_input_t
     }
     if (rc != 0) {
         const char *fmt = out->format ? rp_format_name(out->format) : NULL;
+        char shown[CONF_SHOW_BUF];
+        conf_show(shown, name, strlen(name));
         if (fmt)
-            snprintf(err, errlen, "%s: %s: %s", name, fmt, why);
+            snprintf(err, errlen, "%s: %s: %s", shown, fmt, why);
         else
-            snprintf(err, errlen, "%s: %s", name, why);
+            snprintf(err, errlen, "%s: %s", shown, why);
         rp_input_free(out);
     }
     return rc;
@@ -215,13 +218,15 @@ int rp_input_load(const char *path, rp_input_t *out, char *err, size_t errlen)
         return -1;
     if (len == 0) {
         close(fd);
-        snprintf(err, errlen, "%s: empty file", path);
+        char shown[CONF_SHOW_BUF];
+        snprintf(err, errlen, "%s: empty file", conf_show(shown, path, strlen(path)));
         return -1;
     }
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        char shown[CONF_SHOW_BUF];
+        snprintf(err, errlen, "%s: %s", conf_show(shown, path, strlen(path)), strerror(errno));
         return -1;
     }
     int rc = rp_input_parse(path, map, len, out, err, errlen);

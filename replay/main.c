@@ -284,8 +284,9 @@ int main(int argc, char **argv)
             } else if (strcmp(a, "--capacity") == 0 || strcmp(a, "--fit") == 0) {
                 conf_num_t rc = parse_size(val, &opts.capacity);
                 if (rc != CONF_NUM_OK) {
-                    fprintf(stderr, "cucache-replay: %s %s: expected a size (4096, 512M, 40G)%s\n", a, val,
-                            rc == CONF_NUM_BIG ? " of at most 1024T" : "");
+                    char shown[CONF_SHOW_BUF];
+                    fprintf(stderr, "cucache-replay: %s %s: expected a size (4096, 512M, 40G)%s\n", a,
+                            conf_show(shown, val, strlen(val)), rc == CONF_NUM_BIG ? " of at most 1024T" : "");
                     return 2;
                 }
                 fit = fit || strcmp(a, "--fit") == 0;
@@ -313,7 +314,8 @@ int main(int argc, char **argv)
                 ncfg++;
             }
         } else {
-            fprintf(stderr, "cucache-replay: unknown option %s (--help lists them)\n", a);
+            char shown[CONF_SHOW_BUF];
+            fprintf(stderr, "cucache-replay: unknown option %s (--help lists them)\n", conf_show(shown, a, strlen(a)));
             return 2;
         }
     }
@@ -429,7 +431,9 @@ int main(int argc, char **argv)
                 panels[np++] = (rp_plot_panel_t){basename_of(done[t].in.name), done[t].in.nev, cfgs, done[t].res, ncfg,
                                                  done[t].ref.reserved ? &done[t].ref : NULL};
         if (!panels || rp_plot_svg(plot, panels, np, err, sizeof err) != 0) {
-            fprintf(stderr, "cucache-replay: --plot %s: %s\n", plot, panels ? err : "out of host memory");
+            char shown[CONF_SHOW_BUF];
+            fprintf(stderr, "cucache-replay: --plot %s: %s\n", conf_show(shown, plot, strlen(plot)),
+                    panels ? err : "out of host memory");
             status = 1;
         } else if (!json) {
             printf("plot: %s\n", plot);

@@ -220,22 +220,23 @@ static void sync_dir(const char *path)
 int st_write_file(const char *path, const void *data, size_t len, char *err, size_t errlen)
 {
     const int saved_errno = errno;
-    char why[256];
+    char why[256], shown[CONF_SHOW_BUF], shown_tmp[CONF_SHOW_BUF];
     if (err && errlen)
         err[0] = '\0';
+    conf_show(shown, path, strlen(path));
 
     /* The rename below replaces a link rather than writing through it, so
      * a link planted after this check cannot redirect the data either; the
      * check is for saying so instead of silently replacing the link. */
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
-        errf(err, errlen, "%s: is a symbolic link; not writing through it (remove it or choose another name)", path);
+        errf(err, errlen, "%s: is a symbolic link; not writing through it (remove it or choose another name)", shown);
         errno = saved_errno;
         return -1;
     }
     size_t plen = strlen(path);
     if (plen == 0 || path[plen - 1] == '/') {
-        errf(err, errlen, "%s: not a file name (it names a directory)", path[0] ? path : "\"\"");
+        errf(err, errlen, "%s: not a file name (it names a directory)", path[0] ? shown : "\"\"");
         errno = saved_errno;
         return -1;
     }
@@ -244,7 +245,7 @@ int st_write_file(const char *path, const void *data, size_t len, char *err, siz
     int fd = create_temp(path, tmp, sizeof tmp);
     if (fd < 0) {
         int e = errno;
-        errf(err, errlen, "%s: cannot create a temporary file beside it: %s", path, errno_text(e, why, sizeof why));
+        errf(err, errlen, "%s: cannot create a temporary file beside it: %s", shown, errno_text(e, why, sizeof why));
         errno = saved_errno;
         return -1;
     }
@@ -270,7 +271,8 @@ int st_write_file(const char *path, const void *data, size_t len, char *err, siz
     }
     if (failed != 0) {
         unlink(tmp);
-        errf(err, errlen, "%s: %s of %s failed: %s", path, step, tmp, errno_text(e, why, sizeof why));
+        errf(err, errlen, "%s: %s of %s failed: %s", shown, step, conf_show(shown_tmp, tmp, strlen(tmp)),
+             errno_text(e, why, sizeof why));
         errno = saved_errno;
         return -1;
     }
@@ -281,14 +283,16 @@ int st_write_file(const char *path, const void *data, size_t len, char *err, siz
 
 int st_open_regular(const char *path, size_t *len, char *err, size_t errlen)
 {
+    char shown[CONF_SHOW_BUF];
+    conf_show(shown, path, strlen(path));
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: %s", shown, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
+        snprintf(err, errlen, "%s: not a regular file", shown);
         close(fd);
         return -1;
     }

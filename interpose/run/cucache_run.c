@@ -22,6 +22,11 @@
  * (CUCACHE_RUN_LIBCUCACHE); the simulated libraries in <exe dir>/sim/lib,
  * then CUCACHE_RUN_SIM_LIBDIR.
  *
+ * The values of --conf, --leak-exitcode, --stacks, --trace, --snapshot and
+ * --snapshot-on are checked where they are read, by libcucache.so, whose
+ * refusal names the variable the option sets (its line in the usage says
+ * which) before the command's main runs.
+ *
  * Exit status of its own: 2 for a usage error, 125 when the environment
  * cannot be prepared (a library not found), 126/127 when the command cannot
  * be run (as env(1)); otherwise the command's.
@@ -37,7 +42,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "conf.h" /* conf_read_size: the sizes every cucache program reads */
+#include "conf.h" /* conf_read_size: the sizes every cucache program reads; conf_show */
 
 #ifndef CUCACHE_VERSION
 #define CUCACHE_VERSION "unknown"
@@ -198,12 +203,17 @@ static void run_exe_dir(char *dir, size_t len)
 static void run_check_capacity(const char *capacity)
 {
     uint64_t bytes;
+    char shown[CONF_SHOW_BUF];
+    conf_show(shown, capacity, strlen(capacity));
     conf_num_t rc = conf_read_size(capacity, strlen(capacity), 1, CONF_SIZE_ROUND_DOWN | CONF_SIZE_LAX_I, &bytes);
     if (rc != CONF_NUM_OK && rc != CONF_NUM_BIG)
-        run_die(RUN_EXIT_USAGE, "--sim=%s: not a size; expected a number with a K/M/G/T unit, like 80G or 512M",
-                capacity);
+        run_die(RUN_EXIT_USAGE,
+                "--sim=%s: not a size; expected a number with a K/M/G/T unit, like 80G or 512M "
+                "(CUCACHE_SIM_CAPACITY)",
+                shown);
     if (rc == CONF_NUM_BIG || bytes < RUN_SIM_CAPACITY_MIN || bytes > RUN_SIM_CAPACITY_MAX)
-        run_die(RUN_EXIT_USAGE, "--sim=%s: out of range; the simulated device takes 4M to 16T", capacity);
+        run_die(RUN_EXIT_USAGE, "--sim=%s: out of range; the simulated device takes 4M to 16T (CUCACHE_SIM_CAPACITY)",
+                shown);
 }
 
 /* ------------------------------------------------------------------------
@@ -282,7 +292,8 @@ static void run_parse_args(int argc, char **argv, run_opts_t *o)
         } else if (run_opt_value(argv, argc, &i, "--snapshot", &v)) {
             o->snapshot = v;
         } else {
-            run_die(RUN_EXIT_USAGE, "unknown option '%s'", a);
+            char shown[CONF_SHOW_BUF];
+            run_die(RUN_EXIT_USAGE, "unknown option '%s'", conf_show(shown, a, strlen(a)));
         }
     }
     o->command = i < argc ? argv + i : NULL;
@@ -428,5 +439,7 @@ int main(int argc, char **argv)
 
     execvp(o.command[0], o.command);
     int err = errno;
-    run_die(err == ENOENT ? RUN_EXIT_NOTFOUND : RUN_EXIT_NOEXEC, "cannot run %s: %s", o.command[0], strerror(err));
+    char shown[CONF_SHOW_BUF];
+    run_die(err == ENOENT ? RUN_EXIT_NOTFOUND : RUN_EXIT_NOEXEC, "cannot run %s: %s",
+            conf_show(shown, o.command[0], strlen(o.command[0])), strerror(err));
 }

@@ -96,6 +96,50 @@ LD_LIBRARY_PATH=$sim_dir:/opt/x:/opt/y"
     done
     ;;
 
+refusals)
+    # Each option's bad value is refused naming the option or the variable
+    # it sets (libcucache.so refuses the ones it reads, before main), and a
+    # hostile value (tests/hostile.h's bytes) is shown bounded and escaped:
+    # OPTION VALUE NAME (the option's argument is VALUE; "-" for none)
+    hostile=$'\e[2J\e]0;owned\a\r\t\x01\x7f\xff\xfe\xc3(\xe2\x80\xae'
+    head_bytes=$(printf %s "$hostile" | LC_ALL=C wc -c)
+    hostile+=$(head -c $((10240 - head_bytes)) /dev/zero | tr '\0' A)
+    [ "$(printf %s "$hostile" | LC_ALL=C wc -c)" = 10240 ] || fail "the hostile value is not 10240 bytes"
+    rows=(
+        "--sim=|8X|--sim="
+        "--conf|bogus_key:1|CUCACHE_CONF"
+        "--leak-exitcode|0|CUCACHE_LEAK_EXITCODE"
+        "--stacks=|foreign|CUCACHE_STACKS"
+        "--trace|$tmp/t-%q|CUCACHE_TRACE"
+        "--snapshot|$tmp/s-%q|CUCACHE_SNAPSHOT"
+        "--snapshot-on|crash|CUCACHE_SNAPSHOT_ON"
+    )
+    for row in "${rows[@]}"; do
+        IFS='|' read -r opt bad name <<<"$row"
+        for value in "$bad" "$hostile"; do
+            if [ "${opt: -1}" = "=" ]; then args=("$opt$value"); else args=("$opt" "$value"); fi
+            # --snapshot-on needs somewhere to write
+            [ "$opt" = --snapshot-on ] && args+=(--snapshot "$tmp/s.pickle")
+            run "${clean_env[@]}" -u CUCACHE_SNAPSHOT_ON -u CUCACHE_LEAK_EXITCODE -u CUCACHE_STACKS \
+                "$CUCACHE_RUN" --sim "${args[@]}" "$RUN_PROBE"
+            case $rc in 1|2) ;; *) fail "$opt: status $rc, expected a refusal (1 or 2)"; show "$opt" ;; esac
+            err_has "$name"
+            [ "$value" = "$hostile" ] || continue
+            err_has "(10240 bytes)"
+            [ ${#err} -lt 1024 ] || fail "$opt: ${#err} bytes of refusal: the value was echoed whole"
+            raw=$(printf %s "$err" | LC_ALL=C tr -d '\n\040-\176' | LC_ALL=C wc -c)
+            [ "$raw" = 0 ] || { fail "$opt: $raw raw control or non-ASCII bytes in the refusal"; show "$opt"; }
+        done
+    done
+    # an unknown option, hostile
+    run "$CUCACHE_RUN" "--$hostile" "$RUN_PROBE"
+    [ "$rc" = 2 ] || fail "unknown hostile option: status $rc"
+    err_has "unknown option"
+    err_has "(10242 bytes)"
+    raw=$(printf %s "$err" | LC_ALL=C tr -d '\n\040-\176' | LC_ALL=C wc -c)
+    [ "$raw" = 0 ] || fail "unknown option: $raw raw control or non-ASCII bytes in the refusal"
+    ;;
+
 errors)
     expect 2 "$CUCACHE_RUN" --bogus "$RUN_PROBE"
     err_has "unknown option '--bogus'"

@@ -689,7 +689,10 @@ static void test_expand_name_errors(void **state)
     char out[8], err[256];
     assert_int_equal(st_expand_name("a%xb", 0, 0, out, sizeof out, err, sizeof err), -1);
     assert_non_null(strstr(err, "unknown %x"));
-    assert_non_null(strstr(err, "\"a%xb\""));
+    assert_non_null(strstr(err, "'a%xb'"));
+    /* a template with control bytes is shown escaped (conf_show) */
+    assert_int_equal(st_expand_name("a\x1b%q", 0, 0, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "'a\\x1b%q': unknown %q"));
     assert_int_equal(st_expand_name("ab%", 0, 0, out, sizeof out, err, sizeof err), -1);
     assert_non_null(strstr(err, "lone %"));
 
