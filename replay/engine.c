@@ -12,8 +12,9 @@
  *               imports); the capturing thread's cudaMalloc goes to the
  *               device's capture pool; a stream-ordered call on a
  *               capturing stream is a graph node and is not cached
- *   alloc_fail  tried again: if it succeeds here, it is freed at once (the
- *               job saw a failure and never used it)
+ *   alloc_fail  of memory (rp_failed_for_memory): tried again, in every
+ *               column, the reference models too; if it succeeds here, it
+ *               is freed at once (the job saw a failure and never used it)
  *   free        cudaFree/cuMemFree as reuse:* says (fenced, at once, or
  *               after a device synchronisation); a stream-ordered free
  *               behind an event on its stream; an imported free
@@ -380,9 +381,13 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
         return 0;
     }
     case TRACE_ALLOC_FAIL: {
-        /* the reference models describe what the job held: a request that
-         * failed held nothing (a job probing 1 TiB is not a 1 TiB job) */
-        if (r->cfg->mode != RP_MODE_CORE)
+        /* the request the recorded run failed is asked again at its moment
+         * in every column, the references too (a user asks whether a setting
+         * would have served it: the floor must count it, and "no cache"
+         * fail where it does not fit); served, it is freed at once, as the
+         * job never used it.  A failure for another reason than memory is
+         * asked in none: no setting serves it. */
+        if (!rp_failed_for_memory(r->in, e))
             return 0;
         uint64_t addr;
         bool fallback;
@@ -396,6 +401,8 @@ static int step(replay_t *r, const trace_event_t *e, char *err, size_t errlen)
                            .held = held(r, e->size),
                            .device = (int16_t)(e->device < 0 ? 0 : e->device),
                            .fallback = fallback};
+            if (!fallback && r->requested + e->size > r->res->peak_requested)
+                r->res->peak_requested = r->requested + e->size;
             once.api = TRACE_API_IMPORTED; /* at once: the job never used it */
             do_free(r, rd, &l, &once);
         }

@@ -188,8 +188,7 @@ int rp_input_parse(const char *name, const uint8_t *data, size_t len, rp_input_t
         /* the failures the job saw (a cucache trace records every failed
          * call; only error 2, out of memory, is one) */
         for (size_t i = 0; i < out->nev; i++)
-            if (out->ev[i].kind == TRACE_ALLOC_FAIL && (out->format != RP_FORMAT_CUCACHE || out->ev[i].addr == 2))
-                out->recorded_ooms++;
+            out->recorded_ooms += rp_failed_for_memory(out, &out->ev[i]);
         out->name = strdup(name);
         if (!out->name) {
             snprintf(why, sizeof why, "out of host memory");
@@ -207,6 +206,12 @@ int rp_input_parse(const char *name, const uint8_t *data, size_t len, rp_input_t
         rp_input_free(out);
     }
     return rc;
+}
+
+bool rp_failed_for_memory(const rp_input_t *in, const trace_event_t *e)
+{
+    /* cudaErrorMemoryAllocation and CUDA_ERROR_OUT_OF_MEMORY are both 2 */
+    return e->kind == TRACE_ALLOC_FAIL && (in->format != RP_FORMAT_CUCACHE || e->addr == 2);
 }
 
 int rp_input_load(const char *path, rp_input_t *out, char *err, size_t errlen)

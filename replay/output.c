@@ -178,6 +178,13 @@ void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, co
                     in->recorded_conf[0] ? in->recorded_conf : "(unset)");
         fputc('\n', out);
     }
+    if (in->recorded_ooms) {
+        st_fmt_count(a, sizeof a, in->recorded_ooms);
+        fprintf(out,
+                "  failed requests (%s in the run): each is asked again at its moment in every column; the floor "
+                "counts it, no cache and each setting have an OOM there where it does not fit, else free it at once\n",
+                a);
+    }
     if (in->notes[0])
         fprintf(out, "  note: %s\n", in->notes);
 

@@ -103,6 +103,15 @@ int rp_import_rmm(const uint8_t *data, size_t len, rp_input_t *out, char *err, s
 /* A parsed cucache trace (trace_parse) as an input; takes the events. */
 int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen);
 
+/* Whether an event is a request the recorded run failed for want of
+ * memory: every ALLOC_FAIL of an import (PyTorch's oom, RMM's allocate
+ * failure), a cucache trace's of error 2 only (its other errors: an
+ * invalid argument, a call refused during a capture).  These are the run's
+ * OOMs (recorded_ooms) and the failed requests every column of a replay
+ * asks again at their moment (the references too); the others are asked
+ * in none. */
+bool rp_failed_for_memory(const rp_input_t *in, const trace_event_t *e);
+
 /* Appends to in->notes (as "; "-separated items, truncated when full). */
 void rp_note(rp_input_t *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -113,7 +122,8 @@ void rp_note(rp_input_t *in, const char *fmt, ...) __attribute__((format(printf,
 typedef enum rp_mode_e {
     RP_MODE_CORE,    /* through the core with a configuration */
     RP_MODE_NOCACHE, /* every allocation straight from the device */
-    RP_MODE_FLOOR,   /* the live allocations alone, each rounded to 512 bytes: the lower bound */
+    RP_MODE_FLOOR,   /* the live allocations alone, each rounded to 512 bytes: the lower bound (a
+                      * request the run failed for memory counts at its moment, as in every column) */
 } rp_mode_t;
 
 typedef struct rp_config_s {
