@@ -64,6 +64,7 @@ struct conf_opt_s {
     size_t off;               /* offsetof(conf_t, field) for the generic handlers */
     uint64_t unit;            /* size: bytes in a bare number (1 or MiB) */
     uint64_t min, max;        /* size: bounds, inclusive (max 0: CONF_SIZE_CAP) */
+    const char *too_small;    /* size: why a value below min is refused (NULL: no more than "too small") */
     unsigned flags;           /* CONF_F_* */
     double lo, hi;            /* fraction: bounds, exclusive unless CONF_F_HI_CLOSED */
     const char *const *names; /* choice: accepted names, indexed by the enum value (NULL: the reuse rules) */
@@ -102,8 +103,12 @@ static int conf_set_size(const conf_opt_t *o, conf_t *c, const char *v, size_t n
     case CONF_NUM_BAD:
         return conf_size_fail(o, v, n, "", e);
     }
-    if (x < o->min && !(x == 0 && (o->flags & CONF_F_ZERO_OK)))
-        return conf_size_fail(o, v, n, "too small; ", e);
+    if (x < o->min && !(x == 0 && (o->flags & CONF_F_ZERO_OK))) {
+        char why[CONF_LINE_MAX];
+        snprintf(why, sizeof why, "too small%s%s%s; ", o->too_small ? " (" : "", o->too_small ? o->too_small : "",
+                 o->too_small ? ")" : "");
+        return conf_size_fail(o, v, n, why, e);
+    }
     if (x > max)
         return conf_size_fail(o, v, n, "too large; ", e);
     if ((o->flags & CONF_F_POW2) && !conf_is_pow2(x))
@@ -286,7 +291,8 @@ static const conf_opt_t conf_opts[] = {
     /* PyTorch's keys, same meaning */
     {"max_split_size_mb", "MiB", "unlimited", "at least 20M",
      "blocks this large or larger are never split; smaller requests never get one",
-     conf_set_size, conf_show_size, .off = F(max_split_size), .unit = MiB, .min = 20 * MiB},
+     conf_set_size, conf_show_size, .off = F(max_split_size), .unit = MiB, .min = 20 * MiB,
+     .too_small = "PyTorch refuses it too: the least is the 20 MiB of the large pool's smallest segments"},
     {"max_non_split_rounding_mb", "MiB", "20M", "at least 20M",
      "an unsplit block serves a request only if it is less than this much larger",
      conf_set_size, conf_show_size, .off = F(max_non_split_rounding), .unit = MiB, .min = 20 * MiB},

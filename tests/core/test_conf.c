@@ -670,8 +670,16 @@ static void test_key_max_split_size(void **state)
     assert_string_equal(err, "CUCACHE_CONF: max_split_size_mb:abc: expected a size of at least 20M (a number of MiB, "
                              "or with a unit: 512M, 2G)");
     const char *accepted = "expected a size of at least 20M (a number of MiB, or with a unit: 512M, 2G)";
-    ERR("max_split_size_mb:19", "max_split_size_mb:19: too small; ", accepted);
-    ERR("max_split_size_mb:20479K", "max_split_size_mb:20479K: too small; ", accepted);
+    /* below 20 MiB refused as PyTorch refuses it, saying so; 20 itself is
+     * accepted, as PyTorch's shared allocator config does (">= 20"), where
+     * PyTorch 2.6's CUDA config refused it ("must be > 20"): man/cucache.7.scd */
+    const char *pytorch = "too small (PyTorch refuses it too: the least is the 20 MiB of the large pool's smallest "
+                          "segments); ";
+    ERR("max_split_size_mb:19", "CUCACHE_CONF: max_split_size_mb:19: ", pytorch, accepted);
+    ERR("max_split_size_mb:0", "max_split_size_mb:0: ", pytorch);
+    ERR("max_split_size_mb:1", "max_split_size_mb:1: ", pytorch);
+    ERR("max_split_size_mb:20479K", "max_split_size_mb:20479K: ", pytorch, accepted);
+    ERR("max_split_size_mb:19.5", "max_split_size_mb:19.5: ", pytorch);
     ERR("max_split_size_mb:-20", "max_split_size_mb:-20: negative; ", accepted);
     ERR("max_split_size_mb:", "max_split_size_mb:: ", accepted);
     ERR("max_split_size_mb:unlimited", "max_split_size_mb:unlimited: ", accepted);
