@@ -82,7 +82,8 @@
  *   stats.c     stats_ stat_       PyTorch's counters
  *   layout.c    (core_layout)      the snapshot's view of segments and blocks
  *   check.c     (core_check)       re-derives the invariants above
- *   conf.c      conf_              CUCACHE_CONF: tokenizer, values, key table
+ *   conf.c      conf_              CUCACHE_CONF: tokenizer, values, key table;
+ *                                  conf_show, how every layer shows a refused value
  *   backend_mem.c mem_backend_     an in-process device for tests, the
  *                                  replay and the what-if
  *   rbtree.c    rb_                the free trees' red-black tree

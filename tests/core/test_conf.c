@@ -464,7 +464,7 @@ static void test_conf_show(void **state)
         {"\x07\r\n\t\x7f", "\\x07\\x0d\\x0a\\x09\\x7f"},
         {"caf\xc3\xa9 \xff\xfe", "caf\\xc3\\xa9 \\xff\\xfe"},
         {"\xe2\x80\xae", "\\xe2\\x80\\xae"}, /* U+202E, right-to-left override */
-        {"a\\x41", "a\\\\x41"},               /* a typed \x41 stays distinguishable */
+        {"a\\x41", "a\\\\x41"},              /* a typed \x41 stays distinguishable */
     };
     char out[CONF_SHOW_BUF];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

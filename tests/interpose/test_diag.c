@@ -356,9 +356,9 @@ static void test_hostile_settings_shown_safely(void **state)
     itest_run_t *r = malloc(sizeof *r);
     const char *const argv[] = {child, "alloc", NULL};
     static const char *const vars[] = {
-        "CUCACHE_CONF",    "CUCACHE_REPORT",        "CUCACHE_SNAPSHOT",   "CUCACHE_SNAPSHOT_ON",
-        "CUCACHE_LOG",     "CUCACHE_SNAPSHOT_EVENTS", "CUCACHE_HISTORY",  "CUCACHE_LEAK_EXITCODE",
-        "CUCACHE_STACKS",  "CUCACHE_WHATIF_MS",     "CUCACHE_TRACE",
+        "CUCACHE_CONF",   "CUCACHE_REPORT",          "CUCACHE_SNAPSHOT", "CUCACHE_SNAPSHOT_ON",
+        "CUCACHE_LOG",    "CUCACHE_SNAPSHOT_EVENTS", "CUCACHE_HISTORY",  "CUCACHE_LEAK_EXITCODE",
+        "CUCACHE_STACKS", "CUCACHE_WHATIF_MS",       "CUCACHE_TRACE",
     };
     static char setting[HOSTILE_LEN + 64];
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {

@@ -214,9 +214,9 @@ static void test_hostile_values_shown_safely(void **state)
     (void)state;
     static struct run r;
     static const char *const vars[] = {
-        "CUCACHE_SIM_DEVICES",  "CUCACHE_SIM_CAPACITY",   "CUCACHE_SIM_ALLOC_US",        "CUCACHE_SIM_FREE_US",
-        "CUCACHE_SIM_COPY_GBPS", "CUCACHE_SIM_RACE",      "CUCACHE_SIM_RACE_FATAL",      "CUCACHE_SIM_VMM_GRANULARITY",
-        "CUCACHE_SIM_VMM_US",   "CUCACHE_SIM_KERNEL_US", "CUCACHE_SIM_SPIN_US",         "CUCACHE_SIM_COHERENT",
+        "CUCACHE_SIM_DEVICES",   "CUCACHE_SIM_CAPACITY",  "CUCACHE_SIM_ALLOC_US",   "CUCACHE_SIM_FREE_US",
+        "CUCACHE_SIM_COPY_GBPS", "CUCACHE_SIM_RACE",      "CUCACHE_SIM_RACE_FATAL", "CUCACHE_SIM_VMM_GRANULARITY",
+        "CUCACHE_SIM_VMM_US",    "CUCACHE_SIM_KERNEL_US", "CUCACHE_SIM_SPIN_US",    "CUCACHE_SIM_COHERENT",
     };
     static char setting[HOSTILE_LEN + 64];
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
