@@ -9,6 +9,7 @@
 // refused requests, seconds) to RESULTS.json:
 //   page:trace_plot       the page _memory_viz.py trace_plot wrote
 //   page:segment_plot     the page _memory_viz.py segment_plot wrote
+//   page:trace_plot-s     the page trace_plot -s wrote
 //   drop:<view>           the bare viewer page with the pickle dropped on
 //                         it (a drop event carrying the file, the path
 //                         pytorch.org/memory_viz takes), then each view
@@ -70,10 +71,9 @@ function normalise(msg) {
 }
 
 // Waits until the shown view has drawn `selector` elements, an exception
-// was thrown, or the time is up.
-async function waitDrawn(page, state, selector, seconds) {
+// was thrown since the step's errorsBefore-th, or the time is up.
+async function waitDrawn(page, state, selector, seconds, errorsBefore) {
   const deadline = Date.now() + seconds * 1000;
-  const errorsBefore = state.errors.length;
   for (;;) {
     const n = await page.evaluate(sel => {
       const shown = Array.from(document.querySelectorAll('body > div')).filter(
@@ -143,11 +143,11 @@ const VIEWS = {
   'Allocator Settings': {draw: 'pre', hover: null},
 };
 
-async function measure(page, state, step, view, seconds, shot) {
+async function measure(page, state, step, view, seconds, shot, errorsBefore = 0) {
   const t0 = Date.now();
   const spec = VIEWS[view];
   step.view = view;
-  step.drawn = await waitDrawn(page, state, spec.draw, seconds);
+  step.drawn = await waitDrawn(page, state, spec.draw, seconds, errorsBefore);
   if (step.drawn > 0 && spec.hover) {
     Object.assign(step, await hoverBlock(page, spec.hover));
   }
@@ -201,10 +201,12 @@ async function runCase(context, c) {
   for (const [label, file, view] of [
     ['page:trace_plot', c.trace_plot, 'Active Memory Timeline'],
     ['page:segment_plot', c.segment_plot, 'Allocator State History'],
+    // trace_plot -s: the segments' timeline
+    ['page:trace_plot-s', c.trace_plot_s, 'Active Cached Segment Timeline'],
   ]) {
     if (!file) continue;
     await add(label, async (page, state, step) => {
-      await page.goto(PAGES + encodeURIComponent(path.relative(plan.pages_dir, file)), {waitUntil: 'load'});
+      await page.goto(PAGES + encodeURIComponent(path.relative(plan.pages_dir, file)), {waitUntil: 'load', timeout: T * 1000});
       await measure(page, state, step, view, T, shot(label));
     });
   }
@@ -234,7 +236,8 @@ async function runCase(context, c) {
       }
       const sub = {case: c.name, step: `drop:${view}`};
       const errorsBefore = state.errors.length;
-      await measure(page, state, sub, view, T, view === 'Active Memory Timeline' || view === 'Allocator State History' ? shot(`drop ${view}`) : null);
+      const keep = view === 'Active Memory Timeline' || view === 'Allocator State History';
+      await measure(page, state, sub, view, T, keep ? shot(`drop ${view}`) : null, errorsBefore);
       sub.errors = state.errors.slice(errorsBefore).map(normalise);
       sub.errors_raw = state.errors.slice(errorsBefore, errorsBefore + 5).map(s => s.slice(0, 500));
       substeps.push(sub);
@@ -248,7 +251,7 @@ async function runCase(context, c) {
       await page.selectOption('body > select:nth-of-type(3)', g);
       const sub = {case: c.name, step: `drop:Active Memory Timeline:gpu${g}`};
       const errorsBefore = state.errors.length;
-      await measure(page, state, sub, 'Active Memory Timeline', T, null);
+      await measure(page, state, sub, 'Active Memory Timeline', T, null, errorsBefore);
       sub.errors = state.errors.slice(errorsBefore).map(normalise);
       substeps.push(sub);
     }
