@@ -82,6 +82,7 @@ async function waitDrawn(page, state, selector, seconds, errorsBefore) {
       return shown.reduce((k, d) => k + d.querySelectorAll(sel).length, 0);
     }, selector);
     if (n > 0) return n;
+    if (state.refused.length > 0) return 0; // a module it needs was refused
     if (state.errors.length > errorsBefore || Date.now() > deadline) return 0;
     await page.waitForTimeout(200);
   }
