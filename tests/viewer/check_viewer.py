@@ -110,7 +110,7 @@ def make_snapshots(args, res, cases):
     run = os.path.join(args.build, "cucache-run")
     for name, prog, opts, env, expect, _ in cases:
         for f in os.listdir(snapdir):
-            if f.startswith(name + "."):
+            if f.startswith((name + ".", name + "-")):  # signal's are NAME-0, NAME-1
                 os.remove(os.path.join(snapdir, f))
         e = dict(os.environ, **env)
         if "CUCACHE_STACKS" in env:
