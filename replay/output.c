@@ -182,7 +182,7 @@ void rp_print_table(FILE *out, const rp_input_t *in, const rp_config_t *cfgs, co
         st_fmt_count(a, sizeof a, in->recorded_ooms);
         fprintf(out,
                 "  failed requests (%s in the run): each is asked again at its moment in every column; the floor "
-                "counts it, no cache and each setting have an OOM there where it does not fit, else free it at once\n",
+                "counts it; no cache and each setting fail there where it does not fit, and free it at once where it does\n",
                 a);
     }
     if (in->notes[0])
