@@ -106,7 +106,7 @@ unsigned conf_roundup_divisions(const conf_t *c, size_t size);
  * value that does not fit ends in "... (N bytes)", N its whole length.
  * Returns out.
  */
-#define CONF_SHOW_MAX 72                   /* bytes of shown text, escapes included */
+#define CONF_SHOW_MAX 160                  /* bytes of shown text, escapes included: a long file name fits */
 #define CONF_SHOW_BUF (CONF_SHOW_MAX + 32) /* out's size: the text, "... (N bytes)" and the NUL */
 const char *conf_show(char out[CONF_SHOW_BUF], const char *s, size_t n);
 
