@@ -189,6 +189,7 @@ static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct c
     sim_op_t *op = sim_op_new(SIM_OP_HOSTFN, kernel ? "simulated kernel" : "host function");
     op->fn = fn;
     op->arg = arg;
+    op->host_fn = !kernel;
     drv_access_set(op, acc, nacc);
     return drv_leave(sim_enqueue(s, op));
 }
@@ -221,6 +222,7 @@ static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsign
         return drv_leave(r);
     sim_op_t *op = sim_op_new(SIM_OP_CALLBACK, "stream callback");
     op->cb = cb;
+    op->host_fn = true;
     op->cb_stream = h;
     op->arg = data;
     return drv_leave(sim_enqueue(s, op));

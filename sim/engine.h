@@ -37,7 +37,13 @@
  * completed operation's clock, and every operation enqueued afterwards joins
  * the host clock.  All host threads share one host clock: ordering that
  * threads establish among themselves is invisible to the simulator, so this
- * errs towards missing a race, never towards inventing one.
+ * errs towards missing a race, never towards inventing one.  A host function
+ * of the program (cuLaunchHostFunc, cuStreamAddCallback) counts as such an
+ * observation: as it starts, the host clock joins the clock of the work
+ * before it on its stream (engine_stream.c, host_fn_starts), because a host
+ * thread may wait for its signal, which the simulator cannot see.  That can
+ * hide a race whose second half the host queued, without waiting, after the
+ * function happened to run; a simulated kernel's body orders nothing.
  *
  * The race detector (engine_race.c) checks every new operation's device
  * ranges against the ranges of earlier operations that do not happen before
@@ -377,6 +383,8 @@ struct sim_op_s {
     uint32_t value;
     void (*fn)(void *);
     void *arg;
+    bool host_fn; /* HOSTFN, CALLBACK: the program's host function (not a simulated kernel's body): the host
+                     joins the clock of the work before it as it starts (engine.h, "Happens-before") */
     CUstreamCallback cb; /* CALLBACK: called with cb_stream, the context's error and arg */
     CUstream cb_stream;
     void *staging; /* owned copy of pageable host source (rows packed) */

@@ -440,6 +440,20 @@ static uint64_t op_execute(sim_op_t *op, uint64_t start)
     return end;
 }
 
+/* The program's host function op is about to run on a host thread (the
+ * stream's worker): whatever that thread does, and whatever any host thread
+ * does after it saw the function's effects, happens after the work before
+ * op on its stream.  The simulator cannot see the host threads' own
+ * signals, so the host clock joins that work's clock now, as if the host
+ * had synchronised with it (engine.h, "Happens-before"). */
+static void host_fn_starts(const sim_op_t *op)
+{
+    sim_vc_t *before = vc_retain(op->vc);
+    vc_own(&before, (uint32_t)op->slot + 1)->c[op->slot] = op->seq - 1;
+    sim_host_observe(before);
+    vc_release(before);
+}
+
 static void *stream_worker(void *arg)
 {
     struct CUstream_st *s = arg;
@@ -461,6 +475,8 @@ static void *stream_worker(void *arg)
         }
         CUresult status = s->ctx->sticky;
         uint64_t start = op_start(s, op), end = start;
+        if (op->host_fn && (op->kind == SIM_OP_CALLBACK || !skip))
+            host_fn_starts(op);
         sim_unlock();
         if (op->kind == SIM_OP_CALLBACK) {
             op->cb(op->cb_stream, status, op->arg); /* exactly once, with the error if any */
