@@ -459,10 +459,11 @@ static void test_stream_ordered_free_then_reallocation_is_silent(void **state)
     SIM_OK(cudaMalloc(&a, N));
     SIM_OK(cudaMemsetAsync(a, 1, N, nb));
     SIM_OK(cudaFreeAsync(a, nb));
-    /* the free ran (a host function after it did); the host observed
-     * nothing (no query, event or synchronisation) */
+    /* the free ran (a simulated kernel's body after it did); the host
+     * observed nothing (no query, event, synchronisation or host function,
+     * which would order the host after the free) */
     simtest_mark_t *m = simtest_mark_new();
-    simtest_mark_on(m, nb);
+    SIM_OK(cucacheSimLaunch(nb, simtest_mark_fn, m, NULL, 0));
     assert_true(simtest_mark_wait(m));
     SIM_OK(cudaMalloc(&b, N));
     assert_ptr_equal(b, a); /* the same range, handed out again */

@@ -300,7 +300,8 @@ static void test_free_while_read_pending_is_silent(void **state)
  * stream (explicitly, or a per-thread stream at thread exit) is ordered by
  * cudaDeviceSynchronize like any other, whether it is still pending when
  * the program synchronises or has already completed (no CUDA call observed
- * it: the host only saw a host function's flag). */
+ * it: the host only saw the flag of a simulated kernel's body, which orders
+ * nothing, where a host function's would). */
 struct exit_reader {
     const void *p;
     simtest_mark_t *done;
@@ -310,7 +311,7 @@ static void *read_on_per_thread_stream_and_exit(void *arg)
 {
     struct exit_reader *r = arg;
     if (cudaMemcpyAsync(host2, r->p, 4096, cudaMemcpyDeviceToHost, cudaStreamPerThread) != cudaSuccess ||
-        cudaLaunchHostFunc(cudaStreamPerThread, simtest_mark_fn, r->done) != cudaSuccess)
+        cucacheSimLaunch(cudaStreamPerThread, simtest_mark_fn, r->done, NULL, 0) != CUDA_SUCCESS)
         return (void *)1;
     return NULL;
 }
@@ -339,7 +340,7 @@ static void test_destroyed_stream_work_ordered_by_device_synchronize(void **stat
     simtest_mark_t *m = simtest_mark_new();
     SIM_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     SIM_OK(cudaMemcpyAsync(host, z, 4096, cudaMemcpyDeviceToHost, s));
-    simtest_mark_on(m, s);
+    SIM_OK(cucacheSimLaunch(s, simtest_mark_fn, m, NULL, 0));
     SIM_OK(cudaStreamDestroy(s));
     assert_true(simtest_mark_wait(m));
     simtest_settle();
