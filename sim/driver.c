@@ -128,10 +128,14 @@ SIM_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 /* The attributes of an H100 SXM5, as a program reads them: every one that
  * CUDA 13.0's cuda.h defines (the compat suite checks the list, and
  * sim_real_toolkit asks the runtime for each).  Where an H100 has a feature
- * the simulator does not model (the virtual memory API, exportable pool
- * handles, dma-buf export, IPC events), the value says it is absent, so
- * that programs take the path the simulator serves.  The two attributes
- * that depend on the device are computed in attribute_value. */
+ * the simulator does not model (exportable pool handles, IPC events, host
+ * memory through the virtual memory API, multicast), the value says it is
+ * absent, so that programs take the path the simulator serves.  The
+ * attributes that depend on the device or the configuration are computed
+ * in attribute_value.  This table is the only source of device properties:
+ * the runtime's cudaDeviceGetAttribute and every attribute field of
+ * cudaGetDeviceProperties read it (runtime_core.c); docs/simulator.md says
+ * where the values come from. */
 static const struct {
     int value;
     bool known;

@@ -374,39 +374,130 @@ RT_API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
  * Device properties
  * ---------------------------------------------------------------------- */
 
-/* The fields of struct cudaDeviceProp (CUDA 13 layout) that come from one
- * device attribute; `wide` fields are size_t, the others int. */
+/* Every field of struct cudaDeviceProp (CUDA 13 layout) that has a device
+ * attribute, one row each: the value is cuDeviceGetAttribute's, so the
+ * struct, cudaDeviceGetAttribute and the driver answer from one table (the
+ * driver's, sim/driver.c).  The rest are name, uuid and totalGlobalMem (their
+ * own driver calls), luid and luidDeviceNodeMask (Windows only: zero) and
+ * reserved.  `size` is the field's: 8 for size_t, 4 for int and unsigned. */
 static const struct rt_prop_attr {
     CUdevice_attribute attr;
-    size_t off;
-    bool wide;
+    size_t off, size;
 } rt_prop_attrs[] = {
-#define RT_OFF(field) offsetof(struct cudaDeviceProp, field)
-    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, RT_OFF(sharedMemPerBlock), true},
-    {CU_DEVICE_ATTRIBUTE_WARP_SIZE, RT_OFF(warpSize), false},
-    {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, RT_OFF(maxThreadsPerBlock), false},
-    {CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, RT_OFF(maxThreadsDim[0]), false},
-    {CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, RT_OFF(maxGridSize[0]), false},
-    {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, RT_OFF(major), false},
-    {CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, RT_OFF(minor), false},
-    {CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, RT_OFF(multiProcessorCount), false},
-    {CU_DEVICE_ATTRIBUTE_INTEGRATED, RT_OFF(integrated), false},
-    {CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, RT_OFF(canMapHostMemory), false},
-    {CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, RT_OFF(concurrentKernels), false},
-    {CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, RT_OFF(pciBusID), false},
-    {CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, RT_OFF(pciDeviceID), false},
-    {CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, RT_OFF(pciDomainID), false},
-    {CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, RT_OFF(asyncEngineCount), false},
-    {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, RT_OFF(unifiedAddressing), false},
-    {CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, RT_OFF(memoryBusWidth), false},
-    {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, RT_OFF(l2CacheSize), false},
-    {CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, RT_OFF(maxThreadsPerMultiProcessor), false},
-    {CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, RT_OFF(streamPrioritiesSupported), false},
-    {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, RT_OFF(sharedMemPerMultiprocessor), true},
-    {CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, RT_OFF(managedMemory), false},
-    {CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, RT_OFF(concurrentManagedAccess), false},
-    {CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, RT_OFF(memoryPoolsSupported), false},
-#undef RT_OFF
+#define RT_PROP(field, attr)                                                                                           \
+    {CU_DEVICE_ATTRIBUTE_##attr, offsetof(struct cudaDeviceProp, field), sizeof(((struct cudaDeviceProp *)0)->field)}
+    RT_PROP(sharedMemPerBlock, MAX_SHARED_MEMORY_PER_BLOCK),
+    RT_PROP(regsPerBlock, MAX_REGISTERS_PER_BLOCK),
+    RT_PROP(warpSize, WARP_SIZE),
+    RT_PROP(memPitch, MAX_PITCH),
+    RT_PROP(maxThreadsPerBlock, MAX_THREADS_PER_BLOCK),
+    RT_PROP(maxThreadsDim[0], MAX_BLOCK_DIM_X),
+    RT_PROP(maxThreadsDim[1], MAX_BLOCK_DIM_Y),
+    RT_PROP(maxThreadsDim[2], MAX_BLOCK_DIM_Z),
+    RT_PROP(maxGridSize[0], MAX_GRID_DIM_X),
+    RT_PROP(maxGridSize[1], MAX_GRID_DIM_Y),
+    RT_PROP(maxGridSize[2], MAX_GRID_DIM_Z),
+    RT_PROP(totalConstMem, TOTAL_CONSTANT_MEMORY),
+    RT_PROP(major, COMPUTE_CAPABILITY_MAJOR),
+    RT_PROP(minor, COMPUTE_CAPABILITY_MINOR),
+    RT_PROP(textureAlignment, TEXTURE_ALIGNMENT),
+    RT_PROP(texturePitchAlignment, TEXTURE_PITCH_ALIGNMENT),
+    RT_PROP(multiProcessorCount, MULTIPROCESSOR_COUNT),
+    RT_PROP(integrated, INTEGRATED),
+    RT_PROP(canMapHostMemory, CAN_MAP_HOST_MEMORY),
+    RT_PROP(maxTexture1D, MAXIMUM_TEXTURE1D_WIDTH),
+    RT_PROP(maxTexture1DMipmap, MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH),
+    RT_PROP(maxTexture2D[0], MAXIMUM_TEXTURE2D_WIDTH),
+    RT_PROP(maxTexture2D[1], MAXIMUM_TEXTURE2D_HEIGHT),
+    RT_PROP(maxTexture2DMipmap[0], MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH),
+    RT_PROP(maxTexture2DMipmap[1], MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT),
+    RT_PROP(maxTexture2DLinear[0], MAXIMUM_TEXTURE2D_LINEAR_WIDTH),
+    RT_PROP(maxTexture2DLinear[1], MAXIMUM_TEXTURE2D_LINEAR_HEIGHT),
+    RT_PROP(maxTexture2DLinear[2], MAXIMUM_TEXTURE2D_LINEAR_PITCH),
+    RT_PROP(maxTexture2DGather[0], MAXIMUM_TEXTURE2D_GATHER_WIDTH),
+    RT_PROP(maxTexture2DGather[1], MAXIMUM_TEXTURE2D_GATHER_HEIGHT),
+    RT_PROP(maxTexture3D[0], MAXIMUM_TEXTURE3D_WIDTH),
+    RT_PROP(maxTexture3D[1], MAXIMUM_TEXTURE3D_HEIGHT),
+    RT_PROP(maxTexture3D[2], MAXIMUM_TEXTURE3D_DEPTH),
+    RT_PROP(maxTexture3DAlt[0], MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE),
+    RT_PROP(maxTexture3DAlt[1], MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE),
+    RT_PROP(maxTexture3DAlt[2], MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE),
+    RT_PROP(maxTextureCubemap, MAXIMUM_TEXTURECUBEMAP_WIDTH),
+    RT_PROP(maxTexture1DLayered[0], MAXIMUM_TEXTURE1D_LAYERED_WIDTH),
+    RT_PROP(maxTexture1DLayered[1], MAXIMUM_TEXTURE1D_LAYERED_LAYERS),
+    RT_PROP(maxTexture2DLayered[0], MAXIMUM_TEXTURE2D_LAYERED_WIDTH),
+    RT_PROP(maxTexture2DLayered[1], MAXIMUM_TEXTURE2D_LAYERED_HEIGHT),
+    RT_PROP(maxTexture2DLayered[2], MAXIMUM_TEXTURE2D_LAYERED_LAYERS),
+    RT_PROP(maxTextureCubemapLayered[0], MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH),
+    RT_PROP(maxTextureCubemapLayered[1], MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS),
+    RT_PROP(maxSurface1D, MAXIMUM_SURFACE1D_WIDTH),
+    RT_PROP(maxSurface2D[0], MAXIMUM_SURFACE2D_WIDTH),
+    RT_PROP(maxSurface2D[1], MAXIMUM_SURFACE2D_HEIGHT),
+    RT_PROP(maxSurface3D[0], MAXIMUM_SURFACE3D_WIDTH),
+    RT_PROP(maxSurface3D[1], MAXIMUM_SURFACE3D_HEIGHT),
+    RT_PROP(maxSurface3D[2], MAXIMUM_SURFACE3D_DEPTH),
+    RT_PROP(maxSurface1DLayered[0], MAXIMUM_SURFACE1D_LAYERED_WIDTH),
+    RT_PROP(maxSurface1DLayered[1], MAXIMUM_SURFACE1D_LAYERED_LAYERS),
+    RT_PROP(maxSurface2DLayered[0], MAXIMUM_SURFACE2D_LAYERED_WIDTH),
+    RT_PROP(maxSurface2DLayered[1], MAXIMUM_SURFACE2D_LAYERED_HEIGHT),
+    RT_PROP(maxSurface2DLayered[2], MAXIMUM_SURFACE2D_LAYERED_LAYERS),
+    RT_PROP(maxSurfaceCubemap, MAXIMUM_SURFACECUBEMAP_WIDTH),
+    RT_PROP(maxSurfaceCubemapLayered[0], MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH),
+    RT_PROP(maxSurfaceCubemapLayered[1], MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS),
+    RT_PROP(surfaceAlignment, SURFACE_ALIGNMENT),
+    RT_PROP(concurrentKernels, CONCURRENT_KERNELS),
+    RT_PROP(ECCEnabled, ECC_ENABLED),
+    RT_PROP(pciBusID, PCI_BUS_ID),
+    RT_PROP(pciDeviceID, PCI_DEVICE_ID),
+    RT_PROP(pciDomainID, PCI_DOMAIN_ID),
+    RT_PROP(tccDriver, TCC_DRIVER),
+    RT_PROP(asyncEngineCount, ASYNC_ENGINE_COUNT),
+    RT_PROP(unifiedAddressing, UNIFIED_ADDRESSING),
+    RT_PROP(memoryBusWidth, GLOBAL_MEMORY_BUS_WIDTH),
+    RT_PROP(l2CacheSize, L2_CACHE_SIZE),
+    RT_PROP(persistingL2CacheMaxSize, MAX_PERSISTING_L2_CACHE_SIZE),
+    RT_PROP(maxThreadsPerMultiProcessor, MAX_THREADS_PER_MULTIPROCESSOR),
+    RT_PROP(streamPrioritiesSupported, STREAM_PRIORITIES_SUPPORTED),
+    RT_PROP(globalL1CacheSupported, GLOBAL_L1_CACHE_SUPPORTED),
+    RT_PROP(localL1CacheSupported, LOCAL_L1_CACHE_SUPPORTED),
+    RT_PROP(sharedMemPerMultiprocessor, MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
+    RT_PROP(regsPerMultiprocessor, MAX_REGISTERS_PER_MULTIPROCESSOR),
+    RT_PROP(managedMemory, MANAGED_MEMORY),
+    RT_PROP(isMultiGpuBoard, MULTI_GPU_BOARD),
+    RT_PROP(multiGpuBoardGroupID, MULTI_GPU_BOARD_GROUP_ID),
+    RT_PROP(hostNativeAtomicSupported, HOST_NATIVE_ATOMIC_SUPPORTED),
+    RT_PROP(pageableMemoryAccess, PAGEABLE_MEMORY_ACCESS),
+    RT_PROP(concurrentManagedAccess, CONCURRENT_MANAGED_ACCESS),
+    RT_PROP(computePreemptionSupported, COMPUTE_PREEMPTION_SUPPORTED),
+    RT_PROP(canUseHostPointerForRegisteredMem, CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM),
+    RT_PROP(cooperativeLaunch, COOPERATIVE_LAUNCH),
+    RT_PROP(sharedMemPerBlockOptin, MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+    RT_PROP(pageableMemoryAccessUsesHostPageTables, PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES),
+    RT_PROP(directManagedMemAccessFromHost, DIRECT_MANAGED_MEM_ACCESS_FROM_HOST),
+    RT_PROP(maxBlocksPerMultiProcessor, MAX_BLOCKS_PER_MULTIPROCESSOR),
+    RT_PROP(accessPolicyMaxWindowSize, MAX_ACCESS_POLICY_WINDOW_SIZE),
+    RT_PROP(reservedSharedMemPerBlock, RESERVED_SHARED_MEMORY_PER_BLOCK),
+    RT_PROP(hostRegisterSupported, HOST_REGISTER_SUPPORTED),
+    RT_PROP(sparseCudaArraySupported, SPARSE_CUDA_ARRAY_SUPPORTED),
+    RT_PROP(hostRegisterReadOnlySupported, READ_ONLY_HOST_REGISTER_SUPPORTED),
+    RT_PROP(timelineSemaphoreInteropSupported, TIMELINE_SEMAPHORE_INTEROP_SUPPORTED),
+    RT_PROP(memoryPoolsSupported, MEMORY_POOLS_SUPPORTED),
+    RT_PROP(gpuDirectRDMASupported, GPU_DIRECT_RDMA_SUPPORTED),
+    RT_PROP(gpuDirectRDMAFlushWritesOptions, GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS),
+    RT_PROP(gpuDirectRDMAWritesOrdering, GPU_DIRECT_RDMA_WRITES_ORDERING),
+    RT_PROP(memoryPoolSupportedHandleTypes, MEMPOOL_SUPPORTED_HANDLE_TYPES),
+    RT_PROP(deferredMappingCudaArraySupported, DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED),
+    RT_PROP(ipcEventSupported, IPC_EVENT_SUPPORTED),
+    RT_PROP(clusterLaunch, CLUSTER_LAUNCH),
+    RT_PROP(unifiedFunctionPointers, UNIFIED_FUNCTION_POINTERS),
+    RT_PROP(deviceNumaConfig, NUMA_CONFIG),
+    RT_PROP(deviceNumaId, NUMA_ID),
+    RT_PROP(mpsEnabled, MPS_ENABLED),
+    RT_PROP(hostNumaId, HOST_NUMA_ID),
+    RT_PROP(gpuPciDeviceID, GPU_PCI_DEVICE_ID),
+    RT_PROP(gpuPciSubsystemID, GPU_PCI_SUBSYSTEM_ID),
+    RT_PROP(hostNumaMultinodeIpcSupported, HOST_NUMA_MULTINODE_IPC_SUPPORTED),
+#undef RT_PROP
 };
 
 /* Fills a zeroed CUDA 13 cudaDeviceProp from the driver. */
@@ -422,7 +513,7 @@ static cudaError_t rt_props_fill(struct cudaDeviceProp *p, CUdevice dev)
         int v = 0;
         r = RT_DRV->cuDeviceGetAttribute(&v, a->attr, dev);
         size_t wide = (size_t)v;
-        if (a->wide)
+        if (a->size == sizeof wide)
             memcpy((char *)p + a->off, &wide, sizeof wide);
         else
             memcpy((char *)p + a->off, &v, sizeof v);

@@ -722,7 +722,9 @@ struct cudaPointerAttributes {
 
 /* struct cudaDeviceProp in the CUDA 13 layout (what cudaGetDeviceProperties
  * fills in libcudart.so.13).  Every field is listed because the layout is the
- * ABI; the simulated device fills the ones a program commonly reads. */
+ * ABI; the simulated device fills every field that has a device attribute
+ * from cuDeviceGetAttribute (sim/runtime_core.c), and name, uuid and
+ * totalGlobalMem from their own driver calls. */
 struct cudaDeviceProp {
     char name[256];
     cudaUUID_t uuid;
