@@ -45,6 +45,7 @@ typedef struct sim_config_s {
     unsigned nkernels;
     unsigned spin_us; /* CUCACHE_SIM_SPIN_US: a worker spins this close to an op's end instead of sleeping */
     bool coherent;    /* CUCACHE_SIM_COHERENT: the devices say the CPU shares their memory coherently (ATS) */
+    char shared_key[65]; /* CUCACHE_SIM_SHARED: the key of the device shared with other processes; "": per-process */
 } sim_config_t;
 
 #endif

@@ -104,12 +104,7 @@ SIM_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
         return r;
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
-    static const char stem[12] = {'c', 'u', 'c', 'a', 'c', 'h', 'e', '-', 's', 'i', 'm', '-'};
-    memcpy(uuid->bytes, stem, sizeof stem);
-    uuid->bytes[12] = 'd';
-    uuid->bytes[13] = (char)('0' + dev / 10);
-    uuid->bytes[14] = (char)('0' + dev % 10);
-    uuid->bytes[15] = 0;
+    sim_device_uuid(dev, (uint8_t *)uuid->bytes);
     return CUDA_SUCCESS;
 }
 
@@ -603,4 +598,14 @@ SIM_API unsigned long cucacheSimDeviceAllocs(void)
 SIM_API unsigned long cucacheSimDeviceFrees(void)
 {
     return atomic_load(&sim.device_frees);
+}
+
+SIM_API CUresult cucacheSimSharedHoldLock(void)
+{
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!sim.shared)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return sim_shared_hold_lock(sim.shared) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
 }

@@ -428,6 +428,13 @@ static CUresult config_read(sim_config_t *cfg)
     ok = ok && env_unsigned("CUCACHE_SIM_SPIN_US", 100000, &cfg->spin_us, "microseconds, 0 to 100000");
     ok = ok && env_bool("CUCACHE_SIM_COHERENT", &cfg->coherent,
                         "0 (a discrete GPU) or 1 (the CPU shares device memory coherently, as on Grace Hopper)");
+    if (ok && (v = secure_getenv("CUCACHE_SIM_SHARED"))) {
+        const char *bad = sim_shared_key_error(v);
+        if (bad)
+            ok = env_bad("CUCACHE_SIM_SHARED", v, bad);
+        else
+            snprintf(cfg->shared_key, sizeof cfg->shared_key, "%s", v);
+    }
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -457,6 +464,29 @@ static CUresult device_init(sim_device_t *d, int ordinal, size_t capacity)
     return CUDA_SUCCESS;
 }
 
+/* Opens the device shared with the other processes of the configured key
+ * (engine_shared.c), if any. */
+static CUresult shared_open(void)
+{
+    if (!sim.cfg.shared_key[0])
+        return CUDA_SUCCESS;
+    sim_shared_identity_t id = {.ndev = (uint32_t)sim.cfg.devices, .capacity = sim.cfg.capacity / SIM_PAGE * SIM_PAGE};
+    for (int i = 0; i < sim.cfg.devices; i++)
+        sim_device_uuid(i, id.uuid[i]);
+    sim.shared = sim_shared_open(sim.cfg.shared_key, &id, true);
+    return sim.shared ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+void sim_device_uuid(int ordinal, uint8_t out[16])
+{
+    static const char stem[12] = {'c', 'u', 'c', 'a', 'c', 'h', 'e', '-', 's', 'i', 'm', '-'};
+    memcpy(out, stem, sizeof stem);
+    out[12] = 'd';
+    out[13] = (uint8_t)('0' + ordinal / 10);
+    out[14] = (uint8_t)('0' + ordinal % 10);
+    out[15] = 0;
+}
+
 static void atfork_child(void)
 {
     /* The child has only the forking thread: no workers, and the lock may be
@@ -464,6 +494,7 @@ static void atfork_child(void)
      * simulated device is not usable in the child; make calls fail cleanly. */
     pthread_mutex_init(&sim.lock, NULL);
     pthread_cond_init(&sim.cv, NULL);
+    sim.shared = NULL; /* not mapped in the child (MADV_DONTFORK); the parent's entry */
     if (sim.initialized)
         sim.init_result = CUDA_ERROR_NOT_INITIALIZED;
 }
@@ -477,6 +508,8 @@ CUresult sim_init(void)
         return r;
     }
     CUresult r = config_read(&sim.cfg);
+    if (r == CUDA_SUCCESS)
+        r = shared_open();
     for (int i = 0; r == CUDA_SUCCESS && i < sim.cfg.devices; i++)
         r = device_init(&sim.dev[i], i, sim.cfg.capacity);
     if (r == CUDA_SUCCESS) {

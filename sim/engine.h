@@ -92,10 +92,13 @@
 #include "cucache/sim.h"
 #include "array.h"
 #include "config.h"
+#include "shared.h"
 
 #define SIM_API __attribute__((visibility("default")))
 
 #define SIM_MAX_DEVICES 16
+_Static_assert(SIM_MAX_DEVICES == SIM_SHARED_DEVICES, "the shared table counts bytes of every device");
+_Static_assert(sizeof(((sim_config_t *)0)->shared_key) == SIM_SHARED_KEY_MAX + 1, "a key and its NUL");
 #define SIM_MAX_SLOTS 4096
 #define SIM_MAGIC_CTX 0x43545853u    /* "SXTC" */
 #define SIM_MAGIC_STREAM 0x4d525453u /* "STRM" */
@@ -404,6 +407,7 @@ typedef struct sim_state_s {
     bool initialized;
     CUresult init_result;
     sim_config_t cfg;
+    sim_shared_t *shared; /* the device shared with other processes (CUCACHE_SIM_SHARED), or NULL */
     sim_device_t dev[SIM_MAX_DEVICES];
     int ndev;
     /* clock slots */
@@ -513,8 +517,15 @@ CUresult sim_dev_alloc(sim_device_t *dev, size_t size, sim_alloc_kind_t kind, st
 void sim_dev_free(sim_alloc_t *a); /* returns the range to the device */
 /* The bytes a device allocation of `size` takes (the real granularity). */
 size_t sim_dev_round(size_t size);
-/* The device's free bytes: its free pages. */
+/* The device's free bytes: its free pages (shared: less every process's). */
 size_t sim_dev_free_bytes(const sim_device_t *dev);
+/* Charges bytes of pages to the device (shared: to this process's entry)
+ * if that many are free / gives them back.  Every change of pages_used and
+ * vmm_bytes goes with one of these. */
+bool sim_dev_charge(sim_device_t *d, size_t bytes);
+void sim_dev_uncharge(sim_device_t *d, size_t bytes);
+/* The 16 bytes of cuDeviceGetUuid for device ordinal. */
+void sim_device_uuid(int ordinal, uint8_t out[16]);
 /* Sets up a device's address range, memory and page count. */
 CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span);
 /* Frees any allocation: pool accounting, device or host memory, and a

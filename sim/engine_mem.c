@@ -219,11 +219,34 @@ CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span
     return CUDA_SUCCESS;
 }
 
+/* The bytes of the device this process does not hold. */
+static size_t local_free(const sim_device_t *d)
+{
+    return (d->pages - d->pages_used) * SIM_PAGE - d->vmm_bytes;
+}
+
 size_t sim_dev_free_bytes(const sim_device_t *dev)
 {
     sim_ipc_sweep();
     sim_vmm_sweep();
-    return (dev->pages - dev->pages_used) * SIM_PAGE - dev->vmm_bytes;
+    if (sim.shared) {
+        uint64_t used = sim_shared_used(sim.shared, dev->ordinal);
+        return used < dev->capacity ? dev->capacity - (size_t)used : 0;
+    }
+    return local_free(dev);
+}
+
+bool sim_dev_charge(sim_device_t *d, size_t bytes)
+{
+    if (sim.shared)
+        return sim_shared_charge(sim.shared, d->ordinal, bytes);
+    return bytes <= local_free(d);
+}
+
+void sim_dev_uncharge(sim_device_t *d, size_t bytes)
+{
+    if (sim.shared)
+        sim_shared_uncharge(sim.shared, d->ordinal, bytes);
 }
 
 size_t sim_dev_round(size_t size)
@@ -234,11 +257,13 @@ size_t sim_dev_round(size_t size)
 /* Pages [addr, addr+n pages) charged and given addresses, or 0. */
 static uintptr_t pages_take(sim_device_t *d, size_t n)
 {
-    if (n > ((d->pages - d->pages_used) * SIM_PAGE - d->vmm_bytes) / SIM_PAGE)
+    if (!sim_dev_charge(d, n * SIM_PAGE))
         return 0;
     size_t off = sim_ext_take(&d->addrs, (uintptr_t)d->base, n * SIM_PAGE, SIM_PAGE, SIZE_MAX);
-    if (off == SIZE_MAX)
+    if (off == SIZE_MAX) {
+        sim_dev_uncharge(d, n * SIM_PAGE);
         return 0;
+    }
     d->pages_used += n;
     return (uintptr_t)d->base + off;
 }
@@ -248,6 +273,7 @@ static void pages_give(sim_device_t *d, uintptr_t addr, size_t n)
     drop_bytes(d, addr, n * SIM_PAGE);
     sim_ext_give(&d->addrs, addr - (uintptr_t)d->base, n * SIM_PAGE);
     d->pages_used -= n;
+    sim_dev_uncharge(d, n * SIM_PAGE);
 }
 
 /* The first run of n clear bits in a page's map, or -1. */

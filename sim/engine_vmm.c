@@ -211,6 +211,7 @@ static void phys_maybe_free(sim_phys_t *p)
     }
     if (p->charged) {
         sim.dev[p->device].vmm_bytes -= p->size;
+        sim_dev_uncharge(&sim.dev[p->device], p->size);
         atomic_fetch_add(&sim.device_frees, 1);
     }
     close(p->fd);
@@ -238,16 +239,18 @@ CUresult sim_vmm_create(size_t size, const CUmemAllocationProp *prop, sim_phys_t
 {
     int device = prop->location.id;
     sim_device_t *d = &sim.dev[device];
-    if (size > sim_dev_free_bytes(d))
+    sim_ipc_sweep();
+    sim_vmm_sweep();
+    if (!sim_dev_charge(d, size))
         return CUDA_ERROR_OUT_OF_MEMORY;
     char name[64];
     snprintf(name, sizeof name, MEMFD_PREFIX "%d:%u", device, (unsigned)prop->requestedHandleTypes);
     int fd = memfd_create(name, MFD_CLOEXEC);
-    if (fd < 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
     struct stat st;
-    if (ftruncate(fd, (off_t)size) != 0 || fstat(fd, &st) != 0) {
-        close(fd);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        sim_dev_uncharge(d, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     sim_phys_t *p = sim_xcalloc(1, sizeof *p);

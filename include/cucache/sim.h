@@ -65,6 +65,11 @@ CUresult cucacheSimPrimaryCtxRetainUnseen(CUcontext *pctx, CUdevice dev);
 unsigned long cucacheSimDeviceAllocs(void);
 unsigned long cucacheSimDeviceFrees(void);
 
+/* Takes the lock of the table of the device shared between processes
+ * (CUCACHE_SIM_SHARED) and keeps it, for tests that kill a process holding
+ * it.  CUDA_ERROR_NOT_SUPPORTED when the device is not shared. */
+CUresult cucacheSimSharedHoldLock(void);
+
 /* The calls of the virtual memory API (cuMemAddressReserve ...
  * cuMemSetAccess), for their costs (CUCACHE_SIM_VMM_US) and for failure
  * injection. */

@@ -20,6 +20,11 @@
  *                         -> "ok PTR SIZE" | "err CODE"
  *   vmmfree PTR           unmaps, releases and frees what vmmimport made
  *                         -> "ok" | "err CODE"
+ *   alloc SIZE            cudaMalloc -> "ok PTR" | "err CODE"
+ *   free PTR              cudaFree -> "ok" | "err CODE"
+ *   meminfo               cudaMemGetInfo -> "ok FREE TOTAL" | "err CODE"
+ *   holdlock              cucacheSimSharedHoldLock: takes the shared
+ *                         device's lock and keeps it -> "ok" | "err CODE"
  *   exit                  -> exits 0
  *
  * PTR, BASE, SIZE are hexadecimal; the pattern is peer.h's peer_pattern.
@@ -32,6 +37,7 @@
 #include <unistd.h>
 
 #include "cucache/cuda_api.h"
+#include "cucache/sim.h"
 #include "peer.h"
 
 static int hexval(char c)
@@ -167,6 +173,32 @@ int main(void)
                 r = cuMemUnmap(base, size);
             if (r == CUDA_SUCCESS)
                 r = cuMemAddressFree(base, size);
+            if (r != CUDA_SUCCESS)
+                printf("err %d\n", (int)r);
+            else
+                printf("ok\n");
+        } else if (strcmp(cmd, "alloc") == 0 && sscanf(line, "%*s %llx", &a) == 1) {
+            void *p = NULL;
+            cudaError_t e = cudaMalloc(&p, (size_t)a);
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok %llx\n", (unsigned long long)(uintptr_t)p);
+        } else if (strcmp(cmd, "free") == 0 && sscanf(line, "%*s %llx", &a) == 1) {
+            cudaError_t e = cudaFree((void *)(uintptr_t)a);
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok\n");
+        } else if (strcmp(cmd, "meminfo") == 0) {
+            size_t f = 0, t = 0;
+            cudaError_t e = cudaMemGetInfo(&f, &t);
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok %zx %zx\n", f, t);
+        } else if (strcmp(cmd, "holdlock") == 0) {
+            CUresult r = cucacheSimSharedHoldLock();
             if (r != CUDA_SUCCESS)
                 printf("err %d\n", (int)r);
             else
