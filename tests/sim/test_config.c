@@ -3,12 +3,16 @@
  * defaults (one device of 80 GiB), the device count, capacities with K/M/G/T
  * units, that a bad value of any variable makes initialisation fail with a
  * message naming the variable, and the race detector's switches (off,
- * counting, fatal).  Each case runs a helper program (sim_probe, race_fatal)
+ * counting, fatal), and the refusals of the shared device's file
+ * (CUCACHE_SIM_SHARED): another user's, open to others, a symbolic link,
+ * truncated, not a table, another version, a corrupt header, devices that
+ * do not agree.  Each case runs a helper program (sim_probe, race_fatal)
  * in a child process with its own environment.
  */
 #include "simtest.h"
 
 #include "../hostile.h"
+#include "../../sim/shared.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -190,7 +195,9 @@ static void test_bad_values_fail_init_naming_the_variable(void **state)
         "CUCACHE_SIM_KERNEL_US=",           "CUCACHE_SIM_KERNEL_US=fast",      "CUCACHE_SIM_KERNEL_US=gemm=",
         "CUCACHE_SIM_KERNEL_US==5",         "CUCACHE_SIM_KERNEL_US=5,",        "CUCACHE_SIM_KERNEL_US=-1",
         "CUCACHE_SIM_KERNEL_US=gemm=20000000", "CUCACHE_SIM_SPIN_US=always",
-        "CUCACHE_SIM_COHERENT=yes",
+        "CUCACHE_SIM_COHERENT=yes",         "CUCACHE_SIM_SHARED=",             "CUCACHE_SIM_SHARED=../x",
+        "CUCACHE_SIM_SHARED=.hidden",       "CUCACHE_SIM_SHARED=a b",
+        "CUCACHE_SIM_SHARED=k12345678901234567890123456789012345678901234567890123456789012345",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *const set[] = {bad[i], NULL};
@@ -217,6 +224,7 @@ static void test_hostile_values_shown_safely(void **state)
         "CUCACHE_SIM_DEVICES",   "CUCACHE_SIM_CAPACITY",  "CUCACHE_SIM_ALLOC_US",   "CUCACHE_SIM_FREE_US",
         "CUCACHE_SIM_COPY_GBPS", "CUCACHE_SIM_RACE",      "CUCACHE_SIM_RACE_FATAL", "CUCACHE_SIM_VMM_GRANULARITY",
         "CUCACHE_SIM_VMM_US",    "CUCACHE_SIM_KERNEL_US", "CUCACHE_SIM_SPIN_US",    "CUCACHE_SIM_COHERENT",
+        "CUCACHE_SIM_SHARED",
     };
     static char setting[HOSTILE_LEN + 64];
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
@@ -286,6 +294,131 @@ static void test_race_detector_counts_and_can_be_off(void **state)
     assert_int_equal(field(r.out, "races"), 0);
 }
 
+/* ------------------------------------------------------------------------
+ * The shared device's file (CUCACHE_SIM_SHARED): what is refused
+ * ---------------------------------------------------------------------- */
+
+static char shared_key[64], shared_env[96], shared_file[256];
+
+/* A fresh key (its file removed) and its variable. */
+static void shared_fresh(const char *name)
+{
+    snprintf(shared_key, sizeof shared_key, "simtest-config-%d-%s", (int)getpid(), name);
+    snprintf(shared_env, sizeof shared_env, "CUCACHE_SIM_SHARED=%s", shared_key);
+    snprintf(shared_file, sizeof shared_file, SIM_SHARED_DIR "/" SIM_SHARED_PREFIX "%u-%s", (unsigned)geteuid(),
+             shared_key);
+    unlink(shared_file);
+}
+
+/* The probe with the shared key and capacity cap: a working device or, when
+ * `refusal` is not NULL, a failed initialisation whose one message names
+ * the file and says `refusal`. */
+static void shared_probe(const char *cap, const char *refusal)
+{
+    static struct run r;
+    const char *const set[] = {shared_env, cap, NULL};
+    probe(set, &r);
+    bool ok = refusal ? field(r.out, "count") != cudaSuccess && field(r.out, "malloc") != cudaSuccess &&
+                            strstr(r.err, shared_file) && strstr(r.err, refusal) && !strchr(strchr(r.err, '\n') + 1, '\n')
+                      : field(r.out, "malloc") == cudaSuccess && !r.err[0];
+    if (!ok) {
+        print_error("%s (%s): expected %s%s\nstdout:\n%s\nstderr:\n%s\n", shared_env, cap,
+                    refusal ? "a refusal saying " : "a working device", refusal ? refusal : "", r.out, r.err);
+        fail();
+    }
+}
+
+static void shared_write(const void *bytes, size_t len, mode_t mode)
+{
+    int fd = open(shared_file, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, bytes, len), (ssize_t)len);
+    assert_int_equal(fchmod(fd, mode), 0);
+    close(fd);
+}
+
+static void test_shared_file_made_for_this_user(void **state)
+{
+    (void)state;
+    shared_fresh("made");
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", NULL);
+    struct stat st;
+    assert_int_equal(lstat(shared_file, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0600);
+    assert_int_equal(st.st_uid, geteuid());
+    assert_int_equal(st.st_size, sizeof(sim_shared_region_t));
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", NULL); /* a second process joins it */
+    unlink(shared_file);
+}
+
+/* Every process of a key simulates the same devices. */
+static void test_shared_identity_must_agree(void **state)
+{
+    (void)state;
+    shared_fresh("identity");
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", NULL);
+    shared_probe("CUCACHE_SIM_CAPACITY=2G", "must agree");
+    shared_probe("CUCACHE_SIM_DEVICES=2", "must agree");
+    unlink(shared_file);
+}
+
+static void test_shared_bad_file_refused(void **state)
+{
+    (void)state;
+    static sim_shared_region_t region;
+    /* a file of the right size that is not a table */
+    shared_fresh("magic");
+    memset(&region, 0x5a, sizeof region);
+    shared_write(&region, sizeof region, 0600);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", "its first bytes are not");
+    /* a truncated one */
+    shared_write(&region, 100, 0600);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", "100 bytes, expected");
+    shared_write(&region, 0, 0600);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", "0 bytes, expected");
+    /* a real table of another version, and one with a corrupt header */
+    unlink(shared_file);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", NULL);
+    int fd = open(shared_file, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, &region, sizeof region, 0), (ssize_t)sizeof region);
+    region.version = 99;
+    assert_int_equal(pwrite(fd, &region, sizeof region, 0), (ssize_t)sizeof region);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", "version 99");
+    region.version = SIM_SHARED_VERSION;
+    region.id.ndev = 1000;
+    assert_int_equal(pwrite(fd, &region, sizeof region, 0), (ssize_t)sizeof region);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", "header is corrupt");
+    close(fd);
+    /* permissions others could use, a symbolic link, not a file */
+    unlink(shared_file);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", NULL);
+    assert_int_equal(chmod(shared_file, 0644), 0);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", "mode 0644");
+    unlink(shared_file);
+    assert_int_equal(symlink("/tmp/elsewhere", shared_file), 0);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", "symbolic link");
+    unlink(shared_file);
+    assert_int_equal(mkfifo(shared_file, 0600), 0);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", "not a regular file");
+    unlink(shared_file);
+}
+
+/* Another user's file (a table that user made, or a trap): refused.  Needs
+ * root to give a file away; skipped otherwise. */
+static void test_shared_foreign_owner_refused(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    shared_fresh("foreign");
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", NULL);
+    assert_int_equal(chown(shared_file, 65534, 65534), 0);
+    shared_probe("CUCACHE_SIM_CAPACITY=1G", "owned by uid 65534");
+    unlink(shared_file);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +431,10 @@ int main(void)
         cmocka_unit_test(test_good_values),
         cmocka_unit_test(test_race_fatal_aborts_on_planted_race),
         cmocka_unit_test(test_race_detector_counts_and_can_be_off),
+        cmocka_unit_test(test_shared_file_made_for_this_user),
+        cmocka_unit_test(test_shared_identity_must_agree),
+        cmocka_unit_test(test_shared_bad_file_refused),
+        cmocka_unit_test(test_shared_foreign_owner_refused),
     };
     return cmocka_run_group_tests_name("sim.config", tests, NULL, NULL);
 }
