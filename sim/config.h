@@ -1,7 +1,9 @@
 /*
  * The simulated device's configuration (CUCACHE_SIM_* variables, read by
- * engine.c) and the virtual memory calls that cost time.  Included by
- * engine.h.
+ * engine.c: DEVICES, CAPACITY, ALLOC_US, FREE_US, COPY_GBPS, RACE,
+ * RACE_FATAL, VMM_GRANULARITY, VMM_US, KERNEL_US, SPIN_US, COHERENT,
+ * SHARED; docs/simulator.md's table) and the virtual memory calls that
+ * cost time.  Included by engine.h.
  */
 #ifndef CUCACHE_SIM_CONFIG_H
 #define CUCACHE_SIM_CONFIG_H

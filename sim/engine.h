@@ -11,6 +11,10 @@
  *     are packed at 512 bytes into pages of their own.  A sorted table of
  *     live allocations answers "which allocation holds this address".
  *     Each device has a primary context and a default memory pool.
+ *     With CUCACHE_SIM_SHARED the pages are charged to this process's
+ *     entry of a table that every process of the key shares
+ *     (engine_shared.c, shared.h): the device is full when all of them
+ *     together hold its capacity.
  *   - struct CUctx_st: a context (primary or created).  It owns a legacy
  *     default stream, the streams created in it, and a sticky error.
  *   - struct CUstream_st: a FIFO of operations run by one worker thread.
@@ -63,6 +67,9 @@
  *                    and managed memory, memory pools
  *   engine_vmm.c     virtual memory (engine_vmm.h: shared with the driver)
  *   engine_ipc.c     IPC between processes that both run the simulator
+ *   engine_shared.c  the device shared by processes: its file, its table of
+ *                    processes and their bytes, its robust lock (shared.h;
+ *                    uses no engine state)
  *   engine_race.c    the race detector
  *   handles.c        the table of live handles (handles.h)
  *   driver*.c        the driver API (driver.h: entering a call): driver.c
@@ -212,7 +219,7 @@ typedef struct sim_device_s {
     int memfd;         /* its bytes: file offset = address - base (shared with importers) */
     size_t capacity;   /* bytes, a whole number of pages; cuMemGetInfo's total */
     size_t pages;      /* capacity / SIM_PAGE */
-    size_t pages_used; /* pages charged to live allocations (and small pages) */
+    size_t pages_used; /* pages charged to this process's live allocations (and small pages) */
     sim_extents_t addrs;    /* its free addresses (offsets from base) */
     size_t vmm_bytes;       /* physical allocations of the virtual memory API (cuMemCreate) */
     sim_smallpage_t *small; /* pages of small allocations, sorted by address */
