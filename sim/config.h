@@ -1,6 +1,6 @@
 /*
  * The simulated device's configuration (CUCACHE_SIM_* variables, read by
- * engine.c: DEVICES, CAPACITY, ALLOC_US, FREE_US, COPY_GBPS, RACE,
+ * config.c: DEVICES, CAPACITY, ALLOC_US, FREE_US, COPY_GBPS, RACE,
  * RACE_FATAL, VMM_GRANULARITY, VMM_US, KERNEL_US, SPIN_US, COHERENT,
  * SHARED; docs/simulator.md's table) and the virtual memory calls that
  * cost time.  Included by engine.h.
@@ -49,5 +49,10 @@ typedef struct sim_config_s {
     bool coherent;    /* CUCACHE_SIM_COHERENT: the devices say the CPU shares their memory coherently (ATS) */
     char shared_key[65]; /* CUCACHE_SIM_SHARED: the key of the device shared with other processes; "": per-process */
 } sim_config_t;
+
+/* Reads the CUCACHE_SIM_* variables in this order, with their defaults for
+ * those unset; false after printing the first bad one (its name, its value
+ * shown safely, what it accepts). */
+bool sim_config_read(sim_config_t *cfg);
 
 #endif

@@ -58,7 +58,9 @@
  *
  * Files (sim_ throughout; the exported CUDA names and cucacheSim* are the
  * only symbols the libraries export: libcuda.map, libcudart.map.in):
- *   engine.c         configuration (config.h), initialisation, vector
+ *   config.c         the CUCACHE_SIM_* variables (config.h; the NVML reads
+ *                    them too)
+ *   engine.c         initialisation, vector
  *                    clocks, host threads, contexts, the sorted arrays
  *                    (array.h)
  *   engine_stream.c  streams and their workers, CUDA's implicit

@@ -1,0 +1,228 @@
+/*
+ * The simulated device's configuration: the CUCACHE_SIM_* variables
+ * (config.h), read by the driver at cuInit and by the simulated NVML.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf.h" /* core/conf.c: the one size reader, conf_show */
+#include "shared.h"
+
+/* "80G", "512M", "1.5G", "64MiB", "1024" (bytes), with core/conf.c's size
+ * reader: binary units, an optional 'i' and 'B', a fraction of a byte
+ * dropped (cucache-run checks --sim with the same call); false on anything
+ * else. */
+static bool parse_size(const char *s, size_t *out)
+{
+    uint64_t v;
+    if (conf_read_size(s, strlen(s), 1, CONF_SIZE_ROUND_DOWN | CONF_SIZE_LAX_I, &v) != CONF_NUM_OK)
+        return false;
+    *out = (size_t)v;
+    return true;
+}
+
+static bool parse_uint(const char *s, unsigned long max, unsigned long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (end == s || *end || errno || v > max || s[0] == '-')
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Microseconds at s (fractions allowed, at most 10 s) into *ns, rounded to
+ * the nearest nanosecond, and *end just after them; false when s starts
+ * with no such number. */
+static bool parse_us(const char *s, char **end, uint64_t *ns)
+{
+    errno = 0;
+    double us = strtod(s, end);
+    if (*end == s || errno || !(us >= 0 && us <= 10000000))
+        return false;
+    *ns = (uint64_t)(us * 1000 + 0.5);
+    return true;
+}
+
+/* The calls of CUCACHE_SIM_VMM_US, in sim_vmm_call_t's order, and their
+ * default costs in nanoseconds: the A100 figures of shared/notes/vmm.md
+ * (1.7), where the release of a handle and of a reservation, not measured
+ * there, take an unmap's time. */
+static const char *const vmm_call_names[SIM_VMM_NCALLS] = {"reserve", "addressfree", "create", "release",
+                                                           "map",     "unmap",       "access"};
+static const uint64_t vmm_default_ns[SIM_VMM_NCALLS] = {19000, 25600, 193000, 25600, 1450, 25600, 36000};
+
+/* "0" (every call free) or a comma-separated list of CALL=MICROSECONDS
+ * (fractions allowed); calls not named keep their cost. */
+static bool parse_vmm_costs(const char *v, uint64_t ns[SIM_VMM_NCALLS])
+{
+    if (strcmp(v, "0") == 0) {
+        memset(ns, 0, SIM_VMM_NCALLS * sizeof *ns);
+        return true;
+    }
+    const char *p = v;
+    while (*p) {
+        const char *eq = strchr(p, '=');
+        if (!eq)
+            return false;
+        int call = -1;
+        for (int i = 0; i < SIM_VMM_NCALLS; i++)
+            if (strlen(vmm_call_names[i]) == (size_t)(eq - p) && strncmp(p, vmm_call_names[i], (size_t)(eq - p)) == 0)
+                call = i;
+        char *end;
+        uint64_t cost;
+        if (call < 0 || !parse_us(eq + 1, &end, &cost) || (*end && *end != ','))
+            return false;
+        ns[call] = cost;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p)
+            return false;
+    }
+    return true;
+}
+
+/* CUCACHE_SIM_KERNEL_US: "DEFAULT", "NAME=US,...", or both ("5,gemm=300");
+ * microseconds, fractions allowed, at most 10 s; names of 1-63 bytes. */
+static bool parse_kernel_times(const char *v, sim_config_t *cfg)
+{
+    const char *p = v;
+    cfg->nkernels = 0;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        const char *num = eq ? eq + 1 : p;
+        char *end;
+        uint64_t ns;
+        if (!parse_us(num, &end, &ns) || end != p + len)
+            return false;
+        if (eq) {
+            size_t n = (size_t)(eq - p);
+            if (n == 0 || n >= sizeof cfg->kernels[0].name || cfg->nkernels == SIM_KERNEL_TIMES)
+                return false;
+            memcpy(cfg->kernels[cfg->nkernels].name, p, n);
+            cfg->kernels[cfg->nkernels].name[n] = 0;
+            cfg->kernels[cfg->nkernels++].ns = ns;
+        } else {
+            cfg->kernel_ns = ns;
+        }
+        if (!comma)
+            break;
+        p = comma + 1;
+        if (!*p)
+            return false;
+    }
+    return true;
+}
+
+#define SIM_STR_(x) #x
+#define SIM_STR(x) SIM_STR_(x)
+
+/* Says what a CUCACHE_SIM_* variable should have held; returns false. */
+static bool env_bad(const char *name, const char *v, const char *expected)
+{
+    char shown[CONF_SHOW_BUF];
+    sim_log("%s: '%s': expected %s", name, conf_show(shown, v, strlen(v)), expected);
+    return false;
+}
+
+/* The whole number in variable name, min to max, into *out, which stays
+ * as it is when the variable is unset; false (env_bad) on anything else. */
+static bool env_uint(const char *name, unsigned long min, unsigned long max, unsigned long *out, const char *expected)
+{
+    const char *v = secure_getenv(name);
+    unsigned long u;
+    if (!v)
+        return true;
+    if (!parse_uint(v, max, &u) || u < min)
+        return env_bad(name, v, expected);
+    *out = u;
+    return true;
+}
+
+/* env_uint into an unsigned, from 0 to max. */
+static bool env_unsigned(const char *name, unsigned max, unsigned *out, const char *expected)
+{
+    unsigned long u = *out;
+    bool ok = env_uint(name, 0, max, &u, expected);
+    *out = (unsigned)u;
+    return ok;
+}
+
+/* env_uint into a switch: 0 or 1. */
+static bool env_bool(const char *name, bool *out, const char *expected)
+{
+    unsigned long u = *out;
+    bool ok = env_uint(name, 0, 1, &u, expected);
+    *out = u == 1;
+    return ok;
+}
+
+bool sim_config_read(sim_config_t *cfg)
+{
+    cfg->devices = 1;
+    cfg->capacity = (size_t)80 << 30;
+    cfg->alloc_us = 20;
+    cfg->free_us = 30;
+    cfg->copy_gbps = 25;
+    cfg->race = true;
+    cfg->race_fatal = false;
+    cfg->vmm_granularity = (size_t)2 << 20;
+    memcpy(cfg->vmm_ns, vmm_default_ns, sizeof cfg->vmm_ns);
+    cfg->kernel_ns = 5000; /* a small kernel's time on a GPU */
+    cfg->spin_us = 100;
+
+    const char *v;
+    unsigned long devices = (unsigned long)cfg->devices;
+    bool ok = env_uint("CUCACHE_SIM_DEVICES", 1, SIM_SHARED_DEVICES, &devices,
+                       "a number of devices from 1 to " SIM_STR(SIM_SHARED_DEVICES));
+    cfg->devices = (int)devices;
+    if (ok && (v = secure_getenv("CUCACHE_SIM_CAPACITY")) &&
+        (!parse_size(v, &cfg->capacity) || cfg->capacity < ((size_t)4 << 20) || cfg->capacity > ((size_t)1 << 44)))
+        ok = env_bad("CUCACHE_SIM_CAPACITY", v, "a size from 4M to 16T, like 80G or 512M");
+    ok = ok && env_unsigned("CUCACHE_SIM_ALLOC_US", 10000000, &cfg->alloc_us, "microseconds, 0 to 10000000");
+    ok = ok && env_unsigned("CUCACHE_SIM_FREE_US", 10000000, &cfg->free_us, "microseconds, 0 to 10000000");
+    if (ok && (v = secure_getenv("CUCACHE_SIM_COPY_GBPS"))) {
+        char *end;
+        errno = 0;
+        double d = strtod(v, &end);
+        if (end == v || *end || errno || d < 0)
+            ok = env_bad("CUCACHE_SIM_COPY_GBPS", v, "a bandwidth in GB/s (0 = instant copies)");
+        else
+            cfg->copy_gbps = d;
+    }
+    ok = ok && env_bool("CUCACHE_SIM_RACE", &cfg->race, "0 (race detector off) or 1 (on)");
+    ok = ok && env_bool("CUCACHE_SIM_RACE_FATAL", &cfg->race_fatal, "0 (count races) or 1 (abort on the first)");
+    if (ok && (v = secure_getenv("CUCACHE_SIM_VMM_GRANULARITY"))) {
+        size_t g;
+        if (!parse_size(v, &g) || g < 4096 || g > ((size_t)1 << 30) || (g & (g - 1)))
+            ok = env_bad("CUCACHE_SIM_VMM_GRANULARITY", v, "a power of two from 4K to 1G, like 2M");
+        else
+            cfg->vmm_granularity = g;
+    }
+    if (ok && (v = secure_getenv("CUCACHE_SIM_VMM_US")) && !parse_vmm_costs(v, cfg->vmm_ns))
+        ok = env_bad("CUCACHE_SIM_VMM_US", v,
+                     "0 or CALL=MICROSECONDS,... with CALL one of reserve, addressfree, create, release, map, unmap, "
+                     "access");
+    if (ok && (v = secure_getenv("CUCACHE_SIM_KERNEL_US")) && (!*v || !parse_kernel_times(v, cfg)))
+        ok = env_bad("CUCACHE_SIM_KERNEL_US", v,
+                     "DEFAULT and/or NAME=MICROSECONDS,... (for example 5,gemm=300: kernels whose name contains gemm "
+                     "take 300 us, others 5 us; at most " SIM_STR(SIM_KERNEL_TIMES) " names of 1-63 bytes)");
+    ok = ok && env_unsigned("CUCACHE_SIM_SPIN_US", 100000, &cfg->spin_us, "microseconds, 0 to 100000");
+    ok = ok && env_bool("CUCACHE_SIM_COHERENT", &cfg->coherent,
+                        "0 (a discrete GPU) or 1 (the CPU shares device memory coherently, as on Grace Hopper)");
+    if (ok && (v = secure_getenv("CUCACHE_SIM_SHARED"))) {
+        const char *bad = sim_shared_key_error(v);
+        if (bad)
+            ok = env_bad("CUCACHE_SIM_SHARED", v, bad);
+        else
+            snprintf(cfg->shared_key, sizeof cfg->shared_key, "%s", v);
+    }
+    return ok;
+}
+
