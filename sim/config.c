@@ -226,3 +226,22 @@ bool sim_config_read(sim_config_t *cfg)
     return ok;
 }
 
+
+void sim_device_uuid(int ordinal, uint8_t out[16])
+{
+    static const char stem[12] = {'c', 'u', 'c', 'a', 'c', 'h', 'e', '-', 's', 'i', 'm', '-'};
+    memcpy(out, stem, sizeof stem);
+    out[12] = 'd';
+    out[13] = (uint8_t)('0' + ordinal / 10);
+    out[14] = (uint8_t)('0' + ordinal % 10);
+    out[15] = 0;
+}
+
+void sim_config_identity(const sim_config_t *cfg, sim_shared_identity_t *id)
+{
+    memset(id, 0, sizeof *id);
+    id->ndev = (uint32_t)cfg->devices;
+    id->capacity = cfg->capacity / SIM_CONFIG_PAGE * SIM_CONFIG_PAGE;
+    for (int i = 0; i < cfg->devices; i++)
+        sim_device_uuid(i, id->uuid[i]);
+}

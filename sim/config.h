@@ -55,4 +55,15 @@ typedef struct sim_config_s {
  * shown safely, what it accepts). */
 bool sim_config_read(sim_config_t *cfg);
 
+/* What the devices are called (cuDeviceGetName, nvmlDeviceGetName). */
+#define SIM_DEVICE_NAME "cucache simulated GPU (H100-like)"
+/* The unit a device's capacity is rounded down to (engine.h's SIM_PAGE). */
+#define SIM_CONFIG_PAGE ((size_t)2 << 20)
+/* The 16 bytes of cuDeviceGetUuid for device ordinal. */
+void sim_device_uuid(int ordinal, uint8_t out[16]);
+/* The identity of the devices cfg describes, as the processes sharing
+ * them must agree on it (shared.h). */
+struct sim_shared_identity_s;
+void sim_config_identity(const sim_config_t *cfg, struct sim_shared_identity_s *id);
+
 #endif

@@ -93,7 +93,7 @@ SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
         return r;
     if (!name || len <= 0)
         return CUDA_ERROR_INVALID_VALUE;
-    snprintf(name, (size_t)len, "cucache simulated GPU (H100-like)");
+    snprintf(name, (size_t)len, "%s", SIM_DEVICE_NAME);
     return CUDA_SUCCESS;
 }
 

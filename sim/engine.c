@@ -36,23 +36,6 @@ void sim_unlock(void)
     pthread_mutex_unlock(&sim.lock);
 }
 
-void sim_log(const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    if ((size_t)n > sizeof buf - 2)
-        n = (int)sizeof buf - 2;
-    buf[n++] = '\n';
-    ssize_t w = write(2, "cucache-sim: ", 13);
-    w = write(2, buf, (size_t)n);
-    (void)w;
-}
-
 void *sim_xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
@@ -249,21 +232,10 @@ static CUresult shared_open(void)
 {
     if (!sim.cfg.shared_key[0])
         return CUDA_SUCCESS;
-    sim_shared_identity_t id = {.ndev = (uint32_t)sim.cfg.devices, .capacity = sim.cfg.capacity / SIM_PAGE * SIM_PAGE};
-    for (int i = 0; i < sim.cfg.devices; i++)
-        sim_device_uuid(i, id.uuid[i]);
+    sim_shared_identity_t id;
+    sim_config_identity(&sim.cfg, &id);
     sim.shared = sim_shared_open(sim.cfg.shared_key, &id, true);
     return sim.shared ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-void sim_device_uuid(int ordinal, uint8_t out[16])
-{
-    static const char stem[12] = {'c', 'u', 'c', 'a', 'c', 'h', 'e', '-', 's', 'i', 'm', '-'};
-    memcpy(out, stem, sizeof stem);
-    out[12] = 'd';
-    out[13] = (uint8_t)('0' + ordinal / 10);
-    out[14] = (uint8_t)('0' + ordinal % 10);
-    out[15] = 0;
 }
 
 static void atfork_child(void)

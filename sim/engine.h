@@ -60,6 +60,7 @@
  * only symbols the libraries export: libcuda.map, libcudart.map.in):
  *   config.c         the CUCACHE_SIM_* variables (config.h; the NVML reads
  *                    them too)
+ *   log.c            sim_log, the one message sink (the NVML's too)
  *   engine.c         initialisation, vector
  *                    clocks, host threads, contexts, the sorted arrays
  *                    (array.h)
@@ -187,6 +188,7 @@ typedef struct sim_alloc_s {
 #define SIM_SMALL_GRAIN ((size_t)512)
 #define SIM_SMALL_MAX ((size_t)1 << 20)
 #define SIM_SMALL_GRAINS (SIM_PAGE / SIM_SMALL_GRAIN)
+_Static_assert(SIM_PAGE == SIM_CONFIG_PAGE, "capacities are whole pages");
 
 typedef struct sim_extent_s {
     size_t off, len; /* free range [off, off+len) of a range of addresses */
@@ -533,8 +535,6 @@ size_t sim_dev_free_bytes(const sim_device_t *dev);
  * vmm_bytes goes with one of these. */
 bool sim_dev_charge(sim_device_t *d, size_t bytes);
 void sim_dev_uncharge(sim_device_t *d, size_t bytes);
-/* The 16 bytes of cuDeviceGetUuid for device ordinal. */
-void sim_device_uuid(int ordinal, uint8_t out[16]);
 /* Sets up a device's address range, memory and page count. */
 CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span);
 /* Frees any allocation: pool accounting, device or host memory, and a

@@ -297,7 +297,7 @@ static bool join(sim_shared_t *sh)
     return false;
 }
 
-sim_shared_t *sim_shared_open(const char *key, const sim_shared_identity_t *want, bool joining)
+sim_shared_t *sim_shared_open(const char *key, const sim_shared_identity_t *want, bool enter)
 {
     sim_shared_t *sh = calloc(1, sizeof *sh);
     if (!sh)
@@ -310,7 +310,7 @@ sim_shared_t *sim_shared_open(const char *key, const sim_shared_identity_t *want
     }
     bool absent = false;
     sh->r = region_map(sh->path, &absent);
-    if (!sh->r && absent && joining && region_create(sh->path, want) >= 0)
+    if (!sh->r && absent && want && region_create(sh->path, want) >= 0)
         sh->r = region_map(sh->path, &absent);
     if (!sh->r) {
         if (absent)
@@ -318,8 +318,8 @@ sim_shared_t *sim_shared_open(const char *key, const sim_shared_identity_t *want
         free(sh);
         return NULL;
     }
-    bool ok = !joining || identity_check(sh->path, &sh->r->id, want);
-    if (ok && joining) {
+    bool ok = !want || identity_check(sh->path, &sh->r->id, want);
+    if (ok && enter) {
         ok = lock(sh);
         if (ok) {
             ok = join(sh);

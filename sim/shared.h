@@ -76,11 +76,12 @@ typedef struct sim_shared_s sim_shared_t;
 const char *sim_shared_key_error(const char *key);
 /* The file of key for this user, into buf; false when it does not fit. */
 bool sim_shared_path(const char *key, char *buf, size_t len);
-/* Opens the shared device of key.  join: creates the file if there is none
- * (with *want), checks that its identity is *want and enters this process
- * in the table; !join (want NULL): opens an existing file only, to read.
- * NULL after printing one line naming the file and what is wrong. */
-sim_shared_t *sim_shared_open(const char *key, const sim_shared_identity_t *want, bool join);
+/* Opens the shared device of key.  want not NULL: creates the file if there
+ * is none (with *want) and checks that its identity is *want; NULL: opens
+ * an existing file.  enter: enters this process in the table (a process
+ * using the device; the NVML only reads).  NULL after printing one line
+ * naming the file and what is wrong. */
+sim_shared_t *sim_shared_open(const char *key, const sim_shared_identity_t *want, bool enter);
 void sim_shared_close(sim_shared_t *sh);
 const sim_shared_identity_t *sim_shared_identity(const sim_shared_t *sh);
 /* Charges bytes to this process on device dev if that many are free

@@ -1,0 +1,292 @@
+/*
+ * The simulated NVML (libnvidia-ml.so.1): what a memory tool asks of the
+ * simulated devices, with NVML's ABI.  The devices are the ones the
+ * CUCACHE_SIM_* variables describe (config.c); with CUCACHE_SIM_SHARED
+ * their memory and processes are read from the shared table
+ * (engine_shared.c), without entering this process in it (a monitor is
+ * not a compute process).  Without a key no other process's memory is
+ * visible: every device reads as empty.
+ *
+ * The ABI is nvml.h's (this directory's, after NVIDIA's); symbols are
+ * exported unversioned (libnvidia-ml.map).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+#include "nvml.h"
+#include "shared.h"
+
+#define NVML_NO_MIG 0xFFFFFFFFu
+
+static struct {
+    pthread_mutex_t lock;
+    unsigned refs; /* nvmlInit minus nvmlShutdown */
+    sim_config_t cfg;
+    sim_shared_t *shared; /* CUCACHE_SIM_SHARED's table, or NULL */
+    nvml_device_t dev[SIM_SHARED_DEVICES];
+} nvml = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* nvmlErrorString's answers: one row per code. */
+static const struct {
+    nvmlReturn_t code;
+    const char *text;
+} error_texts[] = {
+    {NVML_SUCCESS, "Success"},
+    {NVML_ERROR_UNINITIALIZED, "Uninitialized"},
+    {NVML_ERROR_INVALID_ARGUMENT, "Invalid Argument"},
+    {NVML_ERROR_NOT_SUPPORTED, "Not Supported"},
+    {NVML_ERROR_NOT_FOUND, "Not Found"},
+    {NVML_ERROR_INSUFFICIENT_SIZE, "Insufficient Size"},
+    {NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"},
+    {NVML_ERROR_ARGUMENT_VERSION_MISMATCH, "Argument Version Mismatch"},
+    {NVML_ERROR_UNKNOWN, "Unknown Error"},
+};
+
+NVML_API const char *nvmlErrorString(nvmlReturn_t result)
+{
+    for (size_t i = 0; i < sizeof error_texts / sizeof error_texts[0]; i++)
+        if (error_texts[i].code == result)
+            return error_texts[i].text;
+    return "Unknown Error";
+}
+
+/* ------------------------------------------------------------------------
+ * Initialisation
+ * ---------------------------------------------------------------------- */
+
+/* Reads the configuration and opens the shared table (lock held): the
+ * first nvmlInit.  A bad setting or table is printed, and is
+ * NVML_ERROR_DRIVER_NOT_LOADED (no simulated device to report on). */
+static nvmlReturn_t start(void)
+{
+    memset(&nvml.cfg, 0, sizeof nvml.cfg);
+    if (!sim_config_read(&nvml.cfg))
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    sim_shared_identity_t id;
+    sim_config_identity(&nvml.cfg, &id);
+    if (nvml.cfg.shared_key[0]) {
+        nvml.shared = sim_shared_open(nvml.cfg.shared_key, &id, false);
+        if (!nvml.shared)
+            return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    for (int i = 0; i < nvml.cfg.devices; i++) {
+        const uint8_t *u = id.uuid[i];
+        nvml.dev[i].ordinal = i;
+        snprintf(nvml.dev[i].uuid, sizeof nvml.dev[i].uuid,
+                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2], u[3],
+                 u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+    }
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags; /* NO_GPUS, NO_ATTACH: there are always devices, nothing to attach */
+    pthread_mutex_lock(&nvml.lock);
+    nvmlReturn_t r = nvml.refs ? NVML_SUCCESS : start();
+    if (r == NVML_SUCCESS)
+        nvml.refs++;
+    pthread_mutex_unlock(&nvml.lock);
+    return r;
+}
+
+NVML_API nvmlReturn_t nvmlInit_v2(void)
+{
+    return nvmlInitWithFlags(0);
+}
+
+NVML_API nvmlReturn_t nvmlInit(void)
+{
+    return nvmlInitWithFlags(0);
+}
+
+NVML_API nvmlReturn_t nvmlShutdown(void)
+{
+    pthread_mutex_lock(&nvml.lock);
+    nvmlReturn_t r = nvml.refs ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+    if (nvml.refs && --nvml.refs == 0) {
+        sim_shared_close(nvml.shared);
+        nvml.shared = NULL;
+    }
+    pthread_mutex_unlock(&nvml.lock);
+    return r;
+}
+
+/* NVML_SUCCESS when initialised and d is one of the devices. */
+static nvmlReturn_t check(nvmlDevice_t d)
+{
+    if (!nvml.refs)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!d || d < nvml.dev || d >= nvml.dev + nvml.cfg.devices)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------
+ * Devices
+ * ---------------------------------------------------------------------- */
+
+NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    if (!nvml.refs)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!deviceCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *deviceCount = (unsigned int)nvml.cfg.devices;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
+{
+    return nvmlDeviceGetCount_v2(deviceCount);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    if (!nvml.refs)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= (unsigned int)nvml.cfg.devices)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &nvml.dev[index];
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    if (!nvml.refs)
+        return NVML_ERROR_UNINITIALIZED;
+    if (!uuid || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < nvml.cfg.devices; i++)
+        if (strcmp(uuid, nvml.dev[i].uuid) == 0) {
+            *device = &nvml.dev[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+/* Copies s into buf of length bytes, or NVML_ERROR_INSUFFICIENT_SIZE. */
+static nvmlReturn_t copy_string(const char *s, char *buf, unsigned int length)
+{
+    if (!buf)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    size_t n = strlen(s);
+    if (length < n + 1)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, s, n + 1);
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    nvmlReturn_t r = check(device);
+    return r != NVML_SUCCESS ? r : copy_string(SIM_DEVICE_NAME, name, length);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    nvmlReturn_t r = check(device);
+    return r != NVML_SUCCESS ? r : copy_string(device->uuid, uuid, length);
+}
+
+/* ------------------------------------------------------------------------
+ * Memory and processes
+ * ---------------------------------------------------------------------- */
+
+/* Capacity and bytes in use of a device (every process's). */
+static void memory(nvmlDevice_t d, unsigned long long *total, unsigned long long *used)
+{
+    *total = nvml.cfg.capacity / SIM_CONFIG_PAGE * SIM_CONFIG_PAGE;
+    *used = nvml.shared ? sim_shared_used(nvml.shared, d->ordinal) : 0;
+    if (*used > *total)
+        *used = *total;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvml_memory_t *m)
+{
+    nvmlReturn_t r = check(device);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!m)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    memory(device, &m->total, &m->used);
+    m->free = m->total - m->used;
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvml_memory_v2_t *m)
+{
+    nvmlReturn_t r = check(device);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!m)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (m->version != NVML_MEMORY_V2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memory(device, &m->total, &m->used);
+    m->reserved = 0;
+    m->free = m->total - m->used;
+    return NVML_SUCCESS;
+}
+
+/* The processes holding memory on the device, into infos (entries of
+ * `size` bytes, v1 or v2 layout) as NVML's contract says: with too small
+ * an array, *infoCount becomes the number needed and the answer is
+ * NVML_ERROR_INSUFFICIENT_SIZE (NVML_SUCCESS when there are none). */
+static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, size_t size)
+{
+    nvmlReturn_t r = check(device);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    static sim_shared_proc_t procs[SIM_SHARED_PROCS]; /* under nvml.lock */
+    pthread_mutex_lock(&nvml.lock);
+    size_t n = nvml.shared ? sim_shared_procs(nvml.shared, procs, SIM_SHARED_PROCS) : 0;
+    unsigned int found = 0;
+    for (size_t i = 0; i < n && i < SIM_SHARED_PROCS; i++)
+        if (procs[i].bytes[device->ordinal])
+            procs[found++] = procs[i];
+    if (found > *infoCount || (found && !infos)) {
+        r = found > *infoCount ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_ERROR_INVALID_ARGUMENT;
+        *infoCount = found;
+        pthread_mutex_unlock(&nvml.lock);
+        return r;
+    }
+    for (unsigned int i = 0; i < found; i++) {
+        nvml_process_v2_t p = {(unsigned int)procs[i].pid, procs[i].bytes[device->ordinal], NVML_NO_MIG, NVML_NO_MIG};
+        if (size == sizeof(nvml_process_v1_t))
+            memcpy((char *)infos + i * size, &(nvml_process_v1_t){p.pid, p.usedGpuMemory}, size);
+        else
+            memcpy((char *)infos + i * size, &p, size);
+    }
+    *infoCount = found;
+    pthread_mutex_unlock(&nvml.lock);
+    return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                           nvml_process_v1_t *infos)
+{
+    return processes(device, infoCount, infos, sizeof *infos);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                              nvml_process_v2_t *infos)
+{
+    return processes(device, infoCount, infos, sizeof *infos);
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                              nvml_process_v2_t *infos)
+{
+    return processes(device, infoCount, infos, sizeof *infos);
+}
