@@ -130,6 +130,10 @@ static void test_memory_and_processes(void **state)
     assert_int_equal(n, 1);
     nvml_process_v2_t p3[4];
     memset(p3, 0xee, sizeof p3);
+    n = 0; /* an array too short: nothing written, the count needed */
+    assert_int_equal(nvmlDeviceGetComputeRunningProcesses_v3(device(0), &n, p3), NVML_ERROR_INSUFFICIENT_SIZE);
+    assert_int_equal(n, 1);
+    assert_int_equal(p3[0].pid, 0xeeeeeeeeu);
     n = 4;
     assert_int_equal(nvmlDeviceGetComputeRunningProcesses_v3(device(0), &n, p3), NVML_SUCCESS);
     assert_int_equal(n, 1);
