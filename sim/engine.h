@@ -87,6 +87,9 @@
  *                    runtime_module.c (registration and launch)
  *   errors.h         the error codes, names and texts the driver and the
  *                    runtime share
+ *   nvml.c           the simulated NVML, libnvidia-ml.so.1 (nvml.h: its ABI):
+ *                    the devices of the same settings, their memory and
+ *                    processes read from the shared table
  */
 #ifndef CUCACHE_SIM_ENGINE_H
 #define CUCACHE_SIM_ENGINE_H
