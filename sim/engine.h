@@ -56,8 +56,9 @@
  * Locking: one engine mutex `sim.lock` protects everything here; workers
  * drop it while they move bytes.  `sim.cv` is broadcast on every completion.
  *
- * Files (sim_ throughout; the exported CUDA names and cucacheSim* are the
- * only symbols the libraries export: libcuda.map, libcudart.map.in):
+ * Files (sim_ throughout; the exported CUDA names, cucacheSim* and the
+ * NVML's nvml* are the only symbols the libraries export: libcuda.map,
+ * libcudart.map.in, libnvidia-ml.map):
  *   config.c         the CUCACHE_SIM_* variables (config.h; the NVML reads
  *                    them too)
  *   log.c            sim_log, the one message sink (the NVML's too)
