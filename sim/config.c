@@ -226,7 +226,6 @@ bool sim_config_read(sim_config_t *cfg)
     return ok;
 }
 
-
 void sim_device_uuid(int ordinal, uint8_t out[16])
 {
     static const char stem[12] = {'c', 'u', 'c', 'a', 'c', 'h', 'e', '-', 's', 'i', 'm', '-'};

@@ -34,35 +34,35 @@
 
 #define SIM_SHARED_MAGIC "CUSIMSHD"
 #define SIM_SHARED_VERSION 1u
-#define SIM_SHARED_DEVICES 16  /* engine.h's SIM_MAX_DEVICES */
-#define SIM_SHARED_PROCS 256   /* processes using the device at once */
-#define SIM_SHARED_KEY_MAX 64  /* bytes of a key */
+#define SIM_SHARED_DEVICES 16 /* engine.h's SIM_MAX_DEVICES */
+#define SIM_SHARED_PROCS 256  /* processes using the device at once */
+#define SIM_SHARED_KEY_MAX 64 /* bytes of a key */
 #define SIM_SHARED_DIR "/dev/shm"
 #define SIM_SHARED_PREFIX "cucache-sim-"
 
 /* One process's entry in the table. */
 typedef struct sim_shared_proc_s {
-    int32_t pid;                         /* 0: free; written last, cleared last */
+    int32_t pid; /* 0: free; written last, cleared last */
     uint32_t pad;
-    uint64_t start;                      /* its start time: /proc/PID/stat field 22, clock ticks since boot */
-    char comm[16];                       /* its command name, NUL-terminated */
-    uint64_t bytes[SIM_SHARED_DEVICES];  /* device memory it holds, by ordinal (charged pages) */
+    uint64_t start;                     /* its start time: /proc/PID/stat field 22, clock ticks since boot */
+    char comm[16];                      /* its command name, NUL-terminated */
+    uint64_t bytes[SIM_SHARED_DEVICES]; /* device memory it holds, by ordinal (charged pages) */
 } sim_shared_proc_t;
 
 /* What every process of a key must agree on. */
 typedef struct sim_shared_identity_s {
-    uint32_t ndev;                          /* devices, 1 to SIM_SHARED_DEVICES */
+    uint32_t ndev; /* devices, 1 to SIM_SHARED_DEVICES */
     uint32_t pad;
-    uint64_t capacity;                      /* bytes of each device */
-    uint8_t uuid[SIM_SHARED_DEVICES][16];   /* cuDeviceGetUuid's bytes of each */
+    uint64_t capacity;                    /* bytes of each device */
+    uint8_t uuid[SIM_SHARED_DEVICES][16]; /* cuDeviceGetUuid's bytes of each */
 } sim_shared_identity_t;
 
 /* The file's layout (version SIM_SHARED_VERSION). */
 typedef struct sim_shared_region_s {
-    char magic[8];        /* SIM_SHARED_MAGIC */
-    uint32_t version;     /* SIM_SHARED_VERSION */
-    uint32_t size;        /* sizeof(sim_shared_region_t) */
-    uint32_t nprocs;      /* SIM_SHARED_PROCS */
+    char magic[8];    /* SIM_SHARED_MAGIC */
+    uint32_t version; /* SIM_SHARED_VERSION */
+    uint32_t size;    /* sizeof(sim_shared_region_t) */
+    uint32_t nprocs;  /* SIM_SHARED_PROCS */
     uint32_t pad;
     sim_shared_identity_t id;
     pthread_mutex_t lock; /* robust, process-shared: guards proc[] */

@@ -318,8 +318,10 @@ static void shared_probe(const char *cap, const char *refusal)
     static struct run r;
     const char *const set[] = {shared_env, cap, NULL};
     probe(set, &r);
+    const char *first_end = strchr(r.err, '\n');
+    bool one_line = first_end && !strchr(first_end + 1, '\n');
     bool ok = refusal ? field(r.out, "count") != cudaSuccess && field(r.out, "malloc") != cudaSuccess &&
-                            strstr(r.err, shared_file) && strstr(r.err, refusal) && !strchr(strchr(r.err, '\n') + 1, '\n')
+                            strstr(r.err, shared_file) && strstr(r.err, refusal) && one_line
                       : field(r.out, "malloc") == cudaSuccess && !r.err[0];
     if (!ok) {
         print_error("%s (%s): expected %s%s\nstdout:\n%s\nstderr:\n%s\n", shared_env, cap,

@@ -242,12 +242,9 @@ static void test_two_keys_never_meet(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_usage_seen_both_ways),
-        cmocka_unit_test(test_full_until_the_other_frees),
-        cmocka_unit_test(test_sigkill_gives_memory_back),
-        cmocka_unit_test(test_killed_holding_the_lock),
-        cmocka_unit_test(test_reused_pid_is_reaped),
-        cmocka_unit_test(test_ipc_counted_once),
+        cmocka_unit_test(test_usage_seen_both_ways),      cmocka_unit_test(test_full_until_the_other_frees),
+        cmocka_unit_test(test_sigkill_gives_memory_back), cmocka_unit_test(test_killed_holding_the_lock),
+        cmocka_unit_test(test_reused_pid_is_reaped),      cmocka_unit_test(test_ipc_counted_once),
         cmocka_unit_test(test_two_keys_never_meet),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
