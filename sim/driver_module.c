@@ -1,25 +1,29 @@
 /*
- * Modules and kernels: cuModuleLoadData of a module the device
- * can run, cuModuleGetFunction, cuFuncGetName, cuModuleUnload, and the
- * launches cuLaunchKernel and cuLaunchKernelEx (and their _ptsz forms).
+ * Modules, libraries and kernels: cuModuleLoad, cuModuleLoadData,
+ * cuModuleLoadDataEx, cuModuleLoadFatBinary, cuModuleGetFunction,
+ * cuFuncGetName, cuModuleUnload; cuLibraryLoadData, cuLibraryLoadFromFile,
+ * cuLibraryGetKernel, cuLibraryGetModule, cuKernelGetFunction,
+ * cuKernelGetName, cuLibraryUnload; and the launches cuLaunchKernel and
+ * cuLaunchKernelEx (and their _ptsz forms).
  *
- * The device runs no device code.  A kernel is a timed operation: it
- * occupies its stream for the time CUCACHE_SIM_KERNEL_US gives its name
- * (engine_stream.c keeps the device's time), after what it is ordered
- * behind, in graphs too, and touches nothing the race detector can see
- * (cucacheSimLaunchTimed declares ranges for tests).  A module image is
- * CUCACHE_SIM_MODULE_MAGIC followed by kernel names, one a line; the
- * runtime makes one from what nvcc registered.  Any other image (PTX, a
- * cubin, a fatbin) is CUDA_ERROR_INVALID_IMAGE, said once.
+ * The device runs no device code.  A module image (a cubin, a fatbin, PTX
+ * text, or the simulator's own list of names: module_image.h) is read for
+ * its kernel names only; a kernel is a timed operation: it occupies its
+ * stream for the time CUCACHE_SIM_KERNEL_US gives its name (engine_stream.c
+ * keeps the device's time), after what it is ordered behind, in graphs
+ * too, and touches nothing the race detector can see (cucacheSimLaunchTimed
+ * declares ranges for tests).  docs/simulator.md, "Modules".
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cucache/sim.h"
 #include "driver.h"
+#include "module_image.h"
 
 /* ------------------------------------------------------------------------
- * Modules
+ * Kernel names
  * ---------------------------------------------------------------------- */
 
 /* Kernel names, kept for the process: queued and captured launches name
@@ -42,6 +46,141 @@ static const char *name_intern(const char *p, size_t len)
     return n;
 }
 
+/* The distinct kernel names of an image, pointing into it (interned under
+ * sim.lock once the image is read: parsing runs without the lock). */
+typedef struct name_set_s {
+    struct {
+        const char *p;
+        size_t len;
+    } *v;
+    size_t n;
+    bool open; /* no name could be read: every entry was compressed */
+    char *buf; /* a file's bytes, which v points into, or NULL */
+} name_set_t;
+
+static void name_set_add(void *arg, const char *p, size_t len)
+{
+    name_set_t *set = arg;
+    for (size_t i = 0; i < set->n; i++)
+        if (set->v[i].len == len && memcmp(set->v[i].p, p, len) == 0)
+            return;
+    set->v = realloc(set->v, (set->n + 1) * sizeof *set->v);
+    if (!set->v)
+        abort();
+    set->v[set->n].p = p;
+    set->v[set->n++].len = len;
+}
+
+static void name_set_free(name_set_t *set)
+{
+    free(set->v);
+    free(set->buf);
+}
+
+/* Said once per process: a fatbin whose every entry was compressed. */
+static void open_image(void)
+{
+    static int said;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        sim_log("module image: every entry of this fatbin is compressed and the simulated device does not inflate "
+                "them; any kernel name is taken to be in it");
+}
+
+/* Reads an image of len bytes (a wrapper already followed) into its kernel
+ * names. */
+static CUresult image_names(const void *image, size_t len, name_set_t *set)
+{
+    sim_image_info_t info;
+    CUresult r = sim_image_parse(image, len, name_set_add, set, &info);
+    set->open = r == CUDA_SUCCESS && info.entries && info.compressed == info.entries;
+    if (set->open)
+        open_image();
+    return r;
+}
+
+/* An image by its address alone, as cuModuleLoadData gets it: a wrapper
+ * is followed, and the image's length is what its header claims. */
+static CUresult image_names_unbounded(const void *image, name_set_t *set)
+{
+    image = sim_image_unwrap(image);
+    size_t len = sim_image_extent(image);
+    if (!len)
+        return CUDA_ERROR_INVALID_IMAGE;
+    return image_names(image, len, set);
+}
+
+/* A file's bytes, NUL-terminated (PTX is text), in *buf (free it). */
+static CUresult file_read(const char *path, char **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    char *b = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (cap - n < 4096) {
+            cap = cap ? cap * 2 : 65536;
+            b = realloc(b, cap + 1);
+            if (!b)
+                abort();
+        }
+        size_t got = fread(b + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(b);
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    }
+    b[n] = 0;
+    *buf = b;
+    *len = n;
+    return CUDA_SUCCESS;
+}
+
+/* An image named by a file (its bytes stay in set->buf). */
+static CUresult file_names(const char *path, name_set_t *set)
+{
+    size_t len;
+    CUresult r = file_read(path, &set->buf, &len);
+    return r == CUDA_SUCCESS ? image_names(set->buf, len + 1, set) : r; /* the NUL ends a PTX text */
+}
+
+/* ------------------------------------------------------------------------
+ * Modules
+ * ---------------------------------------------------------------------- */
+
+static struct CUfunc_st *module_add(struct CUmod_st *m, const char *name)
+{
+    struct CUfunc_st *f = sim_xcalloc(1, sizeof *f);
+    f->magic = SIM_MAGIC_FUNC;
+    f->mod = m;
+    f->name = name;
+    f->ns = sim_kernel_ns(name);
+    m->funcs = realloc(m->funcs, (m->nfuncs + 1) * sizeof *m->funcs);
+    if (!m->funcs)
+        abort();
+    m->funcs[m->nfuncs++] = f;
+    handle_add(f, SIM_MAGIC_FUNC);
+    return f;
+}
+
+/* A module of interned names. */
+static struct CUmod_st *module_new(struct CUctx_st *ctx, const char *const *v, size_t n, bool open)
+{
+    struct CUmod_st *m = sim_xcalloc(1, sizeof *m);
+    m->magic = SIM_MAGIC_MODULE;
+    m->ctx = ctx;
+    m->open = open;
+    for (size_t i = 0; i < n; i++)
+        module_add(m, v[i]);
+    handle_add(m, SIM_MAGIC_MODULE);
+    return m;
+}
+
 static void module_free(struct CUmod_st *m)
 {
     for (size_t i = 0; i < m->nfuncs; i++) {
@@ -55,50 +194,92 @@ static void module_free(struct CUmod_st *m)
     free(m);
 }
 
-/* Said once per process: the images the device cannot load. */
-static void foreign_image(void)
+/* The kernel of m by that name (made now in an open module), or NULL. */
+static struct CUfunc_st *module_function(struct CUmod_st *m, const char *name)
 {
-    static int said;
-    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-        sim_log("cuModuleLoadData: the simulated device runs no device code and loads only the modules its runtime "
-                "makes (a list of kernel names, include/cucache/sim.h); PTX, cubins and fatbins are "
-                "CUDA_ERROR_INVALID_IMAGE");
+    for (size_t i = 0; i < m->nfuncs; i++)
+        if (strcmp(m->funcs[i]->name, name) == 0)
+            return m->funcs[i];
+    return m->open ? module_add(m, name_intern(name, strlen(name))) : NULL;
+}
+
+/* The set's names, interned (under sim.lock), in a malloc'ed array. */
+static const char **name_set_intern(const name_set_t *set)
+{
+    const char **v = sim_xcalloc(set->n + 1, sizeof *v);
+    for (size_t i = 0; i < set->n; i++)
+        v[i] = name_intern(set->v[i].p, set->v[i].len);
+    return v;
+}
+
+/* A module of the set's names in the current context, when r (reading
+ * the image) succeeded; the set is freed. */
+static CUresult module_load(CUmodule *module, CUresult r, name_set_t *set)
+{
+    sim_lock();
+    struct CUctx_st *ctx = NULL;
+    CUresult er = sim_ctx_get(&ctx);
+    if (er == CUDA_SUCCESS && r == CUDA_SUCCESS) {
+        const char **v = name_set_intern(set);
+        *module = module_new(ctx, v, set->n, set->open);
+        free(v);
+    }
+    sim_unlock();
+    name_set_free(set);
+    return er != CUDA_SUCCESS ? er : r;
 }
 
 SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
-    DRV_ENTER(ctx);
     if (!module || !image)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    const char *text = image;
-    size_t magic = strlen(CUCACHE_SIM_MODULE_MAGIC);
-    if (strncmp(text, CUCACHE_SIM_MODULE_MAGIC, magic) != 0) {
-        foreign_image();
-        return drv_leave(CUDA_ERROR_INVALID_IMAGE);
+        return CUDA_ERROR_INVALID_VALUE;
+    name_set_t set = {0};
+    return module_load(module, image_names_unbounded(image, &set), &set);
+}
+
+/* A fatbin container or its wrapper: read like any image. */
+SIM_API CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    return cuModuleLoadData(module, fatCubin);
+}
+
+SIM_API CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    if (!module || !fname)
+        return CUDA_ERROR_INVALID_VALUE;
+    name_set_t set = {0};
+    return module_load(module, file_names(fname, &set), &set);
+}
+
+/* JIT options: nothing is compiled, so the options are accepted and
+ * ignored, except the outputs a caller reads afterwards: the log buffers
+ * hold an empty text and their sizes say no byte of them was used. */
+static CUresult jit_options(unsigned n, const CUjit_option *opt, void **val)
+{
+    if (n && (!opt || !val))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++)
+        if ((unsigned)opt[i] >= CU_JIT_NUM_OPTIONS)
+            return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        CUjit_option size_opt = opt[i] == CU_JIT_INFO_LOG_BUFFER    ? CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES
+                                : opt[i] == CU_JIT_ERROR_LOG_BUFFER ? CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
+                                                                     : CU_JIT_NUM_OPTIONS;
+        for (unsigned j = 0; j < n && size_opt != CU_JIT_NUM_OPTIONS; j++)
+            if (opt[j] == size_opt && (uintptr_t)val[j] > 0 && val[i])
+                *(char *)val[i] = 0;
     }
-    struct CUmod_st *m = sim_xcalloc(1, sizeof *m);
-    m->magic = SIM_MAGIC_MODULE;
-    m->ctx = ctx;
-    for (const char *p = text + magic; *p;) {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        if (len) {
-            struct CUfunc_st *f = sim_xcalloc(1, sizeof *f);
-            f->magic = SIM_MAGIC_FUNC;
-            f->mod = m;
-            f->name = name_intern(p, len);
-            f->ns = sim_kernel_ns(f->name);
-            m->funcs = realloc(m->funcs, (m->nfuncs + 1) * sizeof *m->funcs);
-            if (!m->funcs)
-                abort();
-            m->funcs[m->nfuncs++] = f;
-            handle_add(f, SIM_MAGIC_FUNC);
-        }
-        p += len + (nl != NULL);
-    }
-    handle_add(m, SIM_MAGIC_MODULE);
-    *module = m;
-    return drv_leave(CUDA_SUCCESS);
+    for (unsigned i = 0; i < n; i++)
+        if (opt[i] == CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES || opt[i] == CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES)
+            val[i] = (void *)(uintptr_t)0;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                    CUjit_option *options, void **optionValues)
+{
+    CUresult r = jit_options(numOptions, options, optionValues);
+    return r != CUDA_SUCCESS ? r : cuModuleLoadData(module, image);
 }
 
 SIM_API CUresult cuModuleUnload(CUmodule hmod)
@@ -130,12 +311,196 @@ SIM_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(hmod, SIM_MAGIC_MODULE))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
-    for (size_t i = 0; i < hmod->nfuncs; i++)
-        if (strcmp(hmod->funcs[i]->name, name) == 0) {
-            *hfunc = hmod->funcs[i];
+    struct CUfunc_st *f = module_function(hmod, name);
+    if (!f)
+        return drv_leave(CUDA_ERROR_NOT_FOUND);
+    *hfunc = f;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------
+ * Libraries
+ * ---------------------------------------------------------------------- */
+
+/* Library options: the two CUDA defines are accepted (the image is read
+ * at once, so whether it is preserved does not matter); a file cannot be
+ * preserved (CUDA's answer). */
+static CUresult library_options(unsigned n, const CUlibraryOption *opt, void **val, bool file)
+{
+    if (n && (!opt || !val))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++)
+        if ((unsigned)opt[i] >= CU_LIBRARY_NUM_OPTIONS || (file && opt[i] == CU_LIBRARY_BINARY_IS_PRESERVED))
+            return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* A library of the set's names, when r (reading the image) succeeded;
+ * the set is freed. */
+static CUresult library_load(CUlibrary *library, CUresult r, name_set_t *set)
+{
+    sim_lock();
+    CUresult er = sim_check_init();
+    if (er == CUDA_SUCCESS && r == CUDA_SUCCESS) {
+        struct CUlib_st *lib = sim_xcalloc(1, sizeof *lib);
+        lib->magic = SIM_MAGIC_LIBRARY;
+        lib->names = name_set_intern(set);
+        lib->nnames = set->n;
+        lib->open = set->open;
+        handle_add(lib, SIM_MAGIC_LIBRARY);
+        *library = lib;
+    }
+    sim_unlock();
+    name_set_free(set);
+    return er != CUDA_SUCCESS ? er : r;
+}
+
+SIM_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                                   void **jitOptionsValues, unsigned int numJitOptions,
+                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                   unsigned int numLibraryOptions)
+{
+    if (!library || !code)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = jit_options(numJitOptions, jitOptions, jitOptionsValues);
+    if (r == CUDA_SUCCESS)
+        r = library_options(numLibraryOptions, libraryOptions, libraryOptionValues, false);
+    if (r != CUDA_SUCCESS)
+        return r;
+    name_set_t set = {0};
+    return library_load(library, image_names_unbounded(code, &set), &set);
+}
+
+SIM_API CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+                                       void **jitOptionsValues, unsigned int numJitOptions,
+                                       CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                       unsigned int numLibraryOptions)
+{
+    if (!library || !fileName)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = jit_options(numJitOptions, jitOptions, jitOptionsValues);
+    if (r == CUDA_SUCCESS)
+        r = library_options(numLibraryOptions, libraryOptions, libraryOptionValues, true);
+    if (r != CUDA_SUCCESS)
+        return r;
+    name_set_t set = {0};
+    return library_load(library, file_names(fileName, &set), &set);
+}
+
+/* The library's module in ctx, made on first use (under sim.lock). */
+static struct CUmod_st *library_module(struct CUlib_st *lib, struct CUctx_st *ctx)
+{
+    void **list;
+    size_t n = handle_list(SIM_MAGIC_MODULE, &list);
+    struct CUmod_st *m = NULL;
+    for (size_t i = 0; i < n && !m; i++)
+        if (((struct CUmod_st *)list[i])->lib == lib && ((struct CUmod_st *)list[i])->ctx == ctx)
+            m = list[i];
+    free(list);
+    if (!m) {
+        m = module_new(ctx, lib->names, lib->nnames, lib->open);
+        m->lib = lib;
+    }
+    return m;
+}
+
+SIM_API CUresult cuLibraryUnload(CUlibrary library)
+{
+    DRV_ENTER_ANY();
+    if (!handle_is(library, SIM_MAGIC_LIBRARY))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    void **list;
+    size_t n = handle_list(SIM_MAGIC_MODULE, &list);
+    for (size_t i = 0; i < n; i++)
+        if (((struct CUmod_st *)list[i])->lib == library)
+            module_free(list[i]);
+    free(list);
+    for (size_t i = 0; i < library->nkernels; i++) {
+        handle_del(library->kernels[i]);
+        library->kernels[i]->magic = SIM_MAGIC_DEAD;
+        free(library->kernels[i]);
+    }
+    free(library->kernels);
+    free(library->names);
+    handle_del(library);
+    library->magic = SIM_MAGIC_DEAD;
+    free(library);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+    DRV_ENTER_ANY();
+    if (!pKernel || !name)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!handle_is(library, SIM_MAGIC_LIBRARY))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    for (size_t i = 0; i < library->nkernels; i++)
+        if (strcmp(library->kernels[i]->name, name) == 0) {
+            *pKernel = library->kernels[i];
             return drv_leave(CUDA_SUCCESS);
         }
-    return drv_leave(CUDA_ERROR_NOT_FOUND);
+    const char *interned = NULL;
+    for (size_t i = 0; i < library->nnames && !interned; i++)
+        if (strcmp(library->names[i], name) == 0)
+            interned = library->names[i];
+    if (!interned && library->open)
+        interned = name_intern(name, strlen(name));
+    if (!interned)
+        return drv_leave(CUDA_ERROR_NOT_FOUND);
+    struct CUkern_st *k = sim_xcalloc(1, sizeof *k);
+    k->magic = SIM_MAGIC_KERNEL;
+    k->lib = library;
+    k->name = interned;
+    library->kernels = realloc(library->kernels, (library->nkernels + 1) * sizeof *library->kernels);
+    if (!library->kernels)
+        abort();
+    library->kernels[library->nkernels++] = k;
+    handle_add(k, SIM_MAGIC_KERNEL);
+    *pKernel = k;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
+{
+    DRV_ENTER(ctx);
+    if (!pMod)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!handle_is(library, SIM_MAGIC_LIBRARY))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    *pMod = library_module(library, ctx);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+/* The function of kernel k in ctx (under sim.lock). */
+static struct CUfunc_st *kernel_function(struct CUkern_st *k, struct CUctx_st *ctx)
+{
+    return module_function(library_module(k->lib, ctx), k->name);
+}
+
+SIM_API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+    DRV_ENTER(ctx);
+    if (!pFunc)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!handle_is(kernel, SIM_MAGIC_KERNEL))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    struct CUfunc_st *f = kernel_function(kernel, ctx);
+    if (!f)
+        return drv_leave(CUDA_ERROR_NOT_FOUND);
+    *pFunc = f;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuKernelGetName(const char **name, CUkernel hfunc)
+{
+    DRV_ENTER_ANY();
+    if (!name || !hfunc)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!handle_is(hfunc, SIM_MAGIC_KERNEL))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    *name = hfunc->name;
+    return drv_leave(CUDA_SUCCESS);
 }
 
 SIM_API CUresult cuFuncGetName(const char **name, CUfunction hfunc)
@@ -163,13 +528,16 @@ SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExp
  * Launches
  * ---------------------------------------------------------------------- */
 
-/* Queues a kernel of `ns` on h (a stream of the current device).  f, when
- * not NULL, must be a kernel of a module of the current context; the grid
+/* Queues a kernel on h (a stream of the current device): f's time, or
+ * `ns` when f is NULL.  f, when not NULL, must be a kernel of a module of
+ * the current context or a library's kernel (CUkernel); the grid
  * and block must be non-empty, with at most 1024 threads a block. */
 static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3], const unsigned block[3], CUstream h,
                        void (*fn)(void *), void *arg, const struct cucache_sim_access *acc, unsigned nacc, bool ptds)
 {
     DRV_ENTER(ctx);
+    if (f && handle_is(f, SIM_MAGIC_KERNEL)) /* a CUkernel cast to CUfunction: its function in ctx */
+        f = kernel_function((struct CUkern_st *)f, ctx);
     if (f && !handle_is(f, SIM_MAGIC_FUNC))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     if (f && f->mod->ctx != ctx)
@@ -191,21 +559,11 @@ static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3],
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     sim_op_t *op = sim_op_new(SIM_OP_KERNEL, f ? f->name : "timed kernel");
-    op->dur_ns = ns;
+    op->dur_ns = f ? f->ns : ns;
     op->fn = fn;
     op->arg = arg;
     drv_access_set(op, acc, nacc);
     return drv_leave(sim_enqueue(s, op));
-}
-
-/* The kernel's time; an invalid handle is the launch's error (checked under
- * the lock in kernel()). */
-static uint64_t func_ns(CUfunction f)
-{
-    sim_lock();
-    uint64_t ns = handle_is(f, SIM_MAGIC_FUNC) ? f->ns : 0;
-    sim_unlock();
-    return ns;
 }
 
 static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -222,7 +580,7 @@ static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned g
     if (params && extra) /* cuda.h: one way of passing the parameters, not both */
         return CUDA_ERROR_INVALID_VALUE;
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    return kernel(f, func_ns(f), grid, block, h, NULL, NULL, NULL, 0, ptds);
+    return kernel(f, 0, grid, block, h, NULL, NULL, NULL, 0, ptds);
 }
 
 DRV_PTSZ(cuLaunchKernel, launch_kernel,

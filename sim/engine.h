@@ -81,7 +81,9 @@
  *                    driver_copy.c copies and memsets; driver_ptr.c pointer
  *                    attributes; driver_stream.c streams, events, capture,
  *                    graphs; driver_vmm.c, driver_ipc.c; driver_module.c
- *                    modules and timed kernels; driver_procaddr.c
+ *                    modules, libraries and timed kernels
+ *                    (module_image.c reads the images: cubin, fatbin,
+ *                    PTX); driver_procaddr.c
  *                    cuGetProcAddress
  *   runtime*.c       the runtime over the driver (runtime_internal.h):
  *                    runtime_core.c, runtime_mem.c, runtime_stream.c,
@@ -122,6 +124,8 @@ _Static_assert(sizeof(((sim_config_t *)0)->shared_key) == SIM_SHARED_KEY_MAX + 1
 #define SIM_MAGIC_EXEC 0x43455847u   /* "GXEC" */
 #define SIM_MAGIC_MODULE 0x4c444f4du /* "MODL" */
 #define SIM_MAGIC_FUNC 0x434e5546u   /* "FUNC" */
+#define SIM_MAGIC_LIBRARY 0x5242494cu /* "LIBR" */
+#define SIM_MAGIC_KERNEL 0x4e52454bu  /* "KERN" */
 #define SIM_MAGIC_DEAD 0xdeadbeefu
 
 /* ------------------------------------------------------------------------
@@ -323,13 +327,15 @@ struct CUgraphExec_st {
     size_t nops;
 };
 
-/* A module the device can run (CUCACHE_SIM_MODULE_MAGIC): its kernels by
- * name, each a function handle made at load. */
+/* A loaded module (driver_module.c; its image read by module_image.c):
+ * its kernels by name, each a function handle made at load. */
 struct CUmod_st {
     uint32_t magic;
     struct CUctx_st *ctx;
+    struct CUlib_st *lib; /* the library it was made for in ctx, or NULL */
     struct CUfunc_st **funcs;
     size_t nfuncs;
+    bool open; /* the image's names were unreadable (compressed): any name is a kernel */
 };
 
 /* A kernel: its name and how long it runs (CUCACHE_SIM_KERNEL_US). */
@@ -338,6 +344,25 @@ struct CUfunc_st {
     struct CUmod_st *mod;
     const char *name; /* interned: valid for the process */
     uint64_t ns;
+};
+
+/* A library (cuLibraryLoadData): a module image's kernel names, for no
+ * context in particular; each context that asks gets a module of them. */
+struct CUlib_st {
+    uint32_t magic;
+    const char **names; /* interned */
+    size_t nnames;
+    bool open;                  /* as CUmod_st.open */
+    struct CUkern_st **kernels; /* handed out by cuLibraryGetKernel */
+    size_t nkernels;
+};
+
+/* A kernel of a library (cuLibraryGetKernel): a name, made a function of
+ * the current context by cuKernelGetFunction or a launch. */
+struct CUkern_st {
+    uint32_t magic;
+    struct CUlib_st *lib;
+    const char *name; /* interned */
 };
 
 struct sim_capture_s {

@@ -15,7 +15,9 @@
     X(CUDA_ERROR_DEINITIALIZED, cudaErrorCudartUnloading, "driver shutting down")                                      \
     X(CUDA_ERROR_NO_DEVICE, cudaErrorNoDevice, "no CUDA-capable device is detected")                                   \
     X(CUDA_ERROR_INVALID_DEVICE, cudaErrorInvalidDevice, "invalid device ordinal")                                     \
+    X(CUDA_ERROR_INVALID_IMAGE, cudaErrorInvalidKernelImage, "device kernel image is invalid")                          \
     X(CUDA_ERROR_INVALID_CONTEXT, cudaErrorDeviceUninitialized, "invalid device context")                              \
+    X(CUDA_ERROR_FILE_NOT_FOUND, cudaErrorFileNotFound, "file not found")                                              \
     X(CUDA_ERROR_INVALID_HANDLE, cudaErrorInvalidResourceHandle, "invalid resource handle")                            \
     X(CUDA_ERROR_ILLEGAL_STATE, cudaErrorIllegalState, "the operation cannot be performed in the present state")       \
     X(CUDA_ERROR_NOT_FOUND, cudaErrorSymbolNotFound, "named symbol not found")                                         \

@@ -49,6 +49,8 @@ typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUarray_st *CUarray;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* opaque here: only attrs/numAttrs pass through */
 typedef struct CUlaunchConfig_st CUlaunchConfig;
 
@@ -67,6 +69,8 @@ typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userDa
 typedef void (*cudaStreamCallback_t)(cudaStream_t stream, cudaError_t status, void *userData);
 typedef enum CUstreamCaptureStatus_enum CUstreamCaptureStatus;
 typedef enum CUstreamCaptureMode_enum CUstreamCaptureMode;
+typedef enum CUjit_option_enum CUjit_option;
+typedef enum CUlibraryOption_enum CUlibraryOption;
 typedef enum CUdevice_attribute_enum CUdevice_attribute;
 typedef enum CUpointer_attribute_enum CUpointer_attribute;
 typedef enum CUmemorytype_enum CUmemorytype;
@@ -155,6 +159,7 @@ enum cudaError_enum {
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_CONTEXT_ALREADY_CURRENT = 202,
     CUDA_ERROR_INVALID_IMAGE = 200,
+    CUDA_ERROR_FILE_NOT_FOUND = 301,
     CUDA_ERROR_MAP_FAILED = 205,
     CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY = 224,
     CUDA_ERROR_INVALID_HANDLE = 400,
@@ -197,6 +202,7 @@ enum cudaError {
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidKernelImage = 200,
+    cudaErrorFileNotFound = 301,
     cudaErrorDeviceUninitialized = 201,
     cudaErrorMapBufferObjectFailed = 205,
     cudaErrorInvalidResourceHandle = 400,
@@ -262,6 +268,26 @@ enum CUstreamCaptureMode_enum {
     CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
     CU_STREAM_CAPTURE_MODE_RELAXED = 2
+};
+
+/* The JIT options cuModuleLoadDataEx and cuLibraryLoadData take (those the
+ * simulated driver answers; the others are only counted). */
+enum CUjit_option_enum {
+    CU_JIT_MAX_REGISTERS = 0,
+    CU_JIT_THREADS_PER_BLOCK = 1,
+    CU_JIT_WALL_TIME = 2,
+    CU_JIT_INFO_LOG_BUFFER = 3,
+    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+    CU_JIT_ERROR_LOG_BUFFER = 5,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+    CU_JIT_SPLIT_COMPILE = 34,
+    CU_JIT_NUM_OPTIONS = 35
+};
+
+enum CUlibraryOption_enum {
+    CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
+    CU_LIBRARY_BINARY_IS_PRESERVED = 1,
+    CU_LIBRARY_NUM_OPTIONS = 2
 };
 
 enum cudaStreamCaptureStatus {
@@ -992,7 +1018,22 @@ CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *
 CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags);
 
 CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId);
+CUresult cuModuleLoad(CUmodule *module, const char *fname);
 CUresult cuModuleLoadData(CUmodule *module, const void *image);
+CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options,
+                            void **optionValues);
+CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin);
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues,
+                           unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                           unsigned int numLibraryOptions);
+CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+                               void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
+                               void **libraryOptionValues, unsigned int numLibraryOptions);
+CUresult cuLibraryUnload(CUlibrary library);
+CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name);
+CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library);
+CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
+CUresult cuKernelGetName(const char **name, CUkernel hfunc);
 CUresult cuModuleUnload(CUmodule hmod);
 CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name);
 CUresult cuFuncGetName(const char **name, CUfunction hfunc);
