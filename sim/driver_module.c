@@ -1,7 +1,7 @@
 /*
  * Modules, libraries and kernels: cuModuleLoad, cuModuleLoadData,
  * cuModuleLoadDataEx, cuModuleLoadFatBinary, cuModuleGetFunction,
- * cuFuncGetName, cuModuleUnload; cuLibraryLoadData, cuLibraryLoadFromFile,
+ * cuFuncGetName, cuFuncGetModule, cuModuleUnload; cuLibraryLoadData, cuLibraryLoadFromFile,
  * cuLibraryGetKernel, cuLibraryGetModule, cuKernelGetFunction,
  * cuKernelGetName, cuLibraryUnload; and the launches cuLaunchKernel and
  * cuLaunchKernelEx (and their _ptsz forms).
@@ -511,6 +511,17 @@ SIM_API CUresult cuFuncGetName(const char **name, CUfunction hfunc)
     if (!handle_is(hfunc, SIM_MAGIC_FUNC))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     *name = hfunc->name;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
+{
+    DRV_ENTER_ANY();
+    if (!hmod || !hfunc)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!handle_is(hfunc, SIM_MAGIC_FUNC))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    *hmod = hfunc->mod;
     return drv_leave(CUDA_SUCCESS);
 }
 

@@ -152,6 +152,7 @@ static const procaddr_t table[] = {
     E("cuModuleUnload", 2000, cuModuleUnload),
     E("cuModuleGetFunction", 2000, cuModuleGetFunction),
     E("cuFuncGetName", 12030, cuFuncGetName),
+    E("cuFuncGetModule", 11000, cuFuncGetModule),
     P("cuLaunchKernel", 4000, cuLaunchKernel, cuLaunchKernel_ptsz),
     P("cuLaunchKernelEx", 11060, cuLaunchKernelEx, cuLaunchKernelEx_ptsz),
     P("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),

@@ -143,6 +143,11 @@ static CUresult elf_parse(const img_t *im, parse_t *ps)
         return CUDA_ERROR_INVALID_IMAGE;
     if (shentsize < ELF_SHDR_SIZE || shstrndx >= shnum || !img_span(im, shoff, (uint64_t)shnum * shentsize))
         return CUDA_ERROR_INVALID_IMAGE;
+    uint64_t phoff;
+    uint16_t phentsize, phnum;
+    if (!img_u64(im, 32, &phoff) || !img_u16(im, 54, &phentsize) || !img_u16(im, 56, &phnum) ||
+        !img_span(im, phoff, (uint64_t)phnum * phentsize))
+        return CUDA_ERROR_INVALID_IMAGE; /* the program headers: the image ends no sooner */
     elf_shdr_t shstr;
     if (!elf_shdr(im, shoff, shentsize, shstrndx, &shstr))
         return CUDA_ERROR_INVALID_IMAGE;

@@ -3,17 +3,23 @@
  * registers its device code with the runtime at start-up
  * (__cudaRegisterFatBinary and friends) and launches kernels through
  * __cudaPushCallConfiguration / cudaLaunchKernel.  The simulated device
- * runs no device code: registration records each kernel's host stub and
- * name, and a launch runs the kernel as the driver's timed operation
- * (CUCACHE_SIM_KERNEL_US by name): the runtime loads a module of the
- * kernel's name in the current context on its first launch there
- * (cuModuleLoadData, cuModuleGetFunction) and launches it with
- * cuLaunchKernel, looked up through cuGetProcAddress like every driver
- * call, so an interposer sees the launch at the driver level as it would
- * under NVIDIA's runtime.
+ * runs no device code: registration records the image and each kernel's
+ * host stub and name, and a launch runs the kernel as the driver's timed
+ * operation (CUCACHE_SIM_KERNEL_US by name).  On a kernel's first launch
+ * in a context the runtime loads the module its registration gave (the
+ * fatbin wrapper nvcc's host stub registers, read by the driver like any
+ * image: a kernel the image does not name is
+ * cudaErrorInvalidDeviceFunction), once per registration and context, or,
+ * for a registration of anything else, a module of the kernel's name
+ * alone (the simulator's list, include/cucache/sim.h); it finds the kernel
+ * with cuModuleGetFunction and launches it with cuLaunchKernel, looked up
+ * through cuGetProcAddress like every driver call, so an interposer sees
+ * the load and the launch at the driver level as it would under NVIDIA's
+ * runtime.
  */
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,11 +68,29 @@ cudaError_t cudaLaunchKernel(const void *func, rt_dim3_t gridDim, rt_dim3_t bloc
 cudaError_t cudaLaunchKernel_ptsz(const void *func, rt_dim3_t gridDim, rt_dim3_t blockDim, void **args,
                                   size_t sharedMem, cudaStream_t stream);
 
+/* The magic of the wrapper nvcc's host stub registers
+ * (crt/fatbinary_section.h): u32 magic, u32 version, the container. */
+#define RT_FATBIN_WRAPPER_MAGIC 0x466243B1u
+
+/* A registration (__cudaRegisterFatBinary): what nvcc gave, and its
+ * module in each device's primary context (loaded at the first launch of
+ * one of its kernels there, again after a device reset).  The handle the
+ * program holds is its address: fatCubin comes first. */
+typedef struct rt_fatbin_s {
+    void *fatCubin;
+    bool real; /* fatCubin is a fatbin wrapper: its module is loaded */
+    struct {
+        CUcontext ctx;
+        unsigned gen;
+        CUmodule m;
+    } loaded[RT_MAX_DEVICES];
+} rt_fatbin_t;
+
 /* A registered kernel: its host stub (what cudaLaunchKernel is given), its
  * device name, and its function handle in each device's primary context
  * (made at the first launch there, again after a device reset). */
 typedef struct rt_kernel_s {
-    void **fatbin;    /* the registration it came with (__cudaUnregisterFatBinary drops it) */
+    void **fatbin;    /* the registration it came with (an rt_fatbin_t; __cudaUnregisterFatBinary drops it) */
     const void *host;
     char *name;       /* a copy: the registering library may go */
     struct {
@@ -80,13 +104,18 @@ static pthread_mutex_t rt_kernels_lock = PTHREAD_MUTEX_INITIALIZER;
 static rt_kernel_t *rt_kernels; /* under rt_kernels_lock */
 static size_t rt_nkernels;
 
-/* The handle a module registration returns: only its address matters. */
+/* The handle a module registration returns: an rt_fatbin_t. */
 RT_API void **__cudaRegisterFatBinary(void *fatCubin)
 {
-    void **handle = calloc(1, sizeof *handle);
-    if (handle)
-        *handle = fatCubin;
-    return handle;
+    rt_fatbin_t *fb = calloc(1, sizeof *fb);
+    if (!fb)
+        return NULL;
+    uint32_t magic = 0;
+    if (fatCubin)
+        memcpy(&magic, fatCubin, sizeof magic);
+    fb->fatCubin = fatCubin;
+    fb->real = magic == RT_FATBIN_WRAPPER_MAGIC;
+    return &fb->fatCubin;
 }
 
 RT_API void __cudaRegisterFatBinaryEnd(void **fatCubinHandle)
@@ -107,7 +136,7 @@ RT_API void __cudaUnregisterFatBinary(void **fatCubinHandle)
     }
     rt_nkernels = n;
     pthread_mutex_unlock(&rt_kernels_lock);
-    free(fatCubinHandle);
+    free((rt_fatbin_t *)fatCubinHandle);
 }
 
 RT_API char __cudaInitModule(void **fatCubinHandle)
@@ -177,6 +206,39 @@ RT_API cudaError_t __cudaPopCallConfiguration(rt_dim3_t *gridDim, rt_dim3_t *blo
     return cudaSuccess;
 }
 
+/* k's function in ctx (device's primary context, of generation gen):
+ * from its registration's module, loaded once per context (again when
+ * reload: the context was reset under it), or from a module of its name
+ * alone.  Under rt_kernels_lock. */
+static CUresult rt_module(const rt_driver_t *d, rt_kernel_t *k, int device, CUcontext ctx, unsigned gen, bool reload,
+                          CUfunction *f)
+{
+    rt_fatbin_t *fb = (rt_fatbin_t *)k->fatbin;
+    if (fb->real) {
+        if (reload || !fb->loaded[device].m || fb->loaded[device].ctx != ctx || fb->loaded[device].gen != gen) {
+            CUmodule m;
+            CUresult r = d->cuModuleLoadData(&m, fb->fatCubin);
+            if (r != CUDA_SUCCESS)
+                return r;
+            fb->loaded[device].ctx = ctx;
+            fb->loaded[device].gen = gen;
+            fb->loaded[device].m = m;
+        }
+        return d->cuModuleGetFunction(f, fb->loaded[device].m, k->name);
+    }
+    size_t magic = strlen(CUCACHE_SIM_MODULE_MAGIC), len = strlen(k->name);
+    char *image = malloc(magic + len + 2);
+    if (!image)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    memcpy(image, CUCACHE_SIM_MODULE_MAGIC, magic);
+    memcpy(image + magic, k->name, len);
+    memcpy(image + magic + len, "\n", 2);
+    CUmodule m;
+    CUresult r = d->cuModuleLoadData(&m, image);
+    free(image);
+    return r == CUDA_SUCCESS ? d->cuModuleGetFunction(f, m, k->name) : r;
+}
+
 /* The kernel func names, as a function of the current context: NULL and
  * *e set when func was never registered or its module cannot be made. */
 static CUfunction rt_function(const rt_driver_t *d, const void *func, bool reload, cudaError_t *e)
@@ -197,22 +259,10 @@ static CUfunction rt_function(const rt_driver_t *d, const void *func, bool reloa
             *e = cudaSuccess;
             break;
         }
-        size_t magic = strlen(CUCACHE_SIM_MODULE_MAGIC), len = strlen(k->name);
-        char *image = malloc(magic + len + 2);
-        if (!image) {
-            *e = cudaErrorMemoryAllocation;
-            break;
-        }
-        memcpy(image, CUCACHE_SIM_MODULE_MAGIC, magic);
-        memcpy(image + magic, k->name, len);
-        memcpy(image + magic + len, "\n", 2);
-        CUmodule m;
-        CUresult r = d->cuModuleLoadData(&m, image);
-        free(image);
-        if (r == CUDA_SUCCESS)
-            r = d->cuModuleGetFunction(&f, m, k->name);
+        CUresult r = rt_module(d, k, device, ctx, gen, reload, &f);
         if (r != CUDA_SUCCESS) {
-            *e = rt_err(r);
+            /* a kernel its image does not name: the runtime's code for it */
+            *e = r == CUDA_ERROR_NOT_FOUND ? cudaErrorInvalidDeviceFunction : rt_err(r);
             f = NULL;
             break;
         }
@@ -270,3 +320,18 @@ RT_API cudaError_t __cudaGetKernel(void **kernel, const void *func)
 RT_STREAM_API(__cudaLaunchKernel, __cudaLaunchKernel_ptsz, rt_launch_kernel,
               (void *kernel, rt_dim3_t gridDim, rt_dim3_t blockDim, void **args, size_t sharedMem, cudaStream_t stream),
               kernel, gridDim, blockDim, args, sharedMem, stream)
+
+/* The driver's function for a kernel's host stub, in the current context
+ * (loading its module as a launch would). */
+RT_API cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr)
+{
+    cudaError_t e = rt_enter();
+    if (e == cudaSuccess && !functionPtr)
+        e = cudaErrorInvalidValue;
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    CUfunction f = rt_function(RT_DRV, symbolPtr, false, &e);
+    if (f)
+        *functionPtr = f;
+    return rt_ret(e);
+}

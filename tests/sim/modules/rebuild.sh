@@ -1,0 +1,27 @@
+#!/bin/sh
+# Rebuilds the module fixtures from kernels.cu with nvcc (the commands in
+# README.md) and checks that each rebuilt image names the same kernels as
+# the committed one (module_names reads both).  Exit 77 (skipped) without
+# nvcc: CI has no CUDA toolkit.
+#   rebuild.sh NVCC MODULE_NAMES FIXTURE_DIR
+set -eu
+nvcc=$1 names=$2 dir=$3
+[ -x "$nvcc" ] || { echo "no nvcc at $nvcc: skipped"; exit 77; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$nvcc" -cubin -rdc=true -arch=sm_90 -o "$tmp/kernels.sm_90.cubin" "$dir/kernels.cu"
+"$nvcc" -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+    -o "$tmp/kernels.fatbin" "$dir/kernels.cu"
+"$nvcc" -ptx -arch=sm_90 -o "$tmp/kernels.ptx" "$dir/kernels.cu"
+status=0
+for f in kernels.sm_90.cubin kernels.fatbin kernels.ptx; do
+    "$names" "$dir/$f" >"$tmp/$f.committed"
+    "$names" "$tmp/$f" >"$tmp/$f.rebuilt"
+    if ! diff -u "$tmp/$f.committed" "$tmp/$f.rebuilt"; then
+        echo "FAIL: $f rebuilt by nvcc names other kernels than the committed one"
+        status=1
+    fi
+    [ -s "$tmp/$f.committed" ] || { echo "FAIL: $f names no kernel"; status=1; }
+done
+[ $status = 0 ] && echo "the fixtures rebuilt by nvcc name the same kernels"
+exit $status
