@@ -282,10 +282,10 @@ SIM_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
     return r != CUDA_SUCCESS ? r : cuModuleLoadData(module, image);
 }
 
+/* Any context may be current, or none: the module knows its own. */
 SIM_API CUresult cuModuleUnload(CUmodule hmod)
 {
-    DRV_ENTER(ctx);
-    (void)ctx;
+    DRV_ENTER_ANY();
     if (!handle_is(hmod, SIM_MAGIC_MODULE))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     module_free(hmod);

@@ -69,7 +69,7 @@ cudaError_t cudaLaunchKernel_ptsz(const void *func, rt_dim3_t gridDim, rt_dim3_t
                                   size_t sharedMem, cudaStream_t stream);
 
 /* The magic of the wrapper nvcc's host stub registers
- * (crt/fatbinary_section.h): u32 magic, u32 version, the container. */
+ * (the toolkit's fatbinary_section.h): u32 magic, u32 version, the container. */
 #define RT_FATBIN_WRAPPER_MAGIC 0x466243B1u
 
 /* A registration (__cudaRegisterFatBinary): what nvcc gave, and its

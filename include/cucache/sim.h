@@ -37,10 +37,10 @@ CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *arg, const
 CUresult cucacheSimLaunchTimed(CUstream hStream, unsigned int us, void (*fn)(void *), void *arg,
                                const struct cucache_sim_access *acc, unsigned int nacc);
 
-/* The image of a module the simulated device can load (cuModuleLoadData):
- * this line, then one kernel name per line.  Other images (PTX, cubins) are
- * CUDA_ERROR_INVALID_IMAGE: the device runs no device code.  The runtime
- * builds one from the kernels nvcc registered. */
+/* An image the simulated device loads (cuModuleLoadData) besides real
+ * cubins, fatbins and PTX (docs/simulator.md, "Modules"): this line, then
+ * one kernel name per line.  The runtime builds one for a kernel whose
+ * registration is no fatbin. */
 #define CUCACHE_SIM_MODULE_MAGIC "cucache-sim-module\n"
 
 /* Queue an operation that faults when it runs, like a kernel dereferencing a

@@ -4,8 +4,8 @@
 # name with ctypes) runs its own driver, memory and IPC tests on the
 # simulated device twice, without and with cucache preloaded, and must give the same
 # results: the same tests pass, the same fail.  The ones that fail on the
-# simulated device compile kernels (libNVVM and cuModuleLoadDataEx are not
-# simulated); at least MIN_PASSED must pass.  Exit 77 (skipped) when numba
+# simulated device compile kernels (there is no libNVVM to make their PTX);
+# at least MIN_PASSED must pass.  Exit 77 (skipped) when numba
 # is not installed.
 #
 # Environment (tests/interpose/meson.build): LIBCUCACHE (build/libcucache.so),

@@ -12,7 +12,8 @@
  * _Z5scalePffi=5000, any other 1 us), measured between events while a
  * host function holds the stream, so that the time is exact; the data it
  * was given stays as it was (no device code runs).  Corrupt images are
- * CUDA_ERROR_INVALID_IMAGE, a missing file CUDA_ERROR_FILE_NOT_FOUND.
+ * CUDA_ERROR_INVALID_IMAGE, a missing file CUDA_ERROR_FILE_NOT_FOUND; a
+ * module unloads with no context current.
  *
  * It prints one line per check, without addresses: the test in
  * tests/interpose runs it alone and under libcucache.so and compares the
@@ -27,6 +28,7 @@
 #include <time.h>
 
 #include "cucache/cuda_api.h"
+#include "cucache/sim.h"
 
 static int failures;
 
@@ -167,7 +169,7 @@ static void check_library(const char *what, CUlibrary lib)
     launch(line, (CUfunction)k, 5.0);
 }
 
-/* The wrapper nvcc's host stub registers (crt/fatbinary_section.h's
+/* The wrapper nvcc's host stub registers (the toolkit's fatbinary_section.h's
  * layout: magic, version, the container's address, a file name). */
 struct fatbin_wrapper {
     uint32_t magic, version;
@@ -258,6 +260,11 @@ int main(int argc, char **argv)
     /* corrupt images: each a copy of a fixture with one field broken */
     size_t len;
     CUmodule m;
+    /* a module is unloaded with no context current (numba's deallocations) */
+    OK(cuModuleLoadData(&m, CUCACHE_SIM_MODULE_MAGIC "k\n"));
+    OK(cuCtxSetCurrent(NULL));
+    EXPECT("cuModuleUnload with no current context", cuModuleUnload(m), CUDA_SUCCESS);
+    OK(cuCtxSetCurrent(ctx));
     char *cubin = read_file(dir, "kernels.sm_90.cubin", &len);
     memset(cubin + 40, 0xff, 8); /* e_shoff far past the end */
     EXPECT("cubin, section headers past its end", cuModuleLoadData(&m, cubin), CUDA_ERROR_INVALID_IMAGE);
