@@ -52,7 +52,7 @@ typedef struct name_set_s {
     struct {
         const char *p;
         size_t len;
-    } *v;
+    } * v;
     size_t n;
     bool open; /* no name could be read: every entry was compressed */
     char *buf; /* a file's bytes, which v points into, or NULL */
@@ -264,7 +264,7 @@ static CUresult jit_options(unsigned n, const CUjit_option *opt, void **val)
     for (unsigned i = 0; i < n; i++) {
         CUjit_option size_opt = opt[i] == CU_JIT_INFO_LOG_BUFFER    ? CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES
                                 : opt[i] == CU_JIT_ERROR_LOG_BUFFER ? CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
-                                                                     : CU_JIT_NUM_OPTIONS;
+                                                                    : CU_JIT_NUM_OPTIONS;
         for (unsigned j = 0; j < n && size_opt != CU_JIT_NUM_OPTIONS; j++)
             if (opt[j] == size_opt && (uintptr_t)val[j] > 0 && val[i])
                 *(char *)val[i] = 0;
@@ -275,8 +275,8 @@ static CUresult jit_options(unsigned n, const CUjit_option *opt, void **val)
     return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
-                                    CUjit_option *options, void **optionValues)
+SIM_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options,
+                                    void **optionValues)
 {
     CUresult r = jit_options(numOptions, options, optionValues);
     return r != CUDA_SUCCESS ? r : cuModuleLoadData(module, image);
@@ -356,9 +356,8 @@ static CUresult library_load(CUlibrary *library, CUresult r, name_set_t *set)
 }
 
 SIM_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
-                                   void **jitOptionsValues, unsigned int numJitOptions,
-                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
-                                   unsigned int numLibraryOptions)
+                                   void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions,
+                                   void **libraryOptionValues, unsigned int numLibraryOptions)
 {
     if (!library || !code)
         return CUDA_ERROR_INVALID_VALUE;
@@ -605,9 +604,8 @@ static CUresult launch_kernel_ex(const CUlaunchConfig *config, CUfunction f, voi
 {
     if (!config || (config->numAttrs && !config->attrs))
         return CUDA_ERROR_INVALID_VALUE;
-    return launch_kernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
-                         config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream, params, extra,
-                         ptds);
+    return launch_kernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
+                         config->blockDimZ, config->sharedMemBytes, config->hStream, params, extra, ptds);
 }
 
 DRV_PTSZ(cuLaunchKernelEx, launch_kernel_ex,

@@ -17,21 +17,21 @@
  * ---------------------------------------------------------------------- */
 
 enum {
-    ELF_EHDR_SIZE = 64,  /* Elf64_Ehdr */
-    ELF_SHDR_SIZE = 64,  /* Elf64_Shdr */
-    ELF_SYM_SIZE = 24,   /* Elf64_Sym */
-    ELF_CLASS64 = 2,     /* e_ident[EI_CLASS] */
-    ELF_DATA_LSB = 1,    /* e_ident[EI_DATA] */
-    ELF_EM_CUDA = 190,   /* e_machine */
-    ELF_SHT_SYMTAB = 2,  /* sh_type */
-    ELF_SHT_NOBITS = 8,  /* sh_type: no bytes in the file */
-    ELF_STT_FUNC = 2,    /* ELF64_ST_TYPE(st_info) */
+    ELF_EHDR_SIZE = 64,        /* Elf64_Ehdr */
+    ELF_SHDR_SIZE = 64,        /* Elf64_Shdr */
+    ELF_SYM_SIZE = 24,         /* Elf64_Sym */
+    ELF_CLASS64 = 2,           /* e_ident[EI_CLASS] */
+    ELF_DATA_LSB = 1,          /* e_ident[EI_DATA] */
+    ELF_EM_CUDA = 190,         /* e_machine */
+    ELF_SHT_SYMTAB = 2,        /* sh_type */
+    ELF_SHT_NOBITS = 8,        /* sh_type: no bytes in the file */
+    ELF_STT_FUNC = 2,          /* ELF64_ST_TYPE(st_info) */
     ELF_STO_CUDA_ENTRY = 0x10, /* st_other: a __global__ function, not a __device__ one */
 
-    FATBIN_MAGIC = 0xBA55ED50u,  /* container */
+    FATBIN_MAGIC = 0xBA55ED50u,         /* container */
     FATBIN_WRAPPER_MAGIC = 0x466243B1u, /* what nvcc's host stub registers */
-    FATBIN_HEADER_SIZE = 16,     /* u32 magic, u16 version, u16 header size, u64 entries' bytes */
-    FATBIN_ENTRY_MIN = 64,       /* the entry header's fixed part */
+    FATBIN_HEADER_SIZE = 16,            /* u32 magic, u16 version, u16 header size, u64 entries' bytes */
+    FATBIN_ENTRY_MIN = 64,              /* the entry header's fixed part */
     FATBIN_KIND_PTX = 1,
     FATBIN_KIND_ELF = 2,
 };
@@ -117,7 +117,10 @@ typedef struct elf_shdr_s {
 
 static bool elf_is(const img_t *im)
 {
-    return img_span(im, 0, 4) && memcmp(im->p, "\x7f" "ELF", 4) == 0;
+    return img_span(im, 0, 4) && memcmp(im->p,
+                                        "\x7f"
+                                        "ELF",
+                                        4) == 0;
 }
 
 static bool elf_shdr(const img_t *im, uint64_t shoff, uint16_t shentsize, uint32_t i, elf_shdr_t *sh)
@@ -173,8 +176,7 @@ static CUresult elf_parse(const img_t *im, parse_t *ps)
             elf_shdr_t text;
             if (!name || st_shndx >= shnum || !elf_shdr(im, shoff, shentsize, st_shndx, &text))
                 return CUDA_ERROR_INVALID_IMAGE;
-            const char *sname =
-                img_str(im, shstr.offset, shstr.offset + shstr.size, shstr.offset + text.name, &slen);
+            const char *sname = img_str(im, shstr.offset, shstr.offset + shstr.size, shstr.offset + text.name, &slen);
             if (!sname)
                 return CUDA_ERROR_INVALID_IMAGE;
             if (nlen && slen == nlen + 6 && memcmp(sname, ".text.", 6) == 0 && memcmp(sname + 6, name, nlen) == 0)
@@ -300,8 +302,7 @@ static CUresult fatbin_parse(const img_t *im, parse_t *ps)
 {
     uint16_t hsize;
     uint64_t body;
-    if (!img_u16(im, 6, &hsize) || !img_u64(im, 8, &body) || hsize < FATBIN_HEADER_SIZE ||
-        !img_span(im, hsize, body))
+    if (!img_u16(im, 6, &hsize) || !img_u64(im, 8, &body) || hsize < FATBIN_HEADER_SIZE || !img_span(im, hsize, body))
         return CUDA_ERROR_INVALID_IMAGE;
     for (uint64_t at = hsize, end = hsize + body; at < end;) {
         uint16_t kind;

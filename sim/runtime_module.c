@@ -90,9 +90,9 @@ typedef struct rt_fatbin_s {
  * device name, and its function handle in each device's primary context
  * (made at the first launch there, again after a device reset). */
 typedef struct rt_kernel_s {
-    void **fatbin;    /* the registration it came with (an rt_fatbin_t; __cudaUnregisterFatBinary drops it) */
+    void **fatbin; /* the registration it came with (an rt_fatbin_t; __cudaUnregisterFatBinary drops it) */
     const void *host;
-    char *name;       /* a copy: the registering library may go */
+    char *name; /* a copy: the registering library may go */
     struct {
         CUcontext ctx;
         unsigned gen;
@@ -285,16 +285,16 @@ static cudaError_t rt_launch_kernel(const rt_driver_t *d, const void *func, rt_d
     CUfunction f = rt_function(d, func, false, &e);
     if (!f)
         return e;
-    CUresult r = d->cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shared_mem,
-                                   stream, args, NULL);
+    CUresult r = d->cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shared_mem, stream,
+                                   args, NULL);
     if (r == CUDA_ERROR_INVALID_HANDLE) {
         /* its module went with a driver-level reset of the context: once more
          * with a new one (a bad stream fails the same way again) */
         f = rt_function(d, func, true, &e);
         if (!f)
             return e;
-        r = d->cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shared_mem, stream,
-                              args, NULL);
+        r = d->cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shared_mem, stream, args,
+                              NULL);
     }
     /* the runtime's codes for a bad configuration */
     if (r == CUDA_ERROR_INVALID_VALUE)

@@ -44,7 +44,7 @@ static const char *err_name(CUresult r)
         CUresult r_ = (call);                                                                                          \
         printf("%s: %s\n", what, err_name(r_));                                                                        \
         if (r_ != (want)) {                                                                                            \
-            printf("FAIL %s:%d %s: %s, expected %s\n", __FILE__, __LINE__, #call, err_name(r_), err_name(want));      \
+            printf("FAIL %s:%d %s: %s, expected %s\n", __FILE__, __LINE__, #call, err_name(r_), err_name(want));       \
             failures++;                                                                                                \
         }                                                                                                              \
     } while (0)
@@ -53,7 +53,7 @@ static const char *err_name(CUresult r)
     do {                                                                                                               \
         CUresult r_ = (call);                                                                                          \
         if (r_ != CUDA_SUCCESS) {                                                                                      \
-            printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #call, err_name(r_));                                   \
+            printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #call, err_name(r_));                                    \
             exit(1);                                                                                                   \
         }                                                                                                              \
     } while (0)
