@@ -7,7 +7,8 @@
  *
  * Nothing here calls CUDA: the summary and snapshots read the allocator's
  * own state, so they work at exit after the runtime is gone, and from the
- * signal thread.
+ * signal thread.  The first OOM report asks nvml.c who holds the device's
+ * memory (a driver call for the device's UUID, then NVML).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -371,11 +372,18 @@ void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
                                  .conf_text = diag.conf_text};
         core_whatif(d, oom, &wo, w);
     }
+    /* the first failure: who holds the device's memory */
+    st_gpu_procs_t gpu = {0};
+    char gpu_why[256] = "";
+    if (count == 1)
+        hook_nvml_procs(hd, &gpu, gpu_why, sizeof gpu_why);
     oom_ctx_t o = {
-        .in = {hd->ordinal, oom, &stats, have_layout ? &layout : NULL, &conf, diag.conf_text, w},
+        .in = {hd->ordinal, oom, &stats, have_layout ? &layout : NULL, &conf, diag.conf_text, w,
+               count == 1 ? &gpu : NULL},
         .count = count,
     };
     emit_block(emit_oom, &o);
+    hostalloc_free((void *)gpu.procs);
     hostalloc_free(w);
     if (have_layout)
         core_layout_free(&layout);

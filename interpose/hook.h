@@ -29,7 +29,8 @@
  * work (a count per thread, and the core's work_epoch, moved on by the
  * first submission after a hand-out; submit_table.h is generated,
  * submit_sim.h the simulator's kernel extensions); trace.c records CUCACHE_TRACE;
- * diag.c, log.c and signal.c report (below); run/cucache_run.c is the
+ * diag.c, log.c and signal.c report (below), nvml.c names the processes
+ * on a device for the OOM report; run/cucache_run.c is the
  * cucache-run launcher, a program of its own.
  *
  * Locks, in the order they nest (a thread holding one takes only locks
@@ -583,6 +584,12 @@ void hook_diag_dev_opened(int ordinal, core_dev_t *d);
  * process's first failure, one line with the count afterwards; the first
  * also writes a snapshot when CUCACHE_SNAPSHOT_ON has oom. */
 void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom);
+/* nvml.c: the processes holding memory on hd's device, from NVML, into out
+ * (out->procs from hostalloc, the caller frees it); when NVML cannot say,
+ * out->unavailable points at why, written there.  Loads libnvidia-ml.so.1
+ * at the first call: only for a report, never on the allocation path. */
+struct st_gpu_procs_s;
+void hook_nvml_procs(const hook_dev_t *hd, struct st_gpu_procs_s *out, char *why, size_t whylen);
 /* cucache could not serve an allocation and the runtime's own allocator
  * did: counted, and said once per process (the program saw no failure). */
 void hook_fallback_served(const hook_dev_t *hd, const core_oom_t *oom);

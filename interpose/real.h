@@ -21,6 +21,7 @@
     X(cuInit)                                                                                                          \
     X(cuDeviceGet)                                                                                                     \
     X(cuDeviceGetCount)                                                                                                \
+    X(cuDeviceGetUuid_v2)                                                                                              \
     X(cuDevicePrimaryCtxRetain)                                                                                        \
     X(cuDevicePrimaryCtxReset_v2)                                                                                      \
     X(cuDevicePrimaryCtxGetState)                                                                                      \

@@ -8,7 +8,8 @@
  *   2. what PyTorch does not say: the segment that was needed and what the
  *      device could give, the largest free block and the fragmentation of
  *      the cache, inactive split and pending bytes, memory held outside
- *      cucache;
+ *      cucache (with NVML's list: other processes' and this one's, and the
+ *      processes on the device, largest first);
  *   3. the pools (segments and blocks of each), the live allocations
  *      grouped by block size, and a map of the most telling segments;
  *   4. a hint computed from those numbers (rep_cause), naming the
@@ -46,7 +47,6 @@ void rep_line(st_sink_fn sink, void *ctx, const char *fmt, ...)
 /* ------------------------------------------------------------------------
  * The facts, gathered once
  * ---------------------------------------------------------------------- */
-
 
 static bool seg_usable(const rep_t *r, const core_seg_info_t *s)
 {
@@ -189,6 +189,84 @@ static const char *pool_word(const rep_t *r)
     return r->req_small ? "small" : "large";
 }
 
+/* Most bytes first; equal bytes: the lower pid first. */
+static int proc_cmp(const void *a, const void *b)
+{
+    const st_gpu_proc_t *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+/* One line per process as PyTorch prints them ("Process 1234 has 10.00 GiB
+ * memory in use"), with the command; the largest REP_PROC_ROWS. */
+static void rep_procs(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, void *ctx)
+{
+    if (!g->n) {
+        st_linef(sink, ctx, "processes on GPU %d (NVML): none listed", r->in->device);
+        return;
+    }
+    st_gpu_proc_t *p = hostalloc_malloc(g->n * sizeof *p);
+    if (p) {
+        memcpy(p, g->procs, g->n * sizeof *p);
+        qsort(p, g->n, sizeof *p, proc_cmp);
+    }
+    const st_gpu_proc_t *list = p ? p : g->procs;
+    st_linef(sink, ctx, "processes on GPU %d (NVML), %s:", r->in->device,
+             p ? "largest first" : "as NVML listed them (no host memory to sort them)");
+    size_t rest_bytes = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        if (i >= REP_PROC_ROWS) {
+            rest_bytes += list[i].bytes;
+            continue;
+        }
+        st_linef(sink, ctx, "  Process %u has %s memory in use (%s%s)", list[i].pid, sz(list[i].bytes).s,
+                 list[i].comm[0] ? list[i].comm : "?", list[i].pid == g->self_pid ? ", this process" : "");
+    }
+    if (g->n > REP_PROC_ROWS)
+        st_linef(sink, ctx, "  ... %zu more %s, %s", g->n - REP_PROC_ROWS,
+                 plural(g->n - REP_PROC_ROWS, "process", "processes"), sz(rest_bytes).s);
+    hostalloc_free(p);
+}
+
+/*
+ * Memory outside cucache: cuMemGetInfo's view (total - free - reserved).
+ * With NVML's list of processes it is split into the other processes' sum
+ * and this process's own use beyond what cucache reserved (its context and
+ * what it allocated through paths cucache does not cache), then the
+ * processes are listed.  Without NVML, one line says why it is not split.
+ */
+static void rep_outside(const rep_t *r, st_sink_fn sink, void *ctx)
+{
+    const st_gpu_procs_t *g = r->in->gpu;
+    if (!g || g->unavailable) {
+        st_linef(sink, ctx,
+                 "outside cucache: %s (device total - device free - cucache reserved: other processes, or this "
+                 "process through paths cucache does not cache)",
+                 sz(r->outside).s);
+        if (g)
+            st_linef(sink, ctx, "processes on GPU %d: not known (%s), so this is not split", r->in->device,
+                     g->unavailable);
+        return;
+    }
+    size_t others = 0, other_bytes = 0, self_bytes = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->procs[i].pid == g->self_pid) {
+            self_bytes += g->procs[i].bytes;
+        } else {
+            others++;
+            other_bytes += g->procs[i].bytes;
+        }
+    }
+    st_linef(sink, ctx,
+             "outside cucache: %s (device total - device free - cucache reserved), by NVML:", sz(r->outside).s);
+    st_linef(sink, ctx, "  other processes: %s in %zu %s", sz(other_bytes).s, others,
+             plural(others, "process", "processes"));
+    st_linef(sink, ctx, "  this process, outside cucache: %s (its %s in use less the %s cucache reserved)",
+             sz(sub0(self_bytes, r->oom->reserved)).s, sz(self_bytes).s, sz(r->oom->reserved).s);
+    rep_procs(r, g, sink, ctx);
+}
+
 static void rep_detail(const rep_t *r, st_sink_fn sink, void *ctx)
 {
     const core_oom_t *o = r->oom;
@@ -225,10 +303,7 @@ static void rep_detail(const rep_t *r, st_sink_fn sink, void *ctx)
              "cache: %s inactive split (free blocks in partly used segments), %s pending (freed, waiting on fences or "
              "events)",
              sz(inactive).s, sz(o->pending).s);
-    st_linef(sink, ctx,
-             "outside cucache: %s (device total - device free - cucache reserved: other processes, or this process "
-             "through paths cucache does not cache)",
-             sz(r->outside).s);
+    rep_outside(r, sink, ctx);
 }
 
 /* ------------------------------------------------------------------------

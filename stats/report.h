@@ -18,6 +18,7 @@ enum {
     REP_MAP_SEGS = 16,     /* segment lines in the map before "N more segments" */
     REP_BAR = 32,          /* characters in a segment's bar */
     REP_PRIVATE_POOLS = 8, /* private pools listed before "N more private pools" */
+    REP_PROC_ROWS = 16,    /* processes on the device listed before "N more processes" */
     REP_LINE = 2304,       /* one line: a hint quotes CUCACHE_CONF (up to about 1 KiB) */
     REP_OUTSIDE_SHARE = 10 /* memory outside cucache is the cause only above 1/10 of the device */
 };

@@ -59,6 +59,22 @@ void st_linef(st_sink_fn sink, void *ctx, const char *fmt, ...) __attribute__((f
  * report.c: the OOM report
  * ---------------------------------------------------------------------- */
 
+/* One process holding memory on the device, as NVML lists it. */
+typedef struct st_gpu_proc_s {
+    unsigned pid;
+    uint64_t bytes; /* NVML's usedGpuMemory (on a GPU: with the context's own memory) */
+    char comm[64];  /* /proc/PID/comm, or cmdline's first word; "?" when the pid is not visible */
+} st_gpu_proc_t;
+
+/* The processes on the failing device (the interposer asks NVML at the
+ * failure): `procs` in any order, the report sorts them. */
+typedef struct st_gpu_procs_s {
+    const char *unavailable; /* NULL: NVML answered; else why it could not (one phrase) */
+    unsigned self_pid;       /* this process (getpid) */
+    const st_gpu_proc_t *procs;
+    size_t n;
+} st_gpu_procs_t;
+
 typedef struct st_oom_input_s {
     int device;                  /* CUDA ordinal */
     const core_oom_t *oom;       /* what the failed allocation knew */
@@ -67,11 +83,13 @@ typedef struct st_oom_input_s {
     const conf_t *conf;          /* the device's configuration */
     const char *conf_text;       /* CUCACHE_CONF as the user wrote it ("" when unset) */
     const core_whatif_t *whatif; /* the history replayed under other settings (core_whatif); NULL: not run */
+    const st_gpu_procs_t *gpu;   /* who holds the device's memory (NVML); NULL: not asked */
 } st_oom_input_t;
 
 /* The full report: PyTorch's sentence with real numbers, then the detail
- * (largest free block, fragmentation, pools, memory held outside cucache,
- * live allocations by size, a capped segment map) and a hint naming the
+ * (largest free block, fragmentation, pools, memory held outside cucache
+ * split into other processes and this one's, the processes on the device
+ * largest first, live allocations by size, a capped segment map) and a hint naming the
  * CUCACHE_CONF to try.  Deterministic for a given input. */
 void st_report_oom(const st_oom_input_t *in, st_sink_fn sink, void *ctx);
 

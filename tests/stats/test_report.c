@@ -189,7 +189,8 @@ typedef struct oomcase_s {
 
 static void report_input(oomcase_t *c, const char *conf_text, st_oom_input_t *in, bool with_layout)
 {
-    *in = (st_oom_input_t){0, &c->oom, &c->stats, with_layout ? &c->layout : NULL, &c->conf, conf_text, &c->whatif};
+    *in =
+        (st_oom_input_t){0, &c->oom, &c->stats, with_layout ? &c->layout : NULL, &c->conf, conf_text, &c->whatif, NULL};
 }
 
 /* Makes core_malloc(size) fail and takes the report's inputs and text. */
@@ -435,7 +436,9 @@ static void test_fragmented(void **state)
     assert_non_null(strstr(hints, "3 of 16 settings tried serve every allocation and this request"));
     assert_non_null(strstr(hints, "hint:   CUCACHE_CONF=reuse:fenced,expandable_segments:true (peak reserved"));
     assert_null(strstr(hints, "max_split_size_mb"));
-    assert_int_equal(apply_every_hint(&c.text, fragmented_fits_4m), 1); /* expandable_segments:true with reuse:sync or expandable_share_pages:true, which fit too, add nothing: not named */
+    assert_int_equal(
+        apply_every_hint(&c.text, fragmented_fits_4m),
+        1); /* expandable_segments:true with reuse:sync or expandable_share_pages:true, which fit too, add nothing: not named */
     assert_false(fragmented_fits("reuse:fenced,max_split_size_mb:24", 4 * MiB - 100, 32, 24 * MiB));
     assert_null(strstr(hints, "roundup_power2_divisions")); /* no rounding to speak of */
     assert_true(text_has(&c.text, "      16 x   4.00 MiB = 64.00 MiB"));
@@ -460,13 +463,14 @@ static void test_fragmented(void **state)
     report_input(&c, "roundup_power2_divisions:[256:1,>:2], reuse:stream", &in, true);
     st_report_oom(&in, text_sink, &t);
     text_hints(&t, hints, sizeof hints);
-    assert_non_null(
-        strstr(hints, "CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],reuse:stream,expandable_segments:true' (peak"));
+    assert_non_null(strstr(
+        hints, "CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],reuse:stream,expandable_segments:true' (peak"));
     text_free(&t);
     report_input(&c, "expandable_segments:false, roundup_power2_divisions:[256:1,>:2]", &in, true);
     st_report_oom(&in, text_sink, &t);
     text_hints(&t, hints, sizeof hints);
-    assert_non_null(strstr(hints, "CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],expandable_segments:true' (peak"));
+    assert_non_null(
+        strstr(hints, "CUCACHE_CONF='roundup_power2_divisions:[256:1,>:2],expandable_segments:true' (peak"));
     text_free(&t);
 
     /* the repeat: one line */
@@ -665,6 +669,108 @@ static void test_outside(void **state)
     assert_non_null(strstr(hints, "hint: memory held outside cucache (80.00 MiB) is more than what was missing "
                                   "(16.00 MiB)"));
     assert_null(strstr(hints, "CUCACHE_CONF="));
+    oomcase_free(&c);
+    fx_free(&f, p, CORE_FREE_NOW, 0);
+    be.seg_free(be.ctx, 0, other, 80 * MiB);
+    fx_close(&f);
+}
+
+/* test_outside's failure with NVML's list of the processes on the device
+ * (gpu): the report's text. */
+static void report_with_gpu(oomcase_t *c, const st_gpu_procs_t *gpu, text_t *t)
+{
+    st_oom_input_t in;
+    report_input(c, "", &in, true);
+    in.gpu = gpu;
+    st_report_oom(&in, text_sink, t);
+    text_t again = {0};
+    st_report_oom(&in, text_sink, &again);
+    text_equal(t, &again);
+    text_free(&again);
+}
+
+/* The line after the first that starts with prefix (fails when none). */
+static const char *text_after(const text_t *t, const char *prefix)
+{
+    for (size_t i = 0; i + 1 < t->n; i++)
+        if (strncmp(t->line[i], prefix, strlen(prefix)) == 0)
+            return t->line[i + 1];
+    fail_msg("no line starts with \"%s\" before another", prefix);
+    return "";
+}
+
+/* The 80 MiB outside cucache, with NVML: split into the other processes'
+ * 76 MiB and this process's 4 MiB beyond cucache's 16 MiB, then the
+ * processes largest first, this one marked; more than REP_PROC_ROWS are
+ * capped; without NVML one line says why and the text is as before. */
+static void test_outside_processes(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 128 * MiB, "");
+    core_backend_t be = mem_backend_vtable(&f.m);
+    uintptr_t other;
+    assert_int_equal(be.seg_alloc(be.ctx, 0, 80 * MiB, &other), CORE_OK);
+    uintptr_t p = fx_alloc(&f, 16 * MiB, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 48 * MiB, "");
+
+    /* in NVML's order, not by size; equal sizes: the lower pid first */
+    st_gpu_proc_t procs[] = {
+        {777, 8 * MiB, "?"},
+        {100, 20 * MiB, "train.py"},
+        {4242, 60 * MiB, "ipc_peer"},
+        {776, 8 * MiB, "notebook"},
+    };
+    st_gpu_procs_t gpu = {NULL, 100, procs, 4};
+    text_t t = {0};
+    report_with_gpu(&c, &gpu, &t);
+    golden("outside_processes", &t);
+    assert_string_equal(text_line(&t, "outside cucache: "),
+                        "outside cucache: 80.00 MiB (device total - device free - cucache reserved), by NVML:");
+    assert_string_equal(text_after(&t, "outside cucache: "), "  other processes: 76.00 MiB in 3 processes");
+    assert_string_equal(text_line(&t, "  this process, outside cucache: "),
+                        "  this process, outside cucache: 4.00 MiB (its 20.00 MiB in use less the 16.00 MiB cucache "
+                        "reserved)");
+    assert_string_equal(text_after(&t, "processes on GPU 0 (NVML), largest first:"),
+                        "  Process 4242 has 60.00 MiB memory in use (ipc_peer)");
+    assert_string_equal(text_after(&t, "  Process 4242 "),
+                        "  Process 100 has 20.00 MiB memory in use (train.py, this process)");
+    assert_string_equal(text_after(&t, "  Process 100 "), "  Process 776 has 8.00 MiB memory in use (notebook)");
+    assert_string_equal(text_after(&t, "  Process 776 "), "  Process 777 has 8.00 MiB memory in use (?)");
+    text_free(&t);
+
+    /* this process not listed (it holds nothing NVML sees): 0 outside */
+    st_gpu_procs_t alone = {NULL, 99, procs + 2, 1};
+    report_with_gpu(&c, &alone, &t);
+    assert_string_equal(text_after(&t, "outside cucache: "), "  other processes: 60.00 MiB in 1 process");
+    assert_true(text_starts(&t, "  this process, outside cucache: 0 bytes (its 0 bytes in use"));
+    text_free(&t);
+
+    /* more processes than rows: the largest, then the rest in one line */
+    st_gpu_proc_t many[20];
+    for (unsigned i = 0; i < 20; i++)
+        many[i] = (st_gpu_proc_t){1000 + i, (i + 1) * MiB, "worker"};
+    st_gpu_procs_t crowd = {NULL, 1019, many, 20};
+    report_with_gpu(&c, &crowd, &t);
+    golden("outside_processes_many", &t);
+    assert_string_equal(text_after(&t, "processes on GPU 0 (NVML), largest first:"),
+                        "  Process 1019 has 20.00 MiB memory in use (worker, this process)");
+    assert_true(text_starts(&t, "  ... 4 more processes, 10.00 MiB"));
+    assert_false(text_starts(&t, "  Process 1003 "));
+    text_free(&t);
+
+    /* no NVML: today's line, and one saying why it is not split */
+    st_gpu_procs_t none = {"NVML: libnvidia-ml.so.1 cannot be loaded", 100, NULL, 0};
+    report_with_gpu(&c, &none, &t);
+    golden("outside_no_nvml", &t);
+    assert_string_equal(text_line(&t, "outside cucache: "), text_line(&c.text, "outside cucache: "));
+    assert_string_equal(text_after(&t, "outside cucache: "),
+                        "processes on GPU 0: not known (NVML: libnvidia-ml.so.1 cannot be loaded), so this is not "
+                        "split");
+    assert_int_equal(t.n, c.text.n + 1);
+    text_free(&t);
+
     oomcase_free(&c);
     fx_free(&f, p, CORE_FREE_NOW, 0);
     be.seg_free(be.ctx, 0, other, 80 * MiB);
@@ -908,8 +1014,9 @@ static void test_summary_units(void **state)
     st_summary(0, &s, text_sink, &t);
     assert_string_equal(text_line(&t, "cache hit rate:"),
                         "cache hit rate: n/a (0 of 0 allocations served from cached blocks)");
-    assert_string_equal(text_line(&t, "fences:"), "fences: 0 recorded, 0 handed out before they completed (the device "
-                                                  "ordered after them), 0 waits for a fence or event, 0.000 ms waiting");
+    assert_string_equal(text_line(&t, "fences:"),
+                        "fences: 0 recorded, 0 handed out before they completed (the device "
+                        "ordered after them), 0 waits for a fence or event, 0.000 ms waiting");
     assert_false(text_has(&t, "hand-outs stopped:"));
     assert_false(text_has(&t, "shared pages:"));
     assert_string_equal(text_line(&t, "verdict:"), "verdict: everything freed");
@@ -953,6 +1060,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_limit_fraction),
         cmocka_unit_test(test_limit_and_device),
         cmocka_unit_test(test_outside),
+        cmocka_unit_test(test_outside_processes),
         cmocka_unit_test(test_private_pools),
         cmocka_unit_test(test_pending),
         cmocka_unit_test(test_backend_error),
