@@ -10,6 +10,8 @@
 
 #include "module_image.h"
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 static void ignore(void *arg, const char *name, size_t len)
 {
     (void)arg;
