@@ -7,6 +7,7 @@
 
 #include "driver.h"
 #include "errors.h"
+#include "stub.h"
 
 /* ------------------------------------------------------------------------
  * Initialisation and version
@@ -608,4 +609,12 @@ SIM_API CUresult cucacheSimSharedHoldLock(void)
     if (!sim.shared)
         return CUDA_ERROR_NOT_SUPPORTED;
     return sim_shared_hold_lock(sim.shared) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+/* A driver function the simulator does not implement (sim/stub.h). */
+int sim_stub_driver(atomic_flag *once, const char *name)
+{
+    if (!atomic_flag_test_and_set(once))
+        sim_log("%s is not simulated (CUDA_ERROR_NOT_SUPPORTED)", name);
+    return CUDA_ERROR_NOT_SUPPORTED;
 }

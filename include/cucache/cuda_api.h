@@ -311,6 +311,22 @@ enum cudaMemcpyKind {
     cudaMemcpyDefault = 4
 };
 
+/* The first kinds only: cudaCreateChannelDesc stores whatever it is given. */
+enum cudaChannelFormatKind {
+    cudaChannelFormatKindSigned = 0,
+    cudaChannelFormatKindUnsigned = 1,
+    cudaChannelFormatKindFloat = 2,
+    cudaChannelFormatKindNone = 3
+};
+
+struct cudaChannelFormatDesc {
+    int x;
+    int y;
+    int z;
+    int w;
+    enum cudaChannelFormatKind f;
+};
+
 enum cudaMemoryType {
     cudaMemoryTypeUnregistered = 0,
     cudaMemoryTypeHost = 1,
@@ -1131,6 +1147,7 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value);
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value);
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep);
+struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, enum cudaChannelFormatKind f);
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);

@@ -108,7 +108,7 @@ def parse_functions(section3):
         decl = " ".join(decl.split())
         if not decl:
             continue
-        m = re.match(rf"(?:const\s+)?{IDENT}\s*\**\s*({IDENT})\s*\(", decl)
+        m = re.match(rf"(?:const\s+)?(?:struct\s+)?{IDENT}\s*\**\s*({IDENT})\s*\(", decl)
         if not m:
             raise ParseError(f"section 3: cannot read prototype '{decl[:80]}'")
         names.append(m.group(1))
