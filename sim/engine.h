@@ -87,7 +87,12 @@
  *                    cuGetProcAddress
  *   runtime*.c       the runtime over the driver (runtime_internal.h):
  *                    runtime_core.c, runtime_mem.c, runtime_stream.c,
- *                    runtime_module.c (registration and launch)
+ *                    runtime_module.c (registration and launch);
+ *                    runtime_stub.c the runtime's "not supported"
+ *   stub.h           the generated weak stubs of every real entry point
+ *                    not simulated (exports/cuda.txt, cudart.txt list all,
+ *                    gen-exports writes the stubs; the driver's answer is
+ *                    in driver.c)
  *   errors.h         the error codes, names and texts the driver and the
  *                    runtime share
  *   nvml.c           the simulated NVML, libnvidia-ml.so.1 (nvml.h: its ABI):

@@ -14,6 +14,9 @@
  *   runtime_mem.c     allocation, pointer attributes, copies, memsets,
  *                     stream-ordered allocation and memory pools
  *   runtime_stream.c  streams, events, host functions, capture, graphs
+ *   runtime_module.c  module registration and launch
+ *   runtime_stub.c    the answer of the functions not simulated (stub.h;
+ *                     shared runtimes only)
  *
  * Every runtime call with a _ptsz/_ptds twin is implemented once, taking the
  * driver table to use: rt_drv[RT_LEGACY] (entry points looked up with
