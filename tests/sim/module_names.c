@@ -48,11 +48,13 @@ int main(int argc, char **argv)
     fclose(f);
     if (sim_image_parse(buf, (size_t)n + 1, add, NULL, NULL) != CUDA_SUCCESS) {
         fprintf(stderr, "module_names: %s is not an image the simulated device reads\n", argv[1]);
+        free(buf);
         return 1;
     }
     qsort(names, nnames, sizeof *names, by_name);
     for (size_t i = 0; i < nnames; i++)
         if (i == 0 || strcmp(names[i], names[i - 1]) != 0)
             printf("%s\n", names[i]);
+    free(buf);
     return 0;
 }
