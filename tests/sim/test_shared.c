@@ -155,6 +155,12 @@ static void test_sigkill_gives_memory_back(void **state)
 static void test_killed_holding_the_lock(void **state)
 {
     (void)state;
+#ifdef __SANITIZE_THREAD__
+    /* ThreadSanitizer takes a robust mutex that pthread_mutex_timedlock
+     * returned with EOWNERDEAD (the holder died in another process) as
+     * not locked, and reports its unlock; the plain and ASan builds run it */
+    skip();
+#endif
     peer_t peer;
     peer_start(&peer);
     size_t base = my_free();
