@@ -26,6 +26,14 @@ CUCACHE_DEB_TOOLS=(debhelper dh-python dpkg-dev lintian man-db)
 # Install the packaging tools when missing (as root), or say what to install.
 cucache_ensure_deb_deps() {
     local missing=() pkg
+    # A run stopped while dpkg ran (tests/run/check_deb.sh installing the
+    # packages) can leave a package half configured, libc-bin's ldconfig
+    # trigger among them; the install check would then find the loader's
+    # cache stale.  Finish what dpkg left, as root.
+    if [ "$EUID" -eq 0 ] && [ -n "$(dpkg --audit 2>/dev/null)" ]; then
+        cucache_say "dpkg --configure -a (dpkg --audit: an interrupted run left packages unconfigured)"
+        dpkg --configure -a
+    fi
     for pkg in "${CUCACHE_DEB_TOOLS[@]}"; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
     done
