@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf.h" /* core/conf.c: the one size reader, conf_show */
 #include "shared.h"
@@ -226,14 +227,35 @@ bool sim_config_read(sim_config_t *cfg)
     return ok;
 }
 
-void sim_device_uuid(int ordinal, uint8_t out[16])
+/* FNV-1a, 64 bits. */
+static uint64_t fnv64(uint64_t h, const void *p, size_t n)
 {
-    static const char stem[12] = {'c', 'u', 'c', 'a', 'c', 'h', 'e', '-', 's', 'i', 'm', '-'};
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+void sim_device_uuid(const sim_config_t *cfg, int ordinal, uint8_t out[16])
+{
+    static const char stem[6] = {'c', 'c', '-', 's', 'i', 'm'};
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (cfg->shared_key[0]) {
+        h = fnv64(h, "key", 3);
+        h = fnv64(h, cfg->shared_key, strlen(cfg->shared_key));
+    } else {
+        int32_t pid = (int32_t)getpid();
+        uint64_t start = 0;
+        char state;
+        sim_proc_stat(pid, &start, &state, NULL);
+        h = fnv64(h, &pid, sizeof pid);
+        h = fnv64(h, &start, sizeof start);
+    }
     memcpy(out, stem, sizeof stem);
-    out[12] = 'd';
-    out[13] = (uint8_t)('0' + ordinal / 10);
-    out[14] = (uint8_t)('0' + ordinal % 10);
-    out[15] = 0;
+    out[6] = (uint8_t)ordinal;
+    out[7] = cfg->shared_key[0] ? 's' : 'p';
+    for (int i = 0; i < 8; i++)
+        out[8 + i] = (uint8_t)(h >> (8 * i));
 }
 
 void sim_config_identity(const sim_config_t *cfg, sim_shared_identity_t *id)
@@ -242,5 +264,5 @@ void sim_config_identity(const sim_config_t *cfg, sim_shared_identity_t *id)
     id->ndev = (uint32_t)cfg->devices;
     id->capacity = cfg->capacity / SIM_CONFIG_PAGE * SIM_CONFIG_PAGE;
     for (int i = 0; i < cfg->devices; i++)
-        sim_device_uuid(i, id->uuid[i]);
+        sim_device_uuid(cfg, i, id->uuid[i]);
 }

@@ -59,8 +59,12 @@ bool sim_config_read(sim_config_t *cfg);
 #define SIM_DEVICE_NAME "cucache simulated GPU (H100-like)"
 /* The unit a device's capacity is rounded down to (engine.h's SIM_PAGE). */
 #define SIM_CONFIG_PAGE ((size_t)2 << 20)
-/* The 16 bytes of cuDeviceGetUuid for device ordinal. */
-void sim_device_uuid(int ordinal, uint8_t out[16]);
+/* The 16 bytes of cuDeviceGetUuid for device ordinal: distinct for each
+ * simulated GPU, as a real GPU's are.  A shared device's are derived from
+ * its key, so every process of the key sees the same; a per-process
+ * device's from the process (pid and start time), so two processes that
+ * each have their own device never see the same UUID. */
+void sim_device_uuid(const sim_config_t *cfg, int ordinal, uint8_t out[16]);
 /* The identity of the devices cfg describes, as the processes sharing
  * them must agree on it (shared.h). */
 struct sim_shared_identity_s;

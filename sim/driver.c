@@ -105,7 +105,7 @@ SIM_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
         return r;
     if (!uuid)
         return CUDA_ERROR_INVALID_VALUE;
-    sim_device_uuid(dev, (uint8_t *)uuid->bytes);
+    sim_device_uuid(&sim.cfg, dev, (uint8_t *)uuid->bytes);
     return CUDA_SUCCESS;
 }
 

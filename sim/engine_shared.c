@@ -52,9 +52,7 @@ bool sim_shared_path(const char *key, char *buf, size_t len)
  * Processes: alive, and which one
  * ---------------------------------------------------------------------- */
 
-/* Reads /proc/PID/stat: its start time, its state letter and (comm not
- * NULL) its command name; false when there is no such process. */
-static bool proc_stat(int32_t pid, uint64_t *start, char *state, char comm[16])
+bool sim_proc_stat(int32_t pid, uint64_t *start, char *state, char comm[16])
 {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -103,7 +101,7 @@ static bool proc_alive(const sim_shared_proc_t *e)
 {
     uint64_t start;
     char state;
-    if (e->pid <= 0 || !proc_stat(e->pid, &start, &state, NULL))
+    if (e->pid <= 0 || !sim_proc_stat(e->pid, &start, &state, NULL))
         return false;
     return start == e->start && state != 'Z' && state != 'X';
 }
@@ -277,7 +275,7 @@ static bool join(sim_shared_t *sh)
 {
     sim_shared_proc_t me = {.pid = (int32_t)getpid()};
     char state;
-    if (!proc_stat(me.pid, &me.start, &state, me.comm)) {
+    if (!sim_proc_stat(me.pid, &me.start, &state, me.comm)) {
         sim_log("%s: cannot read /proc/self/stat", sh->path);
         return false;
     }
