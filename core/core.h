@@ -312,6 +312,20 @@ void core_stop_hand_outs(core_dev_t *d);
 /* Releases every free segment to the device (pool_id < 0: all pools). */
 void core_empty_cache(core_dev_t *d, int pool_id);
 
+/* Another process on the device needs memory: gives back up to `want`
+ * bytes (at least one segment or page when any is free) of what no queued
+ * work can touch, without waiting for anything: the frees so far are
+ * fenced, the fences and events that completed are collected, then whole
+ * free segments of the default pools (and free pages of expandable ones)
+ * go back, the largest first.  The device lock is taken once per segment,
+ * so the program's own calls wait for one release at most.  Nothing while
+ * capturing.  Returns the bytes given back (counted in num_yields_given,
+ * yield_bytes_given when more than 0). */
+size_t core_yield(core_dev_t *d, size_t want);
+/* Other processes gave `bytes` back for a failed allocation of this device
+ * that is being retried (num_yields_received, yield_bytes_received). */
+void core_note_yield_received(core_dev_t *d, size_t bytes);
+
 /* ------------------------------------------------------------------------
  * Private pools (CUDA graph capture, MemPool)
  * ---------------------------------------------------------------------- */

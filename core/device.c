@@ -225,6 +225,39 @@ void core_empty_cache(core_dev_t *d, int pool_id)
     dev_unlock(d);
 }
 
+size_t core_yield(core_dev_t *d, size_t want)
+{
+    size_t given = 0;
+    dev_lock(d);
+    if (!d->capturing) {
+        pend_close(d);
+        if (d->pending_bytes)
+            pend_poll(d);
+    }
+    while (!d->capturing && given < want) {
+        size_t one = seg_release_free(d, NULL, false, 1);
+        if (!one)
+            break;
+        given += one;
+        dev_unlock(d); /* the program's calls may go between two releases */
+        dev_lock(d);
+    }
+    if (given) {
+        d->stats.num_yields_given++;
+        d->stats.yield_bytes_given += given;
+    }
+    dev_unlock(d);
+    return given;
+}
+
+void core_note_yield_received(core_dev_t *d, size_t bytes)
+{
+    dev_lock(d);
+    d->stats.num_yields_received++;
+    d->stats.yield_bytes_received += bytes;
+    dev_unlock(d);
+}
+
 int core_pool_create(core_dev_t *d)
 {
     ppool_t *pp = hostalloc_malloc(sizeof *pp);

@@ -46,7 +46,11 @@
     X(num_hand_out_stops)   /* 1 once hand-outs stopped for good (a second CUDA context, a coherent CPU) */           \
     X(num_shared_pages)     /* pages mapped a second time to start a request (expandable_share_pages) */           \
     X(num_fence_waits)      /* times an allocation waited for a fence or event */                                       \
-    X(fence_wait_ns)        /* time spent in those waits */
+    X(fence_wait_ns)        /* time spent in those waits */                                                             \
+    X(num_yields_given)     /* times another process's request made this cache give memory back (core_yield) */        \
+    X(yield_bytes_given)    /* bytes given back so */                                                                   \
+    X(num_yields_received)  /* failed allocations retried after other processes gave memory back */                     \
+    X(yield_bytes_received) /* bytes they gave back for them (core_note_yield_received) */
 
 enum { CORE_POOL_ALL = 0, CORE_POOL_SMALL = 1, CORE_POOL_LARGE = 2, CORE_POOL_CLASSES = 3 };
 

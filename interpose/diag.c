@@ -288,7 +288,14 @@ int hook_snapshot(const char *tmpl, int device, const char *why)
             hostalloc_free(takes[n].trace);
             goto free_layouts;
         }
-        devs[n] = (st_snap_dev_t){i, &layouts[n], takes[n].trace, takes[n].ntrace};
+        devs[n] = (st_snap_dev_t){i,
+                                  &layouts[n],
+                                  takes[n].trace,
+                                  takes[n].ntrace,
+                                  s.num_yields_given,
+                                  s.yield_bytes_given,
+                                  s.num_yields_received,
+                                  s.yield_bytes_received};
         nsegs += layouts[n].nsegs;
         nevents += takes[n].ntrace;
         n++;
@@ -375,8 +382,10 @@ void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
     /* the first failure: who holds the device's memory */
     st_gpu_procs_t gpu = {0};
     char gpu_why[256] = "";
-    if (count == 1)
+    if (count == 1) {
         hook_nvml_procs(hd, &gpu, gpu_why, sizeof gpu_why);
+        hook_yield_fill(hd, &gpu);
+    }
     oom_ctx_t o = {
         .in = {hd->ordinal, oom, &stats, have_layout ? &layout : NULL, &conf, diag.conf_text, w,
                count == 1 ? &gpu : NULL},

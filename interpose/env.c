@@ -45,6 +45,16 @@
  *                              this variable is set: otherwise the core's
  *                              observer stays unset and costs nothing.
  *   CUCACHE_TRACE=TEMPLATE     the trace of every allocator call (trace.c)
+ *   CUCACHE_REGISTRY=on|off    this process in its GPUs' registries
+ *                              (yield.c; default on): what it holds, for
+ *                              cucache-top and the neighbours' OOM reports
+ *   CUCACHE_YIELD=on|off       with the registry: a failed allocation asks
+ *                              the other cucache processes on the GPU to
+ *                              give idle cache back, and this process gives
+ *                              its own when asked (default on)
+ *   CUCACHE_YIELD_MS=N         how long a failed allocation waits for their
+ *                              answers (default 200, at most 60000; 0:
+ *                              never asks, still gives)
  *
  * Reading has no effect of its own: the log is opened, stacks enabled and
  * threads started by the files that own them, so a bad value is reported
@@ -66,8 +76,14 @@
 #define DEFAULT_WHATIF_MS 1000
 #define MAX_WHATIF_MS 600000
 #define DEFAULT_RING_EVENTS 100000
+#define DEFAULT_YIELD_MS 200
+#define MAX_YIELD_MS 60000
 
-static hook_env_t env = {.history = DEFAULT_HISTORY, .whatif_ms = DEFAULT_WHATIF_MS};
+static hook_env_t env = {.history = DEFAULT_HISTORY,
+                         .whatif_ms = DEFAULT_WHATIF_MS,
+                         .registry = true,
+                         .yield = true,
+                         .yield_ms = DEFAULT_YIELD_MS};
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 /* A variable's value, NULL when unset or empty.  Each variable is read
@@ -92,6 +108,20 @@ __attribute__((format(printf, 2, 3))) static int env_bad(hook_env_var_t var, con
 /* A whole decimal number from min to max in variable `name` ("what" says
  * what it is: "a number of milliseconds"), into *out; NULL text (unset):
  * *out stays; -1 naming the variable when out of range or not a number. */
+/* "on" or "off" in variable `name`, into *out; NULL text (unset): *out
+ * stays; -1 naming the variable otherwise. */
+static int env_switch(hook_env_var_t var, const char *name, const char *text, bool *out)
+{
+    if (!text)
+        return 0;
+    if (strcmp(text, "on") == 0 || strcmp(text, "off") == 0) {
+        *out = text[1] == 'n';
+        return 0;
+    }
+    char shown[CONF_SHOW_BUF];
+    return env_bad(var, "%s: '%s' is not on or off", name, conf_show(shown, text, strlen(text)));
+}
+
 static int env_count(hook_env_var_t var, const char *name, const char *text, unsigned long long min,
                      unsigned long long max, const char *what, unsigned long long *out)
 {
@@ -227,6 +257,14 @@ static int env_check(void)
                   MAX_WHATIF_MS, "a number of milliseconds", &whatif) != 0)
         return -1;
     env.whatif_ms = (unsigned)whatif;
+    unsigned long long yield_ms = env.yield_ms;
+    if (env_switch(HOOK_ENV_REGISTRY, "CUCACHE_REGISTRY", nonempty(secure_getenv("CUCACHE_REGISTRY")), &env.registry) !=
+            0 ||
+        env_switch(HOOK_ENV_YIELD, "CUCACHE_YIELD", nonempty(secure_getenv("CUCACHE_YIELD")), &env.yield) != 0 ||
+        env_count(HOOK_ENV_YIELD_MS, "CUCACHE_YIELD_MS", nonempty(secure_getenv("CUCACHE_YIELD_MS")), 0, MAX_YIELD_MS,
+                  "a number of milliseconds", &yield_ms) != 0)
+        return -1;
+    env.yield_ms = (unsigned)yield_ms;
     return 0;
 }
 

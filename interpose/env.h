@@ -32,6 +32,9 @@ typedef enum hook_env_var_e {
     HOOK_ENV_LEAK_EXITCODE,
     HOOK_ENV_STACKS,
     HOOK_ENV_WHATIF_MS,
+    HOOK_ENV_REGISTRY,
+    HOOK_ENV_YIELD,
+    HOOK_ENV_YIELD_MS,
 } hook_env_var_t;
 
 /* A value set to the empty string counts as unset, but for CUCACHE_CONF,
@@ -50,6 +53,9 @@ typedef struct hook_env_s {
     int stack_depth;      /* its frames of each kind per stack; 0: off */
     unsigned whatif_ms;   /* CUCACHE_WHATIF_MS: the what-if's time budget; 0: no what-if */
     const char *trace;    /* CUCACHE_TRACE: file name template; NULL: no trace */
+    bool registry;        /* CUCACHE_REGISTRY: in the GPU registry (yield.c); on by default */
+    bool yield;           /* CUCACHE_YIELD: asks neighbours at OOM and answers them; on by default */
+    unsigned yield_ms;    /* CUCACHE_YIELD_MS: how long a failed allocation waits for their answers */
     hook_env_var_t bad;   /* the first variable with a bad value; HOOK_ENV_OK: none */
     char why[512];        /* then: one line naming the variable and its value */
 } hook_env_t;

@@ -590,6 +590,31 @@ void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom);
  * at the first call: only for a report, never on the allocation path. */
 struct st_gpu_procs_s;
 void hook_nvml_procs(const hook_dev_t *hd, struct st_gpu_procs_s *out, char *why, size_t whylen);
+/* NVML's form of the device's UUID ("GPU-..."); false when the driver
+ * cannot say. */
+bool hook_device_uuid(const hook_dev_t *hd, char out[48]);
+
+/* ------------------------------------------------------------------------
+ * Sharing a GPU with other processes (yield.c; stats/registry.h)
+ * ---------------------------------------------------------------------- */
+
+/* A device's allocator opened: enters the process in the GPU's registry
+ * and starts the device's registry thread (CUCACHE_REGISTRY, fork
+ * children excepted).  Called under open_lock. */
+void hook_yield_dev_opened(hook_dev_t *hd);
+/* An allocation on hd failed after the core's own retries: asks the other
+ * cucache processes on the GPU to give idle cache back and waits for their
+ * answers (CUCACHE_YIELD, CUCACHE_YIELD_MS).  true when one was asked, so
+ * that the caller tries once more; what they gave is counted
+ * (core_note_yield_received) and kept for the OOM report. */
+bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom);
+/* The OOM report's view of the neighbours: marks the cucache processes
+ * among out's rows with their figures and what they gave for this
+ * request (the calling thread's last ask). */
+void hook_yield_fill(const hook_dev_t *hd, struct st_gpu_procs_s *out);
+/* state.c: runs fn on the device's allocator under open_lock, so that no
+ * reset destroys it meanwhile; false when it has none. */
+bool hook_dev_with_core(hook_dev_t *hd, void (*fn)(core_dev_t *d, void *arg), void *arg);
 /* cucache could not serve an allocation and the runtime's own allocator
  * did: counted, and said once per process (the program saw no failure). */
 void hook_fallback_served(const hook_dev_t *hd, const core_oom_t *oom);

@@ -59,7 +59,10 @@ static inline cudaError_t rt_malloc(void **devPtr, size_t size)
         !(d = hook_dev_core(hd)))
         return RT_REAL(cudaMalloc, devPtr, size);
     core_oom_t oom;
-    uintptr_t p = core_malloc_site(d, size, 0, hook_site(), &oom);
+    uint32_t site = hook_site();
+    uintptr_t p = core_malloc_site(d, size, 0, site, &oom);
+    if (HOOK_UNLIKELY(!p) && hook_yield_ask(hd, &oom))
+        p = core_malloc_site(d, size, 0, site, &oom);
     if (HOOK_LIKELY(p != 0)) {
         *devPtr = (void *)p;
         return cudaSuccess;
@@ -220,7 +223,10 @@ static cudaError_t rt_malloc_async(void **devPtr, size_t size, cudaStream_t s, b
         !(d = hook_dev_core(hd)) || hook_stream_capturing(hd, s, pt))
         return pt ? RT_REAL(cudaMallocAsync_ptsz, devPtr, size, s) : RT_REAL(cudaMallocAsync, devPtr, size, s);
     core_oom_t oom;
-    uintptr_t p = core_malloc_site(d, size, hook_stream_key(s, pt), hook_site(), &oom);
+    uint32_t site = hook_site();
+    uintptr_t p = core_malloc_site(d, size, hook_stream_key(s, pt), site, &oom);
+    if (HOOK_UNLIKELY(!p) && hook_yield_ask(hd, &oom))
+        p = core_malloc_site(d, size, hook_stream_key(s, pt), site, &oom);
     if (HOOK_LIKELY(p != 0)) {
         *devPtr = (void *)p;
         return cudaSuccess;

@@ -26,6 +26,7 @@
 
 #include "hook.h"
 #include "hostalloc.h"
+#include "registry.h"
 #include "st.h"
 
 enum {
@@ -134,16 +135,13 @@ static void proc_comm(unsigned pid, char *out, size_t len)
     snprintf(out, len, "?");
 }
 
-/* NVML's UUID string of the CUDA device. */
-static bool device_uuid(const hook_dev_t *hd, char out[48])
+bool hook_device_uuid(const hook_dev_t *hd, char out[48])
 {
     CUuuid u;
     if (!hook_real_driver() || !real_cu.cuDeviceGetUuid_v2 ||
         real_cu.cuDeviceGetUuid_v2(&u, hd->handle) != CUDA_SUCCESS)
         return false;
-    const unsigned char *b = (const unsigned char *)u.bytes;
-    snprintf(out, 48, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
-             b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    st_reg_uuid_string((const uint8_t *)u.bytes, out);
     return true;
 }
 
@@ -172,7 +170,7 @@ void hook_nvml_procs(const hook_dev_t *hd, st_gpu_procs_t *out, char *why, size_
     char uuid[48];
     nvml_dev_t dev;
     int rc;
-    if (!device_uuid(hd, uuid)) {
+    if (!hook_device_uuid(hd, uuid)) {
         snprintf(why, whylen, "cuDeviceGetUuid failed for GPU %d", hd->ordinal);
         return;
     }

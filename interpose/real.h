@@ -22,6 +22,7 @@
     X(cuDeviceGet)                                                                                                     \
     X(cuDeviceGetCount)                                                                                                \
     X(cuDeviceGetUuid_v2)                                                                                              \
+    X(cuDeviceTotalMem_v2)                                                                                             \
     X(cuDevicePrimaryCtxRetain)                                                                                        \
     X(cuDevicePrimaryCtxReset_v2)                                                                                      \
     X(cuDevicePrimaryCtxGetState)                                                                                      \

@@ -133,6 +133,7 @@ hook_dev_t *hook_dev_open(int ordinal)
                 pthread_mutex_unlock(&hd->lock);
                 core_set_streams(d, n);
                 hook_diag_dev_opened(ordinal, d);
+                hook_yield_dev_opened(hd);
                 hook_trace_device(ordinal);
                 /* no hand-outs where the CPU reads and writes the device's
                  * memory coherently (address translation services, as on
@@ -160,6 +161,16 @@ hook_dev_t *hook_dev_open(int ordinal)
     if (second)
         hook_second_context(); /* the program uses two devices: no hand-outs (hook_ctx.c) */
     return hook_dev_core(hd) ? hd : NULL;
+}
+
+bool hook_dev_with_core(hook_dev_t *hd, void (*fn)(core_dev_t *d, void *arg), void *arg)
+{
+    pthread_mutex_lock(&open_lock);
+    core_dev_t *d = hook_dev_core(hd);
+    if (d)
+        fn(d, arg);
+    pthread_mutex_unlock(&open_lock);
+    return d != NULL;
 }
 
 void hook_dev_drop(hook_dev_t *hd)

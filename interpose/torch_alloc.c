@@ -283,6 +283,16 @@ CUCACHE_EXPORT void cucache_torch_release_pool(int device, cucache_torch_pool_id
         core_pool_destroy(d, destroy);
 }
 
+/* One try, in the pool the call goes to. */
+static inline uintptr_t torch_malloc_once(core_dev_t *d, int device, size_t size, void *stream, core_oom_t *oom)
+{
+    if (HOOK_UNLIKELY(atomic_load_explicit(&torch_routing[device], memory_order_acquire) != 0))
+        return torch_malloc_in(d, torch_pick_pool(device, stream), size, stream, oom);
+    if (HOOK_UNLIKELY(atomic_load_explicit(&torch_hooks_used, memory_order_relaxed)))
+        return torch_malloc_in(d, 0, size, stream, oom);
+    return core_malloc_site(d, size, hook_stream_key((CUstream)stream, false), hook_site(), oom);
+}
+
 CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
 {
     hook_dev_t *hd;
@@ -293,15 +303,11 @@ CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
         return NULL;
     }
     core_oom_t oom;
-    uintptr_t p;
-    if (HOOK_UNLIKELY(atomic_load_explicit(&torch_routing[device], memory_order_acquire) != 0))
-        p = torch_malloc_in(d, torch_pick_pool(device, stream), size, stream, &oom);
-    else if (HOOK_UNLIKELY(atomic_load_explicit(&torch_hooks_used, memory_order_relaxed)))
-        p = torch_malloc_in(d, 0, size, stream, &oom);
-    else
-        p = core_malloc_site(d, size, hook_stream_key((CUstream)stream, false), hook_site(), &oom);
+    uintptr_t p = torch_malloc_once(d, device, size, stream, &oom);
     if (HOOK_LIKELY(p != 0))
         return (void *)p;
+    if (hook_yield_ask(hd, &oom) && (p = torch_malloc_once(d, device, size, stream, &oom)) != 0)
+        return (void *)p; /* the neighbours gave back enough */
     hook_report_oom(hd, &oom); /* PyTorch raises its OutOfMemoryError on NULL */
     return NULL;
 }

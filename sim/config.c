@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "conf.h" /* core/conf.c: the one size reader, conf_show */
+#include "proc.h" /* core/proc.c */
 #include "shared.h"
 
 /* "80G", "512M", "1.5G", "64MiB", "1024" (bytes), with core/conf.c's size
@@ -247,7 +248,7 @@ void sim_device_uuid(const sim_config_t *cfg, int ordinal, uint8_t out[16])
         int32_t pid = (int32_t)getpid();
         uint64_t start = 0;
         char state;
-        sim_proc_stat(pid, &start, &state, NULL);
+        proc_stat(pid, &start, &state, NULL);
         h = fnv64(h, &pid, sizeof pid);
         h = fnv64(h, &start, sizeof start);
     }

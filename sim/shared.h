@@ -94,10 +94,6 @@ uint64_t sim_shared_used(sim_shared_t *sh, int dev);
 /* The live processes (dead ones reaped first): copies at most max entries
  * to out and returns how many there are. */
 size_t sim_shared_procs(sim_shared_t *sh, sim_shared_proc_t *out, size_t max);
-/* Reads /proc/PID/stat: its start time (clock ticks since boot), its
- * state letter and (comm not NULL) its command name; false when there is
- * no such process. */
-bool sim_proc_stat(int32_t pid, uint64_t *start, char *state, char comm[16]);
 /* Tests only: takes the table's lock and keeps it (the process is then
  * killed holding it). */
 bool sim_shared_hold_lock(sim_shared_t *sh);

@@ -220,8 +220,17 @@ static void rep_procs(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, 
             rest_bytes += list[i].bytes;
             continue;
         }
-        st_linef(sink, ctx, "  Process %u has %s memory in use (%s%s)", list[i].pid, sz(list[i].bytes).s,
-                 list[i].comm[0] ? list[i].comm : "?", list[i].pid == g->self_pid ? ", this process" : "");
+        const st_gpu_proc_t *q = &list[i];
+        char mine[160] = "", asked[96] = "";
+        if (q->cucache)
+            snprintf(mine, sizeof mine, "; cucache: %s allocated, %s cached", sz(q->allocated).s,
+                     sz(sub0(q->reserved, q->allocated)).s);
+        if (q->asked && !q->answered)
+            snprintf(asked, sizeof asked, "; asked for idle cache, no answer in time");
+        else if (q->asked)
+            snprintf(asked, sizeof asked, "; gave back %s for this request", sz(q->given).s);
+        st_linef(sink, ctx, "  Process %u has %s memory in use (%s%s%s%s)", q->pid, sz(q->bytes).s,
+                 q->comm[0] ? q->comm : "?", q->pid == g->self_pid ? ", this process" : "", mine, asked);
     }
     if (g->n > REP_PROC_ROWS)
         st_linef(sink, ctx, "  ... %zu more %s, %s", g->n - REP_PROC_ROWS,
@@ -236,9 +245,29 @@ static void rep_procs(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, 
  * what it allocated through paths cucache does not cache), then the
  * processes are listed.  Without NVML, one line says why it is not split.
  */
+/* What the other cucache processes on the GPU gave back for this request
+ * (CUCACHE_YIELD). */
+static void rep_yield(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, void *ctx)
+{
+    if (!g->yield_on) /* CUCACHE_YIELD=off, CUCACHE_REGISTRY=off, or no registry: nothing was asked */
+        return;
+    if (!g->asked) {
+        st_linef(sink, ctx, "other cucache processes: none on GPU %d held cache to give back", r->in->device);
+        return;
+    }
+    char waited[32];
+    snprintf(waited, sizeof waited, "%.1f ms", (double)g->waited_ns / 1e6);
+    st_linef(sink, ctx,
+             "other cucache processes: %u asked for idle cache gave back %s in all (waited %s); the allocation was "
+             "tried again and still failed",
+             g->asked, sz(g->given).s, waited);
+}
+
 static void rep_outside(const rep_t *r, st_sink_fn sink, void *ctx)
 {
     const st_gpu_procs_t *g = r->in->gpu;
+    if (g)
+        rep_yield(r, g, sink, ctx);
     if (!g || g->unavailable) {
         st_linef(sink, ctx,
                  "outside cucache: %s (device total - device free - cucache reserved: other processes, or this "

@@ -869,6 +869,22 @@ static void snap_emit(em_t *em, const st_snapshot_t *s)
 
     kv_empty_list(em, "external_annotations");
 
+    /* cucache's own: what each device gave to and received from the other
+     * processes on its GPU (CUCACHE_YIELD); PyTorch's readers ignore it */
+    em_key(em, "cucache_yields");
+    em_list_open(em);
+    for (size_t i = 0; i < s->ndevs; i++) {
+        const st_snap_dev_t *dev = &s->devs[i];
+        em_dict_open(em);
+        kv_int(em, "device", dev->device);
+        kv_uint(em, "given", dev->yields_given);
+        kv_uint(em, "given_bytes", dev->yield_bytes_given);
+        kv_uint(em, "received", dev->yields_received);
+        kv_uint(em, "received_bytes", dev->yield_bytes_received);
+        em_dict_close(em);
+    }
+    em_list_close(em);
+
     em_dict_close(em);
 }
 

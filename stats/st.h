@@ -64,6 +64,11 @@ typedef struct st_gpu_proc_s {
     unsigned pid;
     uint64_t bytes; /* NVML's usedGpuMemory (on a GPU: with the context's own memory) */
     char comm[64];  /* /proc/PID/comm, or cmdline's first word; "?" when the pid is not visible */
+    bool cucache;   /* the process runs cucache (the GPU registry lists it): the figures below */
+    bool asked;     /* it was asked to give idle cache back for this request */
+    bool answered;  /* ... and answered within the wait (else: no answer in time) */
+    uint64_t allocated, reserved; /* its cache: live and held bytes */
+    uint64_t given;               /* bytes it gave back for this request */
 } st_gpu_proc_t;
 
 /* The processes on the failing device (the interposer asks NVML at the
@@ -73,6 +78,11 @@ typedef struct st_gpu_procs_s {
     unsigned self_pid;       /* this process (getpid) */
     const st_gpu_proc_t *procs;
     size_t n;
+    /* this request's ask of the neighbours (yield.c) */
+    bool yield_on;      /* CUCACHE_YIELD and the registry were on */
+    unsigned asked;     /* cucache processes asked */
+    uint64_t given;     /* bytes they gave back in all */
+    uint64_t waited_ns; /* how long the allocation waited for them */
 } st_gpu_procs_t;
 
 typedef struct st_oom_input_s {
@@ -170,6 +180,9 @@ typedef struct st_snap_dev_s {
     const core_layout_t *layout;
     const st_trace_ev_t *trace; /* oldest first */
     size_t ntrace;
+    /* idle cache given back to other processes and received from them
+     * (core/stats.h's num_yields_given ... yield_bytes_received) */
+    uint64_t yields_given, yield_bytes_given, yields_received, yield_bytes_received;
 } st_snap_dev_t;
 
 typedef struct st_snapshot_s {

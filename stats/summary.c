@@ -208,6 +208,17 @@ static void sum_cucache(const core_stats_t *s, st_sink_fn sink, void *ctx)
                  "(not counted as CUDA OOMs: the program got its memory)",
                  (unsigned long long)s->num_fallback_served,
                  plural(s->num_fallback_served, "allocation", "allocations"));
+    if (s->num_yields_given || s->num_yields_received) {
+        char given[32], got[32];
+        st_fmt_size(given, sizeof given, s->yield_bytes_given);
+        st_fmt_size(got, sizeof got, s->yield_bytes_received);
+        st_linef(sink, ctx,
+                 "yields: gave %s of idle cache back to other processes on this GPU (%llu %s); received %s for "
+                 "%llu failed %s (CUCACHE_YIELD)",
+                 given, (unsigned long long)s->num_yields_given, plural(s->num_yields_given, "ask", "asks"), got,
+                 (unsigned long long)s->num_yields_received,
+                 plural(s->num_yields_received, "allocation", "allocations"));
+    }
     fmt_ns(t, sizeof t, s->fence_wait_ns);
     st_linef(sink, ctx, "fences: %llu recorded, %llu handed out before they completed (the device ordered after them), "
              "%llu %s for a fence or event, %s waiting",

@@ -12,6 +12,17 @@
  * child is listed without "this process" and the peer's bytes count as its
  * own; with the UUID written with its bytes out of order, NVML finds no
  * device and the report says the processes are not known.
+ *
+ * Yielding (interpose/yield.c): the peer, under cucache too, frees its
+ * 768 MiB into its cache; the child's 512 MiB then fails on the device,
+ * asks the peer, which gives the idle segment back, and is served; the
+ * child's exit summary counts what it received.  With CUCACHE_YIELD=off in
+ * the child it fails as before and its report says nothing was asked; a
+ * peer started with CUCACHE_YIELD=off keeps its cache, and the child's
+ * report says it gave nothing back.  Seen to fail: with core_yield giving
+ * nothing back, the child fails (exit 3); with the asker not retrying, the
+ * same; with the registry thread not answering, the child waits out
+ * CUCACHE_YIELD_MS and its report says "no answer in time".
  */
 #include "itest.h"
 #include "peer.h"
@@ -25,6 +36,7 @@
 
 static char key[64];
 static peer_t peer;
+static unsigned long long peer_block; /* the peer's 768 MiB, live after the first test */
 
 static int group_setup(void **state)
 {
@@ -83,12 +95,20 @@ static void test_report_names_the_processes(void **state)
     run_oom_child(&r);
     char line[512], want[256];
 
-    /* the peer: its pid, bytes and command, as PyTorch's line begins */
-    snprintf(want, sizeof want, "Process %d has 768.00 MiB memory in use (ipc_peer)", (int)peer.pid);
+    assert_int_equal(sscanf(got, "ok %llx", &peer_block), 1);
+
+    /* the peer: its pid, bytes and command, as PyTorch's line begins; it
+     * runs cucache, holds no idle cache, and was asked all the same */
+    snprintf(want, sizeof want,
+             "Process %d has 768.00 MiB memory in use (ipc_peer; cucache: 768.00 MiB allocated, 0 bytes cached; "
+             "gave back 0 bytes for this request)",
+             (int)peer.pid);
     line_with(r.err, want, line, sizeof line);
+    line_with(r.err, "other cucache processes: ", line, sizeof line);
+    assert_non_null(strstr(line, "other cucache processes: 1 asked for idle cache gave back 0 bytes in all (waited "));
 
     /* the child itself, marked */
-    line_with(r.err, "memory in use (itest_child, this process)", line, sizeof line);
+    line_with(r.err, "memory in use (itest_child, this process; cucache: 12.00 MiB allocated, ", line, sizeof line);
     unsigned self = 0;
     assert_int_equal(sscanf(strstr(line, "Process "), "Process %u has", &self), 1);
     assert_true(self != (unsigned)peer.pid && self != (unsigned)getpid());
@@ -155,6 +175,61 @@ static void test_without_nvml(void **state)
     assert_null(strstr(r.err, "memory in use"));
 }
 
+/* The peer's block freed into its cache: the child's allocation is served
+ * once the peer gives it back. */
+static void test_yield_gives_idle_cache(void **state)
+{
+    (void)state;
+    assert_true(peer_block != 0);
+    const char *got = peer_cmd(&peer, "free %llx", peer_block);
+    assert_string_equal(got, "ok");
+    peer_block = 0;
+
+    /* asking turned off in the child: it fails, and its report asked no one */
+    static itest_run_t off;
+    const char *child = itest_helper("ITEST_CHILD");
+    const char *argv[] = {child, "leak", "4", "512", NULL};
+    const char *no[] = {"CUCACHE_YIELD=off", NULL};
+    itest_spawn(child, argv, no, NULL, 30000, &off);
+    itest_expect_exit(&off, 3);
+    assert_null(strstr(off.err, "other cucache processes:"));
+
+    static itest_run_t r;
+    const char *report[] = {"CUCACHE_REPORT=exit", NULL};
+    itest_spawn(child, argv, report, NULL, 30000, &r);
+    itest_expect_exit(&r, 0);
+    assert_non_null(strstr(r.out, "cudaMalloc(512 MiB) after 4 steps: served"));
+    char line[512];
+    line_with(r.err, "yields: ", line, sizeof line);
+    assert_non_null(strstr(line, "yields: gave 0 bytes of idle cache back to other processes on this GPU (0 asks); "
+                                 "received 768.00 MiB for 1 failed allocation (CUCACHE_YIELD)"));
+    assert_null(strstr(r.err, "out of memory"));
+}
+
+/* A neighbour with CUCACHE_YIELD=off keeps its cache: the child fails and
+ * says the neighbour gave nothing back. */
+static void test_neighbour_with_yield_off(void **state)
+{
+    (void)state;
+    static peer_t keeper;
+    setenv("CUCACHE_YIELD", "off", 1);
+    peer_start(&keeper);
+    unsetenv("CUCACHE_YIELD");
+    unsigned long long block = 0;
+    const char *got = peer_cmd(&keeper, "alloc %zx", 768 * MIB);
+    assert_int_equal(sscanf(got, "ok %llx", &block), 1);
+    assert_string_equal(peer_cmd(&keeper, "free %llx", block), "ok");
+    static itest_run_t r;
+    run_oom_child(&r);
+    char line[512], want[256];
+    snprintf(want, sizeof want,
+             "Process %d has 768.00 MiB memory in use (ipc_peer; cucache: 0 bytes allocated, 768.00 MiB cached; "
+             "gave back 0 bytes for this request)",
+             (int)keeper.pid);
+    line_with(r.err, want, line, sizeof line);
+    assert_int_equal(peer_stop(&keeper), 0);
+}
+
 int main(void)
 {
     /* one key per run: the peer and the children inherit it */
@@ -163,6 +238,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_report_names_the_processes),
         cmocka_unit_test(test_without_nvml),
+        cmocka_unit_test(test_yield_gives_idle_cache),
+        cmocka_unit_test(test_neighbour_with_yield_off),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -219,7 +219,9 @@ TRACE_COMMON = {"action": "str", "size": "uint", "stream": "uint", "time_us": "u
                 "compile_context": "str", "user_metadata": "str"}
 SETTINGS = {"CUCACHE_CONF": "str", "max_split_size": "int", "garbage_collection_threshold": "float",
             "expandable_segments": "bool", "roundup_power2_divisions": "dict"}
-TOP = {"segments": "list", "device_traces": "list", "allocator_settings": "dict", "external_annotations": "list"}
+TOP = {"segments": "list", "device_traces": "list", "allocator_settings": "dict", "external_annotations": "list",
+       "cucache_yields": "list"}
+YIELDS = {"device": "uint", "given": "uint", "given_bytes": "uint", "received": "uint", "received_bytes": "uint"}
 
 
 FRAME = {"name": "str", "filename": "str", "line": "uint"}
@@ -335,6 +337,14 @@ def check_snapshot(snap):
     check_settings("allocator_settings", snap["allocator_settings"])
     if snap["external_annotations"]:
         fail("external_annotations", "cucache writes none")
+    devices = []
+    for i, y in enumerate(snap["cucache_yields"]):
+        keys(f"cucache_yields[{i}]", y, YIELDS)
+        if devices and y["device"] <= devices[-1]:
+            fail(f"cucache_yields[{i}].device", "not in ascending order")
+        if (y["given"] == 0) != (y["given_bytes"] == 0) or (y["received"] == 0) != (y["received_bytes"] == 0):
+            fail(f"cucache_yields[{i}]", "a count without bytes, or bytes without a count")
+        devices.append(y["device"])
 
 
 def as_json(v):

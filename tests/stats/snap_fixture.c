@@ -126,8 +126,15 @@ int snap_fixture_open(snap_fixture_t *f, char *why, size_t len)
     f->t_after = now_us();
 
     build_far(f);
-    f->devs[0] = (st_snap_dev_t){0, &f->layout, f->trace, f->ntrace};
-    f->devs[1] = (st_snap_dev_t){SNAP_FAR_DEVICE, &f->far_layout, f->far_trace, 3};
+    f->devs[0] = (st_snap_dev_t){.device = 0,
+                                 .layout = &f->layout,
+                                 .trace = f->trace,
+                                 .ntrace = f->ntrace,
+                                 .yields_given = 2,
+                                 .yield_bytes_given = 64u << 20,
+                                 .yields_received = 1,
+                                 .yield_bytes_received = 20u << 20};
+    f->devs[1] = (st_snap_dev_t){.device = SNAP_FAR_DEVICE, .layout = &f->far_layout, .trace = f->far_trace, .ntrace = 3};
     f->snap = (st_snapshot_t){f->devs, 2, &f->conf, SNAP_CONF_TEXT};
     return 0;
 }

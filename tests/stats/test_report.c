@@ -717,12 +717,12 @@ static void test_outside_processes(void **state)
 
     /* in NVML's order, not by size; equal sizes: the lower pid first */
     st_gpu_proc_t procs[] = {
-        {777, 8 * MiB, "?"},
-        {100, 20 * MiB, "train.py"},
-        {4242, 60 * MiB, "ipc_peer"},
-        {776, 8 * MiB, "notebook"},
+        {.pid = 777, .bytes = 8 * MiB, .comm = "?"},
+        {.pid = 100, .bytes = 20 * MiB, .comm = "train.py"},
+        {.pid = 4242, .bytes = 60 * MiB, .comm = "ipc_peer"},
+        {.pid = 776, .bytes = 8 * MiB, .comm = "notebook"},
     };
-    st_gpu_procs_t gpu = {NULL, 100, procs, 4};
+    st_gpu_procs_t gpu = {.unavailable = NULL, .self_pid = 100, .procs = procs, .n = 4};
     text_t t = {0};
     report_with_gpu(&c, &gpu, &t);
     golden("outside_processes", &t);
@@ -741,7 +741,7 @@ static void test_outside_processes(void **state)
     text_free(&t);
 
     /* this process not listed (it holds nothing NVML sees): 0 outside */
-    st_gpu_procs_t alone = {NULL, 99, procs + 2, 1};
+    st_gpu_procs_t alone = {.unavailable = NULL, .self_pid = 99, .procs = procs + 2, .n = 1};
     report_with_gpu(&c, &alone, &t);
     assert_string_equal(text_after(&t, "outside cucache: "), "  other processes: 60.00 MiB in 1 process");
     assert_true(text_starts(&t, "  this process, outside cucache: 0 bytes (its 0 bytes in use"));
@@ -750,8 +750,8 @@ static void test_outside_processes(void **state)
     /* more processes than rows: the largest, then the rest in one line */
     st_gpu_proc_t many[20];
     for (unsigned i = 0; i < 20; i++)
-        many[i] = (st_gpu_proc_t){1000 + i, (i + 1) * MiB, "worker"};
-    st_gpu_procs_t crowd = {NULL, 1019, many, 20};
+        many[i] = (st_gpu_proc_t){.pid = 1000 + i, .bytes = (i + 1) * MiB, .comm = "worker"};
+    st_gpu_procs_t crowd = {.unavailable = NULL, .self_pid = 1019, .procs = many, .n = 20};
     report_with_gpu(&c, &crowd, &t);
     golden("outside_processes_many", &t);
     assert_string_equal(text_after(&t, "processes on GPU 0 (NVML), largest first:"),
@@ -761,7 +761,7 @@ static void test_outside_processes(void **state)
     text_free(&t);
 
     /* no NVML: today's line, and one saying why it is not split */
-    st_gpu_procs_t none = {"NVML: libnvidia-ml.so.1 cannot be loaded", 100, NULL, 0};
+    st_gpu_procs_t none = {.unavailable = "NVML: libnvidia-ml.so.1 cannot be loaded", .self_pid = 100, .procs = NULL, .n = 0};
     report_with_gpu(&c, &none, &t);
     golden("outside_no_nvml", &t);
     assert_string_equal(text_line(&t, "outside cucache: "), text_line(&c.text, "outside cucache: "));

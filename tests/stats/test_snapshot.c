@@ -480,7 +480,8 @@ static void test_snapshot_json_text(void **state)
     assert_has(&b, "\"is_expandable\":false,\"frames\":[],\"blocks\":[{");
     assert_has(&b, "\"state\":\"active_pending_free\"");
     assert_has(&b, "\"compile_context\":\"N/A\",\"user_metadata\":\"\"}");
-    assert_has(&b, "\"external_annotations\":[]}");
+    assert_has(&b, "\"external_annotations\":[],\"cucache_yields\":[{\"device\":0,\"given\":2,\"given_bytes\":67108864,"
+                   "\"received\":1,\"received_bytes\":20971520},{\"device\":2,\"given\":0,");
     assert_has(&b, "\"CUCACHE_CONF\":\"" SNAP_CONF_TEXT "\"");
     st_buf_free(&b);
     snap_fixture_close(&f);
@@ -540,7 +541,7 @@ static void test_snapshot_memo_after_single_items(void **state)
     core_layout_t l = {0, &seg, 1, &blk, 1};
     st_trace_ev_t trace[2] = {{.time_us = 1700000000000000u, .addr = (uintptr_t)1 << 40, .size = 1000},
                               {.time_us = 1700000000000001u, .addr = (uintptr_t)1 << 40, .size = 1000}};
-    st_snap_dev_t dev = {0, &l, trace, 2};
+    st_snap_dev_t dev = {.device = 0, .layout = &l, .trace = trace, .ntrace = 2};
     st_snapshot_t s = {&dev, 1, NULL, ""};
     st_buf_t p = {0};
     assert_int_equal(st_snapshot_pickle(&s, &p), 0);
@@ -567,7 +568,7 @@ static void test_snapshot_large(void **state)
     for (size_t i = 0; i < n; i++)
         trace[i] = (st_trace_ev_t){
             .time_us = 1700000000000000u + i, .addr = (uintptr_t)1 << 40, .size = i, .action = (uint8_t)(i % 7)};
-    st_snap_dev_t dev = {3, NULL, trace, n};
+    st_snap_dev_t dev = {.device = 3, .layout = NULL, .trace = trace, .ntrace = n};
     st_snapshot_t s = {&dev, 1, NULL, ""};
     st_buf_t p = {0}, j = {0};
     assert_int_equal(st_snapshot_pickle(&s, &p), 0);

@@ -1,0 +1,345 @@
+/*
+ * Sharing a GPU with other processes (docs/interposer.md, "Sharing a
+ * GPU"): this process in each of its GPUs' registries (stats/registry.h),
+ * and idle cache given back when a neighbour's allocation would fail.
+ *
+ * Publishing: each device with an allocator has a thread of its own that
+ * publishes the cache's figures in the process's slot every
+ * YIELD_PERIOD_NS, and at once after answering an ask.  The allocation
+ * path never touches the registry: the thread reads the core's usage and
+ * counters under the device lock, four times a second.
+ *
+ * Yielding: an allocation that failed after the core's own retries (not a
+ * limit's refusal, not during a capture) asks the cucache processes on the
+ * GPU that hold cache, the most idle first, until what they published as
+ * idle covers the missing bytes (all of them holding cache when it does
+ * not), waits for their answers up to CUCACHE_YIELD_MS, and is tried once
+ * more.  The asked process's thread gives back, with core_yield, whole
+ * free segments only: what no queued work can touch, without waiting for
+ * any; the device lock is taken once per segment.  A neighbour that does
+ * not answer in time (busy, stopped, killed) costs the asker the wait and
+ * nothing else.
+ *
+ * The thread blocks every signal (the program's handlers run on its own
+ * threads), goes through open_lock to reach the allocator (a reset may
+ * destroy it), and is stopped and joined at exit before the slot is given
+ * back.  A fork child has no thread and leaves its parent's slot alone:
+ * it never enters a registry.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "env.h"
+#include "hook.h"
+#include "hostalloc.h"
+#include "registry.h"
+#include "st.h"
+
+#define YIELD_PERIOD_NS 250000000ull
+#define YIELD_ASK_MAX 32 /* neighbours asked for one allocation, at most */
+
+typedef struct yield_dev_s {
+    hook_dev_t *hd;
+    st_reg_t reg;
+    int slot; /* -1: not in the registry */
+    pthread_t thread;
+    bool running;
+    atomic_bool stop;
+} yield_dev_t;
+
+/* The last ask made for an allocation of the device, for its OOM report. */
+typedef struct yield_ask_s {
+    unsigned n;
+    struct {
+        int32_t pid;
+        bool answered;
+        uint64_t given;
+    } who[YIELD_ASK_MAX];
+    uint64_t given, waited_ns;
+} yield_ask_t;
+
+static yield_dev_t ydev[HOOK_MAX_DEVICES];
+static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER; /* last_ask; a leaf */
+static yield_ask_t last_ask[HOOK_MAX_DEVICES];
+static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
+static atomic_bool forked; /* this is a fork child: no registry */
+
+/* ------------------------------------------------------------------------
+ * The thread
+ * ---------------------------------------------------------------------- */
+
+static void take_figures(core_dev_t *d, void *arg)
+{
+    st_reg_figs_t *f = arg;
+    core_usage_t u;
+    core_stats_t s;
+    core_usage(d, &u);
+    core_stats_get(d, &s);
+    *f = (st_reg_figs_t){
+        .reserved = u.reserved,
+        .allocated = u.allocated,
+        .cached = u.cached_free,
+        .idle = u.releasable,
+        .pending = u.pending,
+        .allocs = s.allocation[CORE_POOL_ALL].allocated,
+        .hits = s.num_cache_hits,
+        .ooms = s.num_ooms,
+        .yields_given = s.num_yields_given,
+        .bytes_given = s.yield_bytes_given,
+        .yields_received = s.num_yields_received,
+        .bytes_received = s.yield_bytes_received,
+    };
+}
+
+static void publish(yield_dev_t *y)
+{
+    st_reg_figs_t f = {0};
+    hook_dev_with_core(y->hd, take_figures, &f);
+    st_reg_publish(&y->reg, y->slot, &f);
+}
+
+typedef struct give_s {
+    uint64_t want, given;
+} give_t;
+
+static void give(core_dev_t *d, void *arg)
+{
+    give_t *g = arg;
+    g->given = core_yield(d, g->want > SIZE_MAX ? SIZE_MAX : (size_t)g->want);
+}
+
+static void *yield_main(void *arg)
+{
+    yield_dev_t *y = arg;
+    uint32_t served = atomic_load(&y->reg.f->slot[y->slot].answered);
+    publish(y);
+    uint64_t next = st_reg_now_ns() + YIELD_PERIOD_NS;
+    while (!atomic_load(&y->stop)) {
+        uint64_t now = st_reg_now_ns();
+        uint32_t a = st_reg_wait_ask(&y->reg, y->slot, served, next > now ? next - now : 1);
+        if (atomic_load(&y->stop))
+            break;
+        if (a != served) {
+            give_t g = {st_reg_take_want(&y->reg, y->slot), 0};
+            if (g.want && hook_env()->yield)
+                hook_dev_with_core(y->hd, give, &g);
+            st_reg_answer(&y->reg, y->slot, a, g.given);
+            served = a;
+            publish(y);
+        }
+        if (st_reg_now_ns() >= next) {
+            publish(y);
+            next = st_reg_now_ns() + YIELD_PERIOD_NS;
+        }
+    }
+    return NULL;
+}
+
+/* At exit: every thread stopped and joined, then the slots given back. */
+static void yield_exit(void)
+{
+    if (atomic_load(&forked))
+        return;
+    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+        yield_dev_t *y = &ydev[i];
+        if (y->slot < 0 || !y->reg.f)
+            continue;
+        if (y->running) {
+            atomic_store(&y->stop, true);
+            st_reg_wake_owner(&y->reg, y->slot);
+            pthread_join(y->thread, NULL);
+            y->running = false;
+        }
+        st_reg_leave(&y->reg, y->slot);
+        y->slot = -1;
+    }
+}
+
+static void yield_atfork_child(void)
+{
+    atomic_store(&forked, true);
+    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+        ydev[i].slot = -1; /* the parent's */
+        ydev[i].running = false;
+    }
+}
+
+static void yield_init(void)
+{
+    for (int i = 0; i < HOOK_MAX_DEVICES; i++)
+        ydev[i].slot = -1;
+    pthread_atfork(NULL, NULL, yield_atfork_child);
+    atexit(yield_exit);
+}
+
+void hook_yield_dev_opened(hook_dev_t *hd)
+{
+    const hook_env_t *env = hook_env();
+    if (!env->registry || atomic_load(&forked) || (unsigned)hd->ordinal >= HOOK_MAX_DEVICES)
+        return;
+    pthread_once(&yield_once, yield_init);
+    yield_dev_t *y = &ydev[hd->ordinal];
+    if (y->slot >= 0) /* a reset device opened again: the same slot and thread */
+        return;
+    char uuid[48], path[160], why[320];
+    size_t total = 0;
+    if (!hook_device_uuid(hd, uuid) || real_cu.cuDeviceTotalMem_v2(&total, hd->handle) != CUDA_SUCCESS)
+        return;
+    st_reg_path(uuid, path, sizeof path);
+    if (st_reg_open(path, uuid, total, true, &y->reg, why, sizeof why) != 0) {
+        hook_warn(HOOK_WARN_BACKEND, "GPU %d: registry not used: %s; this process neither gives nor asks for idle "
+                  "cache on this GPU",
+                  hd->ordinal, why);
+        return;
+    }
+    int slot = st_reg_claim(&y->reg);
+    if (slot < 0) {
+        hook_warn(HOOK_WARN_BACKEND, "GPU %d: registry %s is full (%u processes); this process is not listed",
+                  hd->ordinal, path, ST_REG_SLOTS);
+        st_reg_close(&y->reg);
+        return;
+    }
+    y->hd = hd;
+    y->slot = slot;
+    atomic_store(&y->stop, false);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    y->running = pthread_create(&y->thread, NULL, yield_main, y) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!y->running)
+        hook_warn(HOOK_WARN_BACKEND, "GPU %d: the registry thread could not start; this process's figures stay as "
+                  "they were when it opened the GPU, and it gives no idle cache back",
+                  hd->ordinal);
+}
+
+/* ------------------------------------------------------------------------
+ * Asking
+ * ---------------------------------------------------------------------- */
+
+static int by_idle(const void *a, const void *b)
+{
+    const st_reg_view_t *x = a, *y = b;
+    if (x->figs.idle != y->figs.idle)
+        return x->figs.idle > y->figs.idle ? -1 : 1;
+    uint64_t cx = x->figs.reserved - x->figs.allocated, cy = y->figs.reserved - y->figs.allocated;
+    return cx > cy ? -1 : cx < cy;
+}
+
+bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
+{
+    const hook_env_t *env = hook_env();
+    if (!env->registry || !env->yield || !env->yield_ms || oom->limit_hit || oom->backend_error != CORE_ENOMEM ||
+        atomic_load(&hd->capturing) || (unsigned)hd->ordinal >= HOOK_MAX_DEVICES)
+        return false;
+    yield_dev_t *y = &ydev[hd->ordinal];
+    if (y->slot < 0 || atomic_load(&forked))
+        return false;
+    st_reg_view_t *v = hostalloc_malloc(ST_REG_SLOTS * sizeof *v);
+    if (!v)
+        return false;
+    size_t n = st_reg_list(&y->reg, v, ST_REG_SLOTS), m = 0;
+    if (n > ST_REG_SLOTS)
+        n = ST_REG_SLOTS;
+    int32_t me = (int32_t)getpid();
+    for (size_t i = 0; i < n; i++) /* the neighbours */
+        if (v[i].pid != me)
+            v[m++] = v[i];
+    qsort(v, m, sizeof *v, by_idle);
+    if (m > YIELD_ASK_MAX)
+        m = YIELD_ASK_MAX;
+    uint64_t need = oom->alloc_size > oom->device_free ? oom->alloc_size - oom->device_free : oom->alloc_size;
+    if (!need)
+        need = 1;
+    yield_ask_t a = {0};
+    uint32_t ticket[YIELD_ASK_MAX];
+    uint64_t t0 = st_reg_now_ns(), deadline = t0 + (uint64_t)env->yield_ms * 1000000ull;
+    /* first those whose published idle cache covers the need, then, when
+     * they gave less, the rest (what they published may be older than
+     * their last frees) */
+    size_t k = 0;
+    for (int round = 0; round < 2 && a.given < need && k < m; round++) {
+        size_t from = k;
+        uint64_t idle = 0;
+        while (k < m && (round == 1 || (v[k].figs.reserved > v[k].figs.allocated && idle < need))) {
+            idle += v[k].figs.idle;
+            a.who[k].pid = v[k].pid;
+            ticket[k] = st_reg_ask(&y->reg, v[k].slot, need - a.given);
+            k++;
+        }
+        for (size_t i = from; i < k; i++) {
+            uint64_t given = 0;
+            a.who[i].answered = st_reg_wait_answer(&y->reg, v[i].slot, ticket[i], deadline, &given);
+            a.who[i].given = a.who[i].answered ? given : 0;
+            a.given += a.who[i].given;
+        }
+    }
+    a.n = (unsigned)k;
+    a.waited_ns = st_reg_now_ns() - t0;
+    hostalloc_free(v);
+    pthread_mutex_lock(&ask_lock);
+    last_ask[hd->ordinal] = a;
+    pthread_mutex_unlock(&ask_lock);
+    core_dev_t *d = hook_dev_core(hd);
+    if (d && a.given)
+        core_note_yield_received(d, a.given);
+    return k > 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The OOM report's view
+ * ---------------------------------------------------------------------- */
+
+void hook_yield_fill(const hook_dev_t *hd, st_gpu_procs_t *out)
+{
+    const hook_env_t *env = hook_env();
+    if ((unsigned)hd->ordinal >= HOOK_MAX_DEVICES)
+        return;
+    yield_dev_t *y = &ydev[hd->ordinal];
+    out->yield_on = env->registry && env->yield && env->yield_ms && y->slot >= 0;
+    yield_ask_t a;
+    pthread_mutex_lock(&ask_lock);
+    a = last_ask[hd->ordinal];
+    pthread_mutex_unlock(&ask_lock);
+    out->asked = a.n;
+    out->given = a.given;
+    out->waited_ns = a.waited_ns;
+    if (y->slot < 0 || !out->n)
+        return;
+    st_reg_view_t *v = hostalloc_malloc(ST_REG_SLOTS * sizeof *v);
+    if (!v)
+        return;
+    size_t n = st_reg_list(&y->reg, v, ST_REG_SLOTS);
+    if (n > ST_REG_SLOTS)
+        n = ST_REG_SLOTS;
+    st_gpu_proc_t *rows = (st_gpu_proc_t *)out->procs;
+    core_dev_t *d = hook_dev_core((hook_dev_t *)hd);
+    core_usage_t self = {0};
+    if (d)
+        core_usage(d, &self);
+    for (size_t r = 0; r < out->n; r++) {
+        if (rows[r].pid == out->self_pid) { /* its own figures now, not as last published */
+            rows[r].cucache = d != NULL;
+            rows[r].allocated = self.allocated;
+            rows[r].reserved = self.reserved;
+            continue;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if ((unsigned)v[i].pid != rows[r].pid || v[i].stale)
+                continue;
+            rows[r].cucache = true;
+            rows[r].allocated = v[i].figs.allocated;
+            rows[r].reserved = v[i].figs.reserved;
+        }
+        for (unsigned i = 0; i < a.n; i++)
+            if ((unsigned)a.who[i].pid == rows[r].pid) {
+                rows[r].asked = true;
+                rows[r].answered = a.who[i].answered;
+                rows[r].given = a.who[i].given;
+            }
+    }
+    hostalloc_free(v);
+}

@@ -1,0 +1,390 @@
+/*
+ * The GPU registry's file, slots, figures and asks (registry.h).
+ */
+#include "registry.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <linux/futex.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proc.h"
+
+_Static_assert(sizeof(st_reg_slot_t) % 8 == 0, "slots are 8-byte aligned in the file");
+
+uint64_t st_reg_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The futex of a word in the shared file: waits while *w == val, at most
+ * ns; wakes every waiter. */
+static void futex_wait(_Atomic uint32_t *w, uint32_t val, uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void st_reg_uuid_string(const uint8_t u[16], char out[48])
+{
+    snprintf(out, 48, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+             u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+}
+
+void st_reg_path(const char *uuid, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%s%u-%s", ST_REG_DIR, ST_REG_PREFIX, (unsigned)geteuid(), uuid);
+}
+
+/* ------------------------------------------------------------------------
+ * The file
+ * ---------------------------------------------------------------------- */
+
+const char *st_reg_check(const st_reg_file_t *f, size_t size)
+{
+    static char why[128];
+    if (size < sizeof *f)
+        return "truncated: shorter than a registry's header";
+    if (memcmp(f->magic, ST_REG_MAGIC, sizeof f->magic) != 0)
+        return "not a cucache GPU registry (bad magic)";
+    if (f->version != ST_REG_VERSION) {
+        snprintf(why, sizeof why, "written by %s cucache (registry version %u; this one reads version %u)",
+                 f->version > ST_REG_VERSION ? "a newer" : "an older", (unsigned)f->version, ST_REG_VERSION);
+        return why;
+    }
+    if (f->header_size != sizeof *f || f->slot_size != sizeof(st_reg_slot_t) || f->nslots != ST_REG_SLOTS)
+        return "corrupt header (its sizes are not this version's)";
+    if (size != ST_REG_BYTES) {
+        snprintf(why, sizeof why, "%s (%zu bytes; a registry has %zu)", size < ST_REG_BYTES ? "truncated" : "oversized",
+                 size, (size_t)ST_REG_BYTES);
+        return why;
+    }
+    if (memchr(f->uuid, 0, sizeof f->uuid) == NULL)
+        return "corrupt header (no UUID)";
+    return NULL;
+}
+
+/* Makes the file whole under a temporary name and links it into place:
+ * 0, or -1 with errno (EEXIST: another process made it first). */
+static int reg_create(const char *path, const char *uuid, uint64_t total)
+{
+    char tmp[160];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    unlink(tmp);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    int rc = -1;
+    st_reg_file_t *f = MAP_FAILED;
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)ST_REG_BYTES) != 0)
+        goto out;
+    f = mmap(NULL, ST_REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (f == MAP_FAILED)
+        goto out;
+    f->version = ST_REG_VERSION;
+    f->header_size = sizeof *f;
+    f->slot_size = sizeof(st_reg_slot_t);
+    f->nslots = ST_REG_SLOTS;
+    f->total = total;
+    snprintf(f->uuid, sizeof f->uuid, "%s", uuid);
+    memcpy(f->magic, ST_REG_MAGIC, sizeof f->magic);
+    rc = link(tmp, path);
+out:
+    {
+        int e = errno;
+        if (f != MAP_FAILED)
+            munmap(f, ST_REG_BYTES);
+        close(fd);
+        unlink(tmp);
+        errno = e;
+    }
+    return rc;
+}
+
+int st_reg_open(const char *path, const char *uuid, uint64_t total, bool create, st_reg_t *out, char *why,
+                size_t len)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->path, sizeof out->path, "%s", path);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ELOOP) {
+                snprintf(why, len, "%s: a symbolic link, refused", path);
+                return -2;
+            }
+            if (errno != ENOENT) {
+                snprintf(why, len, "%s: %s", path, strerror(errno));
+                return -2;
+            }
+            if (!create)
+                return -1;
+            if (reg_create(path, uuid, total) != 0 && errno != EEXIST) {
+                snprintf(why, len, "%s: cannot be created: %s", path, strerror(errno));
+                return -2;
+            }
+            continue;
+        }
+        struct stat st;
+        const char *bad = NULL;
+        char buf[96];
+        if (fstat(fd, &st) != 0)
+            bad = strerror(errno);
+        else if (!S_ISREG(st.st_mode))
+            bad = "not a regular file";
+        else if (st.st_uid != geteuid()) {
+            snprintf(buf, sizeof buf, "owned by another user (uid %u), refused", (unsigned)st.st_uid);
+            bad = buf;
+        } else if ((st.st_mode & 0777) != 0600) {
+            snprintf(buf, sizeof buf, "mode %03o, not 0600: others could read or write it, refused",
+                     (unsigned)(st.st_mode & 0777));
+            bad = buf;
+        }
+        void *m = MAP_FAILED;
+        if (!bad && st.st_size >= (off_t)sizeof(st_reg_file_t)) {
+            m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (m == MAP_FAILED)
+                bad = strerror(errno);
+        }
+        if (!bad) {
+            static const st_reg_file_t none;
+            bad = st_reg_check(m == MAP_FAILED ? &none : m, (size_t)st.st_size);
+            if (!bad && m != MAP_FAILED && strcmp(((st_reg_file_t *)m)->uuid, uuid) != 0)
+                bad = "corrupt header (another GPU's UUID)";
+        }
+        close(fd);
+        if (bad) {
+            if (m != MAP_FAILED)
+                munmap(m, (size_t)st.st_size);
+            snprintf(why, len, "%s: %s", path, bad);
+            return -2;
+        }
+        out->f = m;
+        return 0;
+    }
+    snprintf(why, len, "%s: appeared and vanished while being opened", path);
+    return -2;
+}
+
+void st_reg_close(st_reg_t *r)
+{
+    if (r->f)
+        munmap(r->f, ST_REG_BYTES);
+    r->f = NULL;
+}
+
+/* ------------------------------------------------------------------------
+ * Slots
+ * ---------------------------------------------------------------------- */
+
+uint64_t st_reg_start_of(int32_t pid)
+{
+    uint64_t start = 0;
+    char state;
+    return proc_stat(pid, &start, &state, NULL) ? start : 0;
+}
+
+bool st_reg_alive(int32_t pid, uint64_t start)
+{
+    return proc_alive(pid, start);
+}
+
+/* Clears the slot if its process is gone: a slot in use whose pid does not
+ * run since its start time, or one being set up by a pid that is gone. */
+static void reap(st_reg_slot_t *s)
+{
+    int32_t pid = atomic_load(&s->pid);
+    if (pid == 0)
+        return;
+    bool gone = pid > 0 ? !proc_alive(pid, s->start) : kill(-pid, 0) != 0 && errno == ESRCH;
+    if (gone)
+        atomic_compare_exchange_strong(&s->pid, &pid, 0);
+}
+
+int st_reg_claim(st_reg_t *r)
+{
+    int32_t me = (int32_t)getpid();
+    uint64_t start = st_reg_start_of(me);
+    char comm[16] = "", state;
+    uint64_t ignored;
+    proc_stat(me, &ignored, &state, comm);
+    for (int pass = 0; pass < 2; pass++) {
+        for (unsigned i = 0; i < ST_REG_SLOTS; i++) {
+            st_reg_slot_t *s = &r->f->slot[i];
+            if (pass)
+                reap(s);
+            int32_t zero = 0;
+            if (!atomic_compare_exchange_strong(&s->pid, &zero, -me))
+                continue;
+            s->start = start;
+            memcpy(s->comm, comm, sizeof s->comm);
+            atomic_store(&s->seq, 0);
+#define ST_REG_ZERO(name) atomic_store_explicit(&s->figs.name, 0, memory_order_relaxed);
+            ST_REG_FIGURES(ST_REG_ZERO)
+#undef ST_REG_ZERO
+            atomic_store(&s->want, 0);
+            atomic_store(&s->given, 0);
+            atomic_store(&s->answered, atomic_load(&s->asks));
+            atomic_store(&s->pid, me);
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+void st_reg_leave(st_reg_t *r, int slot)
+{
+    st_reg_slot_t *s = &r->f->slot[slot];
+    int32_t me = (int32_t)getpid();
+    atomic_store(&s->answered, atomic_load(&s->asks)); /* no asker waits on a process that left */
+    futex_wake(&s->answered);
+    atomic_compare_exchange_strong(&s->pid, &me, 0);
+}
+
+void st_reg_publish(st_reg_t *r, int slot, const st_reg_figs_t *figs)
+{
+    st_reg_slot_t *s = &r->f->slot[slot];
+    st_reg_figs_t f = *figs;
+    f.updated_ns = wall_ns();
+    uint32_t q = atomic_load_explicit(&s->seq, memory_order_relaxed);
+    atomic_store_explicit(&s->seq, q + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+#define ST_REG_PUT(name) atomic_store_explicit(&s->figs.name, f.name, memory_order_relaxed);
+    ST_REG_FIGURES(ST_REG_PUT)
+#undef ST_REG_PUT
+    atomic_store_explicit(&s->seq, q + 2, memory_order_release);
+}
+
+/* A whole copy of the slot's figures: false when none could be read (the
+ * writer is mid-way, or died there). */
+static bool read_figs(const st_reg_slot_t *s, st_reg_figs_t *out)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        uint32_t a = atomic_load_explicit(&s->seq, memory_order_acquire);
+        if (a & 1) {
+            sched_yield();
+            continue;
+        }
+#define ST_REG_GET(name) out->name = atomic_load_explicit(&s->figs.name, memory_order_relaxed);
+        ST_REG_FIGURES(ST_REG_GET)
+#undef ST_REG_GET
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&s->seq, memory_order_relaxed) == a)
+            return true;
+    }
+    memset(out, 0, sizeof *out);
+    return false;
+}
+
+size_t st_reg_list(st_reg_t *r, st_reg_view_t *out, size_t max)
+{
+    size_t n = 0;
+    for (unsigned i = 0; i < ST_REG_SLOTS; i++) {
+        st_reg_slot_t *s = &r->f->slot[i];
+        reap(s);
+        int32_t pid = atomic_load(&s->pid);
+        if (pid <= 0)
+            continue;
+        if (n < max) {
+            st_reg_view_t *v = &out[n];
+            v->slot = (int)i;
+            v->pid = pid;
+            v->start = s->start;
+            memcpy(v->comm, s->comm, sizeof v->comm);
+            v->comm[sizeof v->comm - 1] = 0;
+            v->stale = !read_figs(s, &v->figs);
+        }
+        n++;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------
+ * Asks
+ * ---------------------------------------------------------------------- */
+
+uint32_t st_reg_ask(st_reg_t *r, int slot, uint64_t want)
+{
+    st_reg_slot_t *s = &r->f->slot[slot];
+    uint64_t w = atomic_load(&s->want);
+    while (w < want && !atomic_compare_exchange_weak(&s->want, &w, want))
+        ;
+    atomic_store(&s->asker, (int32_t)getpid());
+    uint32_t ticket = atomic_fetch_add(&s->asks, 1) + 1;
+    futex_wake(&s->asks);
+    return ticket;
+}
+
+bool st_reg_wait_answer(st_reg_t *r, int slot, uint32_t ticket, uint64_t deadline_ns, uint64_t *given)
+{
+    st_reg_slot_t *s = &r->f->slot[slot];
+    for (;;) {
+        uint32_t a = atomic_load(&s->answered);
+        if ((int32_t)(a - ticket) >= 0) {
+            *given = atomic_load(&s->given);
+            return true;
+        }
+        uint64_t now = st_reg_now_ns();
+        if (now >= deadline_ns)
+            return false;
+        /* a slice at a time: a process that died without answering is
+         * seen gone at the next look */
+        uint64_t left = deadline_ns - now;
+        futex_wait(&s->answered, a, left < 10000000ull ? left : 10000000ull);
+        int32_t pid = atomic_load(&s->pid);
+        if (pid <= 0 || !proc_alive(pid, s->start))
+            return false;
+    }
+}
+
+uint32_t st_reg_wait_ask(st_reg_t *r, int slot, uint32_t served, uint64_t timeout_ns)
+{
+    st_reg_slot_t *s = &r->f->slot[slot];
+    uint32_t a = atomic_load(&s->asks);
+    if (a == served) {
+        futex_wait(&s->asks, served, timeout_ns);
+        a = atomic_load(&s->asks);
+    }
+    return a;
+}
+
+void st_reg_wake_owner(st_reg_t *r, int slot)
+{
+    futex_wake(&r->f->slot[slot].asks);
+}
+
+uint64_t st_reg_take_want(st_reg_t *r, int slot)
+{
+    return atomic_exchange(&r->f->slot[slot].want, 0);
+}
+
+void st_reg_answer(st_reg_t *r, int slot, uint32_t asks, uint64_t given)
+{
+    st_reg_slot_t *s = &r->f->slot[slot];
+    atomic_store(&s->given, given);
+    atomic_store(&s->answered, asks);
+    futex_wake(&s->answered);
+}

@@ -1,0 +1,168 @@
+/*
+ * The GPU registry: what every cucache process on one GPU holds, and how
+ * one asks another to give idle cache back (docs/interposer.md, "Sharing
+ * a GPU").  Written by libcucache.so (interpose/yield.c), read by
+ * cucache-top and by the OOM report.  No CUDA here.
+ *
+ * One file per GPU and user: /dev/shm/cucache-gpu-UID-GPU-xxxxxxxx-....
+ * (the device's UUID as NVML writes it), mode 0600, made whole under a
+ * temporary name and linked into place, so that no process ever maps a
+ * half-written header.  A file of another owner, with other permissions,
+ * of another size, magic or version, or behind a symbolic link is refused
+ * with one line naming the file and the problem, and the process runs on
+ * without the registry on that GPU.
+ *
+ * Layout (ST_REG_VERSION): a header (the GPU's UUID and total bytes), then
+ * ST_REG_SLOTS slots, one per process.  There is no lock:
+ *   - a process claims a free slot with one compare-and-swap of its pid
+ *     word from 0 to -pid, writes its start time and command name, then
+ *     stores pid: a negative pid is a slot being set up;
+ *   - it alone writes its figures, under a sequence count that is odd
+ *     while it writes; a reader keeps a copy read between two equal even
+ *     counts, and calls a slot stale if it never gets one;
+ *   - a slot whose process is gone (no such pid, another start time, a
+ *     zombie) is cleared by whoever finds it, with a compare-and-swap from
+ *     the pid it read, so a process killed at any point leaves nothing a
+ *     reader can act on after the next look;
+ *   - asking: the asker raises `want` to the bytes it needs, increments
+ *     `asks` and wakes the futex on it; the owner's thread, waiting on
+ *     `asks`, gives back what no queued work can touch, stores the bytes in
+ *     `given`, sets `answered` to the asks count it served and wakes the
+ *     futex on `answered`.  The asker waits there, for a bounded time.
+ * Nothing in a slot makes its owner do more than give back idle cache, and
+ * only a process of the same user can open the file.
+ */
+#ifndef CUCACHE_STATS_REGISTRY_H
+#define CUCACHE_STATS_REGISTRY_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ST_REG_MAGIC "CUCACHEG"
+#define ST_REG_VERSION 1u
+#define ST_REG_SLOTS 256u
+#define ST_REG_DIR "/dev/shm"
+#define ST_REG_PREFIX "cucache-gpu-"
+
+/* One process's figures for the GPU, in bytes and counts. */
+#define ST_REG_FIGURES(X)                                                                                              \
+    X(reserved)        /* segments held from the device */                                                            \
+    X(allocated)       /* live allocations (rounded) */                                                               \
+    X(cached)          /* reserved bytes free for reuse */                                                            \
+    X(idle)            /* whole free segments it would give back now, without waiting */                             \
+    X(pending)         /* freed, waiting on queued work */                                                            \
+    X(allocs)          /* allocations served since it started */                                                      \
+    X(hits)            /* ... of which from the cache */                                                              \
+    X(ooms)            /* failed allocations */                                                                       \
+    X(yields_given)    /* asks that made it give memory back */                                                       \
+    X(bytes_given)     /* bytes given back so */                                                                      \
+    X(yields_received) /* its failed allocations retried after others gave back */                                   \
+    X(bytes_received)  /* bytes others gave back for them */                                                          \
+    X(updated_ns)      /* CLOCK_REALTIME of this publication, ns */
+
+typedef struct st_reg_figs_s {
+#define ST_REG_FIELD(name) uint64_t name;
+    ST_REG_FIGURES(ST_REG_FIELD)
+#undef ST_REG_FIELD
+} st_reg_figs_t;
+
+typedef struct st_reg_slot_s {
+    _Atomic int32_t pid; /* 0: free; -pid: being set up; pid: in use */
+    uint32_t pad;
+    uint64_t start; /* its start time: /proc/PID/stat field 22 */
+    char comm[16];  /* its command name */
+    _Atomic uint32_t seq; /* figures: odd while being written */
+    uint32_t pad2;
+#define ST_REG_FIELD(name) _Atomic uint64_t name;
+    struct {
+        ST_REG_FIGURES(ST_REG_FIELD)
+    } figs;
+#undef ST_REG_FIELD
+    _Atomic uint32_t asks;     /* futex: asks made of this process */
+    _Atomic uint32_t answered; /* futex: the asks count its last answer served */
+    _Atomic uint64_t want;     /* bytes the askers since the last answer need, at most */
+    _Atomic uint64_t given;    /* bytes the last answer gave back */
+    _Atomic int32_t asker;     /* pid of the last asker */
+    uint32_t pad3;
+} st_reg_slot_t;
+
+typedef struct st_reg_file_s {
+    char magic[8];        /* ST_REG_MAGIC */
+    uint32_t version;     /* ST_REG_VERSION */
+    uint32_t header_size; /* offsetof(st_reg_file_t, slot) */
+    uint32_t slot_size;   /* sizeof(st_reg_slot_t) */
+    uint32_t nslots;      /* ST_REG_SLOTS */
+    uint64_t total;       /* the GPU's bytes */
+    char uuid[48];        /* "GPU-..." */
+    st_reg_slot_t slot[];
+} st_reg_file_t;
+
+#define ST_REG_BYTES (sizeof(st_reg_file_t) + ST_REG_SLOTS * sizeof(st_reg_slot_t))
+
+typedef struct st_reg_s {
+    st_reg_file_t *f;
+    char path[128];
+} st_reg_t;
+
+/* NVML's form of a UUID's 16 bytes: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
+void st_reg_uuid_string(const uint8_t uuid[16], char out[48]);
+/* The registry file of a GPU (by its "GPU-..." UUID) for this user. */
+void st_reg_path(const char *uuid, char *buf, size_t len);
+
+/* Opens the registry of the GPU, creating it when create and absent (with
+ * total).  0; -1 when absent (and not create); -2 when refused, with the
+ * reason in why (the file and what is wrong with it). */
+int st_reg_open(const char *path, const char *uuid, uint64_t total, bool create, st_reg_t *out, char *why,
+                size_t len);
+/* Checks an open file's header as st_reg_open does (for cucache-top's
+ * listing): NULL when good, else what is wrong. */
+const char *st_reg_check(const st_reg_file_t *f, size_t size);
+void st_reg_close(st_reg_t *r);
+
+/* Claims a slot for this process; its index, or -1 when the table is full
+ * (after reaping the dead). */
+int st_reg_claim(st_reg_t *r);
+/* Gives the slot back (the process leaves). */
+void st_reg_leave(st_reg_t *r, int slot);
+/* Publishes this process's figures in its slot. */
+void st_reg_publish(st_reg_t *r, int slot, const st_reg_figs_t *figs);
+
+/* A copy of one slot as a reader sees it. */
+typedef struct st_reg_view_s {
+    int slot;
+    int32_t pid;
+    uint64_t start;
+    char comm[16];
+    bool stale; /* the figures could not be read whole (a writer died mid-way) */
+    st_reg_figs_t figs;
+} st_reg_view_t;
+
+/* Whether pid runs and started at `start` (not a zombie). */
+bool st_reg_alive(int32_t pid, uint64_t start);
+/* This process's start time (0 when unknown). */
+uint64_t st_reg_start_of(int32_t pid);
+/* The live processes of the registry (the dead are cleared first): at most
+ * max copies into out; returns how many there are. */
+size_t st_reg_list(st_reg_t *r, st_reg_view_t *out, size_t max);
+
+/* Asks the process of `slot` for up to `want` bytes: returns the ticket to
+ * wait for. */
+uint32_t st_reg_ask(st_reg_t *r, int slot, uint64_t want);
+/* Waits until the ask `ticket` of slot was answered, or until deadline_ns
+ * (CLOCK_MONOTONIC).  true and *given (the answer's bytes) when answered. */
+bool st_reg_wait_answer(st_reg_t *r, int slot, uint32_t ticket, uint64_t deadline_ns, uint64_t *given);
+/* The owner's side: waits up to timeout_ns for an ask beyond `served`;
+ * returns the asks count (== served when none came). */
+uint32_t st_reg_wait_ask(st_reg_t *r, int slot, uint32_t served, uint64_t timeout_ns);
+/* Wakes the owner's thread without an ask (to stop it). */
+void st_reg_wake_owner(st_reg_t *r, int slot);
+/* The bytes the askers up to now want (and resets the request). */
+uint64_t st_reg_take_want(st_reg_t *r, int slot);
+/* Answers the asks up to `asks` with the bytes given back. */
+void st_reg_answer(st_reg_t *r, int slot, uint32_t asks, uint64_t given);
+
+uint64_t st_reg_now_ns(void); /* CLOCK_MONOTONIC */
+
+#endif
