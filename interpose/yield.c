@@ -189,17 +189,27 @@ void hook_yield_dev_opened(hook_dev_t *hd)
     if (!hook_device_uuid(hd, uuid) || real_cu.cuDeviceTotalMem_v2(&total, hd->handle) != CUDA_SUCCESS)
         return;
     st_reg_path(uuid, path, sizeof path);
-    if (st_reg_open(path, uuid, total, true, &y->reg, why, sizeof why) != 0) {
-        hook_warn(HOOK_WARN_BACKEND, "GPU %d: registry not used: %s; this process neither gives nor asks for idle "
-                  "cache on this GPU",
-                  hd->ordinal, why);
-        return;
-    }
-    int slot = st_reg_claim(&y->reg);
-    if (slot < 0) {
-        hook_warn(HOOK_WARN_BACKEND, "GPU %d: registry %s is full (%u processes); this process is not listed",
-                  hd->ordinal, path, ST_REG_SLOTS);
+    int slot = -1;
+    for (int tries = 0; tries < 3; tries++) {
+        if (st_reg_open(path, uuid, total, true, &y->reg, why, sizeof why) != 0) {
+            hook_warn(HOOK_WARN_BACKEND,
+                      "GPU %d: registry not used: %s; this process neither gives nor asks for idle cache on this GPU",
+                      hd->ordinal, why);
+            return;
+        }
+        slot = st_reg_claim(&y->reg);
+        if (slot < 0 || st_reg_current(&y->reg))
+            break;
+        st_reg_leave(&y->reg, slot); /* its last process removed it meanwhile: open again */
         st_reg_close(&y->reg);
+        slot = -1;
+    }
+    if (slot < 0) {
+        if (y->reg.f) {
+            hook_warn(HOOK_WARN_BACKEND, "GPU %d: registry %s is full (%u processes); this process is not listed",
+                      hd->ordinal, path, ST_REG_SLOTS);
+            st_reg_close(&y->reg);
+        }
         return;
     }
     y->hd = hd;

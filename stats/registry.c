@@ -183,6 +183,8 @@ int st_reg_open(const char *path, const char *uuid, uint64_t total, bool create,
             return -2;
         }
         out->f = m;
+        out->dev = (uint64_t)st.st_dev;
+        out->ino = (uint64_t)st.st_ino;
         return 0;
     }
     snprintf(why, len, "%s: appeared and vanished while being opened", path);
@@ -262,6 +264,19 @@ void st_reg_leave(st_reg_t *r, int slot)
     atomic_store(&s->answered, atomic_load(&s->asks)); /* no asker waits on a process that left */
     futex_wake(&s->answered);
     atomic_compare_exchange_strong(&s->pid, &me, 0);
+    for (unsigned i = 0; i < ST_REG_SLOTS; i++) {
+        reap(&r->f->slot[i]);
+        if (atomic_load(&r->f->slot[i].pid) != 0)
+            return;
+    }
+    if (st_reg_current(r))
+        unlink(r->path);
+}
+
+bool st_reg_current(const st_reg_t *r)
+{
+    struct stat st;
+    return lstat(r->path, &st) == 0 && (uint64_t)st.st_dev == r->dev && (uint64_t)st.st_ino == r->ino;
 }
 
 void st_reg_publish(st_reg_t *r, int slot, const st_reg_figs_t *figs)

@@ -24,6 +24,9 @@
  *     zombie) is cleared by whoever finds it, with a compare-and-swap from
  *     the pid it read, so a process killed at any point leaves nothing a
  *     reader can act on after the next look;
+ *   - the last process to leave removes the file; one that claimed a slot
+ *     checks after that the path still names the file it mapped, and
+ *     opens again if not;
  *   - asking: the asker raises `want` to the bytes it needs, increments
  *     `asks` and wakes the futex on it; the owner's thread, waiting on
  *     `asks`, gives back what no queued work can touch, stores the bytes in
@@ -104,6 +107,7 @@ typedef struct st_reg_file_s {
 typedef struct st_reg_s {
     st_reg_file_t *f;
     char path[128];
+    uint64_t dev, ino; /* the file opened */
 } st_reg_t;
 
 /* NVML's form of a UUID's 16 bytes: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
@@ -124,8 +128,13 @@ void st_reg_close(st_reg_t *r);
 /* Claims a slot for this process; its index, or -1 when the table is full
  * (after reaping the dead). */
 int st_reg_claim(st_reg_t *r);
-/* Gives the slot back (the process leaves). */
+/* Gives the slot back (the process leaves); the last process to leave
+ * removes the file. */
 void st_reg_leave(st_reg_t *r, int slot);
+/* Whether the path still names the file opened (the last process to leave
+ * may have removed it just before this one claimed its slot: then leave
+ * and open again). */
+bool st_reg_current(const st_reg_t *r);
 /* Publishes this process's figures in its slot. */
 void st_reg_publish(st_reg_t *r, int slot, const st_reg_figs_t *figs);
 

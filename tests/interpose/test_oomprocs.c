@@ -230,6 +230,42 @@ static void test_neighbour_with_yield_off(void **state)
     assert_int_equal(peer_stop(&keeper), 0);
 }
 
+/* A registry file the process must not use (another user could read or
+ * write it): one line naming it and why, and the program runs on. */
+static void test_registry_refused(void **state)
+{
+    (void)state;
+    char reg[200];
+    snprintf(reg, sizeof reg, "/dev/shm/cucache-gpu-%u-*", (unsigned)geteuid());
+    /* the peer is on the GPU: its registry is the only one of this key; find
+     * it by the peer's pid in /proc/PID/maps */
+    char maps[64], line[512], file[256] = "";
+    snprintf(maps, sizeof maps, "/proc/%d/maps", (int)peer.pid);
+    FILE *m = fopen(maps, "r");
+    assert_non_null(m);
+    while (fgets(line, sizeof line, m)) {
+        char *at = strstr(line, "/dev/shm/cucache-gpu-");
+        if (at) {
+            at[strcspn(at, "\n")] = 0;
+            snprintf(file, sizeof file, "%s", at);
+        }
+    }
+    fclose(m);
+    if (!file[0])
+        fail_msg("the peer maps no registry (%s)", reg);
+    assert_int_equal(chmod(file, 0644), 0);
+    static itest_run_t r;
+    const char *child = itest_helper("ITEST_CHILD");
+    const char *argv[] = {child, "leak", "4", "16", NULL};
+    itest_spawn(child, argv, NULL, NULL, 30000, &r);
+    assert_int_equal(chmod(file, 0600), 0);
+    itest_expect_exit(&r, 0);
+    char want[400], got[512];
+    snprintf(want, sizeof want, "GPU 0: registry not used: %s: mode 644, not 0600: others could read or write it, "
+             "refused; this process neither gives nor asks for idle cache on this GPU", file);
+    line_with(r.err, want, got, sizeof got);
+}
+
 int main(void)
 {
     /* one key per run: the peer and the children inherit it */
@@ -240,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_without_nvml),
         cmocka_unit_test(test_yield_gives_idle_cache),
         cmocka_unit_test(test_neighbour_with_yield_off),
+        cmocka_unit_test(test_registry_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,404 @@
+/*
+ * The GPU registry (stats/registry.c): its file refused with one reason for
+ * each way it can be wrong, slots claimed, published, read and left,
+ * processes that died or whose pid was reused cleared, and asks answered,
+ * or not, within their bound, by real processes.
+ *
+ * Seen to fail: with the mode check gone, the 0644 file is used; with the
+ * version check gone, the newer file is used; with reap() not comparing
+ * start times, the reused pid's slot stays listed; with st_reg_wait_answer
+ * not checking that the owner still runs, the killed owner's ask waits out
+ * its whole deadline.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "registry.h"
+
+#define UUID "GPU-00000000-1111-2222-3333-444444444444"
+#define TOTAL ((uint64_t)80 << 30)
+
+static char path[160];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(path, sizeof path, "/dev/shm/cucache-test-registry-%d", (int)getpid());
+    unlink(path);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(path);
+    return 0;
+}
+
+static void open_ok(st_reg_t *r, bool create)
+{
+    char why[320] = "";
+    int rc = st_reg_open(path, UUID, TOTAL, create, r, why, sizeof why);
+    if (rc != 0)
+        fail_msg("st_reg_open: %d: %s", rc, why);
+}
+
+static void test_create_and_reopen(void **state)
+{
+    (void)state;
+    st_reg_t r, again;
+    char why[320] = "";
+    assert_int_equal(st_reg_open(path, UUID, TOTAL, false, &r, why, sizeof why), -1); /* absent */
+    open_ok(&r, true);
+    assert_memory_equal(r.f->magic, ST_REG_MAGIC, 8);
+    assert_int_equal(r.f->version, ST_REG_VERSION);
+    assert_int_equal(r.f->total, TOTAL);
+    assert_string_equal(r.f->uuid, UUID);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    assert_int_equal((size_t)st.st_size, ST_REG_BYTES);
+    open_ok(&again, false);
+    st_reg_close(&again);
+    st_reg_close(&r);
+}
+
+/* ------------------------------------------------------------------------
+ * Refusals: one row per way the file can be wrong
+ * ---------------------------------------------------------------------- */
+
+static void set_version(st_reg_file_t *f, uint32_t v)
+{
+    f->version = v;
+}
+
+typedef struct refusal_s {
+    const char *what;
+    void (*spoil)(void); /* makes the good file bad */
+    const char *reason;  /* in the line */
+} refusal_t;
+
+static st_reg_file_t *map_file(void)
+{
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    void *m = mmap(NULL, ST_REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(m != MAP_FAILED);
+    return m;
+}
+
+static void spoil_magic(void)
+{
+    st_reg_file_t *f = map_file();
+    memcpy(f->magic, "NOTCUCAC", 8);
+    munmap(f, ST_REG_BYTES);
+}
+static void spoil_newer(void)
+{
+    st_reg_file_t *f = map_file();
+    set_version(f, ST_REG_VERSION + 1);
+    munmap(f, ST_REG_BYTES);
+}
+static void spoil_older(void)
+{
+    st_reg_file_t *f = map_file();
+    set_version(f, ST_REG_VERSION - 1);
+    munmap(f, ST_REG_BYTES);
+}
+static void spoil_truncated(void)
+{
+    assert_int_equal(truncate(path, (off_t)(ST_REG_BYTES / 2)), 0);
+}
+static void spoil_header_only(void)
+{
+    assert_int_equal(truncate(path, 16), 0);
+}
+static void spoil_mode(void)
+{
+    assert_int_equal(chmod(path, 0644), 0);
+}
+static void spoil_uuid(void)
+{
+    st_reg_file_t *f = map_file();
+    f->uuid[5] = 'f';
+    munmap(f, ST_REG_BYTES);
+}
+static void spoil_symlink(void)
+{
+    char target[200];
+    snprintf(target, sizeof target, "%s.target", path);
+    assert_int_equal(rename(path, target), 0);
+    assert_int_equal(symlink(target, path), 0);
+}
+static void spoil_owner(void)
+{
+    assert_int_equal(chown(path, 65534, 65534), 0);
+}
+
+static const refusal_t refusals[] = {
+    {"bad magic", spoil_magic, "not a cucache GPU registry (bad magic)"},
+    {"a newer version", spoil_newer, "written by a newer cucache (registry version 2; this one reads version 1)"},
+    {"an older version", spoil_older, "written by an older cucache (registry version 0; this one reads version 1)"},
+    {"truncated", spoil_truncated, "truncated ("},
+    {"header cut", spoil_header_only, "truncated: shorter than a registry's header"},
+    {"mode 0644", spoil_mode, "mode 644, not 0600: others could read or write it, refused"},
+    {"another GPU", spoil_uuid, "corrupt header (another GPU's UUID)"},
+    {"a symbolic link", spoil_symlink, "a symbolic link, refused"},
+    {"another owner", spoil_owner, "owned by another user (uid 65534), refused"},
+};
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof refusals / sizeof refusals[0]; i++) {
+        const refusal_t *c = &refusals[i];
+        if (c->spoil == spoil_owner && geteuid() != 0) {
+            printf("skipped: %s (needs root to give the file away)\n", c->what);
+            continue;
+        }
+        st_reg_t r;
+        open_ok(&r, true);
+        st_reg_close(&r);
+        c->spoil();
+        char why[320] = "";
+        int rc = st_reg_open(path, UUID, TOTAL, true, &r, why, sizeof why);
+        if (rc != -2 || !strstr(why, c->reason) || strncmp(why, path, strlen(path)) != 0)
+            fail_msg("%s: rc %d, \"%s\" (wanted -2 and \"%s\")", c->what, rc, why, c->reason);
+        char target[200];
+        snprintf(target, sizeof target, "%s.target", path);
+        unlink(target);
+        unlink(path);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Slots
+ * ---------------------------------------------------------------------- */
+
+static size_t list(st_reg_t *r, st_reg_view_t *v)
+{
+    return st_reg_list(r, v, ST_REG_SLOTS);
+}
+
+static void test_claim_publish_leave(void **state)
+{
+    (void)state;
+    static st_reg_view_t v[ST_REG_SLOTS];
+    st_reg_t r;
+    open_ok(&r, true);
+    int slot = st_reg_claim(&r);
+    assert_true(slot >= 0);
+    st_reg_figs_t f = {.reserved = 3u << 30, .allocated = 1u << 30, .idle = 1u << 29, .hits = 7, .allocs = 9};
+    st_reg_publish(&r, slot, &f);
+    assert_int_equal(list(&r, v), 1);
+    assert_int_equal(v[0].pid, getpid());
+    assert_false(v[0].stale);
+    assert_int_equal(v[0].figs.reserved, 3u << 30);
+    assert_int_equal(v[0].figs.idle, 1u << 29);
+    assert_int_equal(v[0].figs.hits, 7);
+    assert_true(v[0].figs.updated_ns > 0);
+    /* a second process in it: the file stays when this one leaves */
+    int other = st_reg_claim(&r);
+    assert_true(other >= 0);
+    st_reg_leave(&r, slot);
+    assert_int_equal(list(&r, v), 1);
+    assert_int_equal(access(path, F_OK), 0);
+    /* the last one out removes it */
+    st_reg_leave(&r, other);
+    assert_int_equal(list(&r, v), 0);
+    assert_int_not_equal(access(path, F_OK), 0);
+    st_reg_close(&r);
+}
+
+/* A process that claimed a slot and died, one whose pid now names another
+ * process (another start time), one killed while publishing: all cleared
+ * at the next look; a live writer caught mid-way is listed as stale. */
+static void test_dead_reused_and_torn(void **state)
+{
+    (void)state;
+    static st_reg_view_t v[ST_REG_SLOTS];
+    st_reg_t r;
+    open_ok(&r, true);
+    pid_t child = fork();
+    if (child == 0) {
+        st_reg_t c;
+        char why[320];
+        if (st_reg_open(path, UUID, TOTAL, false, &c, why, sizeof why) != 0 || st_reg_claim(&c) < 0)
+            _exit(1);
+        _exit(0); /* without leaving */
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    int dead = -1;
+    for (unsigned i = 0; i < ST_REG_SLOTS; i++)
+        if (atomic_load(&r.f->slot[i].pid) == child)
+            dead = (int)i;
+    assert_true(dead >= 0);
+
+    /* our own pid with another start time: a reused pid */
+    int mine = st_reg_claim(&r);
+    assert_true(mine >= 0);
+    r.f->slot[mine].start += 1;
+
+    /* a live process (this one) caught mid-publication */
+    int torn = st_reg_claim(&r);
+    assert_true(torn >= 0);
+    atomic_store(&r.f->slot[torn].seq, 1);
+
+    assert_int_equal(list(&r, v), 1);
+    assert_int_equal(v[0].slot, torn);
+    assert_true(v[0].stale);
+    assert_int_equal(atomic_load(&r.f->slot[dead].pid), 0);
+    assert_int_equal(atomic_load(&r.f->slot[mine].pid), 0);
+    st_reg_leave(&r, torn);
+    st_reg_close(&r);
+}
+
+/* ------------------------------------------------------------------------
+ * Asks
+ * ---------------------------------------------------------------------- */
+
+typedef struct owner_s {
+    st_reg_t *r;
+    int slot;
+    atomic_bool stop;
+    atomic_ulong served;
+} owner_t;
+
+/* Gives 1 MiB per answer. */
+static void *owner_main(void *arg)
+{
+    owner_t *o = arg;
+    uint32_t served = atomic_load(&o->r->f->slot[o->slot].answered);
+    while (!atomic_load(&o->stop)) {
+        uint32_t a = st_reg_wait_ask(o->r, o->slot, served, 5000000);
+        if (a != served) {
+            st_reg_take_want(o->r, o->slot);
+            st_reg_answer(o->r, o->slot, a, 1u << 20);
+            served = a;
+            atomic_fetch_add(&o->served, 1);
+        }
+    }
+    return NULL;
+}
+
+static void test_ask_answered(void **state)
+{
+    (void)state;
+    st_reg_t r;
+    open_ok(&r, true);
+    owner_t o = {.r = &r, .slot = st_reg_claim(&r)};
+    assert_true(o.slot >= 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, owner_main, &o), 0);
+    uint64_t given = 0;
+    uint32_t ticket = st_reg_ask(&r, o.slot, 64u << 20);
+    assert_true(st_reg_wait_answer(&r, o.slot, ticket, st_reg_now_ns() + 10000000000ull, &given));
+    assert_int_equal(given, 1u << 20);
+
+    /* many processes asking at once: every ask answered, none lost */
+    enum { ASKERS = 8, ASKS = 40 };
+    pid_t kids[ASKERS];
+    for (int k = 0; k < ASKERS; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            st_reg_t c;
+            char why[320];
+            if (st_reg_open(path, UUID, TOTAL, false, &c, why, sizeof why) != 0)
+                _exit(2);
+            for (int i = 0; i < ASKS; i++) {
+                uint64_t g;
+                uint32_t tk = st_reg_ask(&c, o.slot, 1);
+                if (!st_reg_wait_answer(&c, o.slot, tk, st_reg_now_ns() + 10000000000ull, &g))
+                    _exit(3);
+            }
+            _exit(0);
+        }
+    }
+    for (int k = 0; k < ASKERS; k++) {
+        int status;
+        assert_int_equal(waitpid(kids[k], &status, 0), kids[k]);
+        assert_true(WIFEXITED(status));
+        assert_int_equal(WEXITSTATUS(status), 0);
+    }
+    atomic_store(&o.stop, true);
+    st_reg_wake_owner(&r, o.slot);
+    pthread_join(t, NULL);
+    assert_true(atomic_load(&o.served) >= 1); /* answers may cover several asks each */
+    st_reg_leave(&r, o.slot);
+    st_reg_close(&r);
+}
+
+/* No answer: the wait ends at its deadline; an owner killed meanwhile ends
+ * it at once. */
+static void test_ask_unanswered(void **state)
+{
+    (void)state;
+    st_reg_t r;
+    open_ok(&r, true);
+    int keep = st_reg_claim(&r); /* keeps the file while the others leave */
+    int slot = st_reg_claim(&r); /* ours, and no thread answers */
+    assert_true(keep >= 0 && slot >= 0);
+    uint64_t given = 7, t0 = st_reg_now_ns();
+    uint32_t ticket = st_reg_ask(&r, slot, 1);
+    assert_false(st_reg_wait_answer(&r, slot, ticket, t0 + 50000000ull, &given));
+    assert_true(st_reg_now_ns() - t0 >= 50000000ull);
+    st_reg_leave(&r, slot);
+
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        st_reg_t c;
+        char why[320];
+        int s = -1;
+        if (st_reg_open(path, UUID, TOTAL, false, &c, why, sizeof why) == 0)
+            s = st_reg_claim(&c);
+        if (write(pipefd[1], &s, sizeof s) != sizeof s || s < 0)
+            _exit(1);
+        pause(); /* never answers */
+        _exit(0);
+    }
+    int s = -1;
+    assert_int_equal(read(pipefd[0], &s, sizeof s), sizeof s);
+    assert_true(s >= 0);
+    ticket = st_reg_ask(&r, s, 1);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    t0 = st_reg_now_ns();
+    assert_false(st_reg_wait_answer(&r, s, ticket, t0 + 60000000000ull, &given));
+    assert_true(st_reg_now_ns() - t0 < 30000000000ull); /* well before the deadline */
+    close(pipefd[0]);
+    close(pipefd[1]);
+    st_reg_leave(&r, keep);
+    st_reg_close(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_create_and_reopen, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_claim_publish_leave, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_reused_and_torn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ask_answered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ask_unanswered, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
