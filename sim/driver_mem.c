@@ -61,6 +61,9 @@ SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
         return drv_leave(r);
     if (dptr == 0)
         return drv_leave(CUDA_SUCCESS);
+    sim_gblock_t *gb = sim_gblock_at(dptr);
+    if (gb) /* a graph's allocation: back to the graph memory pool (engine_graph.c) */
+        return drv_leave(sim_gblock_free_outside(gb));
     sim_alloc_t *a = freeable(dptr);
     if (!a)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -307,6 +310,9 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
 static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
 {
     DRV_ENTER(ctx);
+    sim_gblock_t *gb = sim_gblock_at(dptr);
+    if (gb) /* a graph's allocation: freed at once in this model (engine_graph.c) */
+        return drv_leave(sim_gblock_free_outside(gb));
     sim_alloc_t *a = sim_alloc_exact(dptr);
     bool pooled = a && a->kind == SIM_ALLOC_POOL;
     /* cuMemAlloc memory may be freed in stream order too: it goes back to

@@ -105,9 +105,12 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt
         return drv_leave(r);
     sim_capture_t *cap = event_capture(e);
     if (cap) {
-        /* Waiting on an event of a capture joins the capture. */
+        /* Waiting on an event of a capture joins the capture: the stream's
+         * next captured work follows the event's node too. */
         if (!s->capture)
             s->capture = cap;
+        if (s->capture == cap && e->cap_node)
+            sim_graph_capture_deps(s, &e->cap_node, 1, true);
         return drv_leave(CUDA_SUCCESS);
     }
     if (!e->recorded || s->capture)
@@ -364,44 +367,58 @@ SIM_API CUresult cuEventDestroy_v2(CUevent hEvent)
  * Stream capture
  * ---------------------------------------------------------------------- */
 
-static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool ptds)
+/* Starts a capture of s into g (a new graph when NULL) after deps[0..n). */
+static CUresult begin_capture_into(CUstream h, CUstreamCaptureMode mode, bool ptds, struct CUgraph_st *g,
+                                   struct CUgraphNode_st *const *deps, size_t n)
 {
     DRV_ENTER_STREAM(ctx, s, r, h, ptds);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (g && (!handle_is(g, SIM_MAGIC_GRAPH) || (n && !deps)))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    for (size_t i = 0; i < n; i++)
+        if (!handle_is(deps[i], SIM_MAGIC_NODE) || deps[i]->graph != g)
+            return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (s->kind == SIM_STREAM_LEGACY)
         return drv_leave(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     if (s->capture)
         return drv_leave(CUDA_ERROR_ILLEGAL_STATE);
+    static uint64_t capture_ids;
     sim_capture_t *c = sim_xcalloc(1, sizeof *c);
     ctx = s->ctx;
     c->origin = s;
     c->mode = mode;
     c->thread = pthread_self();
-    c->graph = sim_xcalloc(1, sizeof *c->graph);
-    c->graph->magic = SIM_MAGIC_GRAPH;
-    c->graph->ctx = ctx;
+    c->graph = g ? g : sim_graph_new(ctx);
+    c->to_graph = g != NULL;
+    c->id = ++capture_ids;
     c->next = sim.captures;
     sim.captures = c;
     s->capture = c;
+    sim_graph_capture_deps(s, deps, n, false);
     return drv_leave(CUDA_SUCCESS);
 }
 
-/* The operations of a graph or of its instance, and their array. */
-static void ops_free(sim_op_t **ops, size_t n)
+static CUresult begin_capture(CUstream h, CUstreamCaptureMode mode, bool ptds)
 {
-    for (size_t i = 0; i < n; i++)
-        sim_op_free(ops[i]);
-    free(ops);
+    return begin_capture_into(h, mode, ptds, NULL, NULL, 0);
 }
 
-static void graph_free(struct CUgraph_st *g)
+/* The CUDA 10.0 form: global mode. */
+static CUresult begin_capture_v1(CUstream h, bool ptds)
 {
-    ops_free(g->ops, g->nops);
-    g->magic = SIM_MAGIC_DEAD;
-    free(g);
+    return begin_capture_into(h, CU_STREAM_CAPTURE_MODE_GLOBAL, ptds, NULL, NULL, 0);
+}
+
+static CUresult begin_capture_to_graph(CUstream h, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *data,
+                                       size_t n, CUstreamCaptureMode mode, bool ptds)
+{
+    (void)data; /* default edges only: the ports and types are not modelled */
+    if (!g)
+        return CUDA_ERROR_INVALID_VALUE;
+    return begin_capture_into(h, mode, ptds, g, deps, n);
 }
 
 static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptds)
@@ -415,22 +432,26 @@ static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptds)
     if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self()))
         return drv_leave(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
     for (struct CUstream_st *o = ctx->streams; o; o = o->ctx_next)
-        if (o->capture == c)
+        if (o->capture == c) {
             o->capture = NULL;
+            sim_graph_capture_deps(o, NULL, 0, false);
+        }
     for (sim_capture_t **p = &sim.captures; *p; p = &(*p)->next)
         if (*p == c) {
             *p = c->next;
             break;
         }
     struct CUgraph_st *g = c->graph;
-    bool invalid = c->invalidated;
+    bool invalid = c->invalidated, to_graph = c->to_graph;
     free(c);
     if (invalid) {
-        graph_free(g);
+        if (!to_graph)
+            sim_graph_free(g);
         *phGraph = NULL;
         return drv_leave(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
     }
-    handle_add(g, SIM_MAGIC_GRAPH);
+    if (!to_graph)
+        handle_add(g, SIM_MAGIC_GRAPH);
     *phGraph = g;
     return drv_leave(CUDA_SUCCESS);
 }
@@ -449,9 +470,98 @@ static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *status, bool ptd
 }
 
 DRV_PTSZ(cuStreamBeginCapture_v2, begin_capture, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+DRV_PTSZ(cuStreamBeginCapture, begin_capture_v1, (CUstream hStream), (hStream))
+DRV_PTSZ(cuStreamBeginCaptureToGraph, begin_capture_to_graph,
+         (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
+          size_t numDependencies, CUstreamCaptureMode mode),
+         (hStream, hGraph, dependencies, dependencyData, numDependencies, mode))
 DRV_PTSZ(cuStreamEndCapture, end_capture, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph))
 DRV_PTSZ(cuStreamIsCapturing, is_capturing, (CUstream hStream, CUstreamCaptureStatus *captureStatus),
          (hStream, captureStatus))
+
+/* cuStreamGetCaptureInfo, every version: the status, the capture's id,
+ * its graph and the nodes the stream's next captured work follows (valid
+ * until the stream captures more or the capture ends); no edge data (all
+ * edges are default ones: zeros where asked). */
+static CUresult capture_info(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                             const CUgraphNode **deps, const CUgraphEdgeData **data, size_t *ndeps, bool ptds)
+{
+    DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, status);
+    if (s->kind == SIM_STREAM_LEGACY)
+        for (struct CUstream_st *b = ctx->streams; b; b = b->ctx_next)
+            if (b->capture && sim_stream_is_blocking(b))
+                return drv_leave(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    sim_capture_t *c = s->capture;
+    *status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
+              : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                               : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (c && id)
+        *id = c->id;
+    if (graph)
+        *graph = c ? c->graph : NULL;
+    if (deps)
+        *deps = c ? (const CUgraphNode *)s->cap_deps : NULL;
+    if (data)
+        *data = NULL;
+    if (ndeps)
+        *ndeps = c ? s->ncap_deps : 0;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+static CUresult capture_info_v1(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, bool ptds)
+{
+    return capture_info(h, status, id, NULL, NULL, NULL, NULL, ptds);
+}
+
+static CUresult capture_info_v2(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                const CUgraphNode **deps, size_t *ndeps, bool ptds)
+{
+    return capture_info(h, status, id, graph, deps, NULL, ndeps, ptds);
+}
+
+DRV_PTSZ(cuStreamGetCaptureInfo, capture_info_v1,
+         (CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out),
+         (hStream, captureStatus_out, id_out))
+DRV_PTSZ(cuStreamGetCaptureInfo_v2, capture_info_v2,
+         (CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out,
+          const CUgraphNode **dependencies_out, size_t *numDependencies_out),
+         (hStream, captureStatus_out, id_out, graph_out, dependencies_out, numDependencies_out))
+DRV_PTSZ(cuStreamGetCaptureInfo_v3, capture_info,
+         (CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out,
+          const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),
+         (hStream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out))
+
+/* The nodes the stream's next captured work follows: set, or joined to. */
+static CUresult update_capture_deps(CUstream h, CUgraphNode *deps, const CUgraphEdgeData *data, size_t n,
+                                    unsigned flags, bool ptds)
+{
+    (void)data;
+    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    if (r == CUDA_SUCCESS && !s->capture)
+        r = CUDA_ERROR_ILLEGAL_STATE;
+    if (r == CUDA_SUCCESS && (flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES || (n && !deps)))
+        r = CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++)
+        if (!handle_is(deps[i], SIM_MAGIC_NODE) || deps[i]->graph != s->capture->graph)
+            r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    sim_graph_capture_deps(s, deps, n, flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES);
+    return drv_leave(CUDA_SUCCESS);
+}
+
+static CUresult update_capture_deps_v1(CUstream h, CUgraphNode *deps, size_t n, unsigned flags, bool ptds)
+{
+    return update_capture_deps(h, deps, NULL, n, flags, ptds);
+}
+
+DRV_PTSZ(cuStreamUpdateCaptureDependencies, update_capture_deps_v1,
+         (CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags),
+         (hStream, dependencies, numDependencies, flags))
+DRV_PTSZ(cuStreamUpdateCaptureDependencies_v2, update_capture_deps,
+         (CUstream hStream, CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies,
+          unsigned int flags),
+         (hStream, dependencies, dependencyData, numDependencies, flags))
 
 SIM_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -462,65 +572,4 @@ SIM_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
     t->capture_mode = *mode;
     *mode = old;
     return CUDA_SUCCESS;
-}
-
-/* ------------------------------------------------------------------------
- * Graphs: a captured graph is its operations in capture order; launching
- * it queues copies of them on the launch stream.
- * ---------------------------------------------------------------------- */
-
-SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
-{
-    sim_lock();
-    if (!phGraphExec || !handle_is(hGraph, SIM_MAGIC_GRAPH))
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    (void)flags;
-    struct CUgraphExec_st *x = sim_xcalloc(1, sizeof *x);
-    x->magic = SIM_MAGIC_EXEC;
-    x->nops = hGraph->nops;
-    x->ops = sim_xcalloc(x->nops, sizeof *x->ops);
-    for (size_t i = 0; i < x->nops; i++)
-        x->ops[i] = sim_op_clone(hGraph->ops[i]);
-    handle_add(x, SIM_MAGIC_EXEC);
-    *phGraphExec = x;
-    return drv_leave(CUDA_SUCCESS);
-}
-
-static CUresult graph_launch(CUgraphExec x, CUstream h, bool ptds)
-{
-    DRV_ENTER(ctx);
-    struct CUstream_st *s = NULL;
-    CUresult r = stream_for_handle(ctx, x, SIM_MAGIC_EXEC, h, ptds, &s);
-    for (size_t i = 0; r == CUDA_SUCCESS && i < x->nops; i++) {
-        if (x->ops[i]->kind == SIM_OP_FREE)
-            continue;
-        if (x->ops[i]->kind == SIM_OP_RECORD && !handle_is(x->ops[i]->event, SIM_MAGIC_EVENT))
-            continue;
-        /* a node on memory unmapped since (the virtual memory API) faults, as a kernel would */
-        r = sim_enqueue(s, sim_vmm_op_ok(x->ops[i], s->ctx->dev->ordinal)
-                               ? sim_op_clone(x->ops[i])
-                               : sim_op_new(SIM_OP_FAULT, "graph node on unmapped memory"));
-    }
-    return drv_leave(r);
-}
-
-DRV_PTSZ(cuGraphLaunch, graph_launch, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
-
-SIM_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
-{
-    sim_lock();
-    if (!handle_take(hGraphExec, SIM_MAGIC_EXEC))
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    ops_free(hGraphExec->ops, hGraphExec->nops);
-    free(hGraphExec);
-    return drv_leave(CUDA_SUCCESS);
-}
-
-SIM_API CUresult cuGraphDestroy(CUgraph hGraph)
-{
-    sim_lock();
-    if (!handle_take(hGraph, SIM_MAGIC_GRAPH))
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    graph_free(hGraph);
-    return drv_leave(CUDA_SUCCESS);
 }

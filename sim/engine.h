@@ -127,6 +127,7 @@ _Static_assert(sizeof(((sim_config_t *)0)->shared_key) == SIM_SHARED_KEY_MAX + 1
 #define SIM_MAGIC_POOL 0x4c4f4f50u   /* "POOL" */
 #define SIM_MAGIC_GRAPH 0x48505247u  /* "GRPH" */
 #define SIM_MAGIC_EXEC 0x43455847u   /* "GXEC" */
+#define SIM_MAGIC_NODE 0x45444f4eu   /* "NODE" */
 #define SIM_MAGIC_MODULE 0x4c444f4du /* "MODL" */
 #define SIM_MAGIC_FUNC 0x434e5546u   /* "FUNC" */
 #define SIM_MAGIC_LIBRARY 0x5242494cu /* "LIBR" */
@@ -169,6 +170,7 @@ typedef enum sim_alloc_kind_e {
     SIM_ALLOC_REGISTERED, /* the program's host memory, page-locked (cuMemHostRegister) */
     SIM_ALLOC_IPC,        /* another process's allocation, opened (cuIpcOpenMemHandle) */
     SIM_ALLOC_VMM,        /* a mapping of the virtual memory API (cuMemMap; engine_vmm.c) */
+    SIM_ALLOC_GRAPH,      /* a graph's allocation (cuGraphAddMemAllocNode; engine_graph.c) */
 } sim_alloc_kind_t;
 
 struct sim_phys_s;
@@ -239,6 +241,11 @@ typedef struct sim_device_s {
     size_t pages_used; /* pages charged to this process's live allocations (and small pages) */
     sim_extents_t addrs;    /* its free addresses (offsets from base) */
     size_t vmm_bytes;       /* physical allocations of the virtual memory API (cuMemCreate) */
+    struct {                /* the graph memory pool (engine_graph.c): bytes */
+        size_t reserved, reserved_high; /* charged to the device */
+        size_t used, used_high;         /* of allocations a launch made and nothing freed yet */
+        size_t mapped;                  /* of reserved, bound to a graph's allocation */
+    } graph_mem;
     sim_smallpage_t *small; /* pages of small allocations, sorted by address */
     size_t nsmall, cap_small;
     struct CUctx_st *primary;
@@ -287,6 +294,8 @@ struct CUstream_st {
     bool worker_started;
     bool dying;                   /* destroyed by the program; worker exits when drained */
     sim_capture_t *capture;       /* non-NULL while capturing (or joined to a capture) */
+    struct CUgraphNode_st **cap_deps; /* capturing: the nodes its next captured work follows */
+    size_t ncap_deps;
     struct CUstream_st *ctx_next; /* list of the context's streams */
     unsigned long id;             /* creation number, for reports */
 };
@@ -302,6 +311,7 @@ struct CUevent_st {
     bool done;               /* the record op ran */
     uint64_t time_ns;        /* CLOCK_MONOTONIC when the record op ran */
     sim_capture_t *captured; /* recorded into this capture */
+    struct CUgraphNode_st *cap_node; /* ... as this node: a wait on it follows the node */
     unsigned pending;        /* record ops queued and not yet run */
     bool dead;               /* destroyed; freed when pending reaches 0 */
 };
@@ -317,19 +327,71 @@ struct CUmemPoolHandle_st {
     bool dead; /* destroyed by the program; freed with its last block */
 };
 
-/* What a graph holds: the operations captured from its streams, in order. */
+/* Graphs (engine_graph.c; the API is driver_graph.c).  A graph is a DAG of
+ * nodes, each holding its incoming edges; a node that does work holds an
+ * operation as a template, copied into the launch stream's lanes at each
+ * launch.  A capture builds the same DAG: each captured operation becomes
+ * a node after the capturing stream's current dependencies. */
+typedef struct sim_gblock_s sim_gblock_t;
+
+struct CUgraphNode_st {
+    uint32_t magic;
+    struct CUgraph_st *graph;
+    CUgraphNodeType type;
+    sim_op_t *op;              /* KERNEL, MEMCPY, MEMSET, HOST: the work, as a template */
+    struct CUgraph_st *child;  /* GRAPH: its own copy of the child graph */
+    struct CUevent_st *event;  /* EVENT_RECORD, WAIT_EVENT */
+    sim_gblock_t *block;       /* MEM_ALLOC, MEM_FREE: the graph memory */
+    struct CUctx_st *ctx;      /* the context of its work */
+    union {                    /* the parameters as given, for the getters */
+        CUDA_KERNEL_NODE_PARAMS_v2 kernel;
+        CUDA_MEMCPY3D copy;
+        CUDA_MEMSET_NODE_PARAMS memset;
+        CUDA_HOST_NODE_PARAMS host;
+        CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+    } p;
+    struct CUgraphNode_st **deps; /* incoming edges */
+    size_t ndeps;
+    struct CUgraphNode_st *origin; /* the node this one was cloned from (cuGraphNodeFindInClone) */
+};
+
 struct CUgraph_st {
     uint32_t magic;
     struct CUctx_st *ctx;
-    sim_op_t **ops;
-    size_t nops;
+    struct CUgraphNode_st **nodes; /* in creation order */
+    size_t nnodes;
+    bool has_mem;                /* holds memory nodes: one instance at a time, no clone */
+    struct CUgraphExec_st *exec; /* that instance, when has_mem */
+    bool is_child;               /* a child node's copy: destroyed with the node */
 };
+
+/* An instance: the nodes in an order where each follows its dependencies. */
+typedef struct sim_xnode_s {
+    const struct CUgraphNode_st *origin; /* compared, never read: the graph may be gone */
+    size_t gindex;                       /* its index in the graph's nodes (cuGraphExecUpdate pairs by it) */
+    CUgraphNodeType type;
+    sim_op_t *op;
+    struct CUgraphExec_st *child;
+    struct CUevent_st *event;
+    sim_gblock_t *block;
+    bool own; /* MEM_FREE: the allocation is this graph's own */
+    size_t *deps; /* earlier positions */
+    size_t ndeps;
+    bool enabled;
+} sim_xnode_t;
 
 struct CUgraphExec_st {
     uint32_t magic;
-    struct CUgraph_st *graph; /* instantiated from (copied ops) */
-    sim_op_t **ops;
-    size_t nops;
+    struct CUctx_st *ctx;
+    struct CUgraph_st *graph; /* instantiated from (NULL once that graph is gone) */
+    unsigned long long flags;
+    sim_xnode_t *nodes;
+    size_t nnodes;
+    struct CUstream_st **lanes; /* streams its launches run on (a top-level instance's) */
+    size_t nlanes;
+    int end_slot; /* the last launch's end on its launch stream (0 seq: none) */
+    uint64_t end_seq;
+    sim_vc_t *end_vc;
 };
 
 /* A loaded module (driver_module.c; its image read by module_image.c):
@@ -376,6 +438,8 @@ struct sim_capture_s {
     CUstreamCaptureMode mode;
     pthread_t thread; /* thread that began it */
     bool invalidated;
+    bool to_graph;       /* cuStreamBeginCaptureToGraph: the graph is the program's */
+    uint64_t id;         /* cuStreamGetCaptureInfo's */
     sim_capture_t *next; /* list of live captures */
 };
 
@@ -554,6 +618,34 @@ CUresult sim_capture_check_unsafe(void);
 /* Legacy-stream work while a blocking stream of ctx captures. */
 CUresult sim_capture_check_implicit(struct CUstream_st *s);
 void sim_capture_end_all(struct CUctx_st *ctx);
+
+/* Graphs (engine_graph.c) */
+struct CUgraph_st *sim_graph_new(struct CUctx_st *ctx);
+void sim_graph_free(struct CUgraph_st *g);
+/* A node of kind type after deps[0..n) (checked by the caller), added to g. */
+struct CUgraphNode_st *sim_graph_node_add(struct CUgraph_st *g, CUgraphNodeType type, struct CUgraphNode_st *const *deps,
+                                          size_t n);
+/* Records op (owned) into s's capture as a node after s's capture dependencies. */
+void sim_graph_capture_op(struct CUstream_st *s, sim_op_t *op);
+/* s's capture dependencies become nodes[0..n) (add: joined to them). */
+void sim_graph_capture_deps(struct CUstream_st *s, struct CUgraphNode_st *const *nodes, size_t n, bool add);
+CUresult sim_graph_instantiate(struct CUgraph_st *g, unsigned long long flags, struct CUgraphExec_st **out,
+                               struct CUgraphNode_st **err_node);
+void sim_exec_free(struct CUgraphExec_st *x);
+/* Reserves x's graph memory (cuGraphUpload) / queues x on s. */
+CUresult sim_exec_upload(struct CUgraphExec_st *x);
+CUresult sim_exec_launch(struct CUgraphExec_st *x, struct CUstream_st *s);
+/* Graph memory: a new allocation of g's device (its address fixed for the
+ * graph's life); the block of a graph allocation at addr; freeing one
+ * outside its graph (cuMemFree, cuMemFreeAsync); trimming the pool. */
+CUresult sim_gblock_new(struct CUctx_st *ctx, size_t size, sim_gblock_t **out);
+sim_gblock_t *sim_gblock_at(uintptr_t addr);
+uintptr_t sim_gblock_addr(const sim_gblock_t *b);
+bool sim_gblock_freed_in_graph(const sim_gblock_t *b);
+void sim_gblock_mark_freed(sim_gblock_t *b);
+void sim_gblock_retain(sim_gblock_t *b);
+CUresult sim_gblock_free_outside(sim_gblock_t *b);
+void sim_graph_mem_trim(sim_device_t *d);
 
 /* Memory (engine_mem.c) */
 sim_alloc_t *sim_alloc_find(uintptr_t addr); /* allocation containing addr */

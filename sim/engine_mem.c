@@ -215,6 +215,7 @@ CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span
     d->pages = capacity / SIM_PAGE;
     d->pages_used = 0;
     d->vmm_bytes = 0;
+    memset(&d->graph_mem, 0, sizeof d->graph_mem);
     sim_ext_init(&d->addrs, span);
     return CUDA_SUCCESS;
 }
@@ -222,7 +223,7 @@ CUresult sim_dev_init(sim_device_t *d, int ordinal, size_t capacity, size_t span
 /* The bytes of the device this process does not hold. */
 static size_t local_free(const sim_device_t *d)
 {
-    return (d->pages - d->pages_used) * SIM_PAGE - d->vmm_bytes;
+    return (d->pages - d->pages_used) * SIM_PAGE - d->vmm_bytes - d->graph_mem.reserved;
 }
 
 size_t sim_dev_free_bytes(const sim_device_t *dev)

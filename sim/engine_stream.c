@@ -113,6 +113,7 @@ void sim_stream_destroy(struct CUstream_st *s)
         if (s->capture->origin == s)
             s->capture->invalidated = true;
         s->capture = NULL;
+        sim_graph_capture_deps(s, NULL, 0, false);
     }
     if (s->ctx->legacy == s)
         s->ctx->legacy = NULL;
@@ -213,15 +214,6 @@ sim_op_t *sim_op_clone(const sim_op_t *op)
     return t;
 }
 
-static void capture_append(sim_capture_t *cap, sim_op_t *op)
-{
-    struct CUgraph_st *g = cap->graph;
-    g->ops = realloc(g->ops, (g->nops + 1) * sizeof *g->ops);
-    if (!g->ops)
-        abort();
-    g->ops[g->nops++] = op;
-}
-
 /* The implicit dependencies of CUDA's legacy default stream. */
 static void add_implicit_deps(struct CUstream_st *s, sim_op_t *op)
 {
@@ -285,11 +277,10 @@ CUresult sim_enqueue(struct CUstream_st *s, sim_op_t *op)
         return r;
     }
     if (s->capture) {
-        if (op->kind == SIM_OP_RECORD)
-            op->event->captured = s->capture;
-        if (op->kind != SIM_OP_WAIT)
-            capture_append(s->capture, sim_op_clone(op));
-        sim_op_free(op);
+        if (op->kind == SIM_OP_WAIT)
+            sim_op_free(op);
+        else
+            sim_graph_capture_op(s, op); /* engine_graph.c */
         return CUDA_SUCCESS;
     }
     CUresult r = sim_capture_check_implicit(s);
@@ -644,9 +635,13 @@ void sim_capture_end_all(struct CUctx_st *ctx)
         sim_capture_t *c = *p;
         if (c->graph->ctx == ctx) {
             for (struct CUstream_st *s = ctx->streams; s; s = s->ctx_next)
-                if (s->capture == c)
+                if (s->capture == c) {
                     s->capture = NULL;
+                    sim_graph_capture_deps(s, NULL, 0, false);
+                }
             *p = c->next;
+            if (!c->to_graph)
+                sim_graph_free(c->graph);
             free(c);
         } else {
             p = &c->next;

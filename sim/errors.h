@@ -44,6 +44,9 @@
       "operation not permitted on an event last recorded in a capturing stream")                                       \
     X(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, cudaErrorStreamCaptureWrongThread,                                       \
       "attempt to terminate a thread-local capture sequence from another thread")                                      \
+    X(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cudaErrorGraphExecUpdateFailure,                                          \
+      "the graph update was not performed because it included changes which violated constraints specific to "        \
+      "instantiated graph update")                                                                                     \
     X(CUDA_ERROR_UNKNOWN, cudaErrorUnknown, "unknown error")
 
 #endif
