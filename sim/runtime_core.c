@@ -41,6 +41,18 @@ static bool rt_resolve(rt_driver_t *t, cuuint64_t flags)
     return true;
 }
 
+void *rt_driver_proc(const char *base, int version, bool ptds)
+{
+    void *p = NULL;
+    CUdriverProcAddressQueryResult q;
+    if (rt_ready() != cudaSuccess ||
+        rt_getproc(base, &p, version,
+                   ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_LEGACY_STREAM,
+                   &q) != CUDA_SUCCESS)
+        return NULL;
+    return p;
+}
+
 /* Records the devices the driver reports, after cuInit. */
 static cudaError_t rt_load_devices(void)
 {

@@ -27,6 +27,8 @@
 #ifndef CUCACHE_SIM_RUNTIME_INTERNAL_H
 #define CUCACHE_SIM_RUNTIME_INTERNAL_H
 
+#include <stdbool.h>
+
 #include "cucache/cuda_api.h"
 
 #ifndef SIM_CUDART_MAJOR
@@ -122,6 +124,62 @@
     X(cuGraphLaunch, "cuGraphLaunch")                                                                                  \
     X(cuGraphExecDestroy, "cuGraphExecDestroy")                                                                        \
     X(cuGraphDestroy, "cuGraphDestroy")                                                                                \
+    X(cuGraphCreate, "cuGraphCreate")                                                                                  \
+    X(cuGraphAddKernelNode_v2, "cuGraphAddKernelNode")                                                                 \
+    X(cuGraphKernelNodeGetParams_v2, "cuGraphKernelNodeGetParams")                                                     \
+    X(cuGraphKernelNodeSetParams_v2, "cuGraphKernelNodeSetParams")                                                     \
+    X(cuGraphAddMemcpyNode, "cuGraphAddMemcpyNode")                                                                    \
+    X(cuGraphMemcpyNodeGetParams, "cuGraphMemcpyNodeGetParams")                                                        \
+    X(cuGraphMemcpyNodeSetParams, "cuGraphMemcpyNodeSetParams")                                                        \
+    X(cuGraphAddMemsetNode, "cuGraphAddMemsetNode")                                                                    \
+    X(cuGraphMemsetNodeGetParams, "cuGraphMemsetNodeGetParams")                                                        \
+    X(cuGraphMemsetNodeSetParams, "cuGraphMemsetNodeSetParams")                                                        \
+    X(cuGraphAddHostNode, "cuGraphAddHostNode")                                                                        \
+    X(cuGraphHostNodeGetParams, "cuGraphHostNodeGetParams")                                                            \
+    X(cuGraphHostNodeSetParams, "cuGraphHostNodeSetParams")                                                            \
+    X(cuGraphAddChildGraphNode, "cuGraphAddChildGraphNode")                                                            \
+    X(cuGraphChildGraphNodeGetGraph, "cuGraphChildGraphNodeGetGraph")                                                  \
+    X(cuGraphAddEmptyNode, "cuGraphAddEmptyNode")                                                                      \
+    X(cuGraphAddEventRecordNode, "cuGraphAddEventRecordNode")                                                          \
+    X(cuGraphEventRecordNodeGetEvent, "cuGraphEventRecordNodeGetEvent")                                                \
+    X(cuGraphEventRecordNodeSetEvent, "cuGraphEventRecordNodeSetEvent")                                                \
+    X(cuGraphAddEventWaitNode, "cuGraphAddEventWaitNode")                                                              \
+    X(cuGraphEventWaitNodeGetEvent, "cuGraphEventWaitNodeGetEvent")                                                    \
+    X(cuGraphEventWaitNodeSetEvent, "cuGraphEventWaitNodeSetEvent")                                                    \
+    X(cuGraphAddMemAllocNode, "cuGraphAddMemAllocNode")                                                                \
+    X(cuGraphMemAllocNodeGetParams, "cuGraphMemAllocNodeGetParams")                                                    \
+    X(cuGraphAddMemFreeNode, "cuGraphAddMemFreeNode")                                                                  \
+    X(cuGraphMemFreeNodeGetParams, "cuGraphMemFreeNodeGetParams")                                                      \
+    X(cuDeviceGraphMemTrim, "cuDeviceGraphMemTrim")                                                                    \
+    X(cuDeviceGetGraphMemAttribute, "cuDeviceGetGraphMemAttribute")                                                    \
+    X(cuDeviceSetGraphMemAttribute, "cuDeviceSetGraphMemAttribute")                                                    \
+    X(cuGraphClone, "cuGraphClone")                                                                                    \
+    X(cuGraphNodeFindInClone, "cuGraphNodeFindInClone")                                                                \
+    X(cuGraphNodeGetType, "cuGraphNodeGetType")                                                                        \
+    X(cuGraphGetNodes, "cuGraphGetNodes")                                                                              \
+    X(cuGraphGetRootNodes, "cuGraphGetRootNodes")                                                                      \
+    X(cuGraphGetEdges,    "cuGraphGetEdges")                                                                           \
+    X(cuGraphNodeGetDependencies,    "cuGraphNodeGetDependencies")                                                     \
+    X(cuGraphNodeGetDependentNodes,    "cuGraphNodeGetDependentNodes")                                                 \
+    X(cuGraphAddDependencies,    "cuGraphAddDependencies")                                                             \
+    X(cuGraphRemoveDependencies,    "cuGraphRemoveDependencies")                                                       \
+    X(cuGraphDestroyNode, "cuGraphDestroyNode")                                                                        \
+    X(cuGraphDebugDotPrint, "cuGraphDebugDotPrint")                                                                    \
+    X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams")                                                    \
+    X(cuGraphExecGetFlags, "cuGraphExecGetFlags")                                                                      \
+    X(cuGraphExecKernelNodeSetParams_v2, "cuGraphExecKernelNodeSetParams")                                             \
+    X(cuGraphExecMemcpyNodeSetParams, "cuGraphExecMemcpyNodeSetParams")                                                \
+    X(cuGraphExecMemsetNodeSetParams, "cuGraphExecMemsetNodeSetParams")                                                \
+    X(cuGraphExecHostNodeSetParams, "cuGraphExecHostNodeSetParams")                                                    \
+    X(cuGraphExecChildGraphNodeSetParams, "cuGraphExecChildGraphNodeSetParams")                                        \
+    X(cuGraphExecEventRecordNodeSetEvent, "cuGraphExecEventRecordNodeSetEvent")                                        \
+    X(cuGraphExecEventWaitNodeSetEvent, "cuGraphExecEventWaitNodeSetEvent")                                            \
+    X(cuGraphNodeSetEnabled, "cuGraphNodeSetEnabled")                                                                  \
+    X(cuGraphNodeGetEnabled, "cuGraphNodeGetEnabled")                                                                  \
+    X(cuGraphExecUpdate_v2, "cuGraphExecUpdate")                                                                       \
+    X(cuGraphUpload, "cuGraphUpload")                                                                                  \
+    X(cuStreamGetCaptureInfo_v2, "cuStreamGetCaptureInfo")                                                             \
+    X(cuStreamUpdateCaptureDependencies,    "cuStreamUpdateCaptureDependencies")                                       \
     X(cuEventCreate, "cuEventCreate")                                                                                  \
     X(cuEventRecord, "cuEventRecord")                                                                                  \
     X(cuEventQuery, "cuEventQuery")                                                                                    \
@@ -170,6 +228,10 @@ RT_HIDDEN cudaError_t rt_err(CUresult r);
         cudaError_t rt_fwd_ = rt_enter();                                                                              \
         rt_fwd_ != cudaSuccess ? rt_fwd_ : rt_err(call);                                                               \
     })
+
+/* A driver entry point outside the table, for a newer CUDA version than
+ * this runtime's (NULL when the driver has none). */
+RT_HIDDEN void *rt_driver_proc(const char *base, int version, bool ptds);
 
 /* Records a failure as the calling thread's last error; returns e. */
 RT_HIDDEN cudaError_t rt_ret(cudaError_t e);
