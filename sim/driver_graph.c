@@ -1128,7 +1128,6 @@ static void update_apply(struct CUgraphExec_st *x, struct CUgraph_st *g)
             sim_op_free(xn->op);
         xn->op = node->op ? sim_op_clone(node->op) : NULL;
         xn->event = node->event;
-        xn->origin = node;
         if (xn->child)
             update_apply(xn->child, node->child);
     }

@@ -14,6 +14,16 @@ RT_API cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *
 
 #define FWD(call) rt_ret(RT_FORWARD(call))
 
+/* The driver's CUDA 12.3 forms (edge data, the third capture info): looked
+ * up by that version, whatever this runtime's, so that libcudart.so.12 and
+ * .13 call the same ABI (their table would get different ones). */
+#define NEWER(var, fn, base, ptds)                                                                                     \
+    __typeof__(fn) *var = NULL;                                                                                        \
+    do {                                                                                                               \
+        void *p_ = rt_driver_proc(base, 12030, ptds);                                                                  \
+        memcpy(&var, &p_, sizeof p_);                                                                                  \
+    } while (0)
+
 /* ------------------------------------------------------------------------
  * Parameters
  * ---------------------------------------------------------------------- */
@@ -420,68 +430,58 @@ RT_API cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRo
     return FWD(RT_DRV->cuGraphGetRootNodes(graph, pRootNodes, pNumRootNodes));
 }
 
-/* Edge data: every edge is a default one (zeros). */
-static void zero_edges(cudaGraphEdgeData *data, const size_t *n)
-{
-    if (data && n)
-        memset(data, 0, *n * sizeof *data);
-}
-
 RT_API cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGraphNode_t *to,
                                      cudaGraphEdgeData *edgeData, size_t *numEdges)
 {
-    size_t cap = numEdges ? *numEdges : 0;
-    cudaError_t e = RT_FORWARD(RT_DRV->cuGraphGetEdges(graph, from, to, numEdges));
-    if (e == cudaSuccess && from)
-        zero_edges(edgeData, &cap);
+    cudaError_t e = rt_enter();
+    NEWER(fn, cuGraphGetEdges_v2, "cuGraphGetEdges", false);
+    if (e == cudaSuccess)
+        e = fn ? rt_err(fn(graph, from, to, (CUgraphEdgeData *)edgeData, numEdges)) : cudaErrorNotSupported;
     return rt_ret(e);
 }
 
 RT_API cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies,
                                                 cudaGraphEdgeData *edgeData, size_t *pNumDependencies)
 {
-    size_t cap = pNumDependencies ? *pNumDependencies : 0;
-    cudaError_t e = RT_FORWARD(RT_DRV->cuGraphNodeGetDependencies(node, pDependencies, pNumDependencies));
-    if (e == cudaSuccess && pDependencies)
-        zero_edges(edgeData, &cap);
+    cudaError_t e = rt_enter();
+    NEWER(fn, cuGraphNodeGetDependencies_v2, "cuGraphNodeGetDependencies", false);
+    if (e == cudaSuccess)
+        e = fn ? rt_err(fn(node, pDependencies, (CUgraphEdgeData *)edgeData, pNumDependencies)) : cudaErrorNotSupported;
     return rt_ret(e);
 }
 
 RT_API cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t *pDependentNodes,
                                                   cudaGraphEdgeData *edgeData, size_t *pNumDependentNodes)
 {
-    size_t cap = pNumDependentNodes ? *pNumDependentNodes : 0;
-    cudaError_t e = RT_FORWARD(RT_DRV->cuGraphNodeGetDependentNodes(node, pDependentNodes, pNumDependentNodes));
-    if (e == cudaSuccess && pDependentNodes)
-        zero_edges(edgeData, &cap);
+    cudaError_t e = rt_enter();
+    NEWER(fn, cuGraphNodeGetDependentNodes_v2, "cuGraphNodeGetDependentNodes", false);
+    if (e == cudaSuccess)
+        e = fn ? rt_err(fn(node, pDependentNodes, (CUgraphEdgeData *)edgeData, pNumDependentNodes))
+               : cudaErrorNotSupported;
     return rt_ret(e);
-}
-
-/* Only default edges are modelled. */
-static bool default_edges(const cudaGraphEdgeData *data, size_t n)
-{
-    for (size_t i = 0; data && i < n; i++)
-        for (size_t b = 0; b < sizeof data[i]; b++)
-            if (((const unsigned char *)&data[i])[b])
-                return false;
-    return true;
 }
 
 RT_API cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to,
                                             const cudaGraphEdgeData *edgeData, size_t numDependencies)
 {
-    if (!default_edges(edgeData, numDependencies))
-        return rt_ret(cudaErrorNotSupported);
-    return FWD(RT_DRV->cuGraphAddDependencies(graph, from, to, numDependencies));
+    cudaError_t e = rt_enter();
+    NEWER(fn, cuGraphAddDependencies_v2, "cuGraphAddDependencies", false);
+    if (e == cudaSuccess)
+        e = fn ? rt_err(fn(graph, from, to, (const CUgraphEdgeData *)edgeData, numDependencies))
+               : cudaErrorNotSupported;
+    return rt_ret(e);
 }
 
 RT_API cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t *from,
                                                const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData,
                                                size_t numDependencies)
 {
-    if (!default_edges(edgeData, numDependencies))
-        return rt_ret(cudaErrorNotSupported);
-    return FWD(RT_DRV->cuGraphRemoveDependencies(graph, from, to, numDependencies));
+    cudaError_t e = rt_enter();
+    NEWER(fn, cuGraphRemoveDependencies_v2, "cuGraphRemoveDependencies", false);
+    if (e == cudaSuccess)
+        e = fn ? rt_err(fn(graph, from, to, (const CUgraphEdgeData *)edgeData, numDependencies))
+               : cudaErrorNotSupported;
+    return rt_ret(e);
 }
 
 RT_API cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node)
@@ -627,12 +627,9 @@ static cudaError_t rt_begin_capture_to_graph(const rt_driver_t *d, cudaStream_t 
     cudaError_t e = rt_enter();
     if (e != cudaSuccess)
         return e;
-    /* a CUDA 12.3 entry point, looked up by its own version */
-    __typeof__(cuStreamBeginCaptureToGraph) *fn = NULL;
-    void *p = rt_driver_proc("cuStreamBeginCaptureToGraph", 12030, d == &rt_drv[RT_PTDS]);
-    if (!p)
+    NEWER(fn, cuStreamBeginCaptureToGraph, "cuStreamBeginCaptureToGraph", d == &rt_drv[RT_PTDS]);
+    if (!fn)
         return cudaErrorNotSupported;
-    memcpy(&fn, &p, sizeof p);
     return rt_err(fn(stream, graph, dependencies, (const CUgraphEdgeData *)dependencyData, numDependencies,
                      (CUstreamCaptureMode)mode));
 }
@@ -650,13 +647,14 @@ static cudaError_t rt_get_capture_info(const rt_driver_t *d, cudaStream_t stream
     if (!captureStatus_out)
         return cudaErrorInvalidValue;
     CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    cudaError_t e = RT_FORWARD(d->cuStreamGetCaptureInfo_v2(stream, &st, (cuuint64_t *)id_out, graph_out,
-                                                            dependencies_out, numDependencies_out));
-    if (e == cudaSuccess) {
+    cudaError_t e = rt_enter();
+    NEWER(fn, cuStreamGetCaptureInfo_v3, "cuStreamGetCaptureInfo", d == &rt_drv[RT_PTDS]);
+    if (e == cudaSuccess)
+        e = fn ? rt_err(fn(stream, &st, (cuuint64_t *)id_out, graph_out, dependencies_out,
+                           (const CUgraphEdgeData **)edgeData_out, numDependencies_out))
+               : cudaErrorNotSupported;
+    if (e == cudaSuccess)
         *captureStatus_out = (enum cudaStreamCaptureStatus)st;
-        if (edgeData_out)
-            *edgeData_out = NULL; /* all default edges */
-    }
     return e;
 }
 
@@ -670,9 +668,12 @@ static cudaError_t rt_update_capture_deps(const rt_driver_t *d, cudaStream_t str
                                           const cudaGraphEdgeData *dependencyData, size_t numDependencies,
                                           unsigned int flags)
 {
-    if (!default_edges(dependencyData, numDependencies))
-        return cudaErrorNotSupported;
-    return RT_FORWARD(d->cuStreamUpdateCaptureDependencies(stream, dependencies, numDependencies, flags));
+    cudaError_t e = rt_enter();
+    NEWER(fn, cuStreamUpdateCaptureDependencies_v2, "cuStreamUpdateCaptureDependencies", d == &rt_drv[RT_PTDS]);
+    if (e == cudaSuccess)
+        e = fn ? rt_err(fn(stream, dependencies, (const CUgraphEdgeData *)dependencyData, numDependencies, flags))
+               : cudaErrorNotSupported;
+    return e;
 }
 
 RT_STREAM_API(cudaStreamUpdateCaptureDependencies, cudaStreamUpdateCaptureDependencies_ptsz, rt_update_capture_deps,

@@ -158,11 +158,6 @@
     X(cuGraphNodeGetType, "cuGraphNodeGetType")                                                                        \
     X(cuGraphGetNodes, "cuGraphGetNodes")                                                                              \
     X(cuGraphGetRootNodes, "cuGraphGetRootNodes")                                                                      \
-    X(cuGraphGetEdges,    "cuGraphGetEdges")                                                                           \
-    X(cuGraphNodeGetDependencies,    "cuGraphNodeGetDependencies")                                                     \
-    X(cuGraphNodeGetDependentNodes,    "cuGraphNodeGetDependentNodes")                                                 \
-    X(cuGraphAddDependencies,    "cuGraphAddDependencies")                                                             \
-    X(cuGraphRemoveDependencies,    "cuGraphRemoveDependencies")                                                       \
     X(cuGraphDestroyNode, "cuGraphDestroyNode")                                                                        \
     X(cuGraphDebugDotPrint, "cuGraphDebugDotPrint")                                                                    \
     X(cuGraphInstantiateWithParams, "cuGraphInstantiateWithParams")                                                    \
@@ -178,8 +173,6 @@
     X(cuGraphNodeGetEnabled, "cuGraphNodeGetEnabled")                                                                  \
     X(cuGraphExecUpdate_v2, "cuGraphExecUpdate")                                                                       \
     X(cuGraphUpload, "cuGraphUpload")                                                                                  \
-    X(cuStreamGetCaptureInfo_v2, "cuStreamGetCaptureInfo")                                                             \
-    X(cuStreamUpdateCaptureDependencies,    "cuStreamUpdateCaptureDependencies")                                       \
     X(cuEventCreate, "cuEventCreate")                                                                                  \
     X(cuEventRecord, "cuEventRecord")                                                                                  \
     X(cuEventQuery, "cuEventQuery")                                                                                    \
