@@ -131,11 +131,11 @@ static CUresult copy_op(const CUDA_MEMCPY3D *c, sim_op_t **out)
         return CUDA_ERROR_NOT_SUPPORTED;
     sim_op_t *op = sim_op_new(SIM_OP_COPY, "graph memcpy");
     uintptr_t src = 0, dst = 0;
-    CUresult r = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes, c->srcY,
-                           c->srcZ, spitch, sheight, rows, c->WidthInBytes, false, &src, op->ranges, &op->nranges);
+    CUresult r = copy_side(c->srcMemoryType, c->srcHost, c->srcDevice, c->srcArray, c->srcXInBytes, c->srcY, c->srcZ,
+                           spitch, sheight, rows, c->WidthInBytes, false, &src, op->ranges, &op->nranges);
     if (r == CUDA_SUCCESS)
-        r = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes, c->dstY, c->dstZ,
-                      dpitch, dheight, rows, c->WidthInBytes, true, &dst, op->ranges, &op->nranges);
+        r = copy_side(c->dstMemoryType, c->dstHost, c->dstDevice, c->dstArray, c->dstXInBytes, c->dstY, c->dstZ, dpitch,
+                      dheight, rows, c->WidthInBytes, true, &dst, op->ranges, &op->nranges);
     if (r != CUDA_SUCCESS) {
         sim_op_free(op);
         return r;
@@ -152,8 +152,7 @@ static CUresult copy_op(const CUDA_MEMCPY3D *c, sim_op_t **out)
 
 static CUresult memset_op(const CUDA_MEMSET_NODE_PARAMS *m, sim_op_t **out)
 {
-    if (!m || (m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4) || m->width == 0 ||
-        m->height == 0)
+    if (!m || (m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4) || m->width == 0 || m->height == 0)
         return CUDA_ERROR_INVALID_VALUE;
     size_t bytes = m->width * m->elementSize;
     size_t pitch = m->height > 1 ? m->pitch : bytes;
@@ -774,8 +773,7 @@ SIM_API CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode 
     return drv_leave(list_nodes(g->nodes, g->nnodes, depends_on, hNode, dependentNodes, edgeData, numDependentNodes));
 }
 
-SIM_API CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes,
-                                              size_t *numDependentNodes)
+SIM_API CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *dependentNodes, size_t *numDependentNodes)
 {
     return cuGraphNodeGetDependentNodes_v2(hNode, dependentNodes, NULL, numDependentNodes);
 }
@@ -821,8 +819,7 @@ static CUresult edges_change(CUgraph g, const CUgraphNode *from, const CUgraphNo
     if (!add && g->has_mem) /* the edges of a graph with memory nodes stay */
         return drv_leave(CUDA_ERROR_NOT_SUPPORTED);
     for (size_t i = 0; i < n; i++) {
-        if (!deps_ok(g, &from[i], 1) || !deps_ok(g, &to[i], 1) || from[i] == to[i] ||
-            has_edge(from[i], to[i]) != !add)
+        if (!deps_ok(g, &from[i], 1) || !deps_ok(g, &to[i], 1) || from[i] == to[i] || has_edge(from[i], to[i]) != !add)
             return drv_leave(CUDA_ERROR_INVALID_VALUE);
         if (data) /* default edges only */
             for (size_t b = 0; b < sizeof data[i]; b++)
@@ -916,10 +913,10 @@ static void dot_graph(FILE *f, const struct CUgraph_st *g, const char *prefix)
 {
     for (size_t i = 0; i < g->nnodes; i++) {
         const struct CUgraphNode_st *n = g->nodes[i];
-        const char *kind = (size_t)n->type < sizeof node_type_names / sizeof *node_type_names &&
-                                   node_type_names[n->type]
-                               ? node_type_names[n->type]
-                               : "node";
+        const char *kind =
+            (size_t)n->type < sizeof node_type_names / sizeof *node_type_names && node_type_names[n->type]
+                ? node_type_names[n->type]
+                : "node";
         fprintf(f, "  \"%s%zu\" [shape=box label=\"%s%s%s\"];\n", prefix, i, kind, n->op ? "\\n" : "",
                 n->op ? n->op->what : "");
         if (n->child) {
@@ -1008,8 +1005,8 @@ SIM_API CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
     return drv_leave(r);
 }
 
-SIM_API CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode,
-                                    char *logBuffer, size_t bufferSize)
+SIM_API CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer,
+                                    size_t bufferSize)
 {
     return cuGraphInstantiate_v2(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
 }
@@ -1025,10 +1022,10 @@ static CUresult instantiate_with_params(CUgraphExec *phGraphExec, CUgraph hGraph
         return drv_leave(r);
     p->hErrNode_out = NULL;
     r = instantiate(phGraphExec, hGraph, p->flags, p->hUploadStream, ptds, &p->hErrNode_out);
-    p->result_out = r == CUDA_SUCCESS                           ? CUDA_GRAPH_INSTANTIATE_SUCCESS
-                    : r == CUDA_ERROR_NOT_SUPPORTED             ? CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED
-                    : p->hErrNode_out                           ? CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE
-                                                                : CUDA_GRAPH_INSTANTIATE_ERROR;
+    p->result_out = r == CUDA_SUCCESS               ? CUDA_GRAPH_INSTANTIATE_SUCCESS
+                    : r == CUDA_ERROR_NOT_SUPPORTED ? CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED
+                    : p->hErrNode_out               ? CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE
+                                                    : CUDA_GRAPH_INSTANTIATE_ERROR;
     return drv_leave(r);
 }
 

@@ -1,6 +1,6 @@
 /*
- * Driver API of the simulated device: streams, events, host functions,
- * stream capture and graphs, and the kernel-like test extensions.
+ * Driver API of the simulated device: streams, events, host functions and
+ * stream capture (graphs: driver_graph.c), and the kernel-like test extensions.
  */
 #include <stdlib.h>
 #include <string.h>

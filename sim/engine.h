@@ -28,6 +28,12 @@
  *     operation's vector clock.
  *   - sim_op_t: one queued operation (copy, memset, host function, event
  *     record, wait, stream-ordered free, fault).
+ *   - struct CUgraph_st / CUgraphNode_st: a graph, a DAG of nodes each
+ *     holding its incoming edges and, for work, an operation as a
+ *     template; struct CUgraphExec_st: an instance, its nodes ordered by
+ *     their edges, launched on lanes of its own (engine_graph.c); a
+ *     graph's allocations are blocks of the device's graph memory pool
+ *     (sim_device_t.graph_mem).
  *
  * Ordering rules (CUDA's): an operation on a context's legacy stream depends
  * on the last operation of every blocking stream of the context (created
@@ -70,6 +76,8 @@
  *   engine_mem.c     pages and addresses, the live-allocation table, host
  *                    and managed memory, memory pools
  *   engine_vmm.c     virtual memory (engine_vmm.h: shared with the driver)
+ *   engine_graph.c   graphs, their instances and launches on lanes, the
+ *                    graph memory pool
  *   engine_ipc.c     IPC between processes that both run the simulator
  *   engine_shared.c  the device shared by processes: its file, its table of
  *                    processes and their bytes, its robust lock (shared.h;
@@ -79,15 +87,16 @@
  *   driver*.c        the driver API (driver.h: entering a call): driver.c
  *                    init, devices, contexts, errors; driver_mem.c memory;
  *                    driver_copy.c copies and memsets; driver_ptr.c pointer
- *                    attributes; driver_stream.c streams, events, capture,
- *                    graphs; driver_vmm.c, driver_ipc.c; driver_module.c
+ *                    attributes; driver_stream.c streams, events, capture;
+ *                    driver_graph.c graphs; driver_vmm.c, driver_ipc.c; driver_module.c
  *                    modules, libraries and timed kernels
  *                    (module_image.c reads the images: cubin, fatbin,
  *                    PTX); driver_procaddr.c
  *                    cuGetProcAddress
  *   runtime*.c       the runtime over the driver (runtime_internal.h):
  *                    runtime_core.c, runtime_mem.c, runtime_stream.c,
- *                    runtime_module.c (registration and launch);
+ *                    runtime_module.c (registration and launch),
+ *                    runtime_graph.c (graphs built by hand);
  *                    runtime_stub.c the runtime's "not supported"
  *   stub.h           the generated weak stubs of every real entry point
  *                    not simulated (exports/cuda.txt, cudart.txt list all,

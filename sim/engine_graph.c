@@ -51,8 +51,8 @@ struct CUgraph_st *sim_graph_new(struct CUctx_st *ctx)
     return g;
 }
 
-struct CUgraphNode_st *sim_graph_node_add(struct CUgraph_st *g, CUgraphNodeType type, struct CUgraphNode_st *const *deps,
-                                          size_t n)
+struct CUgraphNode_st *sim_graph_node_add(struct CUgraph_st *g, CUgraphNodeType type,
+                                          struct CUgraphNode_st *const *deps, size_t n)
 {
     struct CUgraphNode_st *node = sim_xcalloc(1, sizeof *node);
     node->magic = SIM_MAGIC_NODE;
@@ -139,8 +139,7 @@ void sim_graph_capture_deps(struct CUstream_st *s, struct CUgraphNode_st *const 
 
 void sim_graph_capture_op(struct CUstream_st *s, sim_op_t *op)
 {
-    struct CUgraphNode_st *node =
-        sim_graph_node_add(s->capture->graph, capture_type(op), s->cap_deps, s->ncap_deps);
+    struct CUgraphNode_st *node = sim_graph_node_add(s->capture->graph, capture_type(op), s->cap_deps, s->ncap_deps);
     node->ctx = s->ctx;
     if (op->kind == SIM_OP_RECORD) {
         node->event = op->event;
@@ -161,10 +160,10 @@ void sim_graph_capture_op(struct CUstream_st *s, sim_op_t *op)
 struct sim_gblock_s {
     sim_device_t *dev;
     uintptr_t addr;
-    size_t size, len; /* requested; taken (whole pages) */
-    unsigned refs;    /* the allocation node and the instances holding it */
-    bool mapped;      /* len bytes of the pool's reserved bytes are bound to it */
-    bool live;        /* allocated by a launch and not freed since */
+    size_t size, len;    /* requested; taken (whole pages) */
+    unsigned refs;       /* the allocation node and the instances holding it */
+    bool mapped;         /* len bytes of the pool's reserved bytes are bound to it */
+    bool live;           /* allocated by a launch and not freed since */
     bool freed_in_graph; /* its graph has a free node for it */
     int end_slot;        /* the end of the last launch that used it: pending until then */
     uint64_t end_seq;
@@ -429,7 +428,8 @@ static CUresult exec_build(struct CUgraph_st *g, struct CUgraphExec_st *x, struc
     for (size_t k = 0; k < x->nnodes; k++)
         if (x->nodes[k].type == CU_GRAPH_NODE_TYPE_MEM_FREE)
             for (size_t j = 0; j < x->nnodes && !x->nodes[k].own; j++)
-                x->nodes[k].own = x->nodes[j].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && x->nodes[j].block == x->nodes[k].block;
+                x->nodes[k].own =
+                    x->nodes[j].type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && x->nodes[j].block == x->nodes[k].block;
     free(order);
     free(pos);
     free(placed);

@@ -101,8 +101,8 @@ static struct cudaMemcpy3DParms copy_1d(void *dst, const void *src, size_t count
 
 static CUDA_MEMSET_NODE_PARAMS memset_params(const struct cudaMemsetParams *p)
 {
-    return (CUDA_MEMSET_NODE_PARAMS){(CUdeviceptr)(uintptr_t)p->dst, p->pitch, p->value, p->elementSize, p->width,
-                                     p->height};
+    return (CUDA_MEMSET_NODE_PARAMS){
+        (CUdeviceptr)(uintptr_t)p->dst, p->pitch, p->value, p->elementSize, p->width, p->height};
 }
 
 _Static_assert(sizeof(struct cudaHostNodeParams) == sizeof(CUDA_HOST_NODE_PARAMS), "the same layout");
@@ -187,9 +187,9 @@ RT_API cudaError_t cudaGraphMemcpyNodeGetParams(cudaGraphNode_t node, struct cud
     pNodeParams->srcPtr = (struct cudaPitchedPtr){
         c.srcMemoryType == CU_MEMORYTYPE_HOST ? (void *)c.srcHost : (void *)(uintptr_t)c.srcDevice, c.srcPitch,
         c.WidthInBytes, c.srcHeight};
-    pNodeParams->dstPtr = (struct cudaPitchedPtr){
-        c.dstMemoryType == CU_MEMORYTYPE_HOST ? c.dstHost : (void *)(uintptr_t)c.dstDevice, c.dstPitch,
-        c.WidthInBytes, c.dstHeight};
+    pNodeParams->dstPtr =
+        (struct cudaPitchedPtr){c.dstMemoryType == CU_MEMORYTYPE_HOST ? c.dstHost : (void *)(uintptr_t)c.dstDevice,
+                                c.dstPitch, c.WidthInBytes, c.dstHeight};
     pNodeParams->srcPos = (struct cudaPos){c.srcXInBytes, c.srcY, c.srcZ};
     pNodeParams->dstPos = (struct cudaPos){c.dstXInBytes, c.dstY, c.dstZ};
     pNodeParams->extent = (struct cudaExtent){c.WidthInBytes, c.Height, c.Depth};
@@ -232,8 +232,8 @@ RT_API cudaError_t cudaGraphMemsetNodeGetParams(cudaGraphNode_t node, struct cud
     CUDA_MEMSET_NODE_PARAMS m;
     cudaError_t e = pNodeParams ? RT_FORWARD(RT_DRV->cuGraphMemsetNodeGetParams(node, &m)) : cudaErrorInvalidValue;
     if (e == cudaSuccess)
-        *pNodeParams = (struct cudaMemsetParams){(void *)(uintptr_t)m.dst, m.pitch, m.value, m.elementSize, m.width,
-                                                 m.height};
+        *pNodeParams =
+            (struct cudaMemsetParams){(void *)(uintptr_t)m.dst, m.pitch, m.value, m.elementSize, m.width, m.height};
     return rt_ret(e);
 }
 
@@ -338,8 +338,7 @@ RT_API cudaError_t cudaGraphAddMemAllocNode(cudaGraphNode_t *pGraphNode, cudaGra
 RT_API cudaError_t cudaGraphMemAllocNodeGetParams(cudaGraphNode_t node, struct cudaMemAllocNodeParams *params_out)
 {
     CUDA_MEM_ALLOC_NODE_PARAMS p;
-    cudaError_t e =
-        params_out ? RT_FORWARD(RT_DRV->cuGraphMemAllocNodeGetParams(node, &p)) : cudaErrorInvalidValue;
+    cudaError_t e = params_out ? RT_FORWARD(RT_DRV->cuGraphMemAllocNodeGetParams(node, &p)) : cudaErrorInvalidValue;
     if (e == cudaSuccess) {
         memcpy(&params_out->poolProps, &p.poolProps, sizeof p.poolProps);
         params_out->accessDescs = NULL;
@@ -568,8 +567,7 @@ RT_API cudaError_t cudaGraphExecMemsetNodeSetParams(cudaGraphExec_t hGraphExec, 
 RT_API cudaError_t cudaGraphExecHostNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
                                                   const struct cudaHostNodeParams *pNodeParams)
 {
-    return FWD(
-        RT_DRV->cuGraphExecHostNodeSetParams(hGraphExec, node, (const CUDA_HOST_NODE_PARAMS *)pNodeParams));
+    return FWD(RT_DRV->cuGraphExecHostNodeSetParams(hGraphExec, node, (const CUDA_HOST_NODE_PARAMS *)pNodeParams));
 }
 
 RT_API cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t hGraphExec, cudaGraphNode_t node,
@@ -660,8 +658,8 @@ static cudaError_t rt_get_capture_info(const rt_driver_t *d, cudaStream_t stream
 
 RT_STREAM_API(cudaStreamGetCaptureInfo, cudaStreamGetCaptureInfo_ptsz, rt_get_capture_info,
               (cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out,
-               cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out,
-               const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out),
+               cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, const cudaGraphEdgeData **edgeData_out,
+               size_t *numDependencies_out),
               stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out)
 
 static cudaError_t rt_update_capture_deps(const rt_driver_t *d, cudaStream_t stream, cudaGraphNode_t *dependencies,

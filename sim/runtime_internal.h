@@ -15,6 +15,7 @@
  *                     stream-ordered allocation and memory pools
  *   runtime_stream.c  streams, events, host functions, capture, graphs
  *   runtime_module.c  module registration and launch
+ *   runtime_graph.c   graphs built by hand, graph memory, capture info
  *   runtime_stub.c    the answer of the functions not simulated (stub.h;
  *                     shared runtimes only)
  *

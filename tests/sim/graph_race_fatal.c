@@ -41,8 +41,8 @@ int main(int argc, char **argv)
     pa.dst = pb.dst = x;
     if (check(cudaGraphAddMemsetNode(&a, g, NULL, 0, &pa), "cudaGraphAddMemsetNode") ||
         check(cudaGraphAddMemsetNode(&b, g, ordered ? &a : NULL, ordered ? 1 : 0, &pb), "cudaGraphAddMemsetNode") ||
-        check(cudaGraphInstantiate(&e, g, 0), "cudaGraphInstantiate") || check(cudaGraphLaunch(e, s), "cudaGraphLaunch") ||
-        check(cudaStreamSynchronize(s), "cudaStreamSynchronize"))
+        check(cudaGraphInstantiate(&e, g, 0), "cudaGraphInstantiate") ||
+        check(cudaGraphLaunch(e, s), "cudaGraphLaunch") || check(cudaStreamSynchronize(s), "cudaStreamSynchronize"))
         return 1;
     printf("graph ran\n");
     cudaGraphExecDestroy(e);

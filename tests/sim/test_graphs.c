@@ -416,8 +416,8 @@ static void test_capture_fork(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        RACETEST(test_fork_join),          RACETEST(test_child_clone_events), RACETEST(test_update),
-        RACETEST(test_memory_nodes),       RACETEST(test_unfreed_allocation), RACETEST(test_branches_race),
+        RACETEST(test_fork_join),    RACETEST(test_child_clone_events), RACETEST(test_update),
+        RACETEST(test_memory_nodes), RACETEST(test_unfreed_allocation), RACETEST(test_branches_race),
         RACETEST(test_capture_fork),
     };
     return cmocka_run_group_tests_name("sim.graphs", tests, group_setup, group_teardown);
