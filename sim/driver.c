@@ -124,8 +124,8 @@ SIM_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 /* The attributes of an H100 SXM5, as a program reads them: every one that
  * CUDA 13.0's cuda.h defines (the compat suite checks the list, and
  * sim_real_toolkit asks the runtime for each).  Where an H100 has a feature
- * the simulator does not model (exportable pool handles, IPC events, host
- * memory through the virtual memory API, multicast), the value says it is
+ * the simulator does not model (host memory through the virtual memory
+ * API, multicast), the value says it is
  * absent, so that programs take the path the simulator serves.  The
  * attributes that depend on the device or the configuration are computed
  * in attribute_value.  This table is the only source of device properties:
@@ -252,13 +252,13 @@ static const struct {
     [CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED] = {1, true},
     [CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS] = {1, true},
     [CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING] = {100, true},
-    [CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = {0, true},
+    [CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = {CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, true},
     [CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH] = {1, true},
     [CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED] = {1, true},
     [CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS] = {1, true},
     [CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR] = {1, true},
     [CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED] = {1, true}, /* cuMemGetHandleForAddressRange */
-    [CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED] = {0, true},
+    [CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED] = {1, true},
     [CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT] = {4, true},
     [CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED] = {1, true},
     [CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED] = {0, true},

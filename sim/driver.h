@@ -70,6 +70,16 @@ CUresult drv_access_ok(const struct CUstream_st *s, const struct cucache_sim_acc
 /* Gives op the ranges for the race detector. */
 void drv_access_set(sim_op_t *op, const struct cucache_sim_access *acc, unsigned nacc);
 
+/* A copy of n bytes or of a CUDA_MEMCPY2D on stream h (driver_copy.c):
+ * sync gives cuMemcpy's blocking of the host (device-to-device copies do
+ * not block); `what` names it in race reports. */
+CUresult drv_copy_linear(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bool ptds, bool sync,
+                         const char *what);
+CUresult drv_copy_2d(const CUDA_MEMCPY2D *p, CUstream h, bool ptds, bool sync, const char *what);
+/* A simulated kernel's fault when a declared range lies in another
+ * device's memory its context may not use (driver_peer.c), else NULL. */
+sim_op_t *drv_peer_fault(const struct CUstream_st *s, const struct cucache_sim_access *acc, unsigned nacc);
+
 /* Exports a legacy-stream entry point and its per-thread-default-stream
  * twin, both calling impl(..., ptds): the twin of a call that takes a
  * stream is name_ptsz, of one that does not (a synchronous copy) name_ptds. */

@@ -406,3 +406,18 @@ DRV_PTSZ(cuMemsetD2D16Async, set2d16_async,
 DRV_PTSZ(cuMemsetD2D32Async, set2d32_async,
          (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream),
          (dstDevice, dstPitch, ui, Width, Height, hStream))
+
+/* ------------------------------------------------------------------------
+ * For the other copies of the driver (driver.h)
+ * ---------------------------------------------------------------------- */
+
+CUresult drv_copy_linear(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bool ptds, bool sync,
+                         const char *what)
+{
+    return copy1(dst, src, n, h, ptds, sync, what);
+}
+
+CUresult drv_copy_2d(const CUDA_MEMCPY2D *p, CUstream h, bool ptds, bool sync, const char *what)
+{
+    return copy2d(p, h, ptds, sync, what);
+}

@@ -40,12 +40,19 @@ SIM_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     return drv_leave(r);
 }
 
+/* An allocation of an imported pool (cuMemPoolImportPointer): the program
+ * frees it like its own, which closes this process's mapping only. */
+static bool pool_import(const sim_alloc_t *a)
+{
+    return a->kind == SIM_ALLOC_IPC && a->pool;
+}
+
 /* A device allocation the program may free with cuMemFree. */
 static sim_alloc_t *freeable(CUdeviceptr p)
 {
     sim_alloc_t *a = sim_alloc_live(p);
     if (!a || a->addr != p || a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_REGISTERED ||
-        a->kind == SIM_ALLOC_IPC || a->kind == SIM_ALLOC_VMM)
+        (a->kind == SIM_ALLOC_IPC && !pool_import(a)) || a->kind == SIM_ALLOC_VMM)
         return NULL;
     return a;
 }
@@ -76,7 +83,10 @@ SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
     if (!a)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUctx_st *owner = a->ctx;
-    sim_alloc_release(a);
+    if (pool_import(a))
+        sim_ipc_free_import(a);
+    else
+        sim_alloc_release(a);
     return drv_leave(owner->sticky);
 }
 
@@ -267,8 +277,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
     DRV_ENTER(ctx);
     if (!dptr || size == 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    if (pool && !handle_is(pool, SIM_MAGIC_POOL))
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (pool && (!handle_is(pool, SIM_MAGIC_POOL) || pool->imported))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE); /* an imported pool makes no allocations */
     struct CUstream_st *s = NULL;
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && !pool)
@@ -316,8 +326,10 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
     sim_alloc_t *a = sim_alloc_exact(dptr);
     bool pooled = a && a->kind == SIM_ALLOC_POOL;
     /* cuMemAlloc memory may be freed in stream order too: it goes back to
-     * the device when the free runs. */
-    if (!a || a->freeing || (a->kind != SIM_ALLOC_POOL && a->kind != SIM_ALLOC_DEVICE) || (pooled && a->pool_free))
+     * the device when the free runs (an imported pool's allocation: its
+     * mapping is closed then). */
+    if (!a || a->freeing || (a->kind != SIM_ALLOC_POOL && a->kind != SIM_ALLOC_DEVICE && !pool_import(a)) ||
+        (pooled && a->pool_free))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUstream_st *s = NULL;
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
@@ -393,7 +405,7 @@ SIM_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     DRV_ENTER_ANY();
     if (dev < 0 || dev >= sim.ndev)
         return drv_leave(CUDA_ERROR_INVALID_DEVICE);
-    if (!handle_is(pool, SIM_MAGIC_POOL) || pool->dev != &sim.dev[dev])
+    if (!handle_is(pool, SIM_MAGIC_POOL) || pool->dev != &sim.dev[dev] || pool->imported)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     sim.dev[dev].current_pool = pool;
     return drv_leave(CUDA_SUCCESS);
@@ -407,7 +419,11 @@ SIM_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolP
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (poolProps->location.id < 0 || poolProps->location.id >= sim.ndev)
         return drv_leave(CUDA_ERROR_INVALID_DEVICE);
+    /* a descriptor is the one handle type of Linux (driver_pool_share.c) */
+    if (poolProps->handleTypes & ~(unsigned)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return drv_leave(CUDA_ERROR_NOT_SUPPORTED);
     *pool = sim_pool_new(&sim.dev[poolProps->location.id], false);
+    (*pool)->handle_types = (unsigned)poolProps->handleTypes;
     return drv_leave(CUDA_SUCCESS);
 }
 

@@ -113,6 +113,16 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt
             sim_graph_capture_deps(s, &e->cap_node, 1, true);
         return drv_leave(CUDA_SUCCESS);
     }
+    uint64_t foreign = sim_ipc_event_foreign(e);
+    if (foreign) {
+        /* another process recorded it last: a wait in real time, which a
+         * graph cannot hold */
+        if (s->capture) {
+            s->capture->invalidated = true;
+            return drv_leave(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+        }
+        return drv_leave(sim_enqueue(s, sim_ipc_event_wait_op(e, foreign)));
+    }
     if (!e->recorded || s->capture)
         return drv_leave(CUDA_SUCCESS);
     sim_op_t *op = sim_op_new(SIM_OP_WAIT, "cuStreamWaitEvent");
@@ -189,6 +199,9 @@ static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct c
         r = drv_access_ok(s, acc, nacc);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
+    sim_op_t *fault = kernel ? drv_peer_fault(s, acc, nacc) : NULL;
+    if (fault) /* another device's memory without access: the kernel faults, as on a GPU */
+        return drv_leave(sim_enqueue(s, fault));
     sim_op_t *op = sim_op_new(SIM_OP_HOSTFN, kernel ? "simulated kernel" : "host function");
     op->fn = fn;
     op->arg = arg;
@@ -256,12 +269,17 @@ SIM_API CUresult cucacheSimLaunchFault(CUstream hStream)
 SIM_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
     DRV_ENTER(ctx);
-    if (!phEvent || (Flags & ~7u))
+    if (!phEvent || (Flags & ~7u) || ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUevent_st *e = sim_xcalloc(1, sizeof *e);
     e->magic = SIM_MAGIC_EVENT;
     e->flags = Flags;
     e->ctx = ctx;
+    CUresult r = Flags & CU_EVENT_INTERPROCESS ? sim_ipc_event_create(e) : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return drv_leave(r);
+    }
     handle_add(e, SIM_MAGIC_EVENT);
     *phEvent = e;
     return drv_leave(CUDA_SUCCESS);
@@ -310,6 +328,9 @@ SIM_API CUresult cuEventQuery(CUevent hEvent)
         return drv_leave(r);
     if (hEvent->ctx->sticky != CUDA_SUCCESS)
         return drv_leave(hEvent->ctx->sticky);
+    uint64_t foreign = sim_ipc_event_foreign(hEvent);
+    if (foreign)
+        return drv_leave(sim_ipc_event_reached(hEvent, foreign) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY);
     if (!hEvent->recorded)
         return drv_leave(CUDA_SUCCESS);
     if (sim.completed[hEvent->slot] < hEvent->seq)
@@ -325,6 +346,12 @@ SIM_API CUresult cuEventSynchronize(CUevent hEvent)
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     struct CUevent_st *e = hEvent;
+    uint64_t foreign = sim_ipc_event_foreign(e);
+    if (foreign) {
+        /* another process's record: read its completion from the slot */
+        sim_ipc_event_host_wait(e, foreign);
+        return drv_leave(e->ctx->sticky);
+    }
     if (e->recorded) {
         sim_vc_t *vc = vc_retain(e->vc);
         struct CUctx_st *ctx = e->ctx;

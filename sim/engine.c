@@ -386,6 +386,7 @@ static void ctx_teardown(struct CUctx_st *ctx)
                 sim_event_free(evs[i]);
         }
     free(evs);
+    sim_peer_forget(ctx);
     sim_modules_free_ctx(ctx);
     sim_free_ctx_memory(ctx);
     ctx->generation++;

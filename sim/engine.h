@@ -323,6 +323,8 @@ struct CUevent_st {
     struct CUgraphNode_st *cap_node; /* ... as this node: a wait on it follows the node */
     unsigned pending;        /* record ops queued and not yet run */
     bool dead;               /* destroyed; freed when pending reaches 0 */
+    struct sim_ipc_event_s *ipc; /* CU_EVENT_INTERPROCESS: its slot shared with other processes (engine_ipc.c) */
+    uint64_t ipc_gen;            /* the number of this process's last record of it in that slot (0: none) */
 };
 
 struct CUmemPoolHandle_st {
@@ -334,6 +336,11 @@ struct CUmemPoolHandle_st {
     uint64_t used_cur, used_high;         /* bytes handed to the program */
     int reuse_follow_events, reuse_opportunistic, reuse_internal_deps;
     bool dead; /* destroyed by the program; freed with its last block */
+    unsigned handle_types;           /* CUmemAllocationHandleType bits it may be exported as (the default: none) */
+    uint8_t access[SIM_MAX_DEVICES]; /* CU_MEM_ACCESS_FLAGS_PROT_* of each device (cuMemPoolSetAccess) */
+    bool imported;                   /* another process's pool (cuMemPoolImportFromShareableHandle): no allocations */
+    int32_t exporter_pid;            /* imported: the exporting process and its IPC table's nonce */
+    uint64_t exporter_nonce;
 };
 
 /* Graphs (engine_graph.c; the API is driver_graph.c).  A graph is a DAG of
@@ -510,6 +517,7 @@ struct sim_op_s {
     CUstream cb_stream;
     void *staging; /* owned copy of pageable host source (rows packed) */
     struct CUevent_st *event;
+    uint64_t ipc_gen; /* RECORD of an IPC event: its number in the event's shared slot (engine_ipc.c) */
     uintptr_t free_addr;
 };
 
@@ -720,10 +728,16 @@ typedef struct sim_ipc_handle_s {
 } sim_ipc_handle_t;
 _Static_assert(sizeof(struct sim_ipc_handle_s) == CU_IPC_HANDLE_SIZE, "an IPC handle is 64 bytes");
 
-/* Fills the handle of a live cuMemAlloc allocation (exporting it). */
-CUresult sim_ipc_export(sim_alloc_t *a, sim_ipc_handle_t *h);
-/* Maps another process's export into ctx's device; *out is the address. */
-CUresult sim_ipc_open(struct CUctx_st *ctx, const sim_ipc_handle_t *h, uintptr_t *out);
+/* The magics of the two handles of an allocation: cuIpcGetMemHandle's and
+ * cuMemPoolExportPointer's (an allocation of an exported pool). */
+#define SIM_IPC_MAGIC_MEM "CUSIMIPC"
+#define SIM_IPC_MAGIC_POOL_PTR "CUSIMPPT"
+/* Fills the handle of a live device allocation (exporting it) with magic. */
+CUresult sim_ipc_export(sim_alloc_t *a, const char magic[8], sim_ipc_handle_t *h);
+/* Maps another process's export of that magic into device dev's addresses
+ * for ctx (which owns the mapping); *out is the address. */
+CUresult sim_ipc_open(struct CUctx_st *ctx, sim_device_t *dev, const char magic[8], const sim_ipc_handle_t *h,
+                      uintptr_t *out);
 /* Closes one open of the import at addr (all: every open). */
 CUresult sim_ipc_close(uintptr_t addr, bool all);
 /* The import at addr, if any: its device (for the wait before the last
@@ -735,6 +749,60 @@ bool sim_ipc_freeing(sim_alloc_t *a);
 /* Gives back the memory of exports freed while open that every importer
  * has closed since. */
 void sim_ipc_sweep(void);
+/* This process's pid and the nonce of its export table (created if need
+ * be): who an exported pool belongs to. */
+CUresult sim_ipc_identity(int32_t *pid, uint64_t *nonce);
+/* The import at a (an allocation of an imported pool) is freed by the
+ * program (cuMemFree, cuMemFreeAsync as it runs): one open is closed. */
+void sim_ipc_free_import(sim_alloc_t *a);
+
+/* IPC events (engine_ipc.c; the API is driver_ipc.c).  An event created
+ * with CU_EVENT_INTERPROCESS has a slot in the export table from its
+ * creation; every record of it, in any process, takes the next number of
+ * the slot, and the slot keeps the highest number whose record completed.
+ * The processes share no clocks: where the latest record is another
+ * process's, a wait (cuStreamWaitEvent) is an operation that waits, in real
+ * time, until that number completed, and the host's query or synchronise
+ * reads it; where it is this process's own, the event behaves as any. */
+typedef struct sim_ipc_event_s sim_ipc_event_t;
+/* The 64 bytes of a CUipcEventHandle, as the simulated driver fills them. */
+typedef struct sim_ipc_event_handle_s {
+    char magic[8];    /* "CUSIMIPE" */
+    uint32_t version; /* the table's layout */
+    int32_t pid;      /* the exporter */
+    int32_t table_fd; /* its descriptor of the export table */
+    uint32_t slot;    /* the event's slot */
+    uint64_t id;      /* the event's id in the exporter (the slot must hold it) */
+    uint64_t nonce;   /* the table's */
+    uint32_t device;  /* the event's device ordinal */
+    uint8_t pad[20];
+} sim_ipc_event_handle_t;
+_Static_assert(sizeof(struct sim_ipc_event_handle_s) == CU_IPC_HANDLE_SIZE, "an IPC event handle is 64 bytes");
+/* Gives an interprocess event its slot (cuEventCreate). */
+CUresult sim_ipc_event_create(struct CUevent_st *e);
+CUresult sim_ipc_event_export(const struct CUevent_st *e, sim_ipc_event_handle_t *h);
+/* Opens another process's event as a new event of ctx. */
+CUresult sim_ipc_event_open(struct CUctx_st *ctx, const sim_ipc_event_handle_t *h, struct CUevent_st **out);
+/* The number of a record of e being queued (sim_enqueue) / that completed. */
+uint64_t sim_ipc_event_recorded(struct CUevent_st *e);
+void sim_ipc_event_done(struct CUevent_st *e, uint64_t gen);
+/* The event is freed: its slot is given back (exporter) or closed. */
+void sim_ipc_event_release(struct CUevent_st *e);
+/* The number of e's latest record when another process made it (the
+ * caller then waits for that number), else 0 (none, or this process's own:
+ * the local event says all). */
+uint64_t sim_ipc_event_foreign(const struct CUevent_st *e);
+/* Whether the record numbered gen (or a later one) completed. */
+bool sim_ipc_event_reached(const struct CUevent_st *e, uint64_t gen);
+/* The host waits for that (sim.lock held; dropped while it polls). */
+void sim_ipc_event_host_wait(const struct CUevent_st *e, uint64_t gen);
+/* A wait for record gen of e, for a stream (not capturable). */
+sim_op_t *sim_ipc_event_wait_op(const struct CUevent_st *e, uint64_t gen);
+
+/* Peers (driver_peer.c) */
+/* The context is going: every peer access to or from it goes. */
+void sim_peer_forget(struct CUctx_st *ctx);
+
 /* Returns a kept allocation's pages and addresses (engine_mem.c). */
 void sim_dev_release_range(int device, uintptr_t addr, size_t reserved);
 /* Addresses only, no pages: for mapping another process's memory. */

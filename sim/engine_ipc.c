@@ -27,6 +27,23 @@
  * CUDA_ERROR_INVALID_HANDLE, opening in the exporting process is
  * CUDA_ERROR_INVALID_CONTEXT (as the real driver answers), closing an
  * address that is not open is CUDA_ERROR_INVALID_VALUE.
+ *
+ * The same mapping serves the allocations of an exported pool
+ * (cuMemPoolExportPointer, driver_pool_share.c): their handle has its own
+ * magic, and the importer's mapping is freed with cuMemFree or
+ * cuMemFreeAsync instead of closed.  Either way the importer charges no
+ * pages: the exporter holds them, so a shared device (CUCACHE_SIM_SHARED)
+ * counts the bytes once.
+ *
+ * Events.  The table also has a slot per interprocess event (engine.h, "IPC
+ * events"): its id, state and importers' open count as above, the number
+ * of its latest record (taken by whichever process records it) and the
+ * highest number whose record completed.  A foreign record is waited for
+ * by polling that number: a wait on an imported event ends, in real time,
+ * once the exporter's record completed (its device time included), and the
+ * race detector, whose clocks do not span processes, learns nothing from
+ * it.  The tables of other processes that events were opened from stay
+ * mapped for the life of the process (a queued wait may still read one).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,9 +58,12 @@
 
 #include "engine.h"
 
-#define IPC_MAGIC "CUSIMIPC"
-#define IPC_VERSION 1u
+#define IPC_MAGIC SIM_IPC_MAGIC_MEM /* the table's */
+#define IPC_EVENT_MAGIC "CUSIMIPE"
+#define IPC_VERSION 2u
 #define IPC_SLOTS 4096u
+#define IPC_EVENT_SLOTS 1024u
+#define IPC_POLL_US 20 /* how often a foreign record's completion is read */
 
 enum { SLOT_EMPTY = 0, SLOT_LIVE = 1, SLOT_FREED = 2 };
 
@@ -53,15 +73,32 @@ typedef struct slot_s {
     _Atomic uint32_t opens; /* importers' mappings */
 } slot_t;
 
+/* An interprocess event's slot. */
+typedef struct event_slot_s {
+    _Atomic uint64_t id;       /* the event's id in the exporter */
+    _Atomic uint32_t state;    /* SLOT_* */
+    _Atomic uint32_t opens;    /* importers' events */
+    _Atomic uint64_t recorded; /* the number of the latest record (any process), 0: never recorded */
+    _Atomic uint64_t done;     /* the highest number whose record completed */
+} event_slot_t;
+
 typedef struct table_s {
     char magic[8];
     uint64_t nonce;
+    uint32_t version; /* IPC_VERSION */
     uint32_t nslots;
-    uint32_t pad;
-    slot_t slot[];
+    slot_t slot[IPC_SLOTS];
+    event_slot_t event[IPC_EVENT_SLOTS];
 } table_t;
 
-#define TABLE_BYTES (sizeof(table_t) + IPC_SLOTS * sizeof(slot_t))
+#define TABLE_BYTES sizeof(table_t)
+
+/* An interprocess event's share: its slot, in this process's table
+ * (exported) or another's (imported). */
+struct sim_ipc_event_s {
+    event_slot_t *slot;
+    bool imported;
+};
 
 /* An export freed while open: its memory, kept until opens reaches 0. */
 typedef struct kept_s {
@@ -92,6 +129,13 @@ static struct {
     size_t nkept, cap_kept;
     import_t *imports;
     size_t nimports, cap_imports;
+    uint64_t event_ids;  /* last id given to an interprocess event */
+    struct remote_s {    /* other processes' tables that events were opened from */
+        int32_t pid;
+        uint64_t nonce;
+        table_t *table;
+    } *remotes;
+    size_t nremotes, cap_remotes;
 } ipc;
 
 /* ------------------------------------------------------------------------
@@ -117,13 +161,26 @@ static CUresult table_create(void)
     clock_gettime(CLOCK_REALTIME, &ts);
     memcpy(t->magic, IPC_MAGIC, 8);
     t->nonce = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 17) ^ (uintptr_t)t;
+    t->version = IPC_VERSION;
     t->nslots = IPC_SLOTS;
     ipc.table = t;
     ipc.table_fd = fd;
     return CUDA_SUCCESS;
 }
 
-CUresult sim_ipc_export(sim_alloc_t *a, sim_ipc_handle_t *h)
+CUresult sim_ipc_identity(int32_t *pid, uint64_t *nonce)
+{
+    if (!ipc.table) {
+        CUresult r = table_create();
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    *pid = (int32_t)getpid();
+    *nonce = ipc.table->nonce;
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_ipc_export(sim_alloc_t *a, const char magic[8], sim_ipc_handle_t *h)
 {
     if (!ipc.table) {
         CUresult r = table_create();
@@ -144,7 +201,7 @@ CUresult sim_ipc_export(sim_alloc_t *a, sim_ipc_handle_t *h)
     }
     sim_device_t *d = &sim.dev[a->device];
     memset(h, 0, sizeof *h);
-    memcpy(h->magic, IPC_MAGIC, 8);
+    memcpy(h->magic, magic, 8);
     h->version = IPC_VERSION;
     h->pid = (int32_t)getpid();
     h->mem_fd = d->memfd;
@@ -211,24 +268,37 @@ static import_t *import_find(const sim_ipc_handle_t *h)
     return NULL;
 }
 
-/* Maps the exporter's table and counts this process's open on the slot:
- * CUDA_SUCCESS with *out, or the error for a stale or foreign handle. */
-static CUresult remote_open(const sim_ipc_handle_t *h, table_t **out)
+/* Maps the export table that process pid has as descriptor fd, if its
+ * nonce is `nonce`; NULL when the exporter is gone (or another process now
+ * has its pid). */
+static table_t *remote_map(int32_t pid, int32_t fd_no, uint64_t nonce)
 {
-    int fd = peer_fd(h->pid, h->table_fd);
+    int fd = peer_fd(pid, fd_no);
     if (fd < 0)
-        return CUDA_ERROR_INVALID_HANDLE; /* the exporter is gone */
+        return NULL;
     struct stat st;
     table_t *t = MAP_FAILED;
     if (fstat(fd, &st) == 0 && (size_t)st.st_size == TABLE_BYTES)
         t = mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (t == MAP_FAILED)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (memcmp(t->magic, IPC_MAGIC, 8) != 0 || t->nonce != h->nonce || t->nslots != IPC_SLOTS) {
+        return NULL;
+    if (memcmp(t->magic, IPC_MAGIC, 8) != 0 || t->nonce != nonce || t->version != IPC_VERSION ||
+        t->nslots != IPC_SLOTS) {
         munmap(t, TABLE_BYTES);
-        return CUDA_ERROR_INVALID_HANDLE; /* another process now has that pid */
+        return NULL;
     }
+    madvise(t, TABLE_BYTES, MADV_DONTFORK);
+    return t;
+}
+
+/* Maps the exporter's table and counts this process's open on the slot:
+ * CUDA_SUCCESS with *out, or the error for a stale or foreign handle. */
+static CUresult remote_open(const sim_ipc_handle_t *h, table_t **out)
+{
+    table_t *t = remote_map(h->pid, h->table_fd, h->nonce);
+    if (!t)
+        return CUDA_ERROR_INVALID_HANDLE; /* the exporter is gone */
     slot_t *s = &t->slot[h->slot];
     atomic_fetch_add(&s->opens, 1);
     if (atomic_load(&s->state) != SLOT_LIVE || atomic_load(&s->buffer_id) != h->buffer_id) {
@@ -236,7 +306,6 @@ static CUresult remote_open(const sim_ipc_handle_t *h, table_t **out)
         munmap(t, TABLE_BYTES);
         return CUDA_ERROR_INVALID_HANDLE; /* freed since it was exported */
     }
-    madvise(t, TABLE_BYTES, MADV_DONTFORK);
     *out = t;
     return CUDA_SUCCESS;
 }
@@ -247,9 +316,10 @@ static void remote_close(table_t *t, uint32_t slot)
     munmap(t, TABLE_BYTES);
 }
 
-CUresult sim_ipc_open(struct CUctx_st *ctx, const sim_ipc_handle_t *h, uintptr_t *out)
+CUresult sim_ipc_open(struct CUctx_st *ctx, sim_device_t *d, const char magic[8], const sim_ipc_handle_t *h,
+                      uintptr_t *out)
 {
-    if (memcmp(h->magic, IPC_MAGIC, 8) != 0 || h->version != IPC_VERSION || h->slot >= IPC_SLOTS || h->size == 0 ||
+    if (memcmp(h->magic, magic, 8) != 0 || h->version != IPC_VERSION || h->slot >= IPC_SLOTS || h->size == 0 ||
         h->pid <= 0 || h->offset > SIZE_MAX - h->size)
         return CUDA_ERROR_INVALID_VALUE;
     if (h->pid == (int32_t)getpid())
@@ -267,7 +337,6 @@ CUresult sim_ipc_open(struct CUctx_st *ctx, const sim_ipc_handle_t *h, uintptr_t
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uint64_t lo = h->offset & ~(uint64_t)(page - 1);
     size_t map_len = (size_t)((h->offset + sim_dev_round(h->size) - lo + page - 1) / page * page);
-    sim_device_t *d = ctx->dev;
     uintptr_t va = sim_dev_addr_take(d, map_len);
     int fd = va ? peer_fd(h->pid, h->mem_fd) : -1;
     void *p = fd >= 0 ? mmap((void *)va, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, (off_t)lo)
@@ -284,7 +353,8 @@ CUresult sim_ipc_open(struct CUctx_st *ctx, const sim_ipc_handle_t *h, uintptr_t
     m = &ipc.imports[ipc.nimports++];
     *m = (import_t){h->pid, h->nonce, h->slot, h->buffer_id, 1, va + (uintptr_t)(h->offset - lo), va, map_len,
                     d->ordinal, t};
-    sim_alloc_add(m->addr, (size_t)h->size, SIM_ALLOC_IPC, 0, ctx);
+    sim_alloc_t *a = sim_alloc_new(m->addr, (size_t)h->size, SIM_ALLOC_IPC, d->ordinal);
+    a->ctx = ctx;
     *out = m->addr;
     return CUDA_SUCCESS;
 }
@@ -328,4 +398,174 @@ CUresult sim_ipc_close(uintptr_t addr, bool all)
         return CUDA_SUCCESS;
     }
     return CUDA_ERROR_INVALID_VALUE;
+}
+
+void sim_ipc_free_import(sim_alloc_t *a)
+{
+    uintptr_t addr = a->addr;
+    for (size_t i = 0; i < ipc.nimports; i++)
+        if (ipc.imports[i].addr == addr && ipc.imports[i].refs > 1) {
+            ipc.imports[i].refs--;
+            a->freeing = false; /* still open: usable again */
+            return;
+        }
+    sim_ipc_close(addr, false);
+}
+
+/* ------------------------------------------------------------------------
+ * Events
+ * ---------------------------------------------------------------------- */
+
+CUresult sim_ipc_event_create(struct CUevent_st *e)
+{
+    if (!ipc.table) {
+        CUresult r = table_create();
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    for (uint32_t i = 0; i < IPC_EVENT_SLOTS; i++) {
+        event_slot_t *s = &ipc.table->event[i];
+        if (atomic_load(&s->state) != SLOT_EMPTY || atomic_load(&s->opens) != 0)
+            continue;
+        atomic_store(&s->id, ++ipc.event_ids);
+        atomic_store(&s->recorded, 0);
+        atomic_store(&s->done, 0);
+        atomic_store(&s->state, SLOT_LIVE);
+        e->ipc = sim_xcalloc(1, sizeof *e->ipc);
+        e->ipc->slot = s;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY; /* IPC_EVENT_SLOTS interprocess events live at once */
+}
+
+CUresult sim_ipc_event_export(const struct CUevent_st *e, sim_ipc_event_handle_t *h)
+{
+    if (!e->ipc || e->ipc->imported)
+        return CUDA_ERROR_INVALID_HANDLE;
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, IPC_EVENT_MAGIC, 8);
+    h->version = IPC_VERSION;
+    h->pid = (int32_t)getpid();
+    h->table_fd = ipc.table_fd;
+    h->slot = (uint32_t)(e->ipc->slot - ipc.table->event);
+    h->id = atomic_load(&e->ipc->slot->id);
+    h->nonce = ipc.table->nonce;
+    h->device = (uint32_t)e->ctx->dev->ordinal;
+    return CUDA_SUCCESS;
+}
+
+/* The table of an exporter, mapped once for the life of the process. */
+static table_t *remote_table(const sim_ipc_event_handle_t *h)
+{
+    for (size_t i = 0; i < ipc.nremotes; i++)
+        if (ipc.remotes[i].pid == h->pid && ipc.remotes[i].nonce == h->nonce)
+            return ipc.remotes[i].table;
+    table_t *t = remote_map(h->pid, h->table_fd, h->nonce);
+    if (!t)
+        return NULL;
+    ipc.remotes = sim_array_room(ipc.remotes, ipc.nremotes, &ipc.cap_remotes, sizeof *ipc.remotes, 4);
+    ipc.remotes[ipc.nremotes++] = (struct remote_s){h->pid, h->nonce, t};
+    return t;
+}
+
+CUresult sim_ipc_event_open(struct CUctx_st *ctx, const sim_ipc_event_handle_t *h, struct CUevent_st **out)
+{
+    if (memcmp(h->magic, IPC_EVENT_MAGIC, 8) != 0 || h->version != IPC_VERSION || h->slot >= IPC_EVENT_SLOTS ||
+        h->pid <= 0 || h->id == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (h->pid == (int32_t)getpid())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    table_t *t = remote_table(h);
+    if (!t)
+        return CUDA_ERROR_INVALID_HANDLE; /* the exporter is gone */
+    event_slot_t *s = &t->event[h->slot];
+    atomic_fetch_add(&s->opens, 1);
+    if (atomic_load(&s->state) != SLOT_LIVE || atomic_load(&s->id) != h->id) {
+        atomic_fetch_sub(&s->opens, 1);
+        return CUDA_ERROR_INVALID_HANDLE; /* destroyed since it was exported */
+    }
+    struct CUevent_st *e = sim_xcalloc(1, sizeof *e);
+    e->magic = SIM_MAGIC_EVENT;
+    e->flags = CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
+    e->ctx = ctx;
+    e->ipc = sim_xcalloc(1, sizeof *e->ipc);
+    e->ipc->slot = s;
+    e->ipc->imported = true;
+    *out = e;
+    return CUDA_SUCCESS;
+}
+
+uint64_t sim_ipc_event_recorded(struct CUevent_st *e)
+{
+    e->ipc_gen = atomic_fetch_add(&e->ipc->slot->recorded, 1) + 1;
+    return e->ipc_gen;
+}
+
+void sim_ipc_event_done(struct CUevent_st *e, uint64_t gen)
+{
+    _Atomic uint64_t *done = &e->ipc->slot->done;
+    uint64_t cur = atomic_load(done);
+    while (cur < gen && !atomic_compare_exchange_weak(done, &cur, gen))
+        ;
+}
+
+void sim_ipc_event_release(struct CUevent_st *e)
+{
+    if (!e->ipc)
+        return;
+    event_slot_t *s = e->ipc->slot;
+    if (e->ipc->imported)
+        atomic_fetch_sub(&s->opens, 1);
+    else
+        atomic_store(&s->state, SLOT_EMPTY); /* taken again once no importer has it open */
+    free(e->ipc);
+    e->ipc = NULL;
+}
+
+uint64_t sim_ipc_event_foreign(const struct CUevent_st *e)
+{
+    if (!e->ipc)
+        return 0;
+    uint64_t latest = atomic_load(&e->ipc->slot->recorded);
+    return latest == e->ipc_gen ? 0 : latest;
+}
+
+bool sim_ipc_event_reached(const struct CUevent_st *e, uint64_t gen)
+{
+    return atomic_load(&e->ipc->slot->done) >= gen;
+}
+
+void sim_ipc_event_host_wait(const struct CUevent_st *e, uint64_t gen)
+{
+    _Atomic uint64_t *done = &e->ipc->slot->done; /* the event may be destroyed meanwhile, the slot stays mapped */
+    while (atomic_load(done) < gen) {
+        sim_unlock();
+        sim_sleep_us(IPC_POLL_US);
+        sim_lock();
+    }
+}
+
+/* What a wait op polls: the slot's completed number and the one wanted. */
+typedef struct ipc_wait_s {
+    _Atomic uint64_t *done;
+    uint64_t gen;
+} ipc_wait_t;
+
+/* A wait op's body, on its stream's worker without the lock. */
+static void ipc_wait_run(void *arg)
+{
+    ipc_wait_t *w = arg;
+    while (atomic_load(w->done) < w->gen)
+        sim_sleep_us(IPC_POLL_US);
+}
+
+sim_op_t *sim_ipc_event_wait_op(const struct CUevent_st *e, uint64_t gen)
+{
+    sim_op_t *op = sim_op_new(SIM_OP_HOSTFN, "cuStreamWaitEvent (interprocess)");
+    ipc_wait_t *w = sim_xmalloc(sizeof *w);
+    *w = (ipc_wait_t){&e->ipc->slot->done, gen};
+    op->fn = ipc_wait_run;
+    op->arg = w;
+    op->staging = w; /* freed with the op */
+    return op;
 }

@@ -495,6 +495,7 @@ struct CUmemPoolHandle_st *sim_pool_new(sim_device_t *dev, bool is_default)
     p->reuse_follow_events = 1;
     p->reuse_opportunistic = 1;
     p->reuse_internal_deps = 1;
+    p->access[dev->ordinal] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     handle_add(p, SIM_MAGIC_POOL);
     return p;
 }

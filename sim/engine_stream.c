@@ -244,6 +244,8 @@ static void op_complete(struct CUstream_st *s, sim_op_t *op, uint64_t end)
             e->done = true;
             e->time_ns = end;
         }
+        if (op->ipc_gen)
+            sim_ipc_event_done(e, op->ipc_gen); /* other processes see it complete */
         if (--e->pending == 0 && e->dead)
             sim_event_free(e);
     }
@@ -309,6 +311,8 @@ CUresult sim_enqueue(struct CUstream_st *s, sim_op_t *op)
         e->done = false;
         e->captured = NULL;
         e->pending++;
+        if (e->ipc)
+            op->ipc_gen = sim_ipc_event_recorded(e);
     }
     if (sim.cfg.race)
         race_check_and_add(op);
@@ -485,7 +489,9 @@ static void *stream_worker(void *arg)
              * free itself (the allocation is the ordering the detector
              * cannot see). */
             sim_alloc_t *a = sim_alloc_exact(op->free_addr);
-            if (a && a->freeing) {
+            if (a && a->freeing && a->kind == SIM_ALLOC_IPC) {
+                sim_ipc_free_import(a); /* an imported pool's allocation: this process's mapping only */
+            } else if (a && a->freeing) {
                 race_forget(a->addr, a->addr + a->reserved);
                 sim_dev_free(a);
             }
@@ -520,6 +526,7 @@ sim_device_t *sim_device_of(uintptr_t addr)
 
 void sim_event_free(struct CUevent_st *e)
 {
+    sim_ipc_event_release(e);
     vc_release(e->vc);
     e->magic = SIM_MAGIC_DEAD;
     sim_handle_release(e);

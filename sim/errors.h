@@ -23,6 +23,11 @@
     X(CUDA_ERROR_NOT_FOUND, cudaErrorSymbolNotFound, "named symbol not found")                                         \
     X(CUDA_ERROR_NOT_READY, cudaErrorNotReady, "device not ready")                                                     \
     X(CUDA_ERROR_ILLEGAL_ADDRESS, cudaErrorIllegalAddress, "an illegal memory access was encountered")                 \
+    X(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, cudaErrorPeerAccessUnsupported,                                              \
+      "peer access is not supported between these two devices")                                                        \
+    X(CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, cudaErrorPeerAccessAlreadyEnabled, "peer access is already enabled")     \
+    X(CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, cudaErrorPeerAccessNotEnabled, "peer access has not been enabled")           \
+    X(CUDA_ERROR_TOO_MANY_PEERS, cudaErrorTooManyPeers, "peer mapping resources exhausted")                           \
     X(CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorContextIsDestroyed, "context is destroyed")                            \
     X(CUDA_ERROR_LAUNCH_FAILED, cudaErrorLaunchFailure, "unspecified launch failure")                                  \
     X(CUDA_ERROR_NOT_PERMITTED, cudaErrorNotPermitted, "operation not permitted")                                      \

@@ -236,9 +236,7 @@ static cudaError_t rt_ready_device(int ordinal, CUdevice *dev)
     return e != cudaSuccess ? e : rt_device(ordinal, dev);
 }
 
-/* Slow path of rt_enter: retains the device's primary context if needed and
- * makes it current on this thread if the thread's cache says otherwise. */
-static cudaError_t rt_ctx_bind(int ordinal, unsigned gen)
+cudaError_t rt_primary_ctx(int ordinal, CUcontext *out)
 {
     CUdevice dev;
     cudaError_t e = rt_device(ordinal, &dev);
@@ -248,12 +246,21 @@ static cudaError_t rt_ctx_bind(int ordinal, unsigned gen)
     pthread_mutex_lock(&rt_ctx_lock);
     if (!rt_primary[ordinal])
         r = rt_drv[RT_LEGACY].cuDevicePrimaryCtxRetain(&rt_primary[ordinal], dev);
-    CUcontext ctx = rt_primary[ordinal];
+    *out = rt_primary[ordinal];
     pthread_mutex_unlock(&rt_ctx_lock);
-    if (r != CUDA_SUCCESS)
-        return rt_err(r);
+    return rt_err(r);
+}
+
+/* Slow path of rt_enter: retains the device's primary context if needed and
+ * makes it current on this thread if the thread's cache says otherwise. */
+static cudaError_t rt_ctx_bind(int ordinal, unsigned gen)
+{
+    CUcontext ctx = NULL;
+    cudaError_t e = rt_primary_ctx(ordinal, &ctx);
+    if (e != cudaSuccess)
+        return e;
     if (ctx != rt_tls_ctx || gen != rt_tls_ctx_gen) {
-        r = rt_drv[RT_LEGACY].cuCtxSetCurrent(ctx);
+        CUresult r = rt_drv[RT_LEGACY].cuCtxSetCurrent(ctx);
         if (r != CUDA_SUCCESS)
             return rt_err(r);
     }

@@ -16,6 +16,8 @@
  *   runtime_stream.c  streams, events, host functions, capture, graphs
  *   runtime_module.c  module registration and launch
  *   runtime_graph.c   graphs built by hand, graph memory, capture info
+ *   runtime_peer.c    peer access and copies, IPC events, pools shared
+ *                     between processes
  *   runtime_stub.c    the answer of the functions not simulated (stub.h;
  *                     shared runtimes only)
  *
@@ -92,6 +94,14 @@
     X(cuIpcGetMemHandle, "cuIpcGetMemHandle")                                                                          \
     X(cuIpcOpenMemHandle_v2, "cuIpcOpenMemHandle")                                                                     \
     X(cuIpcCloseMemHandle, "cuIpcCloseMemHandle")                                                                      \
+    X(cuIpcGetEventHandle, "cuIpcGetEventHandle")                                                                      \
+    X(cuIpcOpenEventHandle, "cuIpcOpenEventHandle")                                                                    \
+    X(cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer")                                                                  \
+    X(cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess")                                                                  \
+    X(cuCtxDisablePeerAccess, "cuCtxDisablePeerAccess")                                                                \
+    X(cuDeviceGetP2PAttribute, "cuDeviceGetP2PAttribute")                                                              \
+    X(cuMemcpyPeer, "cuMemcpyPeer")                                                                                    \
+    X(cuMemcpyPeerAsync, "cuMemcpyPeerAsync")                                                                          \
     X(cuMemcpy, "cuMemcpy")                                                                                            \
     X(cuMemcpyAsync, "cuMemcpyAsync")                                                                                  \
     X(cuMemsetD8_v2, "cuMemsetD8")                                                                                     \
@@ -104,6 +114,12 @@
     X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                                                                  \
     X(cuMemPoolGetAttribute, "cuMemPoolGetAttribute")                                                                  \
     X(cuMemPoolTrimTo, "cuMemPoolTrimTo")                                                                              \
+    X(cuMemPoolSetAccess, "cuMemPoolSetAccess")                                                                        \
+    X(cuMemPoolGetAccess, "cuMemPoolGetAccess")                                                                        \
+    X(cuMemPoolExportToShareableHandle, "cuMemPoolExportToShareableHandle")                                            \
+    X(cuMemPoolImportFromShareableHandle, "cuMemPoolImportFromShareableHandle")                                        \
+    X(cuMemPoolExportPointer, "cuMemPoolExportPointer")                                                                \
+    X(cuMemPoolImportPointer, "cuMemPoolImportPointer")                                                                \
     X(cuStreamCreate, "cuStreamCreate")                                                                                \
     X(cuStreamCreateWithPriority, "cuStreamCreateWithPriority")                                                        \
     X(cuStreamDestroy_v2, "cuStreamDestroy")                                                                           \
@@ -233,6 +249,10 @@ RT_HIDDEN cudaError_t rt_ret(cudaError_t e);
 /* Checks a device ordinal (rt_ready() must have succeeded) and gives its
  * driver handle. */
 RT_HIDDEN cudaError_t rt_device(int ordinal, CUdevice *dev);
+
+/* The primary context of a device, retained on first use like rt_enter's
+ * (not made current). */
+RT_HIDDEN cudaError_t rt_primary_ctx(int ordinal, CUcontext *ctx);
 
 /* Defines the legacy-stream export `plain` and its per-thread twin
  * `suffixed`; both call impl(table, args...) and record its error. */

@@ -98,6 +98,14 @@ typedef CUmemPoolProps_v1 CUmemPoolProps;
 typedef struct CUipcMemHandle_st CUipcMemHandle_v1;
 typedef CUipcMemHandle_v1 CUipcMemHandle;
 typedef struct cudaIpcMemHandle_st cudaIpcMemHandle_t;
+typedef struct CUipcEventHandle_st CUipcEventHandle_v1;
+typedef CUipcEventHandle_v1 CUipcEventHandle;
+typedef struct cudaIpcEventHandle_st cudaIpcEventHandle_t;
+typedef struct CUmemPoolPtrExportData_st CUmemPoolPtrExportData_v1;
+typedef CUmemPoolPtrExportData_v1 CUmemPoolPtrExportData;
+typedef enum CUdevice_P2PAttribute_enum CUdevice_P2PAttribute;
+typedef struct CUDA_MEMCPY3D_PEER_st CUDA_MEMCPY3D_PEER_v1;
+typedef CUDA_MEMCPY3D_PEER_v1 CUDA_MEMCPY3D_PEER;
 typedef struct CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_v1;
 typedef CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_v1 CUDA_POINTER_ATTRIBUTE_P2P_TOKENS;
 typedef struct CUDA_MEMCPY2D_st CUDA_MEMCPY2D_v2;
@@ -202,12 +210,15 @@ enum cudaError_enum {
     CUDA_ERROR_INVALID_IMAGE = 200,
     CUDA_ERROR_FILE_NOT_FOUND = 301,
     CUDA_ERROR_MAP_FAILED = 205,
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
     CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY = 224,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_ILLEGAL_STATE = 401,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+    CUDA_ERROR_PEER_ACCESS_NOT_ENABLED = 705,
     CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE = 708,
     CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
     CUDA_ERROR_TOO_MANY_PEERS = 711,
@@ -247,11 +258,14 @@ enum cudaError {
     cudaErrorFileNotFound = 301,
     cudaErrorDeviceUninitialized = 201,
     cudaErrorMapBufferObjectFailed = 205,
+    cudaErrorPeerAccessUnsupported = 217,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalState = 401,
     cudaErrorSymbolNotFound = 500,
     cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
+    cudaErrorPeerAccessAlreadyEnabled = 704,
+    cudaErrorPeerAccessNotEnabled = 705,
     cudaErrorSetOnActiveProcess = 708,
     cudaErrorContextIsDestroyed = 709,
     cudaErrorTooManyPeers = 711,
@@ -414,6 +428,23 @@ enum CUDA_POINTER_ATTRIBUTE_ACCESS_FLAGS_enum {
 };
 
 enum CUipcMem_flags_enum { CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x1 };
+
+/* The link between two devices (the deprecated alias of 0x04 is left out). */
+enum CUdevice_P2PAttribute_enum {
+    CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK = 0x01,
+    CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 0x02,
+    CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 0x03,
+    CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED = 0x04,
+    CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED = 0x05
+};
+
+enum cudaDeviceP2PAttr {
+    cudaDevP2PAttrPerformanceRank = 1,
+    cudaDevP2PAttrAccessSupported = 2,
+    cudaDevP2PAttrNativeAtomicSupported = 3,
+    cudaDevP2PAttrCudaArrayAccessSupported = 4,
+    cudaDevP2PAttrOnlyPartialNativeAtomicSupported = 5
+};
 
 /* Every device attribute of CUDA 13.0 (one name per value; the real header
  * also has deprecated aliases).  The runtime's cudaDeviceAttr uses the same
@@ -699,6 +730,22 @@ struct cudaIpcMemHandle_st {
     char reserved[64];
 };
 
+struct CUipcEventHandle_st {
+    char reserved[64];
+};
+
+struct cudaIpcEventHandle_st {
+    char reserved[64];
+};
+
+struct CUmemPoolPtrExportData_st {
+    unsigned char reserved[64];
+};
+
+struct cudaMemPoolPtrExportData {
+    unsigned char reserved[64];
+};
+
 struct CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st {
     unsigned long long p2pToken;
     unsigned int vaSpaceToken;
@@ -721,6 +768,34 @@ struct CUDA_MEMCPY2D_st {
     size_t dstPitch;
     size_t WidthInBytes;
     size_t Height;
+};
+
+struct CUDA_MEMCPY3D_PEER_st {
+    size_t srcXInBytes;
+    size_t srcY;
+    size_t srcZ;
+    size_t srcLOD;
+    CUmemorytype srcMemoryType;
+    const void *srcHost;
+    CUdeviceptr srcDevice;
+    CUarray srcArray;
+    CUcontext srcContext;
+    size_t srcPitch;
+    size_t srcHeight;
+    size_t dstXInBytes;
+    size_t dstY;
+    size_t dstZ;
+    size_t dstLOD;
+    CUmemorytype dstMemoryType;
+    void *dstHost;
+    CUdeviceptr dstDevice;
+    CUarray dstArray;
+    CUcontext dstContext;
+    size_t dstPitch;
+    size_t dstHeight;
+    size_t WidthInBytes;
+    size_t Height;
+    size_t Depth;
 };
 
 struct CUlaunchConfig_st {
@@ -785,6 +860,17 @@ struct CUmemAccessDesc_st {
 struct cudaMemLocation {
     enum cudaMemLocationType type;
     int id;
+};
+
+enum cudaMemAccessFlags {
+    cudaMemAccessFlagsProtNone = 0,
+    cudaMemAccessFlagsProtRead = 1,
+    cudaMemAccessFlagsProtReadWrite = 3
+};
+
+struct cudaMemAccessDesc {
+    struct cudaMemLocation location;
+    enum cudaMemAccessFlags flags;
 };
 
 struct cudaMemPoolProps {
@@ -1318,6 +1404,33 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool);
 CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
+CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count);
+CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location);
+CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool, CUmemAllocationHandleType handleType,
+                                          unsigned long long flags);
+CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
+                                            CUmemAllocationHandleType handleType, unsigned long long flags);
+CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr);
+CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData);
+
+CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags);
+CUresult cuCtxDisablePeerAccess(CUcontext peerContext);
+CUresult cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice srcDevice, CUdevice dstDevice);
+CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+                      size_t ByteCount);
+CUresult cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+                           size_t ByteCount);
+CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+                           size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                                CUcontext srcContext, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *pCopy);
+CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *pCopy);
+CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
+CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream);
+CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event);
+CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle);
 
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority);
@@ -1539,6 +1652,25 @@ cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value);
 cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value);
 cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep);
+cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList, size_t count);
+cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool,
+                                 struct cudaMemLocation *location);
+cudaError_t cudaMemPoolExportToShareableHandle(void *shareableHandle, cudaMemPool_t memPool,
+                                               enum cudaMemAllocationHandleType handleType, unsigned int flags);
+cudaError_t cudaMemPoolImportFromShareableHandle(cudaMemPool_t *memPool, void *shareableHandle,
+                                                 enum cudaMemAllocationHandleType handleType, unsigned int flags);
+cudaError_t cudaMemPoolExportPointer(struct cudaMemPoolPtrExportData *exportData, void *ptr);
+cudaError_t cudaMemPoolImportPointer(void **ptr, cudaMemPool_t memPool, struct cudaMemPoolPtrExportData *exportData);
+
+cudaError_t cudaDeviceCanAccessPeer(int *canAccessPeer, int device, int peerDevice);
+cudaError_t cudaDeviceEnablePeerAccess(int peerDevice, unsigned int flags);
+cudaError_t cudaDeviceDisablePeerAccess(int peerDevice);
+cudaError_t cudaDeviceGetP2PAttribute(int *value, enum cudaDeviceP2PAttr attr, int srcDevice, int dstDevice);
+cudaError_t cudaMemcpyPeer(void *dst, int dstDevice, const void *src, int srcDevice, size_t count);
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dstDevice, const void *src, int srcDevice, size_t count,
+                                cudaStream_t stream);
+cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *handle, cudaEvent_t event);
+cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *event, cudaIpcEventHandle_t handle);
 struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, enum cudaChannelFormatKind f);
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
