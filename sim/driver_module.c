@@ -568,6 +568,9 @@ static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3],
         r = drv_access_ok(s, acc, nacc);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
+    sim_op_t *fault = drv_peer_fault(s, acc, nacc);
+    if (fault) /* another device's memory without access (driver_peer.c) */
+        return drv_leave(sim_enqueue(s, fault));
     sim_op_t *op = sim_op_new(SIM_OP_KERNEL, f ? f->name : "timed kernel");
     op->dur_ns = f ? f->ns : ns;
     op->fn = fn;

@@ -25,11 +25,28 @@
  *   meminfo               cudaMemGetInfo -> "ok FREE TOTAL" | "err CODE"
  *   holdlock              cucacheSimSharedHoldLock: takes the shared
  *                         device's lock and keeps it -> "ok" | "err CODE"
+ *   evopen HANDLE         cudaIpcOpenEventHandle -> "ok N" | "err CODE"
+ *   evwait N PTR SIZE     on its stream: cudaStreamWaitEvent on event N,
+ *                         then a copy of SIZE bytes at PTR to pinned memory
+ *                         -> "ok" | "err CODE"
+ *   evquery N             cudaEventQuery -> "ok" | "err CODE"
+ *   evsync N              cudaEventSynchronize -> "ok" | "err CODE"
+ *   evdone SEED           synchronises its stream and checks the copied
+ *                         bytes -> "ok" | "bad OFFSET" | "err CODE"
+ *   evdestroy N           cudaEventDestroy -> "ok" | "err CODE"
+ *   poolimport            receives a descriptor on the socket (peer.h,
+ *                         SCM_RIGHTS) and imports the pool it exports
+ *                         -> "ok N" | "err CODE"
+ *   ptrimport N DATA      cudaMemPoolImportPointer from pool N (DATA: 128
+ *                         hex digits) -> "ok PTR" | "err CODE"
+ *   freeasync PTR         cudaFreeAsync on stream 0, then synchronises
+ *                         -> "ok" | "err CODE"
  *   exit                  -> exits 0
  *
  * PTR, BASE, SIZE are hexadecimal; the pattern is peer.h's peer_pattern.
  */
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +73,30 @@ static int parse_handle(const char *hex, cudaIpcMemHandle_t *h)
         h->reserved[i] = (char)(a << 4 | b);
     }
     return 0;
+}
+
+/* Events and pools this process opened, by index. */
+static cudaEvent_t events[64];
+static int nevents;
+static cudaMemPool_t pools[16];
+static int npools;
+static cudaStream_t evstream; /* evwait's stream */
+static unsigned char *evbuf;  /* its copy's pinned destination */
+static size_t evbytes;
+
+/* A descriptor passed on the socket, or -1. */
+static int recv_fd(void)
+{
+    char byte, ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    if (recvmsg(PEER_SOCK_FD, &m, 0) != 1)
+        return -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    int fd = -1;
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+        memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
 }
 
 static void answer_err(cudaError_t e)
@@ -201,6 +242,79 @@ int main(void)
             CUresult r = cucacheSimSharedHoldLock();
             if (r != CUDA_SUCCESS)
                 printf("err %d\n", (int)r);
+            else
+                printf("ok\n");
+        } else if (strcmp(cmd, "evopen") == 0 && sscanf(line, "%*s %299s", arg) == 1 && nevents < 64) {
+            cudaIpcEventHandle_t h;
+            cudaError_t e = parse_handle(arg, (cudaIpcMemHandle_t *)&h) != 0 ? cudaErrorInvalidValue
+                                                                             : cudaIpcOpenEventHandle(&events[nevents], h);
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok %d\n", nevents++);
+        } else if (strcmp(cmd, "evwait") == 0 && sscanf(line, "%*s %llu %llx %llx", &a, &b, &c) == 3 && a < 64) {
+            cudaError_t e = evstream ? cudaSuccess : cudaStreamCreateWithFlags(&evstream, cudaStreamNonBlocking);
+            if (e == cudaSuccess && evbuf)
+                e = cudaFreeHost(evbuf);
+            evbuf = NULL;
+            evbytes = (size_t)c;
+            if (e == cudaSuccess)
+                e = cudaMallocHost((void **)&evbuf, evbytes);
+            if (e == cudaSuccess)
+                e = cudaStreamWaitEvent(evstream, events[a], 0);
+            if (e == cudaSuccess)
+                e = cudaMemcpyAsync(evbuf, (void *)(uintptr_t)b, evbytes, cudaMemcpyDeviceToHost, evstream);
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok\n");
+        } else if ((strcmp(cmd, "evquery") == 0 || strcmp(cmd, "evsync") == 0 || strcmp(cmd, "evdestroy") == 0) &&
+                   sscanf(line, "%*s %llu", &a) == 1 && a < 64) {
+            cudaError_t e = cmd[2] == 'q'   ? cudaEventQuery(events[a])
+                            : cmd[2] == 's' ? cudaEventSynchronize(events[a])
+                                            : cudaEventDestroy(events[a]);
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok\n");
+        } else if (strcmp(cmd, "evdone") == 0 && sscanf(line, "%*s %llx", &a) == 1) {
+            cudaError_t e = evstream ? cudaStreamSynchronize(evstream) : cudaErrorInvalidValue;
+            size_t i = 0;
+            while (e == cudaSuccess && i < evbytes && evbuf[i] == peer_pattern(i, (unsigned)a))
+                i++;
+            if (e != cudaSuccess)
+                answer_err(e);
+            else if (i == evbytes)
+                printf("ok\n");
+            else
+                printf("bad %zx\n", i);
+        } else if (strcmp(cmd, "poolimport") == 0 && npools < 16) {
+            int fd = recv_fd();
+            cudaError_t e = fd < 0 ? cudaErrorInvalidValue
+                                   : cudaMemPoolImportFromShareableHandle(&pools[npools], (void *)(intptr_t)fd,
+                                                                          cudaMemHandleTypePosixFileDescriptor, 0);
+            if (fd >= 0)
+                close(fd); /* the pool does not keep the descriptor */
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok %d\n", npools++);
+        } else if (strcmp(cmd, "ptrimport") == 0 && sscanf(line, "%*s %llu %299s", &a, arg) == 2 && a < 16) {
+            struct cudaMemPoolPtrExportData data;
+            void *p = NULL;
+            cudaError_t e = parse_handle(arg, (cudaIpcMemHandle_t *)&data) != 0
+                                ? cudaErrorInvalidValue
+                                : cudaMemPoolImportPointer(&p, pools[a], &data);
+            if (e != cudaSuccess)
+                answer_err(e);
+            else
+                printf("ok %llx\n", (unsigned long long)(uintptr_t)p);
+        } else if (strcmp(cmd, "freeasync") == 0 && sscanf(line, "%*s %llx", &a) == 1) {
+            cudaError_t e = cudaFreeAsync((void *)(uintptr_t)a, 0);
+            if (e == cudaSuccess)
+                e = cudaStreamSynchronize(0);
+            if (e != cudaSuccess)
+                answer_err(e);
             else
                 printf("ok\n");
         } else {

@@ -3,6 +3,7 @@
  */
 #include "peer.h"
 
+#include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,13 +24,15 @@ void peer_start(peer_t *p)
     const char *path = getenv("SIMTEST_IPC_PEER");
     if (!path)
         fail_msg("SIMTEST_IPC_PEER is not set (meson sets it to tests/sim/ipc_peer)");
-    int in[2], out[2];
+    int in[2], out[2], sv[2];
     assert_int_equal(pipe(in), 0);
     assert_int_equal(pipe(out), 0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], PEER_SOCK_FD);
     posix_spawn_file_actions_addclose(&fa, in[1]);
     posix_spawn_file_actions_addclose(&fa, out[0]);
     char *argv[] = {(char *)path, NULL};
@@ -36,6 +40,8 @@ void peer_start(peer_t *p)
     posix_spawn_file_actions_destroy(&fa);
     close(in[0]);
     close(out[1]);
+    close(sv[1]);
+    p->sock = sv[0];
     if (rc != 0)
         fail_msg("cannot start %s: %s", path, strerror(rc));
     p->to = fdopen(in[1], "w");
@@ -60,13 +66,33 @@ const char *peer_cmd(peer_t *p, const char *fmt, ...)
     return line;
 }
 
-const char *peer_open(peer_t *p, const void *handle64, unsigned flags)
+void peer_hex64(const void *handle64, char hex[129])
 {
-    char hex[129];
     const unsigned char *b = handle64;
     for (int i = 0; i < 64; i++)
         snprintf(hex + 2 * i, 3, "%02x", b[i]);
+}
+
+const char *peer_open(peer_t *p, const void *handle64, unsigned flags)
+{
+    char hex[129];
+    peer_hex64(handle64, hex);
     return peer_cmd(p, "open %s %x", hex, flags);
+}
+
+void peer_send_fd(peer_t *p, int fd)
+{
+    char byte = 'f', ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    memset(ctl, 0, sizeof ctl);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (sendmsg(p->sock, &m, 0) != 1)
+        fail_msg("cannot pass descriptor %d to the IPC peer: %s", fd, strerror(errno));
 }
 
 uintptr_t peer_ptr(const char *answer)
@@ -85,6 +111,9 @@ int peer_stop(peer_t *p)
     }
     if (p->from)
         fclose(p->from);
+    if (p->sock > 0)
+        close(p->sock);
+    p->sock = -1;
     p->to = p->from = NULL;
     int status = 0;
     if (waitpid(p->pid, &status, 0) != p->pid)

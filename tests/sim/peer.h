@@ -16,7 +16,11 @@
 typedef struct peer_s {
     pid_t pid;
     FILE *to, *from;
+    int sock; /* a unix socket to the peer (its descriptor PEER_SOCK_FD), for descriptors */
 } peer_t;
+
+/* The peer's end of the socket (ipc_peer receives descriptors on it). */
+#define PEER_SOCK_FD 3
 
 static inline unsigned char peer_pattern(size_t i, unsigned seed)
 {
@@ -32,6 +36,11 @@ const char *peer_cmd(peer_t *p, const char *fmt, ...) __attribute__((format(prin
 const char *peer_open(peer_t *p, const void *handle64, unsigned flags);
 /* The peer's pointer from an "ok PTR" answer (fails the test otherwise). */
 uintptr_t peer_ptr(const char *answer);
+/* Passes descriptor fd to the peer over the socket (SCM_RIGHTS); the
+ * peer's next command that takes one receives it. */
+void peer_send_fd(peer_t *p, int fd);
+/* A 64-byte handle in hex (128 digits and a NUL) for a command. */
+void peer_hex64(const void *handle64, char hex[129]);
 /* Asks it to exit and waits; returns its exit status (-1: killed). */
 int peer_stop(peer_t *p);
 
