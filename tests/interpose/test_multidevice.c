@@ -33,6 +33,35 @@ static int current_device(void)
     return d;
 }
 
+/* A program that enables peer access and then reads, from a kernel of
+ * device 1, memory it allocated on device 0 (cudaMalloc) works on CUDA:
+ * peer access maps every cudaMalloc allocation of the peer.  Under cucache
+ * the block lies in a cucache segment: a cuMemAlloc one (works), or with
+ * expandable_segments:true a cuMemMap'ed one whose access cucache set for
+ * device 0 only (interpose/backend.c), which peer access does not reach.
+ * Fails in the expandable run (interpose_multidevice_expandable): the
+ * launch is refused (the simulator answers a kernel on virtual memory its
+ * device may not use with cudaErrorInvalidValue; a GPU faults). */
+static void test_peer_kernel_reads_a_device_0_block(void **state)
+{
+    (void)state;
+    void *p = NULL;
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaMalloc(&p, 1 << 20));
+    SIM_OK(cudaMemset(p, 7, 1 << 20));
+    SIM_OK(cudaDeviceSynchronize());
+    SIM_OK(cudaSetDevice(1));
+    cudaError_t e = cudaDeviceEnablePeerAccess(0, 0);
+    if (e != cudaErrorPeerAccessAlreadyEnabled)
+        SIM_OK(e);
+    struct cucache_sim_access acc = {p, 1 << 20, 0};
+    CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &acc, 1));
+    SIM_OK(cudaStreamSynchronize(0));
+    SIM_OK(cudaDeviceDisablePeerAccess(0));
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaFree(p));
+}
+
 static int multidevice_setup(void **state)
 {
     if (itest_group_setup_devices(state, 2) != 0)
@@ -297,9 +326,13 @@ static void test_new_owner_on_another_device(void **state)
     SIM_OK(cudaFree(p));
     SIM_OK(cudaMalloc(&q, n));
     SIM_OK(cudaSetDevice(1));
+    cudaError_t e = cudaDeviceEnablePeerAccess(0, 0); /* else its kernel faults, as on a GPU */
+    if (e != cudaErrorPeerAccessAlreadyEnabled)
+        SIM_OK(e);
     struct cucache_sim_access wr = {q, n, 1};
     CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &wr, 1)); /* the new owner writes from device 1 */
     SIM_OK(cudaDeviceSynchronize());
+    SIM_OK(cudaDeviceDisablePeerAccess(0));
     simtest_gate_open(g);
     SIM_OK(cudaSetDevice(0));
     SIM_OK(cudaDeviceSynchronize());
@@ -369,6 +402,9 @@ static void test_second_context_after_a_hand_out(void **state)
     assert_int_equal(itest_stat(0, "num_hand_out_stops"), ordered() ? 1 : 0);
     assert_true(itest_stat(0, "contexts_seen") >= 2); /* the runtime's retains reached the hook */
     assert_int_equal(itest_stat(0, "contexts_many"), 1);
+    cudaError_t e = cudaDeviceEnablePeerAccess(0, 0); /* else its kernel faults, as on a GPU */
+    if (e != cudaErrorPeerAccessAlreadyEnabled)
+        SIM_OK(e);
     struct cucache_sim_access wr = {q, n, 1};
     CU_OK(cucacheSimLaunch(NULL, NULL, NULL, &wr, 1)); /* the new owner writes from device 1 */
     SIM_OK(cudaDeviceSynchronize());
@@ -486,6 +522,7 @@ int main(int argc, char **argv)
         ITEST(test_meminfo_per_device),
         ITEST(test_threads_on_both_devices),
         ITEST(test_new_owner_on_another_device),
+        ITEST(test_peer_kernel_reads_a_device_0_block),
     };
     return ITEST_RUN("interpose.multidevice", tests, multidevice_setup);
 }
