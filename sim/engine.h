@@ -78,7 +78,8 @@
  *   engine_vmm.c     virtual memory (engine_vmm.h: shared with the driver)
  *   engine_graph.c   graphs, their instances and launches on lanes, the
  *                    graph memory pool
- *   engine_ipc.c     IPC between processes that both run the simulator
+ *   engine_ipc.c     IPC between processes that both run the simulator:
+ *                    memory, pool allocations and interprocess events
  *   engine_shared.c  the device shared by processes: its file, its table of
  *                    processes and their bytes, its robust lock (shared.h;
  *                    uses no engine state)
@@ -88,7 +89,10 @@
  *                    init, devices, contexts, errors; driver_mem.c memory;
  *                    driver_copy.c copies and memsets; driver_ptr.c pointer
  *                    attributes; driver_stream.c streams, events, capture;
- *                    driver_graph.c graphs; driver_vmm.c, driver_ipc.c; driver_module.c
+ *                    driver_graph.c graphs; driver_vmm.c, driver_ipc.c
+ *                    (memory and events); driver_peer.c peer access, links,
+ *                    peer copies; driver_pool_share.c pools shared between
+ *                    processes and pool access; driver_module.c
  *                    modules, libraries and timed kernels
  *                    (module_image.c reads the images: cubin, fatbin,
  *                    PTX); driver_procaddr.c
@@ -96,7 +100,8 @@
  *   runtime*.c       the runtime over the driver (runtime_internal.h):
  *                    runtime_core.c, runtime_mem.c, runtime_stream.c,
  *                    runtime_module.c (registration and launch),
- *                    runtime_graph.c (graphs built by hand);
+ *                    runtime_graph.c (graphs built by hand),
+ *                    runtime_peer.c (peers, IPC events, shared pools);
  *                    runtime_stub.c the runtime's "not supported"
  *   stub.h           the generated weak stubs of every real entry point
  *                    not simulated (exports/cuda.txt, cudart.txt list all,
