@@ -10,11 +10,14 @@ nvcc=$1 names=$2 dir=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$nvcc" -cubin -rdc=true -arch=sm_90 -o "$tmp/kernels.sm_90.cubin" "$dir/kernels.cu"
-"$nvcc" -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
-    -o "$tmp/kernels.fatbin" "$dir/kernels.cu"
-"$nvcc" -ptx -arch=sm_90 -o "$tmp/kernels.ptx" "$dir/kernels.cu"
+"$nvcc" -cubin -arch=sm_90 -o "$tmp/symbols.sm_90.cubin" "$dir/symbols.cu"
+for m in kernels symbols; do
+    "$nvcc" -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+        -o "$tmp/$m.fatbin" "$dir/$m.cu"
+    "$nvcc" -ptx -arch=sm_90 -o "$tmp/$m.ptx" "$dir/$m.cu"
+done
 status=0
-for f in kernels.sm_90.cubin kernels.fatbin kernels.ptx; do
+for f in kernels.sm_90.cubin kernels.fatbin kernels.ptx symbols.sm_90.cubin symbols.fatbin symbols.ptx; do
     "$names" "$dir/$f" >"$tmp/$f.committed"
     "$names" "$tmp/$f" >"$tmp/$f.rebuilt"
     if ! diff -u "$tmp/$f.committed" "$tmp/$f.rebuilt"; then
