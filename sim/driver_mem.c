@@ -52,7 +52,7 @@ static sim_alloc_t *freeable(CUdeviceptr p)
 {
     sim_alloc_t *a = sim_alloc_live(p);
     if (!a || a->addr != p || a->kind == SIM_ALLOC_HOST || a->kind == SIM_ALLOC_REGISTERED ||
-        (a->kind == SIM_ALLOC_IPC && !pool_import(a)) || a->kind == SIM_ALLOC_VMM)
+        (a->kind == SIM_ALLOC_IPC && !pool_import(a)) || a->kind == SIM_ALLOC_VMM || a->kind == SIM_ALLOC_MODULE)
         return NULL;
     return a;
 }

@@ -46,34 +46,65 @@ static const char *name_intern(const char *p, size_t len)
     return n;
 }
 
-/* The distinct kernel names of an image, pointing into it (interned under
- * sim.lock once the image is read: parsing runs without the lock). */
+/* The distinct kernel names of an image with what it states about each,
+ * and its variables, pointing into it (interned under sim.lock once the
+ * image is read: parsing runs without the lock). */
 typedef struct name_set_s {
     struct {
         const char *p;
         size_t len;
+        sim_kernel_info_t info;
     } * v;
     size_t n;
+    sim_global_info_t *g;
+    size_t ng;
     bool open; /* no name could be read: every entry was compressed */
     char *buf; /* a file's bytes, which v points into, or NULL */
 } name_set_t;
 
-static void name_set_add(void *arg, const char *p, size_t len)
+/* A kernel name again (a fatbin's cubin and PTX of the same kernel): what
+ * a cubin states wins over PTX. */
+static void name_set_add(void *arg, const char *p, size_t len, const sim_kernel_info_t *ki)
 {
     name_set_t *set = arg;
     for (size_t i = 0; i < set->n; i++)
-        if (set->v[i].len == len && memcmp(set->v[i].p, p, len) == 0)
+        if (set->v[i].len == len && memcmp(set->v[i].p, p, len) == 0) {
+            if (ki && ki->cubin && !set->v[i].info.cubin)
+                set->v[i].info = *ki;
             return;
+        }
     set->v = realloc(set->v, (set->n + 1) * sizeof *set->v);
     if (!set->v)
         abort();
     set->v[set->n].p = p;
-    set->v[set->n++].len = len;
+    set->v[set->n].len = len;
+    memset(&set->v[set->n].info, 0, sizeof set->v[set->n].info);
+    if (ki)
+        set->v[set->n].info = *ki;
+    set->n++;
+}
+
+/* A variable again (the cubin's and the PTX's): the first with initial
+ * bytes wins. */
+static void name_set_global(void *arg, const sim_global_info_t *g)
+{
+    name_set_t *set = arg;
+    for (size_t i = 0; i < set->ng; i++)
+        if (set->g[i].len == g->len && memcmp(set->g[i].name, g->name, g->len) == 0) {
+            if (!set->g[i].init && g->init && g->size == set->g[i].size)
+                set->g[i] = *g;
+            return;
+        }
+    set->g = realloc(set->g, (set->ng + 1) * sizeof *set->g);
+    if (!set->g)
+        abort();
+    set->g[set->ng++] = *g;
 }
 
 static void name_set_free(name_set_t *set)
 {
     free(set->v);
+    free(set->g);
     free(set->buf);
 }
 
@@ -91,7 +122,8 @@ static void open_image(void)
 static CUresult image_names(const void *image, size_t len, name_set_t *set)
 {
     sim_image_info_t info;
-    CUresult r = sim_image_parse(image, len, name_set_add, set, &info);
+    static const sim_image_sink_t sink = {name_set_add, name_set_global};
+    CUresult r = sim_image_read(image, len, &sink, set, &info);
     set->open = r == CUDA_SUCCESS && info.entries && info.compressed == info.entries;
     if (set->open)
         open_image();
@@ -153,32 +185,38 @@ static CUresult file_names(const char *path, name_set_t *set)
  * Modules
  * ---------------------------------------------------------------------- */
 
-static struct CUfunc_st *module_add(struct CUmod_st *m, const char *name)
+/* What a function is when its image says nothing: the documented
+ * defaults (docs/simulator.md, "Kernel attributes"). */
+static const sim_kernel_info_t unstated = {
+    .regs = 32,
+    .max_threads = 1024,
+    .binary_version = 90,
+    .ptx_version = 90,
+};
+
+static struct CUfunc_st *module_add(struct CUmod_st *m, const char *name, const sim_kernel_info_t *ki)
 {
     struct CUfunc_st *f = sim_xcalloc(1, sizeof *f);
     f->magic = SIM_MAGIC_FUNC;
     f->mod = m;
     f->name = name;
     f->ns = sim_kernel_ns(name);
+    f->info = ki ? *ki : unstated;
+    if (!f->info.regs)
+        f->info.regs = unstated.regs;
+    if (!f->info.max_threads)
+        f->info.max_threads = unstated.max_threads;
+    if (!f->info.binary_version)
+        f->info.binary_version = unstated.binary_version; /* PTX: compiled for the device */
+    if (!f->info.ptx_version)
+        f->info.ptx_version = f->info.binary_version;
+    sim_func_defaults(f);
     m->funcs = realloc(m->funcs, (m->nfuncs + 1) * sizeof *m->funcs);
     if (!m->funcs)
         abort();
     m->funcs[m->nfuncs++] = f;
     handle_add(f, SIM_MAGIC_FUNC);
     return f;
-}
-
-/* A module of interned names. */
-static struct CUmod_st *module_new(struct CUctx_st *ctx, const char *const *v, size_t n, bool open)
-{
-    struct CUmod_st *m = sim_xcalloc(1, sizeof *m);
-    m->magic = SIM_MAGIC_MODULE;
-    m->ctx = ctx;
-    m->open = open;
-    for (size_t i = 0; i < n; i++)
-        module_add(m, v[i]);
-    handle_add(m, SIM_MAGIC_MODULE);
-    return m;
 }
 
 static void module_free(struct CUmod_st *m)
@@ -189,27 +227,93 @@ static void module_free(struct CUmod_st *m)
         free(m->funcs[i]);
     }
     free(m->funcs);
+    for (size_t i = 0; i < m->nvars; i++) {
+        sim_alloc_t *a = sim_alloc_exact(m->vars[i].addr);
+        if (a && a->kind == SIM_ALLOC_MODULE)
+            sim_alloc_release(a);
+    }
+    free(m->vars);
     handle_del(m);
     m->magic = SIM_MAGIC_DEAD;
     free(m);
 }
 
-/* The kernel of m by that name (made now in an open module), or NULL. */
-static struct CUfunc_st *module_function(struct CUmod_st *m, const char *name)
+/* A module of desc in ctx: a function per kernel, and device memory of
+ * ctx's device for each variable, holding its initial bytes or zero. */
+CUresult sim_module_new(struct CUctx_st *ctx, const sim_image_desc_t *desc, struct CUmod_st **out)
+{
+    struct CUmod_st *m = sim_xcalloc(1, sizeof *m);
+    m->magic = SIM_MAGIC_MODULE;
+    m->ctx = ctx;
+    m->open = desc->open;
+    handle_add(m, SIM_MAGIC_MODULE);
+    for (size_t i = 0; i < desc->nnames; i++)
+        module_add(m, desc->names[i], desc->infos ? &desc->infos[i] : NULL);
+    m->vars = sim_xcalloc(desc->nglobals + 1, sizeof *m->vars);
+    for (size_t i = 0; i < desc->nglobals; i++) {
+        const sim_global_t *g = &desc->globals[i];
+        sim_alloc_t *a;
+        CUresult r = sim_dev_alloc(ctx->dev, g->size, SIM_ALLOC_MODULE, ctx, &a);
+        if (r != CUDA_SUCCESS) {
+            module_free(m);
+            return r;
+        }
+        if (g->init)
+            memcpy((void *)a->addr, g->init, g->size);
+        else
+            memset((void *)a->addr, 0, g->size);
+        m->vars[m->nvars++] = (sim_modvar_t){g->name, a->addr, g->size};
+    }
+    *out = m;
+    return CUDA_SUCCESS;
+}
+
+struct CUfunc_st *sim_module_function(struct CUmod_st *m, const char *name)
 {
     for (size_t i = 0; i < m->nfuncs; i++)
         if (strcmp(m->funcs[i]->name, name) == 0)
             return m->funcs[i];
-    return m->open ? module_add(m, name_intern(name, strlen(name))) : NULL;
+    return m->open ? module_add(m, name_intern(name, strlen(name)), NULL) : NULL;
 }
 
-/* The set's names, interned (under sim.lock), in a malloc'ed array. */
-static const char **name_set_intern(const name_set_t *set)
+/* The set as a description (under sim.lock): names interned; the
+ * variables' initial bytes copied when `copy` (a library outlives its
+ * image), else pointing into the image.  Free with desc_free. */
+static void desc_from_set(const name_set_t *set, bool copy, sim_image_desc_t *d)
 {
-    const char **v = sim_xcalloc(set->n + 1, sizeof *v);
-    for (size_t i = 0; i < set->n; i++)
-        v[i] = name_intern(set->v[i].p, set->v[i].len);
-    return v;
+    memset(d, 0, sizeof *d);
+    d->names = sim_xcalloc(set->n + 1, sizeof *d->names);
+    d->infos = sim_xcalloc(set->n + 1, sizeof *d->infos);
+    for (size_t i = 0; i < set->n; i++) {
+        d->names[i] = name_intern(set->v[i].p, set->v[i].len);
+        d->infos[i] = set->v[i].info;
+    }
+    d->nnames = set->n;
+    d->globals = sim_xcalloc(set->ng + 1, sizeof *d->globals);
+    for (size_t i = 0; i < set->ng; i++) {
+        const sim_global_info_t *g = &set->g[i];
+        sim_global_t *o = &d->globals[i];
+        o->name = name_intern(g->name, g->len);
+        o->size = (size_t)g->size;
+        o->constant = g->constant;
+        if (g->init && copy) {
+            o->init = sim_xmalloc(o->size);
+            memcpy(o->init, g->init, o->size);
+        } else {
+            o->init = (uint8_t *)(uintptr_t)g->init;
+        }
+    }
+    d->nglobals = set->ng;
+    d->open = set->open;
+}
+
+static void desc_free(sim_image_desc_t *d, bool copied)
+{
+    for (size_t i = 0; copied && i < d->nglobals; i++)
+        free(d->globals[i].init);
+    free(d->globals);
+    free(d->names);
+    free(d->infos);
 }
 
 /* A module of the set's names in the current context, when r (reading
@@ -220,9 +324,10 @@ static CUresult module_load(CUmodule *module, CUresult r, name_set_t *set)
     struct CUctx_st *ctx = NULL;
     CUresult er = sim_ctx_get(&ctx);
     if (er == CUDA_SUCCESS && r == CUDA_SUCCESS) {
-        const char **v = name_set_intern(set);
-        *module = module_new(ctx, v, set->n, set->open);
-        free(v);
+        sim_image_desc_t d;
+        desc_from_set(set, false, &d);
+        r = sim_module_new(ctx, &d, module);
+        desc_free(&d, false);
     }
     sim_unlock();
     name_set_free(set);
@@ -311,7 +416,7 @@ SIM_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const cha
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(hmod, SIM_MAGIC_MODULE))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
-    struct CUfunc_st *f = module_function(hmod, name);
+    struct CUfunc_st *f = sim_module_function(hmod, name);
     if (!f)
         return drv_leave(CUDA_ERROR_NOT_FOUND);
     *hfunc = f;
@@ -344,9 +449,7 @@ static CUresult library_load(CUlibrary *library, CUresult r, name_set_t *set)
     if (er == CUDA_SUCCESS && r == CUDA_SUCCESS) {
         struct CUlib_st *lib = sim_xcalloc(1, sizeof *lib);
         lib->magic = SIM_MAGIC_LIBRARY;
-        lib->names = name_set_intern(set);
-        lib->nnames = set->n;
-        lib->open = set->open;
+        desc_from_set(set, true, &lib->desc);
         handle_add(lib, SIM_MAGIC_LIBRARY);
         *library = lib;
     }
@@ -386,7 +489,8 @@ SIM_API CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
     return library_load(library, file_names(fileName, &set), &set);
 }
 
-/* The library's module in ctx, made on first use (under sim.lock). */
+/* The library's module in ctx, made on first use (under sim.lock); NULL
+ * when its variables do not fit in the device. */
 static struct CUmod_st *library_module(struct CUlib_st *lib, struct CUctx_st *ctx)
 {
     void **list;
@@ -396,10 +500,8 @@ static struct CUmod_st *library_module(struct CUlib_st *lib, struct CUctx_st *ct
         if (((struct CUmod_st *)list[i])->lib == lib && ((struct CUmod_st *)list[i])->ctx == ctx)
             m = list[i];
     free(list);
-    if (!m) {
-        m = module_new(ctx, lib->names, lib->nnames, lib->open);
+    if (!m && sim_module_new(ctx, &lib->desc, &m) == CUDA_SUCCESS)
         m->lib = lib;
-    }
     return m;
 }
 
@@ -420,7 +522,7 @@ SIM_API CUresult cuLibraryUnload(CUlibrary library)
         free(library->kernels[i]);
     }
     free(library->kernels);
-    free(library->names);
+    desc_free(&library->desc, true);
     handle_del(library);
     library->magic = SIM_MAGIC_DEAD;
     free(library);
@@ -440,10 +542,10 @@ SIM_API CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const 
             return drv_leave(CUDA_SUCCESS);
         }
     const char *interned = NULL;
-    for (size_t i = 0; i < library->nnames && !interned; i++)
-        if (strcmp(library->names[i], name) == 0)
-            interned = library->names[i];
-    if (!interned && library->open)
+    for (size_t i = 0; i < library->desc.nnames && !interned; i++)
+        if (strcmp(library->desc.names[i], name) == 0)
+            interned = library->desc.names[i];
+    if (!interned && library->desc.open)
         interned = name_intern(name, strlen(name));
     if (!interned)
         return drv_leave(CUDA_ERROR_NOT_FOUND);
@@ -468,13 +570,14 @@ SIM_API CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
     if (!handle_is(library, SIM_MAGIC_LIBRARY))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     *pMod = library_module(library, ctx);
-    return drv_leave(CUDA_SUCCESS);
+    return drv_leave(*pMod ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY);
 }
 
-/* The function of kernel k in ctx (under sim.lock). */
-static struct CUfunc_st *kernel_function(struct CUkern_st *k, struct CUctx_st *ctx)
+/* The function of kernel k in ctx (under sim.lock), or NULL. */
+struct CUfunc_st *sim_kernel_function(struct CUkern_st *k, struct CUctx_st *ctx)
 {
-    return module_function(library_module(k->lib, ctx), k->name);
+    struct CUmod_st *m = library_module(k->lib, ctx);
+    return m ? sim_module_function(m, k->name) : NULL;
 }
 
 SIM_API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
@@ -484,7 +587,7 @@ SIM_API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(kernel, SIM_MAGIC_KERNEL))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
-    struct CUfunc_st *f = kernel_function(kernel, ctx);
+    struct CUfunc_st *f = sim_kernel_function(kernel, ctx);
     if (!f)
         return drv_leave(CUDA_ERROR_NOT_FOUND);
     *pFunc = f;
@@ -524,6 +627,58 @@ SIM_API CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
     return drv_leave(CUDA_SUCCESS);
 }
 
+/* ------------------------------------------------------------------------
+ * Variables
+ * ---------------------------------------------------------------------- */
+
+/* The variable of m by that name: its address and size. */
+static CUresult module_global(struct CUmod_st *m, const char *name, CUdeviceptr *dptr, size_t *bytes)
+{
+    for (size_t i = 0; i < m->nvars; i++)
+        if (strcmp(m->vars[i].name, name) == 0) {
+            if (dptr)
+                *dptr = m->vars[i].addr;
+            if (bytes)
+                *bytes = m->vars[i].size;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+SIM_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+    DRV_ENTER(ctx);
+    (void)ctx;
+    if (!name || (!dptr && !bytes))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!handle_is(hmod, SIM_MAGIC_MODULE))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    return drv_leave(module_global(hmod, name, dptr, bytes));
+}
+
+/* A library's variable in the current context (its module made there). */
+SIM_API CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    DRV_ENTER(ctx);
+    if (!name || (!dptr && !bytes))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!handle_is(library, SIM_MAGIC_LIBRARY))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    struct CUmod_st *m = library_module(library, ctx);
+    return drv_leave(m ? module_global(m, name, dptr, bytes) : CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+/* __managed__ variables: the images the simulator reads declare none. */
+SIM_API CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    DRV_ENTER_ANY();
+    if (!name || (!dptr && !bytes))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (!handle_is(library, SIM_MAGIC_LIBRARY))
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    return drv_leave(CUDA_ERROR_NOT_FOUND);
+}
+
 /* The runtime's private function tables: the simulated device has none
  * (its runtime never asks). */
 SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
@@ -538,16 +693,30 @@ SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExp
  * Launches
  * ---------------------------------------------------------------------- */
 
+/* How a launch runs besides its grid: cooperatively (all blocks resident
+ * at once), and in clusters of these dimensions (0: none asked). */
+typedef struct launch_opts_s {
+    bool cooperative;
+    unsigned cluster[3];
+} launch_opts_t;
+
 /* Queues a kernel on h (a stream of the current device): f's time, or
  * `ns` when f is NULL.  f, when not NULL, must be a kernel of a module of
  * the current context or a library's kernel (CUkernel); the grid
- * and block must be non-empty, with at most 1024 threads a block. */
-static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3], const unsigned block[3], CUstream h,
-                       void (*fn)(void *), void *arg, const struct cucache_sim_access *acc, unsigned nacc, bool ptds)
+ * and block must be non-empty, with at most 1024 threads a block (and no
+ * more than f allows), and its dynamic shared memory within f's limit; a
+ * cooperative grid must fit on the device at once, and a cluster must
+ * divide the grid. */
+static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3], const unsigned block[3],
+                       unsigned shared, const launch_opts_t *opts, CUstream h, void (*fn)(void *), void *arg,
+                       const struct cucache_sim_access *acc, unsigned nacc, bool ptds)
 {
     DRV_ENTER(ctx);
-    if (f && handle_is(f, SIM_MAGIC_KERNEL)) /* a CUkernel cast to CUfunction: its function in ctx */
-        f = kernel_function((struct CUkern_st *)f, ctx);
+    if (f && handle_is(f, SIM_MAGIC_KERNEL)) { /* a CUkernel cast to CUfunction: its function in ctx */
+        f = sim_kernel_function((struct CUkern_st *)f, ctx);
+        if (!f)
+            return drv_leave(CUDA_ERROR_OUT_OF_MEMORY); /* its module's variables do not fit */
+    }
     if (f && !handle_is(f, SIM_MAGIC_FUNC))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     if (f && f->mod->ctx != ctx)
@@ -558,8 +727,23 @@ static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3],
     for (int i = 0; i < 3; i++)
         if (grid[i] == 0 || block[i] == 0 || grid[i] > grid_max[i] || block[i] > block_max[i])
             return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    if ((uint64_t)block[0] * block[1] * block[2] > 1024)
+    uint64_t threads = (uint64_t)block[0] * block[1] * block[2];
+    if (threads > 1024)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (f) {
+        int per_sm = sim_occupancy_blocks(f, (int)threads, shared);
+        if (per_sm == 0)
+            return drv_leave(CUDA_ERROR_INVALID_VALUE); /* too many threads, registers or shared bytes for a block */
+        uint64_t blocks = (uint64_t)grid[0] * grid[1] * grid[2];
+        if (opts && opts->cooperative && blocks > (uint64_t)per_sm * (unsigned)sim_device_sms())
+            return drv_leave(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE);
+        for (int i = 0; opts && opts->cluster[0] && i < 3; i++)
+            if (!opts->cluster[i] || grid[i] % opts->cluster[i])
+                return drv_leave(CUDA_ERROR_INVALID_CLUSTER_SIZE);
+        if (opts && (uint64_t)opts->cluster[0] * opts->cluster[1] * opts->cluster[2] >
+                        (uint64_t)(f->nonportable_cluster ? 16 : 8))
+            return drv_leave(CUDA_ERROR_INVALID_CLUSTER_SIZE);
+    }
     struct CUstream_st *s = NULL;
     CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && s->ctx->dev != ctx->dev)
@@ -579,10 +763,9 @@ static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3],
     return drv_leave(sim_enqueue(s, op));
 }
 
-static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                              unsigned bz, unsigned shared, CUstream h, void **params, void **extra, bool ptds)
+static CUresult launch(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shared,
+                       const launch_opts_t *opts, CUstream h, void **params, void **extra, bool ptds)
 {
-    (void)shared;
     sim_lock();
     CUresult r = sim_check_init();
     sim_unlock();
@@ -592,8 +775,14 @@ static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned g
         return CUDA_ERROR_INVALID_HANDLE;
     if (params && extra) /* cuda.h: one way of passing the parameters, not both */
         return CUDA_ERROR_INVALID_VALUE;
+    return kernel(f, 0, grid, block, shared, opts, h, NULL, NULL, NULL, 0, ptds);
+}
+
+static CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                              unsigned bz, unsigned shared, CUstream h, void **params, void **extra, bool ptds)
+{
     const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
-    return kernel(f, 0, grid, block, h, NULL, NULL, NULL, 0, ptds);
+    return launch(f, grid, block, shared, NULL, h, params, extra, ptds);
 }
 
 DRV_PTSZ(cuLaunchKernel, launch_kernel,
@@ -603,12 +792,97 @@ DRV_PTSZ(cuLaunchKernel, launch_kernel,
          (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams,
           extra))
 
+static CUresult launch_cooperative(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                   unsigned bz, unsigned shared, CUstream h, void **params, bool ptds)
+{
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    const launch_opts_t opts = {true, {0, 0, 0}};
+    return launch(f, grid, block, shared, &opts, h, params, NULL, ptds);
+}
+
+DRV_PTSZ(cuLaunchCooperativeKernel, launch_cooperative,
+         (CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX,
+          unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+          void **kernelParams),
+         (f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams))
+
+/* CUlaunchAttribute as cuda.h lays it out (cuda_api.h keeps it opaque):
+ * an id, padding to 8 bytes, a union of 64.  The runtime's
+ * cudaLaunchAttribute is the same. */
+typedef struct launch_attr_s {
+    int id;
+    char pad[4];
+    union {
+        char pad[64];
+        int i;
+        struct {
+            unsigned x, y, z;
+        } dim;
+    } v;
+} launch_attr_t;
+_Static_assert(sizeof(launch_attr_t) == 72, "CUlaunchAttribute is 72 bytes");
+
+/* One row per launch attribute id: what a launch does with it.  COOPERATIVE
+ * and CLUSTER_DIMENSION are checked as CUDA checks them; the others are
+ * accepted and have no effect on the simulated device (a priority, a
+ * memory synchronisation domain, a programmatic or completion event that
+ * is not recorded). */
+typedef enum attr_use_e { ATTR_IGNORED, ATTR_COOPERATIVE, ATTR_CLUSTER } attr_use_t;
+static const attr_use_t launch_attr_use[] = {
+    [0] = ATTR_IGNORED,  /* IGNORE */
+    [1] = ATTR_IGNORED,  /* ACCESS_POLICY_WINDOW */
+    [2] = ATTR_COOPERATIVE,
+    [3] = ATTR_IGNORED,  /* SYNCHRONIZATION_POLICY */
+    [4] = ATTR_CLUSTER,  /* CLUSTER_DIMENSION */
+    [5] = ATTR_IGNORED,  /* CLUSTER_SCHEDULING_POLICY_PREFERENCE */
+    [6] = ATTR_IGNORED,  /* PROGRAMMATIC_STREAM_SERIALIZATION */
+    [7] = ATTR_IGNORED,  /* PROGRAMMATIC_EVENT */
+    [8] = ATTR_IGNORED,  /* PRIORITY */
+    [9] = ATTR_IGNORED,  /* MEM_SYNC_DOMAIN_MAP */
+    [10] = ATTR_IGNORED, /* MEM_SYNC_DOMAIN */
+    [11] = ATTR_IGNORED, /* PREFERRED_CLUSTER_DIMENSION */
+    [12] = ATTR_IGNORED, /* LAUNCH_COMPLETION_EVENT */
+    [13] = ATTR_IGNORED, /* DEVICE_UPDATABLE_KERNEL_NODE */
+    [14] = ATTR_IGNORED, /* PREFERRED_SHARED_MEMORY_CARVEOUT */
+    [15] = ATTR_IGNORED,
+    [16] = ATTR_IGNORED, /* NVLINK_UTIL_CENTRIC_SCHEDULING */
+};
+
+/* The options a configuration's attributes ask for; false for an unknown
+ * attribute id. */
+static bool launch_options(const CUlaunchConfig *config, launch_opts_t *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    const launch_attr_t *a = (const launch_attr_t *)(const void *)config->attrs;
+    for (unsigned i = 0; i < config->numAttrs; i++) {
+        if (a[i].id < 0 || (size_t)a[i].id >= sizeof launch_attr_use / sizeof launch_attr_use[0])
+            return false;
+        if (launch_attr_use[a[i].id] == ATTR_COOPERATIVE)
+            opts->cooperative = a[i].v.i != 0;
+        else if (launch_attr_use[a[i].id] == ATTR_CLUSTER) {
+            opts->cluster[0] = a[i].v.dim.x;
+            opts->cluster[1] = a[i].v.dim.y;
+            opts->cluster[2] = a[i].v.dim.z;
+        }
+    }
+    return true;
+}
+
+void sim_launch_cluster_dims(const CUlaunchConfig *config, unsigned dims[3])
+{
+    launch_opts_t opts;
+    if (config->attrs && launch_options(config, &opts) && opts.cluster[0])
+        memcpy(dims, opts.cluster, sizeof opts.cluster);
+}
+
 static CUresult launch_kernel_ex(const CUlaunchConfig *config, CUfunction f, void **params, void **extra, bool ptds)
 {
-    if (!config || (config->numAttrs && !config->attrs))
+    launch_opts_t opts;
+    if (!config || (config->numAttrs && !config->attrs) || !launch_options(config, &opts))
         return CUDA_ERROR_INVALID_VALUE;
-    return launch_kernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
-                         config->blockDimZ, config->sharedMemBytes, config->hStream, params, extra, ptds);
+    const unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
+    const unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
+    return launch(f, grid, block, config->sharedMemBytes, &opts, config->hStream, params, extra, ptds);
 }
 
 DRV_PTSZ(cuLaunchKernelEx, launch_kernel_ex,
@@ -619,5 +893,5 @@ SIM_API CUresult cucacheSimLaunchTimed(CUstream hStream, unsigned int us, void (
                                        const struct cucache_sim_access *acc, unsigned int nacc)
 {
     const unsigned one[3] = {1, 1, 1};
-    return kernel(NULL, (uint64_t)us * 1000u, one, one, hStream, fn, arg, acc, nacc, false);
+    return kernel(NULL, (uint64_t)us * 1000u, one, one, 0, NULL, hStream, fn, arg, acc, nacc, false);
 }

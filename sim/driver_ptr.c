@@ -50,7 +50,7 @@
 static bool device_kind(const sim_alloc_t *a)
 {
     return a->kind == SIM_ALLOC_DEVICE || a->kind == SIM_ALLOC_POOL || a->kind == SIM_ALLOC_IPC ||
-           a->kind == SIM_ALLOC_VMM || a->kind == SIM_ALLOC_GRAPH;
+           a->kind == SIM_ALLOC_VMM || a->kind == SIM_ALLOC_GRAPH || a->kind == SIM_ALLOC_MODULE;
 }
 
 /* A mapping's access for the current context's device (or its own). */

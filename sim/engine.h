@@ -127,6 +127,7 @@
 #include "cucache/sim.h"
 #include "array.h"
 #include "config.h"
+#include "module_image.h"
 #include "shared.h"
 
 #define SIM_API __attribute__((visibility("default")))
@@ -185,6 +186,7 @@ typedef enum sim_alloc_kind_e {
     SIM_ALLOC_IPC,        /* another process's allocation, opened (cuIpcOpenMemHandle) */
     SIM_ALLOC_VMM,        /* a mapping of the virtual memory API (cuMemMap; engine_vmm.c) */
     SIM_ALLOC_GRAPH,      /* a graph's allocation (cuGraphAddMemAllocNode; engine_graph.c) */
+    SIM_ALLOC_MODULE,     /* a module's __device__ and __constant__ variables (driver_module.c): freed at unload */
 } sim_alloc_kind_t;
 
 struct sim_phys_s;
@@ -415,32 +417,72 @@ struct CUgraphExec_st {
     sim_vc_t *end_vc;
 };
 
+/* A variable of a module image (__device__, __constant__): its bytes at
+ * load are init's, or zero. */
+typedef struct sim_global_s {
+    const char *name; /* interned */
+    size_t size;
+    uint8_t *init; /* malloc'ed copy, or NULL */
+    bool constant;
+} sim_global_t;
+
+/* What a module is made of: its kernels (names and what the image states
+ * about each) and its variables.  A library keeps one; a module is made
+ * from one. */
+typedef struct sim_image_desc_s {
+    const char **names; /* interned */
+    sim_kernel_info_t *infos; /* infos[i] is names[i]'s */
+    size_t nnames;
+    sim_global_t *globals;
+    size_t nglobals;
+    bool open; /* the image's names were unreadable (compressed): any name is a kernel */
+} sim_image_desc_t;
+
+/* A variable of a loaded module: device memory of its context's device
+ * (SIM_ALLOC_MODULE), `size` bytes at addr. */
+typedef struct sim_modvar_s {
+    const char *name; /* interned */
+    uintptr_t addr;
+    size_t size;
+} sim_modvar_t;
+
 /* A loaded module (driver_module.c; its image read by module_image.c):
- * its kernels by name, each a function handle made at load. */
+ * its kernels by name, each a function handle made at load, and its
+ * variables. */
 struct CUmod_st {
     uint32_t magic;
     struct CUctx_st *ctx;
     struct CUlib_st *lib; /* the library it was made for in ctx, or NULL */
     struct CUfunc_st **funcs;
     size_t nfuncs;
-    bool open; /* the image's names were unreadable (compressed): any name is a kernel */
+    sim_modvar_t *vars;
+    size_t nvars;
+    bool open; /* as sim_image_desc_t.open */
 };
 
-/* A kernel: its name and how long it runs (CUCACHE_SIM_KERNEL_US). */
+/* A kernel: its name, how long it runs (CUCACHE_SIM_KERNEL_US), what its
+ * image states and what the program set (driver_func.c). */
 struct CUfunc_st {
     uint32_t magic;
     struct CUmod_st *mod;
     const char *name; /* interned: valid for the process */
     uint64_t ns;
+    sim_kernel_info_t info;
+    int max_dynamic_shared; /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    bool dynamic_optin;     /* it was set above the default (the occupancy calculator's opt-in) */
+    int carveout;           /* PREFERRED_SHARED_MEMORY_CARVEOUT: -1 (none) or percent */
+    int cluster[3];         /* REQUIRED_CLUSTER_WIDTH, HEIGHT, DEPTH: 0 none */
+    int nonportable_cluster; /* NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
+    int cluster_policy;     /* CLUSTER_SCHEDULING_POLICY_PREFERENCE */
+    int cache_config;       /* CUfunc_cache (cuFuncSetCacheConfig) */
+    int shared_config;      /* CUsharedconfig (cuFuncSetSharedMemConfig) */
 };
 
-/* A library (cuLibraryLoadData): a module image's kernel names, for no
- * context in particular; each context that asks gets a module of them. */
+/* A library (cuLibraryLoadData): a module image's description, for no
+ * context in particular; each context that asks gets a module of it. */
 struct CUlib_st {
     uint32_t magic;
-    const char **names; /* interned */
-    size_t nnames;
-    bool open;                  /* as CUmod_st.open */
+    sim_image_desc_t desc;
     struct CUkern_st **kernels; /* handed out by cuLibraryGetKernel */
     size_t nkernels;
 };
@@ -602,6 +644,22 @@ bool sim_ctx_valid(const struct CUctx_st *ctx);
 struct CUctx_st *sim_ctx_create(sim_device_t *dev, bool primary);
 void sim_ctx_destroy(struct CUctx_st *ctx); /* waits for its work; frees memory */
 void sim_modules_free_ctx(struct CUctx_st *ctx); /* its modules and kernels (driver_module.c) */
+/* Modules (driver_module.c): a module of desc in ctx, its variables
+ * allocated and set (CUDA_ERROR_OUT_OF_MEMORY when they do not fit). */
+CUresult sim_module_new(struct CUctx_st *ctx, const sim_image_desc_t *desc, struct CUmod_st **out);
+/* The kernel of m by that name (made now in an open module), or NULL. */
+struct CUfunc_st *sim_module_function(struct CUmod_st *m, const char *name);
+/* A kernel of a library as a function of ctx (made on first use). */
+struct CUfunc_st *sim_kernel_function(struct CUkern_st *k, struct CUctx_st *ctx);
+/* Kernel attributes and occupancy (driver_func.c): a new function's
+ * settable attributes at their defaults; blocks of `block` threads and
+ * `dyn` dynamic shared bytes resident on one SM at once (0: none fits). */
+void sim_func_defaults(struct CUfunc_st *f);
+int sim_device_sms(void); /* the modelled device's multiprocessors */
+int sim_occupancy_blocks(const struct CUfunc_st *f, int block, size_t dyn);
+/* A launch configuration's cluster dimensions, when it has the attribute
+ * (driver_module.c): dims is left alone otherwise. */
+void sim_launch_cluster_dims(const CUlaunchConfig *config, unsigned dims[3]);
 
 /* Streams */
 CUresult sim_stream_resolve(struct CUctx_st *ctx, CUstream h, bool ptds, struct CUstream_st **out);

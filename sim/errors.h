@@ -30,6 +30,8 @@
     X(CUDA_ERROR_TOO_MANY_PEERS, cudaErrorTooManyPeers, "peer mapping resources exhausted")                           \
     X(CUDA_ERROR_CONTEXT_IS_DESTROYED, cudaErrorContextIsDestroyed, "context is destroyed")                            \
     X(CUDA_ERROR_LAUNCH_FAILED, cudaErrorLaunchFailure, "unspecified launch failure")                                  \
+    X(CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE, cudaErrorCooperativeLaunchTooLarge,                                     \
+      "too many blocks in cooperative launch")                                                                         \
     X(CUDA_ERROR_NOT_PERMITTED, cudaErrorNotPermitted, "operation not permitted")                                      \
     X(CUDA_ERROR_NOT_SUPPORTED, cudaErrorNotSupported, "operation not supported")                                      \
     X(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cudaErrorStreamCaptureUnsupported,                                        \
@@ -52,6 +54,7 @@
     X(CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, cudaErrorGraphExecUpdateFailure,                                          \
       "the graph update was not performed because it included changes which violated constraints specific to "        \
       "instantiated graph update")                                                                                     \
+    X(CUDA_ERROR_INVALID_CLUSTER_SIZE, cudaErrorInvalidClusterSize, "invalid cluster size")                            \
     X(CUDA_ERROR_UNKNOWN, cudaErrorUnknown, "unknown error")
 
 #endif

@@ -734,14 +734,14 @@ CUresult sim_image_entries(const void *image, size_t len, sim_image_entry_fn fn,
     }
     if (!fatbin_is(&im))
         return CUDA_ERROR_INVALID_IMAGE; /* the simulator's list: no code to link */
-    uint16_t hsize;
-    uint64_t body;
+    uint16_t hsize = 0;
+    uint64_t body = 0;
     img_u16(&im, 6, &hsize);
     img_u64(&im, 8, &body);
     for (uint64_t at = hsize, end = hsize + body; at < end;) {
-        uint16_t kind;
-        uint32_t ehsize;
-        uint64_t psize, flags;
+        uint16_t kind = 0;
+        uint32_t ehsize = 0;
+        uint64_t psize = 0, flags = 0;
         img_t entry = {im.p, (size_t)end};
         img_u16(&entry, at, &kind);
         img_u32(&entry, at + 4, &ehsize);

@@ -54,6 +54,12 @@ typedef struct CUlib_st *CUlibrary;
 typedef struct CUkern_st *CUkernel;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* opaque here: only attrs/numAttrs pass through */
 typedef struct CUlaunchConfig_st CUlaunchConfig;
+typedef struct CUlinkState_st *CUlinkState;
+typedef size_t (*CUoccupancyB2DSize)(int blockSize);
+typedef enum CUfunction_attribute_enum CUfunction_attribute;
+typedef enum CUfunc_cache_enum CUfunc_cache;
+typedef enum CUsharedconfig_enum CUsharedconfig;
+typedef enum CUjitInputType_enum CUjitInputType;
 
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
@@ -225,6 +231,7 @@ enum cudaError_enum {
     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
     CUDA_ERROR_LAUNCH_FAILED = 719,
+    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720,
     CUDA_ERROR_NOT_PERMITTED = 800,
     CUDA_ERROR_NOT_SUPPORTED = 801,
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
@@ -237,6 +244,7 @@ enum cudaError_enum {
     CUDA_ERROR_CAPTURED_EVENT = 907,
     CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD = 908,
     CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE = 910,
+    CUDA_ERROR_INVALID_CLUSTER_SIZE = 912,
     CUDA_ERROR_UNKNOWN = 999
 };
 
@@ -248,6 +256,7 @@ enum cudaError {
     cudaErrorCudartUnloading = 4,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidPitchValue = 12,
+    cudaErrorInvalidSymbol = 13,
     cudaErrorInvalidDevicePointer = 17,
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorInsufficientDriver = 35,
@@ -272,6 +281,7 @@ enum cudaError {
     cudaErrorHostMemoryAlreadyRegistered = 712,
     cudaErrorHostMemoryNotRegistered = 713,
     cudaErrorLaunchFailure = 719,
+    cudaErrorCooperativeLaunchTooLarge = 720,
     cudaErrorNotPermitted = 800,
     cudaErrorNotSupported = 801,
     cudaErrorStreamCaptureUnsupported = 900,
@@ -284,6 +294,7 @@ enum cudaError {
     cudaErrorCapturedEvent = 907,
     cudaErrorStreamCaptureWrongThread = 908,
     cudaErrorGraphExecUpdateFailure = 910,
+    cudaErrorInvalidClusterSize = 912,
     cudaErrorUnknown = 999
 };
 
@@ -345,6 +356,98 @@ enum CUlibraryOption_enum {
     CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
     CU_LIBRARY_BINARY_IS_PRESERVED = 1,
     CU_LIBRARY_NUM_OPTIONS = 2
+};
+
+/* The attributes of a kernel (cuFuncGetAttribute; the runtime's
+ * cudaFuncAttribute uses the same numbers for the settable ones). */
+enum CUfunction_attribute_enum {
+    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
+    CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
+    CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES = 2,
+    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3,
+    CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+    CU_FUNC_ATTRIBUTE_PTX_VERSION = 5,
+    CU_FUNC_ATTRIBUTE_BINARY_VERSION = 6,
+    CU_FUNC_ATTRIBUTE_CACHE_MODE_CA = 7,
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9,
+    CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET = 10,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH = 11,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT = 12,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH = 13,
+    CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14,
+    CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 15,
+    CU_FUNC_ATTRIBUTE_MAX = 16
+};
+
+enum CUfunc_cache_enum {
+    CU_FUNC_CACHE_PREFER_NONE = 0x00,
+    CU_FUNC_CACHE_PREFER_SHARED = 0x01,
+    CU_FUNC_CACHE_PREFER_L1 = 0x02,
+    CU_FUNC_CACHE_PREFER_EQUAL = 0x03
+};
+
+enum CUsharedconfig_enum {
+    CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE = 0x00,
+    CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE = 0x01,
+    CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE = 0x02
+};
+
+/* What cuLinkAddData and cuLinkAddFile are given. */
+enum CUjitInputType_enum {
+    CU_JIT_INPUT_CUBIN = 0,
+    CU_JIT_INPUT_PTX = 1,
+    CU_JIT_INPUT_FATBINARY = 2,
+    CU_JIT_INPUT_OBJECT = 3,
+    CU_JIT_INPUT_LIBRARY = 4,
+    CU_JIT_INPUT_NVVM = 5,
+    CU_JIT_NUM_INPUT_TYPES = 6
+};
+
+enum cudaFuncCache {
+    cudaFuncCachePreferNone = 0,
+    cudaFuncCachePreferShared = 1,
+    cudaFuncCachePreferL1 = 2,
+    cudaFuncCachePreferEqual = 3
+};
+
+enum cudaSharedMemConfig {
+    cudaSharedMemBankSizeDefault = 0,
+    cudaSharedMemBankSizeFourByte = 1,
+    cudaSharedMemBankSizeEightByte = 2
+};
+
+enum cudaFuncAttribute {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8,
+    cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+    cudaFuncAttributeClusterDimMustBeSet = 10,
+    cudaFuncAttributeRequiredClusterWidth = 11,
+    cudaFuncAttributeRequiredClusterHeight = 12,
+    cudaFuncAttributeRequiredClusterDepth = 13,
+    cudaFuncAttributeNonPortableClusterSizeAllowed = 14,
+    cudaFuncAttributeClusterSchedulingPolicyPreference = 15,
+    cudaFuncAttributeMax = 16
+};
+
+/* What cudaFuncGetAttributes fills. */
+struct cudaFuncAttributes {
+    size_t sharedSizeBytes;
+    size_t constSizeBytes;
+    size_t localSizeBytes;
+    int maxThreadsPerBlock;
+    int numRegs;
+    int ptxVersion;
+    int binaryVersion;
+    int cacheModeCA;
+    int maxDynamicSharedSizeBytes;
+    int preferredShmemCarveout;
+    int clusterDimMustBeSet;
+    int requiredClusterWidth;
+    int requiredClusterHeight;
+    int requiredClusterDepth;
+    int clusterSchedulingPolicyPreference;
+    int nonPortableClusterSizeAllowed;
+    int reserved[16];
 };
 
 enum cudaStreamCaptureStatus {
@@ -1482,6 +1585,46 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int g
                              unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra);
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
 CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams);
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY,
+                                        unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
+                                        unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
+                                        void **kernelParams);
+CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc);
+CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config);
+CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config);
+CUresult cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize);
+CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev);
+CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev);
+CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev);
+CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel);
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, CUfunction func, int blockSize,
+                                                     size_t dynamicSMemSize);
+CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
+                                                              size_t dynamicSMemSize, unsigned int flags);
+CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSize, CUfunction func,
+                                          CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize,
+                                          int blockSizeLimit);
+CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int *blockSize, CUfunction func,
+                                                   CUoccupancyB2DSize blockSizeToDynamicSMemSize,
+                                                   size_t dynamicSMemSize, int blockSizeLimit, unsigned int flags);
+CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks,
+                                                 int blockSize);
+CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config);
+CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config);
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name);
+CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
+CUresult cuLinkCreate_v2(unsigned int numOptions, CUjit_option *options, void **optionValues, CUlinkState *stateOut);
+CUresult cuLinkAddData_v2(CUlinkState state, CUjitInputType type, void *data, size_t size, const char *name,
+                          unsigned int numOptions, CUjit_option *options, void **optionValues);
+CUresult cuLinkAddFile_v2(CUlinkState state, CUjitInputType type, const char *path, unsigned int numOptions,
+                          CUjit_option *options, void **optionValues);
+CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut);
+CUresult cuLinkDestroy(CUlinkState state);
 
 CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode);
 CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode);
@@ -1806,6 +1949,26 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr);
+cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *func);
+cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value);
+cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cacheConfig);
+cudaError_t cudaFuncSetSharedMemConfig(const void *func, enum cudaSharedMemConfig config);
+cudaError_t cudaFuncGetName(const char **name, const void *func);
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *numBlocks, const void *func, int blockSize,
+                                                          size_t dynamicSMemSize);
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, const void *func, int blockSize,
+                                                                   size_t dynamicSMemSize, unsigned int flags);
+cudaError_t cudaOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, const void *func, int numBlocks,
+                                                      int blockSize);
+cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
+                               enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyToSymbolAsync(const void *symbol, const void *src, size_t count, size_t offset,
+                                    enum cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t count, size_t offset,
+                                      enum cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol);
+cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol);
 
 #ifdef __cplusplus
 }
