@@ -195,7 +195,18 @@
     X(cuEventQuery, "cuEventQuery")                                                                                    \
     X(cuEventSynchronize, "cuEventSynchronize")                                                                        \
     X(cuEventElapsedTime_v2, "cuEventElapsedTime")                                                                     \
-    X(cuEventDestroy_v2, "cuEventDestroy")
+    X(cuEventDestroy_v2, "cuEventDestroy")                                                                             \
+    X(cuFuncGetAttribute, "cuFuncGetAttribute")                                                                        \
+    X(cuFuncSetAttribute, "cuFuncSetAttribute")                                                                        \
+    X(cuFuncSetCacheConfig, "cuFuncSetCacheConfig")                                                                    \
+    X(cuFuncSetSharedMemConfig, "cuFuncSetSharedMemConfig")                                                            \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags, "cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags")    \
+    X(cuOccupancyAvailableDynamicSMemPerBlock, "cuOccupancyAvailableDynamicSMemPerBlock")                              \
+    X(cuOccupancyMaxPotentialClusterSize, "cuOccupancyMaxPotentialClusterSize")                                        \
+    X(cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters")                                                    \
+    X(cuLaunchKernelEx, "cuLaunchKernelEx")                                                                            \
+    X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel")                                                          \
+    X(cuModuleGetGlobal_v2, "cuModuleGetGlobal")
 
 /* One typed table of driver entry points, all resolved or the runtime is
  * unusable.  Only the type comes from the prototype: no link reference. */
@@ -253,6 +264,23 @@ RT_HIDDEN cudaError_t rt_device(int ordinal, CUdevice *dev);
 /* The primary context of a device, retained on first use like rt_enter's
  * (not made current). */
 RT_HIDDEN cudaError_t rt_primary_ctx(int ordinal, CUcontext *ctx);
+
+/* Registered kernels and variables (runtime_module.c, runtime_symbol.c) */
+
+/* The kernel whose host stub is func, as a function of the current
+ * context (its module loaded there on first use; again when reload): NULL
+ * and *e set when func was never registered or its module cannot be made.
+ * After rt_enter(). */
+RT_HIDDEN CUfunction rt_function(const rt_driver_t *d, const void *func, bool reload, cudaError_t *e);
+/* The kernel's registered device name, or NULL. */
+RT_HIDDEN const char *rt_function_name(const void *func);
+/* The module of a registration (__cudaRegisterFatBinary's handle) in the
+ * current context, loaded there on first use.  After rt_enter(). */
+RT_HIDDEN CUresult rt_fatbin_module(const rt_driver_t *d, void **fatCubinHandle, CUmodule *m);
+/* Records a __device__ or __constant__ variable (__cudaRegisterVar); a
+ * registration's go with it (__cudaUnregisterFatBinary). */
+RT_HIDDEN void rt_var_register(void **fatCubinHandle, const void *host, const char *name, size_t size);
+RT_HIDDEN void rt_vars_unregister(void **fatCubinHandle);
 
 /* Defines the legacy-stream export `plain` and its per-thread twin
  * `suffixed`; both call impl(table, args...) and record its error. */

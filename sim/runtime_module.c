@@ -136,6 +136,7 @@ RT_API void __cudaUnregisterFatBinary(void **fatCubinHandle)
     }
     rt_nkernels = n;
     pthread_mutex_unlock(&rt_kernels_lock);
+    rt_vars_unregister(fatCubinHandle);
     free((rt_fatbin_t *)fatCubinHandle);
 }
 
@@ -173,8 +174,8 @@ RT_API void __cudaRegisterFunction(void **fatCubinHandle, const char *hostFun, c
 RT_API void __cudaRegisterVar(void **fatCubinHandle, char *hostVar, char *deviceAddress, const char *deviceName,
                               int ext, size_t size, int constant, int global)
 {
-    (void)fatCubinHandle, (void)hostVar, (void)deviceAddress, (void)deviceName;
-    (void)ext, (void)size, (void)constant, (void)global;
+    (void)deviceAddress, (void)ext, (void)constant, (void)global;
+    rt_var_register(fatCubinHandle, hostVar, deviceName, size);
 }
 
 RT_API void __cudaRegisterManagedVar(void **fatCubinHandle, void **hostVarPtrAddress, char *deviceAddress,
@@ -206,25 +207,50 @@ RT_API cudaError_t __cudaPopCallConfiguration(rt_dim3_t *gridDim, rt_dim3_t *blo
     return cudaSuccess;
 }
 
-/* k's function in ctx (device's primary context, of generation gen):
- * from its registration's module, loaded once per context (again when
- * reload: the context was reset under it), or from a module of its name
- * alone.  Under rt_kernels_lock. */
+/* fb's module in ctx (device's primary context, of generation gen),
+ * loaded once per context (again when reload: the context was reset
+ * under it).  Under rt_kernels_lock. */
+static CUresult rt_fatbin_load(const rt_driver_t *d, rt_fatbin_t *fb, int device, CUcontext ctx, unsigned gen,
+                               bool reload)
+{
+    if (reload || !fb->loaded[device].m || fb->loaded[device].ctx != ctx || fb->loaded[device].gen != gen) {
+        CUmodule m;
+        CUresult r = d->cuModuleLoadData(&m, fb->fatCubin);
+        if (r != CUDA_SUCCESS)
+            return r;
+        fb->loaded[device].ctx = ctx;
+        fb->loaded[device].gen = gen;
+        fb->loaded[device].m = m;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult rt_fatbin_module(const rt_driver_t *d, void **fatCubinHandle, CUmodule *m)
+{
+    rt_fatbin_t *fb = (rt_fatbin_t *)fatCubinHandle;
+    if (!fb->real)
+        return CUDA_ERROR_NOT_FOUND; /* not nvcc's: no variables */
+    CUcontext ctx;
+    int device;
+    unsigned gen;
+    rt_current(&ctx, &device, &gen);
+    pthread_mutex_lock(&rt_kernels_lock);
+    CUresult r = rt_fatbin_load(d, fb, device, ctx, gen, false);
+    if (r == CUDA_SUCCESS)
+        *m = fb->loaded[device].m;
+    pthread_mutex_unlock(&rt_kernels_lock);
+    return r;
+}
+
+/* k's function in ctx: from its registration's module, or from a module
+ * of its name alone.  Under rt_kernels_lock. */
 static CUresult rt_module(const rt_driver_t *d, rt_kernel_t *k, int device, CUcontext ctx, unsigned gen, bool reload,
                           CUfunction *f)
 {
     rt_fatbin_t *fb = (rt_fatbin_t *)k->fatbin;
     if (fb->real) {
-        if (reload || !fb->loaded[device].m || fb->loaded[device].ctx != ctx || fb->loaded[device].gen != gen) {
-            CUmodule m;
-            CUresult r = d->cuModuleLoadData(&m, fb->fatCubin);
-            if (r != CUDA_SUCCESS)
-                return r;
-            fb->loaded[device].ctx = ctx;
-            fb->loaded[device].gen = gen;
-            fb->loaded[device].m = m;
-        }
-        return d->cuModuleGetFunction(f, fb->loaded[device].m, k->name);
+        CUresult r = rt_fatbin_load(d, fb, device, ctx, gen, reload);
+        return r == CUDA_SUCCESS ? d->cuModuleGetFunction(f, fb->loaded[device].m, k->name) : r;
     }
     size_t magic = strlen(CUCACHE_SIM_MODULE_MAGIC), len = strlen(k->name);
     char *image = malloc(magic + len + 2);
@@ -241,7 +267,7 @@ static CUresult rt_module(const rt_driver_t *d, rt_kernel_t *k, int device, CUco
 
 /* The kernel func names, as a function of the current context: NULL and
  * *e set when func was never registered or its module cannot be made. */
-static CUfunction rt_function(const rt_driver_t *d, const void *func, bool reload, cudaError_t *e)
+CUfunction rt_function(const rt_driver_t *d, const void *func, bool reload, cudaError_t *e)
 {
     CUcontext ctx;
     int device;
@@ -306,6 +332,17 @@ RT_STREAM_API(cudaLaunchKernel, cudaLaunchKernel_ptsz, rt_launch_kernel,
               (const void *func, rt_dim3_t gridDim, rt_dim3_t blockDim, void **args, size_t sharedMem,
                cudaStream_t stream),
               func, gridDim, blockDim, args, sharedMem, stream)
+
+const char *rt_function_name(const void *func)
+{
+    const char *name = NULL;
+    pthread_mutex_lock(&rt_kernels_lock);
+    for (size_t i = 0; i < rt_nkernels && !name; i++)
+        if (rt_kernels[i].host == func)
+            name = rt_kernels[i].name; /* kept until its registration goes */
+    pthread_mutex_unlock(&rt_kernels_lock);
+    return name;
+}
 
 /* CUDA 13's launch path: the kernel handle is looked up once per kernel
  * (the host stub's address stands in for it), then launched. */
