@@ -3,12 +3,16 @@
  * cuModuleLoadDataEx, cuModuleLoadFatBinary, cuModuleGetFunction,
  * cuFuncGetName, cuFuncGetModule, cuModuleUnload; cuLibraryLoadData, cuLibraryLoadFromFile,
  * cuLibraryGetKernel, cuLibraryGetModule, cuKernelGetFunction,
- * cuKernelGetName, cuLibraryUnload; and the launches cuLaunchKernel and
- * cuLaunchKernelEx (and their _ptsz forms).
+ * cuKernelGetName, cuLibraryUnload; the variables cuModuleGetGlobal,
+ * cuLibraryGetGlobal, cuLibraryGetManaged; and the launches
+ * cuLaunchKernel, cuLaunchKernelEx and cuLaunchCooperativeKernel (and
+ * their _ptsz forms).
  *
  * The device runs no device code.  A module image (a cubin, a fatbin, PTX
  * text, or the simulator's own list of names: module_image.h) is read for
- * its kernel names only; a kernel is a timed operation: it occupies its
+ * its kernel names, what it states about each kernel and its variables
+ * (device memory of the module's context, set from the image's bytes);
+ * a kernel is a timed operation: it occupies its
  * stream for the time CUCACHE_SIM_KERNEL_US gives its name (engine_stream.c
  * keeps the device's time), after what it is ordered behind, in graphs
  * too, and touches nothing the race detector can see (cucacheSimLaunchTimed

@@ -92,16 +92,20 @@
  *                    driver_graph.c graphs; driver_vmm.c, driver_ipc.c
  *                    (memory and events); driver_peer.c peer access, links,
  *                    peer copies; driver_pool_share.c pools shared between
- *                    processes and pool access; driver_module.c
- *                    modules, libraries and timed kernels
- *                    (module_image.c reads the images: cubin, fatbin,
- *                    PTX); driver_procaddr.c
+ *                    processes and pool access; driver_module.c modules,
+ *                    libraries, their variables and timed kernels
+ *                    (module_image.c reads the images: cubin, fatbin, PTX,
+ *                    with kernel attributes and variables); driver_func.c
+ *                    kernel attributes and the occupancy calculator;
+ *                    driver_link.c the JIT linker; driver_procaddr.c
  *                    cuGetProcAddress
  *   runtime*.c       the runtime over the driver (runtime_internal.h):
  *                    runtime_core.c, runtime_mem.c, runtime_stream.c,
  *                    runtime_module.c (registration and launch),
  *                    runtime_graph.c (graphs built by hand),
- *                    runtime_peer.c (peers, IPC events, shared pools);
+ *                    runtime_peer.c (peers, IPC events, shared pools),
+ *                    runtime_func.c (attributes, occupancy, launch
+ *                    variants), runtime_symbol.c (variables);
  *                    runtime_stub.c the runtime's "not supported"
  *   stub.h           the generated weak stubs of every real entry point
  *                    not simulated (exports/cuda.txt, cudart.txt list all,

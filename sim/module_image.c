@@ -1,5 +1,6 @@
 /*
- * Reading module images for their kernel names (module_image.h).  Every
+ * Reading module images for their kernel names, what they state about each
+ * kernel and their variables (module_image.h).  Every
  * read goes through img_u16/u32/u64 or img_span, which check it against
  * the image's length; nothing here allocates, so the parser runs alone
  * under a fuzzer (tests/sim/fuzz_image.c).

@@ -18,6 +18,9 @@
  *   runtime_graph.c   graphs built by hand, graph memory, capture info
  *   runtime_peer.c    peer access and copies, IPC events, pools shared
  *                     between processes
+ *   runtime_func.c    kernel attributes, occupancy, cudaLaunchKernelExC and
+ *                     cooperative launches
+ *   runtime_symbol.c  __device__ and __constant__ variables: the symbol copies
  *   runtime_stub.c    the answer of the functions not simulated (stub.h;
  *                     shared runtimes only)
  *
