@@ -33,13 +33,13 @@ bin=$root/$RUN_BINDIR
 lib=$root/$RUN_LIBDIR
 
 # 1. the files
-for f in "$bin/cucache-run" "$bin/cucache-replay" "$lib/libcucache.so.0" "$lib/libcucache.so" \
+for f in "$bin/cucache-run" "$bin/cucache-replay" "$bin/cucache-top" "$lib/libcucache.so.0" "$lib/libcucache.so" \
     "$root/include/cucache/cucache.h" "$lib/pkgconfig/cucache.pc" "$lib/cucache/sim/libcuda.so.1" \
     "$lib/cucache/sim/libcudart.so.12" "$lib/cucache/sim/libcudart.so.13"; do
     [ -e "$f" ] || fail "not installed: ${f#"$tmp/dest"}"
 done
 if [ -e "$build/cucache-run.1" ]; then # built when scdoc was found
-    for page in man1/cucache-run.1 man1/cucache-replay.1 man7/cucache.7; do
+    for page in man1/cucache-run.1 man1/cucache-replay.1 man1/cucache-top.1 man7/cucache.7; do
         [ -e "$root/$RUN_MANDIR/$page" ] || fail "man page not installed: $RUN_MANDIR/$page"
     done
 fi

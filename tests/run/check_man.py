@@ -5,11 +5,12 @@ entry of its own (a paragraph that starts with it), not only a mention:
 
   - in cucache-run(1), every option `cucache-run --help` prints;
   - in cucache-replay(1), every option `cucache-replay --help` prints;
+  - in cucache-top(1), every option `cucache-top --help` prints;
   - in cucache(7), every CUCACHE_CONF key `cucache-run --conf help` lists
     and every CUCACHE_ variable the library reads (secure_getenv in
     interpose/ and stats/).
 
-Usage: check_man.py MAN_DIR CUCACHE_RUN CUCACHE_REPLAY SOURCE_ROOT
+Usage: check_man.py MAN_DIR CUCACHE_RUN CUCACHE_REPLAY SOURCE_ROOT CUCACHE_TOP
 """
 import glob
 import os
@@ -18,7 +19,7 @@ import shutil
 import subprocess
 import sys
 
-man_dir, run, replay, src = sys.argv[1:5]
+man_dir, run, replay, src, top = sys.argv[1:6]
 failures = []
 
 
@@ -35,7 +36,7 @@ def text_of(page):
     return raw.replace("\\&", "").replace("\\-", "-").replace("\\(em", "-")
 
 
-pages = {p: text_of(p) for p in ("cucache-run.1", "cucache-replay.1", "cucache.7")}
+pages = {p: text_of(p) for p in ("cucache-run.1", "cucache-replay.1", "cucache-top.1", "cucache.7")}
 groff = shutil.which("groff")
 for p in pages:
     if groff:
@@ -73,7 +74,7 @@ def options(tool):
     return sorted(found)
 
 
-for tool, page in ((run, "cucache-run.1"), (replay, "cucache-replay.1")):
+for tool, page in ((run, "cucache-run.1"), (replay, "cucache-replay.1"), (top, "cucache-top.1")):
     opts = options(tool)
     check(len(opts) >= 8, f"{tool} --help lists {opts}")
     have = entries(pages[page])

@@ -1,0 +1,827 @@
+/*
+ * cucache-top: each GPU of the machine with every process on it, and what
+ * cucache holds in each process that runs it (docs/top.md).
+ *
+ *   cucache-top [-d SECONDS] [-n N] [--once] [--json] [--prometheus FILE]
+ *
+ * Two sources, read afresh at every refresh:
+ *   - NVML (libnvidia-ml.so.1, opened with dlopen, never linked): the GPUs
+ *     (name, UUID, memory) and the compute processes on each with their
+ *     bytes.  The process-list call is the newest the library has (one row
+ *     per version, as interpose/nvml.c asks it).
+ *   - the GPU registry of each GPU (stats/registry.h), opened read-side
+ *     (never created): every cucache process's figures, matched to NVML's
+ *     rows by pid.  A cucache process that NVML does not list (holding
+ *     nothing on the device) is shown too.  A registry file of this user
+ *     whose GPU NVML does not list is shown when it has processes or is
+ *     refused; without NVML every one is.
+ *
+ * A refused registry (st_reg_open's reason) is one line under its GPU.
+ * Output: the screen redrawn like top (ANSI clear and home, rows cut to
+ * the window, 'q' quits, the terminal restored at exit and on
+ * SIGINT/SIGTERM), one plain table (--once), one JSON document (--json),
+ * or the Prometheus text format into a file (--prometheus; written to
+ * FILE.tmp and renamed, at each refresh).
+ *
+ * Exit status: 0; 1 when a file cannot be written; 2 for a usage error.
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "registry.h"
+#include "st.h"
+
+enum {
+    TOP_MAX_GPUS = 64,
+    TOP_MAX_PROCS = 2 * ST_REG_SLOTS, /* NVML's rows and the registry's, per GPU */
+    TOP_NVML_OK = 0,
+    TOP_NVML_INSUFFICIENT_SIZE = 7,
+};
+
+/* ------------------------------------------------------------------------
+ * What one refresh sees
+ * ---------------------------------------------------------------------- */
+
+typedef struct top_proc_s {
+    unsigned pid;
+    char comm[64];
+    bool on_nvml;      /* NVML lists it (used is its bytes) */
+    uint64_t used;     /* NVML's usedGpuMemory */
+    bool cucache;      /* the registry lists it: figs below */
+    bool stale;        /* ... but its figures could not be read whole */
+    st_reg_figs_t figs;
+} top_proc_t;
+
+typedef struct top_gpu_s {
+    int index;      /* NVML's index; -1: a registry NVML does not list */
+    char uuid[96];
+    char name[96];  /* "" without NVML */
+    uint64_t total, used;
+    char refused[320]; /* the registry's refusal, "" when read or absent */
+    top_proc_t proc[TOP_MAX_PROCS];
+    size_t n;
+} top_gpu_t;
+
+typedef struct top_view_s {
+    time_t time;
+    char nvml_why[160]; /* "" when NVML answered */
+    top_gpu_t *gpu;     /* TOP_MAX_GPUS of them */
+    size_t ngpus;
+} top_view_t;
+
+/* ------------------------------------------------------------------------
+ * NVML
+ * ---------------------------------------------------------------------- */
+
+typedef void *nvml_dev_t;
+typedef struct nvml_mem_s {
+    unsigned long long total, free, used;
+} nvml_mem_t;
+/* nvmlProcessInfo_v1_t and nvmlProcessInfo_t: pid and bytes first in both */
+typedef struct nvml_proc_v1_s {
+    unsigned pid;
+    unsigned long long used;
+} nvml_proc_v1_t;
+typedef struct nvml_proc_v2_s {
+    unsigned pid;
+    unsigned long long used;
+    unsigned gpu_instance, compute_instance;
+} nvml_proc_v2_t;
+
+static struct {
+    bool loaded;
+    char why[160];
+    const char *(*error)(int);
+    int (*count)(unsigned *);
+    int (*by_index)(unsigned, nvml_dev_t *);
+    int (*name)(nvml_dev_t, char *, unsigned);
+    int (*uuid)(nvml_dev_t, char *, unsigned);
+    int (*mem)(nvml_dev_t, nvml_mem_t *);
+    int (*procs)(nvml_dev_t, unsigned *, void *);
+    size_t row;
+} nvml;
+
+/* The process-list calls, best first: one row per version. */
+static const struct {
+    const char *name;
+    size_t row;
+} top_procs_calls[] = {
+    {"nvmlDeviceGetComputeRunningProcesses_v3", sizeof(nvml_proc_v2_t)},
+    {"nvmlDeviceGetComputeRunningProcesses_v2", sizeof(nvml_proc_v2_t)},
+    {"nvmlDeviceGetComputeRunningProcesses", sizeof(nvml_proc_v1_t)},
+};
+
+static const char *nvml_text(int rc)
+{
+    const char *t = nvml.error ? nvml.error(rc) : NULL;
+    return t ? t : "unknown error";
+}
+
+/* Loads and initialises NVML once; nvml.why says why not. */
+static void nvml_load(void)
+{
+    if (nvml.loaded)
+        return;
+    nvml.loaded = true;
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_LOCAL | RTLD_NOW);
+    if (!lib) {
+        snprintf(nvml.why, sizeof nvml.why, "NVML: libnvidia-ml.so.1 cannot be loaded");
+        return;
+    }
+    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
+    nvml.error = (const char *(*)(int))dlsym(lib, "nvmlErrorString");
+    nvml.count = (int (*)(unsigned *))dlsym(lib, "nvmlDeviceGetCount_v2");
+    nvml.by_index = (int (*)(unsigned, nvml_dev_t *))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+    nvml.name = (int (*)(nvml_dev_t, char *, unsigned))dlsym(lib, "nvmlDeviceGetName");
+    nvml.uuid = (int (*)(nvml_dev_t, char *, unsigned))dlsym(lib, "nvmlDeviceGetUUID");
+    nvml.mem = (int (*)(nvml_dev_t, nvml_mem_t *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
+    for (size_t i = 0; i < sizeof top_procs_calls / sizeof top_procs_calls[0] && !nvml.procs; i++) {
+        nvml.procs = (int (*)(nvml_dev_t, unsigned *, void *))dlsym(lib, top_procs_calls[i].name);
+        nvml.row = top_procs_calls[i].row;
+    }
+    const char *lacks = !init             ? "nvmlInit_v2"
+                        : !nvml.count     ? "nvmlDeviceGetCount_v2"
+                        : !nvml.by_index  ? "nvmlDeviceGetHandleByIndex_v2"
+                        : !nvml.name      ? "nvmlDeviceGetName"
+                        : !nvml.uuid      ? "nvmlDeviceGetUUID"
+                        : !nvml.mem       ? "nvmlDeviceGetMemoryInfo"
+                        : !nvml.procs     ? "nvmlDeviceGetComputeRunningProcesses"
+                                          : NULL;
+    if (lacks) {
+        snprintf(nvml.why, sizeof nvml.why, "NVML: libnvidia-ml.so.1 lacks %s", lacks);
+        return;
+    }
+    int rc = init();
+    if (rc != TOP_NVML_OK)
+        snprintf(nvml.why, sizeof nvml.why, "NVML: nvmlInit_v2 failed: %s", nvml_text(rc));
+}
+
+/* The command of pid (/proc/PID/comm); "?" when it is not visible. */
+static void top_comm(unsigned pid, char *out, size_t len)
+{
+    uint64_t start;
+    char state, comm[16];
+    snprintf(out, len, "%s", proc_stat((int32_t)pid, &start, &state, comm) ? comm : "?");
+}
+
+static top_proc_t *gpu_proc(top_gpu_t *g, unsigned pid)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (g->proc[i].pid == pid)
+            return &g->proc[i];
+    if (g->n == TOP_MAX_PROCS)
+        return NULL;
+    top_proc_t *p = &g->proc[g->n++];
+    memset(p, 0, sizeof *p);
+    p->pid = pid;
+    return p;
+}
+
+/* NVML's processes on dev into g. */
+static void nvml_procs(nvml_dev_t dev, top_gpu_t *g)
+{
+    static unsigned char rows[TOP_MAX_PROCS * sizeof(nvml_proc_v2_t)];
+    unsigned n = TOP_MAX_PROCS;
+    if (nvml.procs(dev, &n, rows) != TOP_NVML_OK)
+        return; /* the GPU is still shown, with the registry's processes */
+    for (unsigned i = 0; i < n; i++) {
+        const unsigned char *r = rows + (size_t)i * nvml.row;
+        unsigned pid;
+        unsigned long long used;
+        memcpy(&pid, r + offsetof(nvml_proc_v1_t, pid), sizeof pid);
+        memcpy(&used, r + offsetof(nvml_proc_v1_t, used), sizeof used);
+        top_proc_t *p = gpu_proc(g, pid);
+        if (!p)
+            break;
+        p->on_nvml = true;
+        p->used = used == ~0ull ? 0 : used;
+        top_comm(pid, p->comm, sizeof p->comm);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Registries
+ * ---------------------------------------------------------------------- */
+
+/* The registry of g's UUID into g: its processes, or its refusal.  false
+ * when there is no registry file. */
+static bool registry_read(top_gpu_t *g, const char *path)
+{
+    st_reg_t r;
+    char why[sizeof g->refused];
+    int rc = st_reg_open(path, g->uuid, 0, false, &r, why, sizeof why);
+    if (rc == -1)
+        return false;
+    if (rc != 0) {
+        snprintf(g->refused, sizeof g->refused, "%s", why);
+        return true;
+    }
+    if (!g->total)
+        g->total = r.f->total;
+    static st_reg_view_t views[ST_REG_SLOTS];
+    size_t n = st_reg_list(&r, views, ST_REG_SLOTS);
+    for (size_t i = 0; i < n && i < ST_REG_SLOTS; i++) {
+        top_proc_t *p = gpu_proc(g, (unsigned)views[i].pid);
+        if (!p)
+            break;
+        p->cucache = true;
+        p->stale = views[i].stale;
+        p->figs = views[i].figs;
+        if (!p->comm[0])
+            snprintf(p->comm, sizeof p->comm, "%s", views[i].comm);
+    }
+    st_reg_close(&r);
+    return true;
+}
+
+/* The registry files of this user in ST_REG_DIR whose GPU is not in the
+ * view yet: every one when all, else those with processes or refused. */
+static void registry_others(top_view_t *v, bool all)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s%u-", ST_REG_PREFIX, (unsigned)geteuid());
+    DIR *d = opendir(ST_REG_DIR);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && v->ngpus < TOP_MAX_GPUS) {
+        const char *uuid = e->d_name + strlen(prefix);
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0 || (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0))
+            continue;
+        bool known = false;
+        for (size_t i = 0; i < v->ngpus; i++)
+            known = known || strcmp(v->gpu[i].uuid, uuid) == 0;
+        if (known)
+            continue;
+        top_gpu_t *g = &v->gpu[v->ngpus];
+        memset(g, 0, offsetof(top_gpu_t, proc));
+        g->n = 0;
+        g->index = -1;
+        snprintf(g->uuid, sizeof g->uuid, "%s", uuid);
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", ST_REG_DIR, e->d_name);
+        if (registry_read(g, path) && (all || g->n || g->refused[0]))
+            v->ngpus++;
+    }
+    closedir(d);
+}
+
+/* One refresh: NVML's GPUs and processes, then the registries. */
+static void view_take(top_view_t *v)
+{
+    v->time = time(NULL);
+    v->ngpus = 0;
+    nvml_load();
+    snprintf(v->nvml_why, sizeof v->nvml_why, "%s", nvml.why);
+    unsigned count = 0;
+    int rc = nvml.why[0] ? TOP_NVML_OK : nvml.count(&count);
+    if (rc != TOP_NVML_OK)
+        snprintf(v->nvml_why, sizeof v->nvml_why, "NVML: nvmlDeviceGetCount_v2 failed: %s", nvml_text(rc));
+    for (unsigned i = 0; !v->nvml_why[0] && i < count && v->ngpus < TOP_MAX_GPUS; i++) {
+        nvml_dev_t dev;
+        if (nvml.by_index(i, &dev) != TOP_NVML_OK)
+            continue;
+        top_gpu_t *g = &v->gpu[v->ngpus++];
+        memset(g, 0, offsetof(top_gpu_t, proc));
+        g->n = 0;
+        g->index = (int)i;
+        if (nvml.name(dev, g->name, sizeof g->name) != TOP_NVML_OK)
+            snprintf(g->name, sizeof g->name, "?");
+        if (nvml.uuid(dev, g->uuid, sizeof g->uuid) != TOP_NVML_OK)
+            snprintf(g->uuid, sizeof g->uuid, "?");
+        nvml_mem_t m;
+        if (nvml.mem(dev, &m) == TOP_NVML_OK) {
+            g->total = m.total;
+            g->used = m.used;
+        }
+        nvml_procs(dev, g);
+        char path[256];
+        st_reg_path(g->uuid, path, sizeof path);
+        registry_read(g, path);
+    }
+    registry_others(v, v->nvml_why[0] != 0);
+}
+
+/* ------------------------------------------------------------------------
+ * Text: the table of --once and of the screen
+ * ---------------------------------------------------------------------- */
+
+typedef void (*top_line_fn)(void *ctx, const char *line);
+
+static void size_or_dash(char *buf, size_t len, bool have, uint64_t bytes)
+{
+    if (have)
+        st_fmt_size(buf, len, bytes);
+    else
+        snprintf(buf, len, "-");
+}
+
+/* The cucache columns of p: live, cached, idle, pending, hit rate, OOMs,
+ * given, received; dashes for a process without cucache.  "Holds nothing"
+ * only where NVML lists the GPU: it alone knows. */
+static void proc_row(const top_gpu_t *g, const top_proc_t *p, char *out, size_t len)
+{
+    char used[24], live[24], cached[24], idle[24], pending[24], given[24], received[24], hit[16], ooms[24];
+    size_or_dash(used, sizeof used, p->on_nvml, p->used);
+    bool c = p->cucache && !p->stale;
+    const st_reg_figs_t *f = &p->figs;
+    size_or_dash(live, sizeof live, c, f->allocated);
+    size_or_dash(cached, sizeof cached, c, f->reserved > f->allocated ? f->reserved - f->allocated : 0);
+    size_or_dash(idle, sizeof idle, c, f->idle);
+    size_or_dash(pending, sizeof pending, c, f->pending);
+    size_or_dash(given, sizeof given, c, f->bytes_given);
+    size_or_dash(received, sizeof received, c, f->bytes_received);
+    if (c && f->allocs)
+        snprintf(hit, sizeof hit, "%.1f%%", 100.0 * (double)f->hits / (double)f->allocs);
+    else
+        snprintf(hit, sizeof hit, "-");
+    if (c)
+        st_fmt_count(ooms, sizeof ooms, f->ooms);
+    else
+        snprintf(ooms, sizeof ooms, "-");
+    snprintf(out, len, "%8u %-15.15s %11s %11s %11s %11s %11s %6s %5s %11s %11s%s", p->pid, p->comm, used, live,
+             cached, idle, pending, hit, ooms, given, received,
+             p->stale                  ? "  (figures being written)"
+             : p->cucache && !p->on_nvml && g->index >= 0 ? "  (cucache, holds nothing on the GPU)"
+                                         : "");
+}
+
+static void text_lines(const top_view_t *v, top_line_fn line, void *ctx)
+{
+    char buf[512], used[24], total[24];
+    if (v->nvml_why[0]) {
+        snprintf(buf, sizeof buf, "%s: the GPUs' processes are not known; the cucache registries found in %s:",
+                 v->nvml_why, ST_REG_DIR);
+        line(ctx, buf);
+    }
+    if (!v->ngpus)
+        line(ctx, v->nvml_why[0] ? "(none)" : "no GPU");
+    for (size_t i = 0; i < v->ngpus; i++) {
+        const top_gpu_t *g = &v->gpu[i];
+        line(ctx, "");
+        st_fmt_size(total, sizeof total, g->total);
+        st_fmt_size(used, sizeof used, g->used);
+        if (g->index >= 0)
+            snprintf(buf, sizeof buf, "GPU %d  %s  %s  %s used of %s", g->index, g->name, g->uuid, used, total);
+        else
+            snprintf(buf, sizeof buf, "GPU %s (registry only: %s)%s%s", g->uuid,
+                     v->nvml_why[0] ? "no NVML" : "not listed by NVML", g->total ? "  total " : "",
+                     g->total ? total : "");
+        line(ctx, buf);
+        if (g->refused[0]) {
+            snprintf(buf, sizeof buf, "  registry refused: %s", g->refused);
+            line(ctx, buf);
+        }
+        if (!g->n) {
+            line(ctx, "  no processes");
+            continue;
+        }
+        snprintf(buf, sizeof buf, "%8s %-15s %11s %11s %11s %11s %11s %6s %5s %11s %11s", "PID", "COMMAND", "USED",
+                 "LIVE", "CACHED", "IDLE", "PENDING", "HIT", "OOMS", "GIVEN", "RECEIVED");
+        line(ctx, buf);
+        for (size_t j = 0; j < g->n; j++) {
+            proc_row(g, &g->proc[j], buf, sizeof buf);
+            line(ctx, buf);
+        }
+    }
+}
+
+static void line_to_stdout(void *ctx, const char *line)
+{
+    (void)ctx;
+    fputs(line, stdout);
+    fputc('\n', stdout);
+}
+
+/* ------------------------------------------------------------------------
+ * JSON and Prometheus
+ * ---------------------------------------------------------------------- */
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped. */
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if (*c < 0x20 || *c == 0x7f)
+            fprintf(f, "\\u%04x", *c);
+        else
+            fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_write(const top_view_t *v, FILE *f)
+{
+    fprintf(f, "{\"time\":%lld,\"nvml\":", (long long)v->time);
+    if (v->nvml_why[0])
+        json_string(f, v->nvml_why);
+    else
+        fputs("null", f);
+    fputs(",\"gpus\":[", f);
+    for (size_t i = 0; i < v->ngpus; i++) {
+        const top_gpu_t *g = &v->gpu[i];
+        fprintf(f, "%s{\"index\":", i ? "," : "");
+        g->index >= 0 ? fprintf(f, "%d", g->index) : fputs("null", f);
+        fputs(",\"uuid\":", f);
+        json_string(f, g->uuid);
+        fputs(",\"name\":", f);
+        g->name[0] ? json_string(f, g->name) : (void)fputs("null", f);
+        fprintf(f, ",\"total\":%llu,\"used\":", (unsigned long long)g->total);
+        g->index >= 0 ? fprintf(f, "%llu", (unsigned long long)g->used) : fputs("null", f);
+        fputs(",\"refused\":", f);
+        g->refused[0] ? json_string(f, g->refused) : (void)fputs("null", f);
+        fputs(",\"processes\":[", f);
+        for (size_t j = 0; j < g->n; j++) {
+            const top_proc_t *p = &g->proc[j];
+            fprintf(f, "%s{\"pid\":%u,\"command\":", j ? "," : "", p->pid);
+            json_string(f, p->comm);
+            fputs(",\"used\":", f);
+            p->on_nvml ? fprintf(f, "%llu", (unsigned long long)p->used) : fputs("null", f);
+            fputs(",\"cucache\":", f);
+            if (!p->cucache || p->stale) {
+                fputs("null}", f);
+                continue;
+            }
+            char sep = '{';
+#define TOP_JSON_FIG(name) fprintf(f, "%c\"" #name "\":%llu", sep, (unsigned long long)p->figs.name), sep = ',';
+            ST_REG_FIGURES(TOP_JSON_FIG)
+#undef TOP_JSON_FIG
+            fputs("}}", f);
+        }
+        fputs("]}", f);
+    }
+    fputs("]}\n", f);
+}
+
+/* s as a label value of the exposition format: \, " and newline escaped. */
+static void prom_label(FILE *f, const char *name, const char *s, bool more)
+{
+    fprintf(f, "%s=\"", name);
+    for (const char *c = s; *c; c++) {
+        if (*c == '\\' || *c == '"')
+            fprintf(f, "\\%c", *c);
+        else if (*c == '\n')
+            fputs("\\n", f);
+        else
+            fputc(*c, f);
+    }
+    fprintf(f, "\"%s", more ? "," : "");
+}
+
+/* The metrics: one row each (name, type, help, what it reads). */
+typedef enum { PM_GPU_TOTAL, PM_GPU_USED, PM_USED, PM_ALLOCATED, PM_CACHED, PM_IDLE, PM_PENDING, PM_ALLOCS,
+               PM_HITS, PM_OOMS, PM_YIELDED } prom_what_t;
+static const struct {
+    const char *name, *type, *help;
+    prom_what_t what;
+} prom_metrics[] = {
+    {"cucache_gpu_memory_total_bytes", "gauge", "The GPU's memory (NVML).", PM_GPU_TOTAL},
+    {"cucache_gpu_memory_used_bytes", "gauge", "The GPU's memory in use (NVML).", PM_GPU_USED},
+    {"cucache_process_memory_used_bytes", "gauge", "A process's memory on the GPU (NVML).", PM_USED},
+    {"cucache_process_allocated_bytes", "gauge", "Live allocations of a cucache process.", PM_ALLOCATED},
+    {"cucache_process_cached_bytes", "gauge", "Memory a cucache process holds free for reuse.", PM_CACHED},
+    {"cucache_process_idle_bytes", "gauge", "Cache a cucache process would give back now.", PM_IDLE},
+    {"cucache_process_pending_bytes", "gauge", "Freed memory waiting on queued work.", PM_PENDING},
+    {"cucache_process_allocations_total", "counter", "Allocations a cucache process served.", PM_ALLOCS},
+    {"cucache_process_cache_hits_total", "counter", "Allocations served from the cache.", PM_HITS},
+    {"cucache_process_ooms_total", "counter", "Allocations that failed.", PM_OOMS},
+    {"cucache_process_yielded_bytes_total", "counter",
+     "Idle cache given back to other processes, or received from them.", PM_YIELDED},
+};
+
+static void prom_gpu_labels(FILE *f, const top_gpu_t *g, bool more)
+{
+    char idx[16];
+    snprintf(idx, sizeof idx, "%d", g->index);
+    prom_label(f, "gpu", g->index >= 0 ? idx : "", true);
+    prom_label(f, "uuid", g->uuid, more);
+}
+
+static void prom_sample(FILE *f, const char *name, const top_gpu_t *g, const top_proc_t *p, const char *dir,
+                        uint64_t value)
+{
+    fprintf(f, "%s{", name);
+    prom_gpu_labels(f, g, p != NULL);
+    if (p) {
+        char pid[16];
+        snprintf(pid, sizeof pid, "%u", p->pid);
+        prom_label(f, "pid", pid, true);
+        prom_label(f, "command", p->comm, dir != NULL);
+        if (dir)
+            prom_label(f, "direction", dir, false);
+    }
+    fprintf(f, "} %llu\n", (unsigned long long)value);
+}
+
+static void prom_write(const top_view_t *v, FILE *f)
+{
+    for (size_t m = 0; m < sizeof prom_metrics / sizeof prom_metrics[0]; m++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", prom_metrics[m].name, prom_metrics[m].help, prom_metrics[m].name,
+                prom_metrics[m].type);
+        prom_what_t w = prom_metrics[m].what;
+        for (size_t i = 0; i < v->ngpus; i++) {
+            const top_gpu_t *g = &v->gpu[i];
+            if (w == PM_GPU_TOTAL || w == PM_GPU_USED) {
+                if (g->index >= 0 || w == PM_GPU_TOTAL)
+                    prom_sample(f, prom_metrics[m].name, g, NULL, NULL, w == PM_GPU_TOTAL ? g->total : g->used);
+                continue;
+            }
+            for (size_t j = 0; j < g->n; j++) {
+                const top_proc_t *p = &g->proc[j];
+                const st_reg_figs_t *s = &p->figs;
+                if (w == PM_USED) {
+                    if (p->on_nvml)
+                        prom_sample(f, prom_metrics[m].name, g, p, NULL, p->used);
+                    continue;
+                }
+                if (!p->cucache || p->stale)
+                    continue;
+                uint64_t value = w == PM_ALLOCATED ? s->allocated
+                                 : w == PM_CACHED  ? (s->reserved > s->allocated ? s->reserved - s->allocated : 0)
+                                 : w == PM_IDLE    ? s->idle
+                                 : w == PM_PENDING ? s->pending
+                                 : w == PM_ALLOCS  ? s->allocs
+                                 : w == PM_HITS    ? s->hits
+                                 : w == PM_OOMS    ? s->ooms
+                                                   : s->bytes_given;
+                prom_sample(f, prom_metrics[m].name, g, p, w == PM_YIELDED ? "given" : NULL, value);
+                if (w == PM_YIELDED)
+                    prom_sample(f, prom_metrics[m].name, g, p, "received", s->bytes_received);
+            }
+        }
+    }
+}
+
+/* The exposition into path.tmp, renamed to path: 0, or -1 with one line
+ * on stderr. */
+static int prom_file(const top_view_t *v, const char *path)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        fprintf(stderr, "cucache-top: --prometheus: the file name is too long\n");
+        return -1;
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "cucache-top: --prometheus: cannot write %s: %s\n", tmp, strerror(errno));
+        return -1;
+    }
+    prom_write(v, f);
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
+        fprintf(stderr, "cucache-top: --prometheus: cannot write %s: %s\n", path, strerror(errno ? errno : EIO));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The screen
+ * ---------------------------------------------------------------------- */
+
+static struct termios saved_tty;
+static bool tty_raw;
+static volatile sig_atomic_t stop_signal;
+
+static void tty_restore(void)
+{
+    if (tty_raw)
+        tcsetattr(STDIN_FILENO, TCSANOW, &saved_tty);
+    tty_raw = false;
+}
+
+static void on_stop(int sig)
+{
+    stop_signal = sig;
+}
+
+/* Keys one at a time, no echo: 'q' is read without Enter. */
+static void tty_setup(void)
+{
+    struct sigaction sa = {.sa_handler = on_stop}; /* no SA_RESTART: poll returns */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &saved_tty) != 0)
+        return;
+    struct termios raw = saved_tty;
+    raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+    raw.c_cc[VMIN] = 0;
+    raw.c_cc[VTIME] = 0;
+    if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0) {
+        tty_raw = true;
+        atexit(tty_restore);
+    }
+}
+
+typedef struct screen_s {
+    unsigned rows, cols, done;
+} screen_t;
+
+/* One line of the screen, cut to the window; the last row says what was
+ * left out. */
+static void line_to_screen(void *ctx, const char *line)
+{
+    screen_t *s = ctx;
+    if (s->done >= s->rows)
+        return;
+    if (s->done + 1 == s->rows) {
+        printf("\n...");
+        s->done++;
+        return;
+    }
+    printf("%s%.*s\033[K", s->done ? "\n" : "", (int)s->cols, line);
+    s->done++;
+}
+
+static void screen_draw(const top_view_t *v, double interval)
+{
+    struct winsize ws;
+    screen_t s = {.rows = 24, .cols = 80};
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row && ws.ws_col) {
+        s.rows = ws.ws_row;
+        s.cols = ws.ws_col;
+    }
+    char when[64], head[160];
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime_r(&v->time, &tm));
+    snprintf(head, sizeof head, "cucache-top  %s  every %g s  (q quits)", when, interval);
+    fputs("\033[H\033[2J", stdout);
+    line_to_screen(&s, head);
+    text_lines(v, line_to_screen, &s);
+    fflush(stdout);
+}
+
+/* Waits up to seconds for 'q' or a stop signal: true to go on. */
+static bool screen_wait(double seconds)
+{
+    struct timespec end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    long long end_ms = (long long)end.tv_sec * 1000 + end.tv_nsec / 1000000 + (long long)(seconds * 1000);
+    for (;;) {
+        if (stop_signal)
+            return false;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long left = end_ms - ((long long)now.tv_sec * 1000 + now.tv_nsec / 1000000);
+        if (left <= 0)
+            return true;
+        struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
+        int rc = poll(&pfd, tty_raw ? 1 : 0, (int)left);
+        if (rc > 0) {
+            char c;
+            if (read(STDIN_FILENO, &c, 1) == 1 && (c == 'q' || c == 'Q'))
+                return false;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Options
+ * ---------------------------------------------------------------------- */
+
+static void top_usage(FILE *f)
+{
+    fputs("usage: cucache-top [OPTIONS]\n"
+          "Each GPU with every process on it (NVML) and what cucache holds in each.\n"
+          "\n"
+          "  -d, --interval SECONDS  refresh every SECONDS (default 1)\n"
+          "  -n, --iterations N      stop after N refreshes\n"
+          "  --once                  print one plain table and exit\n"
+          "  --json                  print one JSON document and exit\n"
+          "  --prometheus FILE       write the Prometheus text format into FILE at each\n"
+          "                          refresh (with --once: once), instead of the screen\n"
+          "  -h, --help              this text\n"
+          "  --version               the version\n"
+          "\n"
+          "Interactive: q quits.  Exit status: 0; 1 when FILE cannot be written; 2 for a\n"
+          "usage error.\n",
+          f);
+}
+
+static int bad_usage(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("cucache-top: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(" (cucache-top --help lists the options)\n", stderr);
+    va_end(ap);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    enum { OPT_ONCE = 256, OPT_JSON, OPT_PROM, OPT_VERSION };
+    static const struct option longs[] = {
+        {"interval", required_argument, NULL, 'd'}, {"iterations", required_argument, NULL, 'n'},
+        {"once", no_argument, NULL, OPT_ONCE},      {"json", no_argument, NULL, OPT_JSON},
+        {"prometheus", required_argument, NULL, OPT_PROM}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0},
+    };
+    double interval = 1.0;
+    long long iterations = 0; /* 0: until q */
+    bool once = false, json = false;
+    const char *prom = NULL;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":d:n:h", longs, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'd':
+            errno = 0;
+            interval = strtod(optarg, &end);
+            if (end == optarg || *end || errno || !isfinite(interval) || interval < 0.1 || interval > 86400)
+                return bad_usage("-d/--interval: '%s' is not a number of seconds from 0.1 to 86400", optarg);
+            break;
+        case 'n':
+            errno = 0;
+            iterations = strtoll(optarg, &end, 10);
+            if (end == optarg || *end || errno || iterations < 1)
+                return bad_usage("-n/--iterations: '%s' is not a positive whole number", optarg);
+            break;
+        case OPT_ONCE:
+            once = true;
+            break;
+        case OPT_JSON:
+            json = true;
+            break;
+        case OPT_PROM:
+            if (!*optarg)
+                return bad_usage("--prometheus: the file name is empty");
+            prom = optarg;
+            break;
+        case 'h':
+            top_usage(stdout);
+            return 0;
+        case OPT_VERSION:
+            printf("cucache-top %s\n", CUCACHE_VERSION);
+            return 0;
+        case ':':
+            return bad_usage("%s needs a value", argv[optind - 1]);
+        default:
+            if (optopt)
+                return bad_usage("unknown option '-%c'", optopt);
+            return bad_usage("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return bad_usage("unexpected argument '%s'", argv[optind]);
+    if (json && prom)
+        return bad_usage("--json and --prometheus cannot be used together");
+
+    top_view_t v = {.gpu = calloc(TOP_MAX_GPUS, sizeof(top_gpu_t))};
+    if (!v.gpu) {
+        fprintf(stderr, "cucache-top: out of memory\n");
+        return 1;
+    }
+    if (json || (once && !prom)) {
+        view_take(&v);
+        json ? json_write(&v, stdout) : text_lines(&v, line_to_stdout, NULL);
+        return fflush(stdout) == 0 ? 0 : 1;
+    }
+    if (prom) {
+        struct sigaction sa = {.sa_handler = on_stop};
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        for (long long i = 0; !stop_signal; i++) {
+            view_take(&v);
+            if (prom_file(&v, prom) != 0)
+                return 1;
+            if (once || (iterations && i + 1 >= iterations))
+                break;
+            struct timespec ts = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        return 0;
+    }
+    tty_setup();
+    for (long long i = 0;; i++) {
+        view_take(&v);
+        screen_draw(&v, interval);
+        if ((iterations && i + 1 >= iterations) || !screen_wait(interval))
+            break;
+    }
+    fputs("\n", stdout);
+    tty_restore();
+    return 0;
+}
