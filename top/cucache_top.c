@@ -61,17 +61,17 @@ enum {
 typedef struct top_proc_s {
     unsigned pid;
     char comm[64];
-    bool on_nvml;      /* NVML lists it (used is its bytes) */
-    uint64_t used;     /* NVML's usedGpuMemory */
-    bool cucache;      /* the registry lists it: figs below */
-    bool stale;        /* ... but its figures could not be read whole */
+    bool on_nvml;  /* NVML lists it (used is its bytes) */
+    uint64_t used; /* NVML's usedGpuMemory */
+    bool cucache;  /* the registry lists it: figs below */
+    bool stale;    /* ... but its figures could not be read whole */
     st_reg_figs_t figs;
 } top_proc_t;
 
 typedef struct top_gpu_s {
-    int index;      /* NVML's index; -1: a registry NVML does not list */
+    int index; /* NVML's index; -1: a registry NVML does not list */
     char uuid[96];
-    char name[96];  /* "" without NVML */
+    char name[96]; /* "" without NVML */
     uint64_t total, used;
     char refused[320]; /* the registry's refusal, "" when read or absent */
     top_proc_t proc[TOP_MAX_PROCS];
@@ -155,14 +155,14 @@ static void nvml_load(void)
         nvml.procs = (int (*)(nvml_dev_t, unsigned *, void *))dlsym(lib, top_procs_calls[i].name);
         nvml.row = top_procs_calls[i].row;
     }
-    const char *lacks = !init             ? "nvmlInit_v2"
-                        : !nvml.count     ? "nvmlDeviceGetCount_v2"
-                        : !nvml.by_index  ? "nvmlDeviceGetHandleByIndex_v2"
-                        : !nvml.name      ? "nvmlDeviceGetName"
-                        : !nvml.uuid      ? "nvmlDeviceGetUUID"
-                        : !nvml.mem       ? "nvmlDeviceGetMemoryInfo"
-                        : !nvml.procs     ? "nvmlDeviceGetComputeRunningProcesses"
-                                          : NULL;
+    const char *lacks = !init            ? "nvmlInit_v2"
+                        : !nvml.count    ? "nvmlDeviceGetCount_v2"
+                        : !nvml.by_index ? "nvmlDeviceGetHandleByIndex_v2"
+                        : !nvml.name     ? "nvmlDeviceGetName"
+                        : !nvml.uuid     ? "nvmlDeviceGetUUID"
+                        : !nvml.mem      ? "nvmlDeviceGetMemoryInfo"
+                        : !nvml.procs    ? "nvmlDeviceGetComputeRunningProcesses"
+                                         : NULL;
     if (lacks) {
         snprintf(nvml.why, sizeof nvml.why, "NVML: libnvidia-ml.so.1 lacks %s", lacks);
         return;
@@ -356,19 +356,19 @@ static void proc_row(const top_gpu_t *g, const top_proc_t *p, char *out, size_t 
         st_fmt_count(ooms, sizeof ooms, f->ooms);
     else
         snprintf(ooms, sizeof ooms, "-");
-    snprintf(out, len, "%8u %-15.15s %11s %11s %11s %11s %11s %6s %5s %11s %11s%s", p->pid, p->comm, used, live,
-             cached, idle, pending, hit, ooms, given, received,
-             p->stale                  ? "  (figures being written)"
+    snprintf(out, len, "%8u %-15.15s %11s %11s %11s %11s %11s %6s %5s %11s %11s%s", p->pid, p->comm, used, live, cached,
+             idle, pending, hit, ooms, given, received,
+             p->stale                                     ? "  (figures being written)"
              : p->cucache && !p->on_nvml && g->index >= 0 ? "  (cucache, holds nothing on the GPU)"
-                                         : "");
+                                                          : "");
 }
 
 static void text_lines(const top_view_t *v, top_line_fn line, void *ctx)
 {
     char buf[512], used[24], total[24];
     if (v->nvml_why[0]) {
-        snprintf(buf, sizeof buf, "%s: the GPUs' processes are not known; the cucache registries found in %s:",
-                 v->nvml_why, ST_REG_DIR);
+        snprintf(buf, sizeof buf,
+                 "%s: the GPUs' processes are not known; the cucache registries found in %s:", v->nvml_why, ST_REG_DIR);
         line(ctx, buf);
     }
     if (!v->ngpus)
@@ -488,8 +488,19 @@ static void prom_label(FILE *f, const char *name, const char *s, bool more)
 }
 
 /* The metrics: one row each (name, type, help, what it reads). */
-typedef enum { PM_GPU_TOTAL, PM_GPU_USED, PM_USED, PM_ALLOCATED, PM_CACHED, PM_IDLE, PM_PENDING, PM_ALLOCS,
-               PM_HITS, PM_OOMS, PM_YIELDED } prom_what_t;
+typedef enum {
+    PM_GPU_TOTAL,
+    PM_GPU_USED,
+    PM_USED,
+    PM_ALLOCATED,
+    PM_CACHED,
+    PM_IDLE,
+    PM_PENDING,
+    PM_ALLOCS,
+    PM_HITS,
+    PM_OOMS,
+    PM_YIELDED
+} prom_what_t;
 static const struct {
     const char *name, *type, *help;
     prom_what_t what;
@@ -733,10 +744,14 @@ int main(int argc, char **argv)
 {
     enum { OPT_ONCE = 256, OPT_JSON, OPT_PROM, OPT_VERSION };
     static const struct option longs[] = {
-        {"interval", required_argument, NULL, 'd'}, {"iterations", required_argument, NULL, 'n'},
-        {"once", no_argument, NULL, OPT_ONCE},      {"json", no_argument, NULL, OPT_JSON},
-        {"prometheus", required_argument, NULL, OPT_PROM}, {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0},
+        {"interval", required_argument, NULL, 'd'},
+        {"iterations", required_argument, NULL, 'n'},
+        {"once", no_argument, NULL, OPT_ONCE},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"prometheus", required_argument, NULL, OPT_PROM},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
     };
     double interval = 1.0;
     long long iterations = 0; /* 0: until q */
