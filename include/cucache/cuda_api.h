@@ -161,6 +161,58 @@ typedef enum cudaGraphInstantiateResult cudaGraphInstantiateResult;
 #define cudaGraphInstantiateFlagDeviceLaunch 4
 #define cudaGraphInstantiateFlagUseNodePriority 8
 
+/* Arrays, texture and surface objects, limits, stream attributes, managed
+ * memory hints (sim/driver_array.c, driver_texture.c, driver_misc.c). */
+typedef struct CUmipmappedArray_st *CUmipmappedArray;
+typedef unsigned long long CUtexObject_v1;
+typedef CUtexObject_v1 CUtexObject;
+typedef unsigned long long CUsurfObject_v1;
+typedef CUsurfObject_v1 CUsurfObject;
+typedef struct cudaArray *cudaArray_t;
+typedef const struct cudaArray *cudaArray_const_t;
+typedef struct cudaMipmappedArray *cudaMipmappedArray_t;
+typedef const struct cudaMipmappedArray *cudaMipmappedArray_const_t;
+typedef unsigned long long cudaTextureObject_t;
+typedef unsigned long long cudaSurfaceObject_t;
+typedef enum CUarray_format_enum CUarray_format;
+typedef enum CUresourcetype_enum CUresourcetype;
+typedef enum CUaddress_mode_enum CUaddress_mode;
+typedef enum CUfilter_mode_enum CUfilter_mode;
+typedef enum CUresourceViewFormat_enum CUresourceViewFormat;
+typedef struct CUDA_ARRAY_DESCRIPTOR_st CUDA_ARRAY_DESCRIPTOR_v2;
+typedef CUDA_ARRAY_DESCRIPTOR_v2 CUDA_ARRAY_DESCRIPTOR;
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_st CUDA_ARRAY3D_DESCRIPTOR_v2;
+typedef CUDA_ARRAY3D_DESCRIPTOR_v2 CUDA_ARRAY3D_DESCRIPTOR;
+typedef struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st CUDA_ARRAY_MEMORY_REQUIREMENTS_v1;
+typedef CUDA_ARRAY_MEMORY_REQUIREMENTS_v1 CUDA_ARRAY_MEMORY_REQUIREMENTS;
+typedef struct CUDA_MEMCPY3D_st CUDA_MEMCPY3D_v2;
+typedef CUDA_MEMCPY3D_v2 CUDA_MEMCPY3D;
+typedef struct CUDA_RESOURCE_DESC_st CUDA_RESOURCE_DESC_v1;
+typedef CUDA_RESOURCE_DESC_v1 CUDA_RESOURCE_DESC;
+typedef struct CUDA_TEXTURE_DESC_st CUDA_TEXTURE_DESC_v1;
+typedef CUDA_TEXTURE_DESC_v1 CUDA_TEXTURE_DESC;
+typedef struct CUDA_RESOURCE_VIEW_DESC_st CUDA_RESOURCE_VIEW_DESC_v1;
+typedef CUDA_RESOURCE_VIEW_DESC_v1 CUDA_RESOURCE_VIEW_DESC;
+typedef enum CUlimit_enum CUlimit;
+typedef enum CUfunc_cache_enum CUfunc_cache;
+typedef enum CUsharedconfig_enum CUsharedconfig;
+typedef enum CUaccessProperty_enum CUaccessProperty;
+typedef struct CUaccessPolicyWindow_st CUaccessPolicyWindow_v1;
+typedef CUaccessPolicyWindow_v1 CUaccessPolicyWindow;
+typedef enum CUsynchronizationPolicy_enum CUsynchronizationPolicy;
+typedef enum CUlaunchAttributeID_enum CUlaunchAttributeID;
+typedef CUlaunchAttributeID CUstreamAttrID;
+typedef union CUlaunchAttributeValue_union CUlaunchAttributeValue;
+typedef CUlaunchAttributeValue CUstreamAttrValue_v1;
+typedef CUstreamAttrValue_v1 CUstreamAttrValue;
+typedef enum CUmem_advise_enum CUmem_advise;
+typedef enum CUmem_range_attribute_enum CUmem_range_attribute;
+typedef enum CUflushGPUDirectRDMAWritesTarget_enum CUflushGPUDirectRDMAWritesTarget;
+typedef enum CUflushGPUDirectRDMAWritesScope_enum CUflushGPUDirectRDMAWritesScope;
+typedef enum CUoutput_mode_enum CUoutput_mode;
+typedef enum cudaLaunchAttributeID cudaLaunchAttributeID;
+typedef union cudaLaunchAttributeValue cudaLaunchAttributeValue;
+
 /* Special stream handles (driver and runtime agree on the values). */
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
@@ -196,6 +248,50 @@ typedef enum cudaGraphInstantiateResult cudaGraphInstantiateResult;
 #define CU_IPC_HANDLE_SIZE 64
 #define CUDA_IPC_HANDLE_SIZE 64
 #define cudaIpcMemLazyEnablePeerAccess 0x01
+#define CU_MEM_ATTACH_HOST 0x2
+#define CU_MEM_ATTACH_SINGLE 0x4
+#define cudaMemAttachSingle 0x04
+#define cudaCpuDeviceId ((int)-1)
+#define cudaInvalidDeviceId ((int)-2)
+#define CUDA_ARRAY3D_LAYERED 0x01
+#define CUDA_ARRAY3D_SURFACE_LDST 0x02
+#define CUDA_ARRAY3D_CUBEMAP 0x04
+#define CUDA_ARRAY3D_TEXTURE_GATHER 0x08
+#define CUDA_ARRAY3D_DEPTH_TEXTURE 0x10
+#define CUDA_ARRAY3D_COLOR_ATTACHMENT 0x20
+#define CUDA_ARRAY3D_SPARSE 0x40
+#define CUDA_ARRAY3D_DEFERRED_MAPPING 0x80
+#define CU_TRSA_OVERRIDE_FORMAT 0x01
+#define CU_TRSF_READ_AS_INTEGER 0x01
+#define CU_TRSF_NORMALIZED_COORDINATES 0x02
+#define CU_TRSF_SRGB 0x10
+#define CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION 0x20
+#define CU_TRSF_SEAMLESS_CUBEMAP 0x40
+#define cudaArrayDefault 0x00
+#define cudaArrayLayered 0x01
+#define cudaArraySurfaceLoadStore 0x02
+#define cudaArrayCubemap 0x04
+#define cudaArrayTextureGather 0x08
+#define cudaArraySparse 0x40
+#define cudaArrayDeferredMapping 0x80
+#define cudaDeviceScheduleAuto 0x00
+#define cudaDeviceScheduleSpin 0x01
+#define cudaDeviceScheduleYield 0x02
+#define cudaDeviceScheduleBlockingSync 0x04
+#define cudaDeviceBlockingSync 0x04
+#define cudaDeviceScheduleMask 0x07
+#define cudaDeviceMapHost 0x08
+#define cudaDeviceLmemResizeToMax 0x10
+#define cudaDeviceSyncMemops 0x80
+#define cudaDeviceMask 0xff
+#define CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW
+#define CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY
+#define CU_STREAM_ATTRIBUTE_PRIORITY CU_LAUNCH_ATTRIBUTE_PRIORITY
+#define cudaStreamAttrID cudaLaunchAttributeID
+#define cudaStreamAttributeAccessPolicyWindow cudaLaunchAttributeAccessPolicyWindow
+#define cudaStreamAttributeSynchronizationPolicy cudaLaunchAttributeSynchronizationPolicy
+#define cudaStreamAttributePriority cudaLaunchAttributePriority
+#define cudaStreamAttrValue cudaLaunchAttributeValue
 
 #ifndef CUCACHE_CUDA_CHECK_AGAINST_REAL
 
@@ -217,6 +313,7 @@ enum cudaError_enum {
     CUDA_ERROR_FILE_NOT_FOUND = 301,
     CUDA_ERROR_MAP_FAILED = 205,
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
+    CUDA_ERROR_UNSUPPORTED_LIMIT = 215,
     CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY = 224,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_ILLEGAL_STATE = 401,
@@ -257,6 +354,7 @@ enum cudaError {
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInvalidPitchValue = 12,
     cudaErrorInvalidSymbol = 13,
+    cudaErrorInvalidChannelDescriptor = 20,
     cudaErrorInvalidDevicePointer = 17,
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorInsufficientDriver = 35,
@@ -268,6 +366,7 @@ enum cudaError {
     cudaErrorDeviceUninitialized = 201,
     cudaErrorMapBufferObjectFailed = 205,
     cudaErrorPeerAccessUnsupported = 217,
+    cudaErrorUnsupportedLimit = 215,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorIllegalState = 401,
     cudaErrorSymbolNotFound = 500,
@@ -1359,6 +1458,401 @@ struct cudaGraphExecUpdateResultInfo_st {
     cudaGraphNode_t errorFromNode;
 };
 
+/* Arrays (the formats the simulator lays out, and the others it refuses by
+ * name: cuArray3DCreate answers CUDA_ERROR_NOT_SUPPORTED for them). */
+enum CUarray_format_enum {
+    CU_AD_FORMAT_UNSIGNED_INT8 = 0x01,
+    CU_AD_FORMAT_UNSIGNED_INT16 = 0x02,
+    CU_AD_FORMAT_UNSIGNED_INT32 = 0x03,
+    CU_AD_FORMAT_SIGNED_INT8 = 0x08,
+    CU_AD_FORMAT_SIGNED_INT16 = 0x09,
+    CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
+    CU_AD_FORMAT_HALF = 0x10,
+    CU_AD_FORMAT_FLOAT = 0x20,
+    CU_AD_FORMAT_NV12 = 0xb0,
+    CU_AD_FORMAT_UNORM_INT8X1 = 0xc0,
+    CU_AD_FORMAT_UNORM_INT8X2 = 0xc1,
+    CU_AD_FORMAT_UNORM_INT8X4 = 0xc2,
+    CU_AD_FORMAT_UNORM_INT16X1 = 0xc3,
+    CU_AD_FORMAT_UNORM_INT16X2 = 0xc4,
+    CU_AD_FORMAT_UNORM_INT16X4 = 0xc5,
+    CU_AD_FORMAT_SNORM_INT8X1 = 0xc6,
+    CU_AD_FORMAT_SNORM_INT8X2 = 0xc7,
+    CU_AD_FORMAT_SNORM_INT8X4 = 0xc8,
+    CU_AD_FORMAT_SNORM_INT16X1 = 0xc9,
+    CU_AD_FORMAT_SNORM_INT16X2 = 0xca,
+    CU_AD_FORMAT_SNORM_INT16X4 = 0xcb,
+    CU_AD_FORMAT_BC1_UNORM = 0x91,
+    CU_AD_FORMAT_BC7_UNORM_SRGB = 0x9e,
+    CU_AD_FORMAT_UNORM_INT_101010_2 = 0x50,
+    CU_AD_FORMAT_MAX = 0x7FFFFFFF
+};
+
+struct CUDA_ARRAY_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    CUarray_format Format;
+    unsigned int NumChannels;
+};
+
+struct CUDA_ARRAY3D_DESCRIPTOR_st {
+    size_t Width;
+    size_t Height;
+    size_t Depth;
+    CUarray_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+};
+
+struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st {
+    size_t size;
+    size_t alignment;
+    unsigned int reserved[4];
+};
+
+/* Texture and surface objects */
+enum CUresourcetype_enum {
+    CU_RESOURCE_TYPE_ARRAY = 0x00,
+    CU_RESOURCE_TYPE_MIPMAPPED_ARRAY = 0x01,
+    CU_RESOURCE_TYPE_LINEAR = 0x02,
+    CU_RESOURCE_TYPE_PITCH2D = 0x03
+};
+
+enum CUaddress_mode_enum {
+    CU_TR_ADDRESS_MODE_WRAP = 0,
+    CU_TR_ADDRESS_MODE_CLAMP = 1,
+    CU_TR_ADDRESS_MODE_MIRROR = 2,
+    CU_TR_ADDRESS_MODE_BORDER = 3
+};
+
+enum CUfilter_mode_enum { CU_TR_FILTER_MODE_POINT = 0, CU_TR_FILTER_MODE_LINEAR = 1 };
+
+/* The first and last views only: the simulator checks the range. */
+enum CUresourceViewFormat_enum {
+    CU_RES_VIEW_FORMAT_NONE = 0x00,
+    CU_RES_VIEW_FORMAT_UINT_1X8 = 0x01,
+    CU_RES_VIEW_FORMAT_FLOAT_4X32 = 0x18,
+    CU_RES_VIEW_FORMAT_UNSIGNED_BC7 = 0x22
+};
+
+struct CUDA_RESOURCE_DESC_st {
+    CUresourcetype resType;
+    union {
+        struct {
+            CUarray hArray;
+        } array;
+        struct {
+            CUmipmappedArray hMipmappedArray;
+        } mipmap;
+        struct {
+            CUdeviceptr devPtr;
+            CUarray_format format;
+            unsigned int numChannels;
+            size_t sizeInBytes;
+        } linear;
+        struct {
+            CUdeviceptr devPtr;
+            CUarray_format format;
+            unsigned int numChannels;
+            size_t width;
+            size_t height;
+            size_t pitchInBytes;
+        } pitch2D;
+        struct {
+            int reserved[32];
+        } reserved;
+    } res;
+    unsigned int flags;
+};
+
+struct CUDA_TEXTURE_DESC_st {
+    CUaddress_mode addressMode[3];
+    CUfilter_mode filterMode;
+    unsigned int flags;
+    unsigned int maxAnisotropy;
+    CUfilter_mode mipmapFilterMode;
+    float mipmapLevelBias;
+    float minMipmapLevelClamp;
+    float maxMipmapLevelClamp;
+    float borderColor[4];
+    int reserved[12];
+};
+
+struct CUDA_RESOURCE_VIEW_DESC_st {
+    CUresourceViewFormat format;
+    size_t width;
+    size_t height;
+    size_t depth;
+    unsigned int firstMipmapLevel;
+    unsigned int lastMipmapLevel;
+    unsigned int firstLayer;
+    unsigned int lastLayer;
+    unsigned int reserved[16];
+};
+
+enum cudaResourceType {
+    cudaResourceTypeArray = 0x00,
+    cudaResourceTypeMipmappedArray = 0x01,
+    cudaResourceTypeLinear = 0x02,
+    cudaResourceTypePitch2D = 0x03
+};
+
+/* The same numbers as CUresourceViewFormat. */
+enum cudaResourceViewFormat {
+    cudaResViewFormatNone = 0x00,
+    cudaResViewFormatUnsignedChar1 = 0x01,
+    cudaResViewFormatFloat4 = 0x18,
+    cudaResViewFormatUnsignedBlockCompressed7 = 0x22
+};
+
+enum cudaTextureAddressMode {
+    cudaAddressModeWrap = 0,
+    cudaAddressModeClamp = 1,
+    cudaAddressModeMirror = 2,
+    cudaAddressModeBorder = 3
+};
+
+enum cudaTextureFilterMode { cudaFilterModePoint = 0, cudaFilterModeLinear = 1 };
+
+enum cudaTextureReadMode { cudaReadModeElementType = 0, cudaReadModeNormalizedFloat = 1 };
+
+struct cudaResourceDesc {
+    enum cudaResourceType resType;
+    union {
+        struct {
+            cudaArray_t array;
+        } array;
+        struct {
+            cudaMipmappedArray_t mipmap;
+        } mipmap;
+        struct {
+            void *devPtr;
+            struct cudaChannelFormatDesc desc;
+            size_t sizeInBytes;
+        } linear;
+        struct {
+            void *devPtr;
+            struct cudaChannelFormatDesc desc;
+            size_t width;
+            size_t height;
+            size_t pitchInBytes;
+        } pitch2D;
+        struct {
+            int reserved[32];
+        } reserved;
+    } res;
+    unsigned int flags;
+};
+
+struct cudaResourceViewDesc {
+    enum cudaResourceViewFormat format;
+    size_t width;
+    size_t height;
+    size_t depth;
+    unsigned int firstMipmapLevel;
+    unsigned int lastMipmapLevel;
+    unsigned int firstLayer;
+    unsigned int lastLayer;
+    unsigned int reserved[16];
+};
+
+struct cudaTextureDesc {
+    enum cudaTextureAddressMode addressMode[3];
+    enum cudaTextureFilterMode filterMode;
+    enum cudaTextureReadMode readMode;
+    int sRGB;
+    float borderColor[4];
+    int normalizedCoords;
+    unsigned int maxAnisotropy;
+    enum cudaTextureFilterMode mipmapFilterMode;
+    float mipmapLevelBias;
+    float minMipmapLevelClamp;
+    float maxMipmapLevelClamp;
+    int disableTrilinearOptimization;
+    int seamlessCubemap;
+};
+
+struct cudaArrayMemoryRequirements {
+    size_t size;
+    size_t alignment;
+    unsigned int reserved[4];
+};
+
+/* Contexts: flags, limits, cache and shared memory configuration */
+enum CUctx_flags_enum {
+    CU_CTX_SCHED_AUTO = 0x00,
+    CU_CTX_SCHED_SPIN = 0x01,
+    CU_CTX_SCHED_YIELD = 0x02,
+    CU_CTX_SCHED_BLOCKING_SYNC = 0x04,
+    CU_CTX_SCHED_MASK = 0x07,
+    CU_CTX_MAP_HOST = 0x08,
+    CU_CTX_LMEM_RESIZE_TO_MAX = 0x10,
+    CU_CTX_SYNC_MEMOPS = 0x80,
+    CU_CTX_FLAGS_MASK = 0xFF
+};
+
+enum CUlimit_enum {
+    CU_LIMIT_STACK_SIZE = 0x00,
+    CU_LIMIT_PRINTF_FIFO_SIZE = 0x01,
+    CU_LIMIT_MALLOC_HEAP_SIZE = 0x02,
+    CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH = 0x03,
+    CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 0x04,
+    CU_LIMIT_MAX_L2_FETCH_GRANULARITY = 0x05,
+    CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06,
+    CU_LIMIT_SHMEM_SIZE = 0x07,
+    CU_LIMIT_CIG_ENABLED = 0x08,
+    CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED = 0x09,
+    CU_LIMIT_MAX
+};
+
+enum cudaLimit {
+    cudaLimitStackSize = 0x00,
+    cudaLimitPrintfFifoSize = 0x01,
+    cudaLimitMallocHeapSize = 0x02,
+    cudaLimitDevRuntimeSyncDepth = 0x03,
+    cudaLimitDevRuntimePendingLaunchCount = 0x04,
+    cudaLimitMaxL2FetchGranularity = 0x05,
+    cudaLimitPersistingL2CacheSize = 0x06
+};
+
+/* Stream attributes (the launch attributes' ids and values: the simulator
+ * answers the ones a stream has) */
+enum CUaccessProperty_enum {
+    CU_ACCESS_PROPERTY_NORMAL = 0,
+    CU_ACCESS_PROPERTY_STREAMING = 1,
+    CU_ACCESS_PROPERTY_PERSISTING = 2
+};
+
+struct CUaccessPolicyWindow_st {
+    void *base_ptr;
+    size_t num_bytes;
+    float hitRatio;
+    CUaccessProperty hitProp;
+    CUaccessProperty missProp;
+};
+
+enum CUsynchronizationPolicy_enum {
+    CU_SYNC_POLICY_AUTO = 1,
+    CU_SYNC_POLICY_SPIN = 2,
+    CU_SYNC_POLICY_YIELD = 3,
+    CU_SYNC_POLICY_BLOCKING_SYNC = 4
+};
+
+enum CUlaunchAttributeID_enum {
+    CU_LAUNCH_ATTRIBUTE_IGNORE = 0,
+    CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW = 1,
+    CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2,
+    CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,
+    CU_LAUNCH_ATTRIBUTE_PRIORITY = 8,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP = 9,
+    CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN = 10
+};
+
+/* The members the simulator reads; pad gives the real size. */
+union CUlaunchAttributeValue_union {
+    char pad[64];
+    CUaccessPolicyWindow accessPolicyWindow;
+    int cooperative;
+    CUsynchronizationPolicy syncPolicy;
+    int priority;
+};
+
+enum cudaAccessProperty {
+    cudaAccessPropertyNormal = 0,
+    cudaAccessPropertyStreaming = 1,
+    cudaAccessPropertyPersisting = 2
+};
+
+struct cudaAccessPolicyWindow {
+    void *base_ptr;
+    size_t num_bytes;
+    float hitRatio;
+    enum cudaAccessProperty hitProp;
+    enum cudaAccessProperty missProp;
+};
+
+enum cudaSynchronizationPolicy {
+    cudaSyncPolicyAuto = 1,
+    cudaSyncPolicySpin = 2,
+    cudaSyncPolicyYield = 3,
+    cudaSyncPolicyBlockingSync = 4
+};
+
+enum cudaLaunchAttributeID {
+    cudaLaunchAttributeIgnore = 0,
+    cudaLaunchAttributeAccessPolicyWindow = 1,
+    cudaLaunchAttributeCooperative = 2,
+    cudaLaunchAttributeSynchronizationPolicy = 3,
+    cudaLaunchAttributePriority = 8,
+    cudaLaunchAttributeMemSyncDomainMap = 9,
+    cudaLaunchAttributeMemSyncDomain = 10
+};
+
+union cudaLaunchAttributeValue {
+    char pad[64];
+    struct cudaAccessPolicyWindow accessPolicyWindow;
+    int cooperative;
+    enum cudaSynchronizationPolicy syncPolicy;
+    int priority;
+};
+
+/* Managed memory hints and the GPUDirect RDMA flush */
+enum CUmem_advise_enum {
+    CU_MEM_ADVISE_SET_READ_MOSTLY = 1,
+    CU_MEM_ADVISE_UNSET_READ_MOSTLY = 2,
+    CU_MEM_ADVISE_SET_PREFERRED_LOCATION = 3,
+    CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4,
+    CU_MEM_ADVISE_SET_ACCESSED_BY = 5,
+    CU_MEM_ADVISE_UNSET_ACCESSED_BY = 6
+};
+
+enum cudaMemoryAdvise {
+    cudaMemAdviseSetReadMostly = 1,
+    cudaMemAdviseUnsetReadMostly = 2,
+    cudaMemAdviseSetPreferredLocation = 3,
+    cudaMemAdviseUnsetPreferredLocation = 4,
+    cudaMemAdviseSetAccessedBy = 5,
+    cudaMemAdviseUnsetAccessedBy = 6
+};
+
+enum CUmem_range_attribute_enum {
+    CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY = 1,
+    CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION = 2,
+    CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY = 3,
+    CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION = 4,
+    CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE = 5,
+    CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID = 6,
+    CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE = 7,
+    CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID = 8
+};
+
+enum cudaMemRangeAttribute {
+    cudaMemRangeAttributeReadMostly = 1,
+    cudaMemRangeAttributePreferredLocation = 2,
+    cudaMemRangeAttributeAccessedBy = 3,
+    cudaMemRangeAttributeLastPrefetchLocation = 4,
+    cudaMemRangeAttributePreferredLocationType = 5,
+    cudaMemRangeAttributePreferredLocationId = 6,
+    cudaMemRangeAttributeLastPrefetchLocationType = 7,
+    cudaMemRangeAttributeLastPrefetchLocationId = 8
+};
+
+enum CUflushGPUDirectRDMAWritesTarget_enum { CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX = 0 };
+
+enum CUflushGPUDirectRDMAWritesScope_enum {
+    CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER = 100,
+    CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES = 200
+};
+
+enum cudaFlushGPUDirectRDMAWritesTarget { cudaFlushGPUDirectRDMAWritesTargetCurrentDevice };
+
+enum cudaFlushGPUDirectRDMAWritesScope {
+    cudaFlushGPUDirectRDMAWritesToOwner = 100,
+    cudaFlushGPUDirectRDMAWritesToAllDevices = 200
+};
+
+enum CUoutput_mode_enum { CU_OUT_KEY_VALUE_PAIR = 0x00, CU_OUT_CSV = 0x01 };
+
 #endif /* CUCACHE_CUDA_CHECK_AGAINST_REAL */
 
 /* ------------------------------------------------------------------------
@@ -1733,6 +2227,82 @@ CUresult cuEventSynchronize(CUevent hEvent);
 CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd);
 CUresult cuEventDestroy_v2(CUevent hEvent);
 
+CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray);
+CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
+CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray);
+CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
+CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array,
+                                      CUdevice device);
+CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements,
+                                               CUmipmappedArray mipmap, CUdevice device);
+CUresult cuArrayDestroy(CUarray hArray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                unsigned int numMipmapLevels);
+CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray);
+CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy);
+CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy);
+CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
+CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream);
+CUresult cuMemcpyHtoA_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
+CUresult cuMemcpyHtoA_v2_ptds(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount);
+CUresult cuMemcpyAtoH_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyAtoH_v2_ptds(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyDtoA_v2(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult cuMemcpyDtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount);
+CUresult cuMemcpyAtoD_v2(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyAtoA_v2(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount);
+CUresult cuMemcpyAtoA_v2_ptds(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset,
+                              size_t ByteCount);
+CUresult cuMemcpyHtoAAsync_v2(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount,
+                              CUstream hStream);
+CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount,
+                                   CUstream hStream);
+CUresult cuMemcpyAtoHAsync_v2(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream);
+CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount,
+                                   CUstream hStream);
+
+CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc,
+                           const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc);
+CUresult cuTexObjectDestroy(CUtexObject texObject);
+CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject);
+CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject);
+CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject);
+CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc);
+CUresult cuSurfObjectDestroy(CUsurfObject surfObject);
+CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject);
+
+CUresult cuCtxSetLimit(CUlimit limit, size_t value);
+CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit);
+CUresult cuCtxSetCacheConfig(CUfunc_cache config);
+CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig);
+CUresult cuCtxSetSharedMemConfig(CUsharedconfig config);
+CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig);
+CUresult cuCtxResetPersistingL2Cache(void);
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags);
+CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
+CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target, CUflushGPUDirectRDMAWritesScope scope);
+CUresult cuProfilerInitialize(const char *configFile, const char *outputFile, CUoutput_mode outputMode);
+CUresult cuProfilerStart(void);
+CUresult cuProfilerStop(void);
+CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
+CUresult cuStreamGetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
+CUresult cuStreamSetAttribute(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+CUresult cuStreamSetAttribute_ptsz(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
+CUresult cuStreamAttachMemAsync(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult cuStreamAttachMemAsync_ptsz(CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags);
+CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
+                               CUstream hStream);
+CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags,
+                                    CUstream hStream);
+CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location);
+CUresult cuMemRangeGetAttribute(void *data, size_t dataSize, CUmem_range_attribute attribute, CUdeviceptr devPtr,
+                                size_t count);
+CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes,
+                                 size_t numAttributes, CUdeviceptr devPtr, size_t count);
+
 /* ------------------------------------------------------------------------
  * 3b. Runtime API prototypes (exported names)
  * ---------------------------------------------------------------------- */
@@ -1969,6 +2539,118 @@ cudaError_t cudaMemcpyFromSymbolAsync(void *dst, const void *symbol, size_t coun
                                       enum cudaMemcpyKind kind, cudaStream_t stream);
 cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol);
 cudaError_t cudaGetSymbolSize(size_t *size, const void *symbol);
+
+cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width, size_t height,
+                            unsigned int flags);
+cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent,
+                              unsigned int flags);
+cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray, const struct cudaChannelFormatDesc *desc,
+                                     struct cudaExtent extent, unsigned int numLevels, unsigned int flags);
+cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray, cudaMipmappedArray_const_t mipmappedArray,
+                                       unsigned int level);
+cudaError_t cudaFreeArray(cudaArray_t array);
+cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray);
+cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent, unsigned int *flags,
+                             cudaArray_t array);
+cudaError_t cudaGetChannelDesc(struct cudaChannelFormatDesc *desc, cudaArray_const_t array);
+cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements, cudaArray_t array,
+                                           int device);
+cudaError_t cudaMipmappedArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements,
+                                                    cudaMipmappedArray_t mipmap, int device);
+cudaError_t cudaMemcpy2DToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch,
+                                size_t width, size_t height, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpy2DToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch,
+                                     size_t width, size_t height, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpy2DToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t spitch,
+                                     size_t width, size_t height, enum cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemcpy2DToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src,
+                                          size_t spitch, size_t width, size_t height, enum cudaMemcpyKind kind,
+                                          cudaStream_t stream);
+cudaError_t cudaMemcpy2DFromArray(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset, size_t hOffset,
+                                  size_t width, size_t height, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpy2DFromArray_ptds(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset,
+                                       size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpy2DFromArrayAsync(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset,
+                                       size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind,
+                                       cudaStream_t stream);
+cudaError_t cudaMemcpy2DFromArrayAsync_ptsz(void *dst, size_t dpitch, cudaArray_const_t src, size_t wOffset,
+                                            size_t hOffset, size_t width, size_t height, enum cudaMemcpyKind kind,
+                                            cudaStream_t stream);
+cudaError_t cudaMemcpy2DArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src,
+                                     size_t wOffsetSrc, size_t hOffsetSrc, size_t width, size_t height,
+                                     enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpy2DArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst,
+                                          cudaArray_const_t src, size_t wOffsetSrc, size_t hOffsetSrc, size_t width,
+                                          size_t height, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyToArray(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count,
+                              enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyToArray_ptds(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count,
+                                   enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyFromArray(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,
+                                enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyFromArray_ptds(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,
+                                     enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyToArrayAsync(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src, size_t count,
+                                   enum cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemcpyToArrayAsync_ptsz(cudaArray_t dst, size_t wOffset, size_t hOffset, const void *src,
+                                        size_t count, enum cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemcpyFromArrayAsync(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset, size_t count,
+                                     enum cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemcpyFromArrayAsync_ptsz(void *dst, cudaArray_const_t src, size_t wOffset, size_t hOffset,
+                                          size_t count, enum cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemcpyArrayToArray(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src,
+                                   size_t wOffsetSrc, size_t hOffsetSrc, size_t count, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpyArrayToArray_ptds(cudaArray_t dst, size_t wOffsetDst, size_t hOffsetDst, cudaArray_const_t src,
+                                        size_t wOffsetSrc, size_t hOffsetSrc, size_t count, enum cudaMemcpyKind kind);
+cudaError_t cudaMemcpy3D(const struct cudaMemcpy3DParms *p);
+cudaError_t cudaMemcpy3D_ptds(const struct cudaMemcpy3DParms *p);
+cudaError_t cudaMemcpy3DAsync(const struct cudaMemcpy3DParms *p, cudaStream_t stream);
+cudaError_t cudaMemcpy3DAsync_ptsz(const struct cudaMemcpy3DParms *p, cudaStream_t stream);
+
+cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, const struct cudaResourceDesc *pResDesc,
+                                    const struct cudaTextureDesc *pTexDesc,
+                                    const struct cudaResourceViewDesc *pResViewDesc);
+cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject);
+cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaTextureObject_t texObject);
+cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cudaTextureObject_t texObject);
+cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewDesc *pResViewDesc,
+                                                 cudaTextureObject_t texObject);
+cudaError_t cudaCreateSurfaceObject(cudaSurfaceObject_t *pSurfObject, const struct cudaResourceDesc *pResDesc);
+cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject);
+cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaSurfaceObject_t surfObject);
+
+cudaError_t cudaSetDeviceFlags(unsigned int flags);
+cudaError_t cudaGetDeviceFlags(unsigned int *flags);
+cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value);
+cudaError_t cudaDeviceGetLimit(size_t *pValue, enum cudaLimit limit);
+cudaError_t cudaDeviceSetCacheConfig(enum cudaFuncCache cacheConfig);
+cudaError_t cudaDeviceGetCacheConfig(enum cudaFuncCache *pCacheConfig);
+cudaError_t cudaDeviceSetSharedMemConfig(enum cudaSharedMemConfig config);
+cudaError_t cudaDeviceGetSharedMemConfig(enum cudaSharedMemConfig *pConfig);
+cudaError_t cudaCtxResetPersistingL2Cache(void);
+cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *pciBusId);
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
+cudaError_t cudaDeviceFlushGPUDirectRDMAWrites(enum cudaFlushGPUDirectRDMAWritesTarget target,
+                                               enum cudaFlushGPUDirectRDMAWritesScope scope);
+cudaError_t cudaProfilerStart(void);
+cudaError_t cudaProfilerStop(void);
+cudaError_t cudaStreamSetAttribute(cudaStream_t hStream, cudaStreamAttrID attr, const cudaStreamAttrValue *value);
+cudaError_t cudaStreamSetAttribute_ptsz(cudaStream_t hStream, cudaStreamAttrID attr,
+                                        const cudaStreamAttrValue *value);
+cudaError_t cudaStreamGetAttribute(cudaStream_t hStream, cudaStreamAttrID attr, cudaStreamAttrValue *value_out);
+cudaError_t cudaStreamGetAttribute_ptsz(cudaStream_t hStream, cudaStreamAttrID attr, cudaStreamAttrValue *value_out);
+cudaError_t cudaStreamAttachMemAsync(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags);
+cudaError_t cudaStreamAttachMemAsync_ptsz(cudaStream_t stream, void *devPtr, size_t length, unsigned int flags);
+cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, struct cudaMemLocation location,
+                                 unsigned int flags, cudaStream_t stream);
+cudaError_t cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count, struct cudaMemLocation location,
+                                      unsigned int flags, cudaStream_t stream);
+cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice,
+                          struct cudaMemLocation location);
+cudaError_t cudaMemRangeGetAttribute(void *data, size_t dataSize, enum cudaMemRangeAttribute attribute,
+                                     const void *devPtr, size_t count);
+cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaMemRangeAttribute *attributes,
+                                      size_t numAttributes, const void *devPtr, size_t count);
 
 #ifdef __cplusplus
 }

@@ -60,7 +60,7 @@ def real_declarations(args, cc, defines):
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "real.c")
         with open(src, "w") as f:
-            f.write("#include <cuda.h>\n#include <cuda_runtime_api.h>\n")
+            f.write("#include <cuda.h>\n#include <cuda_runtime_api.h>\n#include <cudaProfiler.h>\n#include <cuda_profiler_api.h>\n")
         res = subprocess.run(cc + ["-std=c11", "-E", "-P", "-isystem", args.cuda_include] + defines + [src],
                              capture_output=True, text=True)
     if res.returncode != 0:

@@ -47,16 +47,37 @@ def parse_enum_body(tag, body):
     return names
 
 
+def nested_blocks(tag, body):
+    """body with each member that is an anonymous struct or union
+    (`struct { ... } name;`, `union { ... } name;`, nested to any depth)
+    taken out, and [(field name, declaration)] of the fields inside them,
+    as name.field."""
+    fields, out, pos = [], [], 0
+    for m in re.finditer(r"\b(?:struct|union)\s*\{", body):
+        if m.start() < pos:
+            continue  # inside a block already taken out
+        depth, end = 1, m.end()
+        while depth:
+            if end >= len(body):
+                raise ParseError(f"{tag}: unbalanced braces")
+            depth += {"{": 1, "}": -1}.get(body[end], 0)
+            end += 1
+        name = re.match(rf"\s*({IDENT})\s*;", body[end:])
+        if not name:
+            raise ParseError(f"{tag}: a nested struct or union without a member name")
+        member = name.group(1)
+        for sub, decl in parse_struct_body(f"{tag}.{member}", body[m.end():end - 1]):
+            fields.append((f"{member}.{sub}", decl))
+        out.append(body[pos:m.start()])
+        pos = end + name.end()
+    out.append(body[pos:])
+    return "".join(out), fields
+
+
 def parse_struct_body(tag, body):
-    """[(field name, declaration)] of a struct body.  A member that is an
-    anonymous struct (`struct { ... } name;`, one level) gives its own
-    fields as name.field."""
-    fields = []
-    def nested(m):
-        for sub, decl in parse_struct_body(f"{tag}.{m.group(2)}", m.group(1)):
-            fields.append((f"{m.group(2)}.{sub}", decl))
-        return ""
-    body = re.sub(rf"\bstruct\s*\{{([^{{}}]*)\}}\s*({IDENT})\s*;", nested, body)
+    """[(field name, declaration)] of a struct or union body.  A member that
+    is an anonymous struct or union gives its own fields as name.field."""
+    body, fields = nested_blocks(tag, body)
     for decl in body.split(";"):
         decl = " ".join(decl.split())
         if not decl:
@@ -74,24 +95,37 @@ def parse_struct_body(tag, body):
 
 
 def parse_bodies(section2):
-    """([(enum tag, [enumerator])], [(struct tag, body, [(field, decl)])])."""
+    """([(enum tag, [enumerator])], [(kind, tag, body, [(field, decl)])]),
+    kind "struct" or "union"."""
     enums, structs = [], []
     pos = 0
-    for m in re.finditer(rf"\b(enum|struct)\s+({IDENT})\s*\{{(.*?)\}}\s*;", section2, flags=re.S):
+    for m in re.finditer(rf"\b(enum|struct|union)\s+({IDENT})\s*\{{", section2):
+        if m.start() < pos:
+            continue  # a nested body, read with its parent
         between = section2[pos:m.start()].strip()
         if between:
-            raise ParseError(f"section 2 has something other than enum/struct bodies: '{between[:80]}'")
-        pos = m.end()
-        kind, tag, body = m.groups()
-        if "{" in body and kind == "enum":
-            raise ParseError(f"{kind} {tag}: nested braces are not supported")
+            raise ParseError(f"section 2 has something other than enum/struct/union bodies: '{between[:80]}'")
+        kind, tag = m.groups()
+        depth, end = 1, m.end()
+        while depth:
+            if end >= len(section2):
+                raise ParseError(f"{kind} {tag}: unbalanced braces")
+            depth += {"{": 1, "}": -1}.get(section2[end], 0)
+            end += 1
+        semi = re.match(r"\s*;", section2[end:])
+        if not semi:
+            raise ParseError(f"{kind} {tag}: expected ';' after the body")
+        pos = end + semi.end()
+        body = section2[m.end():end - 1]
         if kind == "enum":
+            if "{" in body:
+                raise ParseError(f"{kind} {tag}: nested braces are not supported")
             enums.append((tag, parse_enum_body(tag, body)))
         else:
-            structs.append((tag, body.strip(), parse_struct_body(tag, body)))
+            structs.append((kind, tag, body.strip(), parse_struct_body(tag, body)))
     rest = section2[pos:].strip()
     if rest:
-        raise ParseError(f"section 2 has something other than enum/struct bodies: '{rest[:80]}'")
+        raise ParseError(f"section 2 has something other than enum/struct/union bodies: '{rest[:80]}'")
     if not enums:
         raise ParseError("no enum bodies found in section 2: refusing to check nothing")
     if not structs:

@@ -33,25 +33,25 @@ def program(includes, enums, structs):
     out += [f"#include {inc}" for inc in includes]
     out += ["#include <stddef.h>", "#include <stdio.h>", ""]
     out.append("/* our struct bodies under other tags: their field types are the reference */")
-    for tag, body, _ in structs:
-        out.append(f"struct {MIRROR}{tag} {{")
+    for kind, tag, body, _ in structs:
+        out.append(f"{kind} {MIRROR}{tag} {{")
         out += [f"    {line.strip()}" for line in body.splitlines() if line.strip()]
         out.append("};")
-    out += ["", "#define TYPE_AS_OURS(tag, f) \\",
-            f"    __builtin_types_compatible_p(__typeof__(((struct {MIRROR}##tag *)0)->f), "
-            "__typeof__(((struct tag *)0)->f))", "",
+    out += ["", "#define TYPE_AS_OURS(kind, tag, f) \\",
+            f"    __builtin_types_compatible_p(__typeof__(((kind {MIRROR}##tag *)0)->f), "
+            "__typeof__(((kind tag *)0)->f))", "",
             "int main(void)", "{"]
     for tag, names in enums:
         out.append(f'    printf("enum {tag} sizeof %zu\\n", sizeof(enum {tag}));')
         for name in names:
             out.append(f'    printf("enum {tag} {name} %lld\\n", (long long){name});')
-    for tag, _, fields in structs:
-        out.append(f'    printf("struct {tag} sizeof %zu alignof %zu\\n", sizeof(struct {tag}), '
-                   f"_Alignof(struct {tag}));")
+    for kind, tag, _, fields in structs:
+        out.append(f'    printf("{kind} {tag} sizeof %zu alignof %zu\\n", sizeof({kind} {tag}), '
+                   f"_Alignof({kind} {tag}));")
         for field, decl in fields:
-            out.append(f'    printf("struct {tag}.{field} offsetof %zu sizeof %zu type %s\\n", '
-                       f"offsetof(struct {tag}, {field}), sizeof(((struct {tag} *)0)->{field}), "
-                       f'TYPE_AS_OURS({tag}, {field}) ? "as-declared:{c_str(decl)}" : "DIFFERENT-from:{c_str(decl)}");')
+            out.append(f'    printf("{kind} {tag}.{field} offsetof %zu sizeof %zu type %s\\n", '
+                       f"offsetof({kind} {tag}, {field}), sizeof((({kind} {tag} *)0)->{field}), "
+                       f'TYPE_AS_OURS({kind}, {tag}, {field}) ? "as-declared:{c_str(decl)}" : "DIFFERENT-from:{c_str(decl)}");')
     out += ["    return 0;", "}", ""]
     return "\n".join(out)
 
@@ -69,10 +69,10 @@ def main():
     with open(ours, "w", encoding="utf-8") as f:
         f.write(program(['"cucache/cuda_api.h"'], enums, structs))
     with open(real, "w", encoding="utf-8") as f:
-        f.write(program(["<cuda.h>", "<cuda_runtime_api.h>"], enums, structs))
+        f.write(program(["<cuda.h>", "<cuda_runtime_api.h>", "<cudaProfiler.h>"], enums, structs))
     n_enum = sum(len(names) for _, names in enums)
-    n_field = sum(len(fields) for _, _, fields in structs)
-    print(f"gen_layout.py: {len(enums)} enums ({n_enum} enumerators), {len(structs)} structs ({n_field} fields)")
+    n_field = sum(len(fields) for _, _, _, fields in structs)
+    print(f"gen_layout.py: {len(enums)} enums ({n_enum} enumerators), {len(structs)} structs and unions ({n_field} fields)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <cudaProfiler.h>
+#include <cuda_profiler_api.h>
 
 #define CUCACHE_CUDA_CHECK_AGAINST_REAL 1
 #include "cucache/cuda_api.h"
