@@ -245,7 +245,7 @@ static const struct {
     [CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE] = {134213632, true},
     [CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED] = {0, true},
     [CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK] = {1024, true},
-    [CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED] = {1, true},
+    [CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED] = {0, true}, /* arrays: dense only (driver_array.c) */
     [CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED] = {1, true},
     [CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED] = {1, true},
     [CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] = {1, true},
@@ -254,7 +254,7 @@ static const struct {
     [CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING] = {100, true},
     [CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = {CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, true},
     [CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH] = {1, true},
-    [CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED] = {1, true},
+    [CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED] = {0, true},
     [CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS] = {1, true},
     [CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR] = {1, true},
     [CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED] = {1, true}, /* cuMemGetHandleForAddressRange */
@@ -379,9 +379,13 @@ SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
     return drv_leave(CUDA_SUCCESS);
 }
 
+/* One scheduling policy at most, and no flag CUDA does not define. */
 SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
     DRV_ENTER_DEVICE(d, dev);
+    unsigned sched = flags & CU_CTX_SCHED_MASK;
+    if ((flags & ~(unsigned)CU_CTX_FLAGS_MASK) || (sched & (sched - 1)))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
     d->primary_flags = flags;
     return drv_leave(CUDA_SUCCESS);
 }

@@ -79,6 +79,16 @@ CUresult drv_copy_2d(const CUDA_MEMCPY2D *p, CUstream h, bool ptds, bool sync, c
 /* A simulated kernel's fault when a declared range lies in another
  * device's memory its context may not use (driver_peer.c), else NULL. */
 sim_op_t *drv_peer_fault(const struct CUstream_st *s, const struct cucache_sim_access *acc, unsigned nacc);
+/* The address of (pos[0] bytes, pos[1] rows, pos[2] layers) in array h for
+ * a copy of `height` rows of `width` bytes, and the array's row pitch;
+ * linear: pos[0] is a byte offset into the whole array and the copy one
+ * row (cuMemcpyHtoA ...).  CUDA_ERROR_INVALID_VALUE for a handle that is
+ * no live array, an offset or width that is no whole number of elements,
+ * or a copy that leaves the array (driver_array.c). */
+CUresult drv_array_at(CUarray h, const size_t pos[3], size_t width, size_t height, bool linear, uintptr_t *addr,
+                      size_t *pitch);
+/* Whether h is a live array of that device. */
+bool drv_array_of(CUarray h, int device);
 
 /* Exports a legacy-stream entry point and its per-thread-default-stream
  * twin, both calling impl(..., ptds): the twin of a call that takes a

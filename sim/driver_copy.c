@@ -1,7 +1,9 @@
 /*
- * Driver API of the simulated device: copies and memsets, linear and
- * pitched (2D).  Every one is one operation on a stream: `height` rows of
- * `bytes`, `dpitch`/`spitch` apart (a linear one is a single row).
+ * Driver API of the simulated device: copies and memsets, linear, pitched
+ * (2D) and 3D, to and from arrays too.  Every one is one operation on a
+ * stream: `height` rows of `bytes`, `dpitch`/`spitch` apart (a linear one
+ * is a single row); a 3D copy is one per slice.  An array side is its
+ * bytes in device memory through the array's layout (driver_array.c).
  *
  * Ranges.  A device range must lie inside one live allocation; the race
  * detector checks a pitched operation as the whole span from its first
@@ -81,63 +83,98 @@ static void op_range(sim_op_t *op, uintptr_t lo, size_t n, bool write)
  * ---------------------------------------------------------------------- */
 
 /* One copy of `height` rows of `width` bytes.  `sync` gives cuMemcpy's
- * host-blocking behaviour (device-to-device copies do not block). */
+ * host-blocking behaviour (device-to-device copies do not block).  A side
+ * that is an array (darr, sarr) is found under the lock at its position
+ * (dpos, spos: x in bytes, y, z; linear: a byte offset) through the
+ * array's layout (drv_array_at), which sets its address and pitch. */
 typedef struct copy_s {
     uintptr_t dst, src;
     size_t dpitch, spitch, width, height;
     CUstream stream;
     bool ptds, sync;
     const char *what;
+    CUarray darr, sarr;
+    size_t dpos[3], spos[3];
+    bool linear;
 } copy_t;
+
+/* An array side: its address and pitch, in its stream's device. */
+static CUresult array_side(CUarray h, const size_t pos[3], const copy_t *c, uintptr_t *addr, size_t *pitch)
+{
+    return drv_array_at(h, pos, c->width, c->height, c->linear, addr, pitch);
+}
+
+/* Checks one copy (with sim.lock held) and, when `enqueue`, queues it;
+ * *s is its stream and *wait whether a synchronous copy must then wait. */
+static CUresult copy_locked(struct CUctx_st *ctx, const copy_t *in, bool enqueue, struct CUstream_st **s, bool *wait)
+{
+    copy_t c = *in;
+    *wait = false;
+    if (c.width == 0 || c.height == 0)
+        return CUDA_SUCCESS;
+    bool ddev = false, dtr = false, sdev = false, str = false;
+    CUresult r = CUDA_SUCCESS;
+    if (c.darr) {
+        r = array_side(c.darr, c.dpos, &c, &c.dst, &c.dpitch);
+        ddev = dtr = true;
+    }
+    if (r == CUDA_SUCCESS && c.sarr) {
+        r = array_side(c.sarr, c.spos, &c, &c.src, &c.spitch);
+        sdev = str = true;
+    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!c.dst || !c.src || (c.height > 1 && (c.dpitch < c.width || c.spitch < c.width)))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t dspan = span_of(c.width, c.height, c.dpitch), sspan = span_of(c.width, c.height, c.spitch);
+    if (dspan == SIZE_MAX || sspan == SIZE_MAX)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!c.darr)
+        r = classify(c.dst, dspan, true, &ddev, &dtr);
+    if (r == CUDA_SUCCESS && !c.sarr)
+        r = classify(c.src, sspan, false, &sdev, &str);
+    if (r == CUDA_SUCCESS)
+        r = sim_stream_resolve(ctx, c.stream, c.ptds, s);
+    if (r == CUDA_SUCCESS)
+        r = stream_access(c.dst, dspan, true, *s);
+    if (r == CUDA_SUCCESS)
+        r = stream_access(c.src, sspan, false, *s);
+    if (r == CUDA_SUCCESS && c.sync && (*s)->capture)
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (r != CUDA_SUCCESS || !enqueue)
+        return r;
+    sim_op_t *op = sim_op_new(SIM_OP_COPY, c.what);
+    op->dst = (void *)c.dst;
+    op->src = (const void *)c.src;
+    op->bytes = c.width;
+    op->height = c.height;
+    op->dpitch = c.dpitch;
+    op->spitch = c.spitch;
+    if (dtr)
+        op_range(op, c.dst, dspan, true);
+    if (str)
+        op_range(op, c.src, sspan, false);
+    bool pageable_src = !sdev && !str && !sim_alloc_find(c.src);
+    if (pageable_src && !c.sync) {
+        /* CUDA stages a pageable source before returning (rows packed). */
+        uint8_t *st = sim_xmalloc(c.width * c.height);
+        for (size_t row = 0; row < c.height; row++)
+            memcpy(st + row * c.width, (const uint8_t *)c.src + row * c.spitch, c.width);
+        op->staging = st;
+        op->src = st;
+        op->spitch = c.width;
+    }
+    *wait = c.sync && !(ddev && sdev);
+    return sim_enqueue(*s, op);
+}
 
 static CUresult copy(const copy_t *c)
 {
     DRV_ENTER(ctx);
-    if (c->width == 0 || c->height == 0)
-        return drv_leave(CUDA_SUCCESS);
-    if (!c->dst || !c->src || (c->height > 1 && (c->dpitch < c->width || c->spitch < c->width)))
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    size_t dspan = span_of(c->width, c->height, c->dpitch), sspan = span_of(c->width, c->height, c->spitch);
-    if (dspan == SIZE_MAX || sspan == SIZE_MAX)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    bool ddev, dtr, sdev, str;
-    CUresult r = classify(c->dst, dspan, true, &ddev, &dtr);
-    if (r == CUDA_SUCCESS)
-        r = classify(c->src, sspan, false, &sdev, &str);
     struct CUstream_st *s = NULL;
-    if (r == CUDA_SUCCESS)
-        r = sim_stream_resolve(ctx, c->stream, c->ptds, &s);
-    if (r == CUDA_SUCCESS)
-        r = stream_access(c->dst, dspan, true, s);
-    if (r == CUDA_SUCCESS)
-        r = stream_access(c->src, sspan, false, s);
-    if (r == CUDA_SUCCESS && c->sync && s->capture)
-        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
-    sim_op_t *op = sim_op_new(SIM_OP_COPY, c->what);
-    op->dst = (void *)c->dst;
-    op->src = (const void *)c->src;
-    op->bytes = c->width;
-    op->height = c->height;
-    op->dpitch = c->dpitch;
-    op->spitch = c->spitch;
-    if (dtr)
-        op_range(op, c->dst, dspan, true);
-    if (str)
-        op_range(op, c->src, sspan, false);
-    bool pageable_src = !sdev && !str && !sim_alloc_find(c->src);
-    if (pageable_src && !c->sync) {
-        /* CUDA stages a pageable source before returning (rows packed). */
-        uint8_t *st = sim_xmalloc(c->width * c->height);
-        for (size_t row = 0; row < c->height; row++)
-            memcpy(st + row * c->width, (const uint8_t *)c->src + row * c->spitch, c->width);
-        op->staging = st;
-        op->src = st;
-        op->spitch = c->width;
-    }
-    r = sim_enqueue(s, op);
-    if (r == CUDA_SUCCESS && c->sync && !(ddev && sdev))
+    bool wait;
+    CUresult r = copy_locked(ctx, c, true, &s, &wait);
+    if (r == CUDA_SUCCESS && wait)
         r = sim_stream_wait_idle(s);
     return drv_leave(r);
 }
@@ -145,7 +182,8 @@ static CUresult copy(const copy_t *c)
 /* A linear copy of n bytes. */
 static CUresult copy1(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream h, bool ptds, bool sync, const char *what)
 {
-    copy_t c = {dst, src, n, n, n, 1, h, ptds, sync, what};
+    copy_t c = {.dst = dst, .src = src, .dpitch = n, .spitch = n, .width = n, .height = 1, .stream = h, .ptds = ptds,
+                .sync = sync, .what = what};
     return copy(&c);
 }
 
@@ -207,10 +245,11 @@ DRV_PTSZ(cuMemcpyDtoDAsync_v2, dtod_async,
          (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
          (dstDevice, srcDevice, ByteCount, hStream))
 
-/* The address one side of a CUDA_MEMCPY2D names: host, device or unified
- * (UVA: either), at (x, y).  Arrays are not simulated. */
+/* One side of a CUDA_MEMCPY2D or CUDA_MEMCPY3D: host, device or unified
+ * (UVA: either) memory at (x, y, z), whose slices are `height` rows of
+ * `pitch` bytes, or an array (*arr and pos: found under the lock). */
 static CUresult side(CUmemorytype type, const void *host, CUdeviceptr dev, CUarray array, size_t x, size_t y,
-                     size_t pitch, uintptr_t *out)
+                     size_t z, size_t pitch, size_t height, uintptr_t *out, CUarray *arr, size_t pos[3])
 {
     uintptr_t base;
     switch ((int)type) {
@@ -222,14 +261,22 @@ static CUresult side(CUmemorytype type, const void *host, CUdeviceptr dev, CUarr
         base = (uintptr_t)dev;
         break;
     case CU_MEMORYTYPE_ARRAY:
-        (void)array;
-        return CUDA_ERROR_NOT_SUPPORTED;
+        if (!array)
+            return CUDA_ERROR_INVALID_VALUE;
+        *arr = array;
+        pos[0] = x;
+        pos[1] = y;
+        pos[2] = z;
+        return CUDA_SUCCESS;
     default:
         return CUDA_ERROR_INVALID_VALUE;
     }
-    if (!base || (y && pitch > (UINTPTR_MAX - base - x) / y))
+    if (z && height > SIZE_MAX / z)
         return CUDA_ERROR_INVALID_VALUE;
-    *out = base + y * pitch + x;
+    size_t row = z * height; /* overflow of y + row is caught with the product below */
+    if (!base || row > SIZE_MAX - y || ((y + row) && pitch > (UINTPTR_MAX - base - x) / (y + row)))
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = base + (y + row) * pitch + x;
     return CUDA_SUCCESS;
 }
 
@@ -237,12 +284,13 @@ static CUresult copy2d(const CUDA_MEMCPY2D *p, CUstream h, bool ptds, bool sync,
 {
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
-    copy_t c = {0, 0, p->dstPitch, p->srcPitch, p->WidthInBytes, p->Height, h, ptds, sync, what};
-    CUresult r = side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes, p->dstY, p->dstPitch,
-                      &c.dst);
+    copy_t c = {.dpitch = p->dstPitch, .spitch = p->srcPitch, .width = p->WidthInBytes, .height = p->Height,
+                .stream = h, .ptds = ptds, .sync = sync, .what = what};
+    CUresult r = side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes, p->dstY, 0,
+                      p->dstPitch, 0, &c.dst, &c.darr, c.dpos);
     if (r == CUDA_SUCCESS)
-        r = side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes, p->srcY, p->srcPitch,
-                 &c.src);
+        r = side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes, p->srcY, 0, p->srcPitch, 0,
+                 &c.src, &c.sarr, c.spos);
     return r == CUDA_SUCCESS ? copy(&c) : r;
 }
 
@@ -259,6 +307,144 @@ static CUresult copy2d_async(const CUDA_MEMCPY2D *p, CUstream h, bool ptds)
 DRV_PTDS(cuMemcpy2D_v2, copy2d_sync, (const CUDA_MEMCPY2D *pCopy), (pCopy))
 DRV_PTDS(cuMemcpy2DUnaligned_v2, copy2d_sync, (const CUDA_MEMCPY2D *pCopy), (pCopy))
 DRV_PTSZ(cuMemcpy2DAsync_v2, copy2d_async, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream))
+
+/* Slice k of a 3D copy: a 2D copy of its Height rows. */
+static CUresult slice3d(const CUDA_MEMCPY3D *p, size_t k, copy_t *c)
+{
+    CUresult r = side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes, p->dstY,
+                      p->dstZ + k, p->dstPitch, p->dstHeight, &c->dst, &c->darr, c->dpos);
+    if (r == CUDA_SUCCESS)
+        r = side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes, p->srcY, p->srcZ + k,
+                 p->srcPitch, p->srcHeight, &c->src, &c->sarr, c->spos);
+    return r;
+}
+
+/* A 3D copy: Depth slices, each one operation on the stream, all checked
+ * before the first is queued (a refused copy moves nothing).  A pointer
+ * side's slices are its Height (srcHeight, dstHeight) rows apart; an
+ * array's are its layers.  Levels of detail other than 0 are refused. */
+static CUresult copy3d(const CUDA_MEMCPY3D *p, CUstream h, bool ptds, bool sync, const char *what)
+{
+    if (!p || p->reserved0 || p->reserved1 || p->srcLOD || p->dstLOD)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (p->Depth > 1 && ((p->srcMemoryType != CU_MEMORYTYPE_ARRAY && p->srcHeight < p->Height) ||
+                         (p->dstMemoryType != CU_MEMORYTYPE_ARRAY && p->dstHeight < p->Height)))
+        return CUDA_ERROR_INVALID_VALUE;
+    DRV_ENTER(ctx);
+    struct CUstream_st *s = NULL;
+    bool wait = false;
+    CUresult r = CUDA_SUCCESS;
+    for (int enqueue = 0; enqueue < 2 && r == CUDA_SUCCESS; enqueue++)
+        for (size_t k = 0; k < p->Depth && r == CUDA_SUCCESS; k++) {
+            copy_t c = {.dpitch = p->dstPitch, .spitch = p->srcPitch, .width = p->WidthInBytes,
+                        .height = p->Height, .stream = h, .ptds = ptds, .sync = sync, .what = what};
+            r = slice3d(p, k, &c);
+            if (r == CUDA_SUCCESS)
+                r = copy_locked(ctx, &c, enqueue, &s, &wait);
+        }
+    if (r == CUDA_SUCCESS && wait)
+        r = sim_stream_wait_idle(s);
+    return drv_leave(r);
+}
+
+static CUresult copy3d_sync(const CUDA_MEMCPY3D *p, bool ptds)
+{
+    return copy3d(p, NULL, ptds, true, "memcpy 3D");
+}
+
+static CUresult copy3d_async(const CUDA_MEMCPY3D *p, CUstream h, bool ptds)
+{
+    return copy3d(p, h, ptds, false, "memcpy 3D (async)");
+}
+
+DRV_PTDS(cuMemcpy3D_v2, copy3d_sync, (const CUDA_MEMCPY3D *pCopy), (pCopy))
+DRV_PTSZ(cuMemcpy3DAsync_v2, copy3d_async, (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream))
+
+/* The linear copies to and from arrays: a byte offset into the array's
+ * whole layout (rows and layers one after another). */
+static CUresult acopy(CUarray darr, size_t doff, uintptr_t dst, CUarray sarr, size_t soff, uintptr_t src, size_t n,
+                      CUstream h, bool ptds, bool sync, const char *what)
+{
+    if (n == 0)
+        return CUDA_SUCCESS;
+    copy_t c = {.dst = dst, .src = src, .dpitch = n, .spitch = n, .width = n, .height = 1, .stream = h,
+                .ptds = ptds, .sync = sync, .what = what, .darr = darr, .sarr = sarr, .dpos = {doff, 0, 0},
+                .spos = {soff, 0, 0}, .linear = true};
+    if ((c.darr == NULL) != (dst != 0) || (c.sarr == NULL) != (src != 0) || (!darr && !sarr))
+        return CUDA_ERROR_INVALID_VALUE;
+    return copy(&c);
+}
+
+static CUresult htoa(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, bool ptds)
+{
+    if (!dstArray || !srcHost)
+        return CUDA_ERROR_INVALID_VALUE;
+    return acopy(dstArray, dstOffset, 0, NULL, 0, (uintptr_t)srcHost, ByteCount, NULL, ptds, true, "memcpy HtoA");
+}
+
+static CUresult atoh(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, bool ptds)
+{
+    if (!dstHost || !srcArray)
+        return CUDA_ERROR_INVALID_VALUE;
+    return acopy(NULL, 0, (uintptr_t)dstHost, srcArray, srcOffset, 0, ByteCount, NULL, ptds, true, "memcpy AtoH");
+}
+
+static CUresult dtoa(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount, bool ptds)
+{
+    if (!dstArray || !srcDevice)
+        return CUDA_ERROR_INVALID_VALUE;
+    return acopy(dstArray, dstOffset, 0, NULL, 0, srcDevice, ByteCount, NULL, ptds, true, "memcpy DtoA");
+}
+
+static CUresult atod(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount, bool ptds)
+{
+    if (!dstDevice || !srcArray)
+        return CUDA_ERROR_INVALID_VALUE;
+    return acopy(NULL, 0, dstDevice, srcArray, srcOffset, 0, ByteCount, NULL, ptds, true, "memcpy AtoD");
+}
+
+static CUresult atoa(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount,
+                     bool ptds)
+{
+    if (!dstArray || !srcArray)
+        return CUDA_ERROR_INVALID_VALUE;
+    return acopy(dstArray, dstOffset, 0, srcArray, srcOffset, 0, ByteCount, NULL, ptds, true, "memcpy AtoA");
+}
+
+static CUresult htoa_async(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream h,
+                           bool ptds)
+{
+    if (!dstArray || !srcHost)
+        return CUDA_ERROR_INVALID_VALUE;
+    return acopy(dstArray, dstOffset, 0, NULL, 0, (uintptr_t)srcHost, ByteCount, h, ptds, false,
+                 "memcpy HtoA (async)");
+}
+
+static CUresult atoh_async(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream h, bool ptds)
+{
+    if (!dstHost || !srcArray)
+        return CUDA_ERROR_INVALID_VALUE;
+    return acopy(NULL, 0, (uintptr_t)dstHost, srcArray, srcOffset, 0, ByteCount, h, ptds, false,
+                 "memcpy AtoH (async)");
+}
+
+DRV_PTDS(cuMemcpyHtoA_v2, htoa, (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount),
+         (dstArray, dstOffset, srcHost, ByteCount))
+DRV_PTDS(cuMemcpyAtoH_v2, atoh, (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+         (dstHost, srcArray, srcOffset, ByteCount))
+DRV_PTDS(cuMemcpyDtoA_v2, dtoa, (CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount),
+         (dstArray, dstOffset, srcDevice, ByteCount))
+DRV_PTDS(cuMemcpyAtoD_v2, atod, (CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+         (dstDevice, srcArray, srcOffset, ByteCount))
+DRV_PTDS(cuMemcpyAtoA_v2, atoa,
+         (CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+         (dstArray, dstOffset, srcArray, srcOffset, ByteCount))
+DRV_PTSZ(cuMemcpyHtoAAsync_v2, htoa_async,
+         (CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream hStream),
+         (dstArray, dstOffset, srcHost, ByteCount, hStream))
+DRV_PTSZ(cuMemcpyAtoHAsync_v2, atoh_async,
+         (void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),
+         (dstHost, srcArray, srcOffset, ByteCount, hStream))
 
 /* ------------------------------------------------------------------------
  * Memsets (they block the host only for pinned or managed memory)

@@ -19,6 +19,10 @@ typedef struct procaddr_s {
 
 SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 SIM_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+/* The CUDA 11 forms, which cuda.h no longer declares (driver_misc.c). */
+SIM_API CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
+SIM_API CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream);
+SIM_API CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device);
 
 #define E(name, ver, fn)                                                                                               \
     {                                                                                                                  \
@@ -292,6 +296,60 @@ static const procaddr_t table[] = {
     E("cuEventElapsedTime", 2000, cuEventElapsedTime_v2),
     E("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
     E("cuEventDestroy", 4000, cuEventDestroy_v2),
+    /* arrays (driver_array.c, driver_copy.c) */
+    E("cuArrayCreate", 3020, cuArrayCreate_v2),
+    E("cuArrayGetDescriptor", 3020, cuArrayGetDescriptor_v2),
+    E("cuArray3DCreate", 3020, cuArray3DCreate_v2),
+    E("cuArray3DGetDescriptor", 3020, cuArray3DGetDescriptor_v2),
+    E("cuArrayGetMemoryRequirements", 11060, cuArrayGetMemoryRequirements),
+    E("cuArrayDestroy", 2000, cuArrayDestroy),
+    E("cuMipmappedArrayCreate", 5000, cuMipmappedArrayCreate),
+    E("cuMipmappedArrayGetLevel", 5000, cuMipmappedArrayGetLevel),
+    E("cuMipmappedArrayGetMemoryRequirements", 11060, cuMipmappedArrayGetMemoryRequirements),
+    E("cuMipmappedArrayDestroy", 5000, cuMipmappedArrayDestroy),
+    P("cuMemcpy3D", 3020, cuMemcpy3D_v2, cuMemcpy3D_v2_ptds),
+    P("cuMemcpy3DAsync", 3020, cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz),
+    P("cuMemcpyHtoA", 3020, cuMemcpyHtoA_v2, cuMemcpyHtoA_v2_ptds),
+    P("cuMemcpyAtoH", 3020, cuMemcpyAtoH_v2, cuMemcpyAtoH_v2_ptds),
+    P("cuMemcpyDtoA", 3020, cuMemcpyDtoA_v2, cuMemcpyDtoA_v2_ptds),
+    P("cuMemcpyAtoD", 3020, cuMemcpyAtoD_v2, cuMemcpyAtoD_v2_ptds),
+    P("cuMemcpyAtoA", 3020, cuMemcpyAtoA_v2, cuMemcpyAtoA_v2_ptds),
+    P("cuMemcpyHtoAAsync", 3020, cuMemcpyHtoAAsync_v2, cuMemcpyHtoAAsync_v2_ptsz),
+    P("cuMemcpyAtoHAsync", 3020, cuMemcpyAtoHAsync_v2, cuMemcpyAtoHAsync_v2_ptsz),
+    /* texture and surface objects (driver_texture.c) */
+    E("cuTexObjectCreate", 5000, cuTexObjectCreate),
+    E("cuTexObjectDestroy", 5000, cuTexObjectDestroy),
+    E("cuTexObjectGetResourceDesc", 5000, cuTexObjectGetResourceDesc),
+    E("cuTexObjectGetTextureDesc", 5000, cuTexObjectGetTextureDesc),
+    E("cuTexObjectGetResourceViewDesc", 5000, cuTexObjectGetResourceViewDesc),
+    E("cuSurfObjectCreate", 5000, cuSurfObjectCreate),
+    E("cuSurfObjectDestroy", 5000, cuSurfObjectDestroy),
+    E("cuSurfObjectGetResourceDesc", 5000, cuSurfObjectGetResourceDesc),
+    /* limits, configuration, PCI ids, profiler, stream attributes, managed
+     * memory hints (driver_misc.c) */
+    E("cuCtxSetLimit", 3010, cuCtxSetLimit),
+    E("cuCtxGetLimit", 3010, cuCtxGetLimit),
+    E("cuCtxSetCacheConfig", 3020, cuCtxSetCacheConfig),
+    E("cuCtxGetCacheConfig", 3020, cuCtxGetCacheConfig),
+    E("cuCtxSetSharedMemConfig", 4020, cuCtxSetSharedMemConfig),
+    E("cuCtxGetSharedMemConfig", 4020, cuCtxGetSharedMemConfig),
+    E("cuCtxResetPersistingL2Cache", 11000, cuCtxResetPersistingL2Cache),
+    E("cuDevicePrimaryCtxSetFlags", 7000, cuDevicePrimaryCtxSetFlags),
+    E("cuDeviceGetByPCIBusId", 4010, cuDeviceGetByPCIBusId),
+    E("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
+    E("cuFlushGPUDirectRDMAWrites", 11030, cuFlushGPUDirectRDMAWrites),
+    E("cuProfilerInitialize", 4000, cuProfilerInitialize),
+    E("cuProfilerStart", 4000, cuProfilerStart),
+    E("cuProfilerStop", 4000, cuProfilerStop),
+    P("cuStreamGetAttribute", 11000, cuStreamGetAttribute, cuStreamGetAttribute_ptsz),
+    P("cuStreamSetAttribute", 11000, cuStreamSetAttribute, cuStreamSetAttribute_ptsz),
+    P("cuStreamAttachMemAsync", 6000, cuStreamAttachMemAsync, cuStreamAttachMemAsync_ptsz),
+    P("cuMemPrefetchAsync", 8000, cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz),
+    P("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz),
+    E("cuMemAdvise", 8000, cuMemAdvise),
+    E("cuMemAdvise", 12020, cuMemAdvise_v2),
+    E("cuMemRangeGetAttribute", 8000, cuMemRangeGetAttribute),
+    E("cuMemRangeGetAttributes", 8000, cuMemRangeGetAttributes),
 };
 
 SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

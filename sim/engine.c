@@ -388,6 +388,8 @@ static void ctx_teardown(struct CUctx_st *ctx)
     free(evs);
     sim_peer_forget(ctx);
     sim_modules_free_ctx(ctx);
+    sim_texobjs_free_ctx(ctx);
+    sim_arrays_free_ctx(ctx);
     sim_free_ctx_memory(ctx);
     ctx->generation++;
 }

@@ -151,6 +151,10 @@ _Static_assert(sizeof(((sim_config_t *)0)->shared_key) == SIM_SHARED_KEY_MAX + 1
 #define SIM_MAGIC_FUNC 0x434e5546u   /* "FUNC" */
 #define SIM_MAGIC_LIBRARY 0x5242494cu /* "LIBR" */
 #define SIM_MAGIC_KERNEL 0x4e52454bu  /* "KERN" */
+#define SIM_MAGIC_ARRAY 0x59415241u   /* "ARAY" */
+#define SIM_MAGIC_MIPMAP 0x50414d4du  /* "MMAP" */
+#define SIM_MAGIC_TEXOBJ 0x4a424f54u  /* "TOBJ" */
+#define SIM_MAGIC_SURFOBJ 0x4a424f53u /* "SOBJ" */
 #define SIM_MAGIC_DEAD 0xdeadbeefu
 
 /* ------------------------------------------------------------------------
@@ -191,6 +195,7 @@ typedef enum sim_alloc_kind_e {
     SIM_ALLOC_VMM,        /* a mapping of the virtual memory API (cuMemMap; engine_vmm.c) */
     SIM_ALLOC_GRAPH,      /* a graph's allocation (cuGraphAddMemAllocNode; engine_graph.c) */
     SIM_ALLOC_MODULE,     /* a module's __device__ and __constant__ variables (driver_module.c): freed at unload */
+    SIM_ALLOC_ARRAY,      /* the bytes of a CUDA array (driver_array.c): device memory no pointer names */
 } sim_alloc_kind_t;
 
 struct sim_phys_s;
@@ -214,6 +219,7 @@ typedef struct sim_alloc_s {
     uint64_t free_seq;
     sim_vc_t *free_vc; /* clock of the freeing op */
     struct sim_phys_s *phys;         /* VMM: the physical allocation mapped here (from its start) */
+    struct sim_hints_s *hints;       /* MANAGED: cuMemAdvise's and cuMemPrefetchAsync's record, or NULL */
     uint8_t access[SIM_MAX_DEVICES]; /* VMM: CU_MEM_ACCESS_FLAGS_PROT_* of each device (cuMemSetAccess) */
 } sim_alloc_t;
 
@@ -289,6 +295,9 @@ struct CUctx_st {
     uint64_t generation;           /* bumped on reset: per-thread streams re-made */
     sim_vc_t *retired_vc;          /* clocks of its destroyed, drained streams */
     sim_vc_t *retired_blocking_vc; /* the same, blocking streams only */
+    size_t limit[CU_LIMIT_MAX];    /* cuCtxSetLimit's values; 0 where never set (driver_misc.c) */
+    bool limit_set[CU_LIMIT_MAX];
+    CUfunc_cache cache_config;     /* cuCtxSetCacheConfig */
 };
 
 typedef enum sim_stream_kind_e {
@@ -318,6 +327,8 @@ struct CUstream_st {
     size_t ncap_deps;
     struct CUstream_st *ctx_next; /* list of the context's streams */
     unsigned long id;             /* creation number, for reports */
+    CUaccessPolicyWindow access_window; /* cuStreamSetAttribute: recorded, not modelled (driver_misc.c) */
+    CUsynchronizationPolicy sync_policy; /* 0: never set (CU_SYNC_POLICY_AUTO) */
 };
 
 struct CUevent_st {
@@ -498,6 +509,58 @@ struct CUkern_st {
     struct CUlib_st *lib;
     const char *name; /* interned */
 };
+
+/* A CUDA array (driver_array.c): device memory of its own, an allocation of
+ * kind SIM_ALLOC_ARRAY at addr that no program pointer reaches.  Layout:
+ * rows of Width elements packed (row pitch = Width * elem bytes), max(Height,
+ * 1) rows per layer, max(Depth, 1) layers, in that order; copies address it
+ * by (x in bytes, y, z) through that layout. */
+struct CUarray_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    CUDA_ARRAY3D_DESCRIPTOR desc; /* as created (a 1D array keeps Height 0) */
+    unsigned elem;                /* bytes of one element: the format's channel size x channels */
+    uintptr_t addr;               /* its bytes */
+    size_t pitch, rows, layers;   /* Width * elem; max(Height, 1); max(Depth, 1) */
+    struct CUmipmappedArray_st *mip; /* a level of this mipmapped array (freed with it), or NULL */
+};
+
+/* A mipmapped array: its levels, each an array of its own (level i halves
+ * every extent of level i-1, down to 1). */
+struct CUmipmappedArray_st {
+    uint32_t magic;
+    struct CUctx_st *ctx;
+    CUDA_ARRAY3D_DESCRIPTOR desc;
+    unsigned nlevels;
+    struct CUarray_st **levels;
+};
+
+/* A texture or surface object (driver_texture.c): the descriptions it was
+ * made of; its handle is the struct's address. */
+typedef struct sim_texobj_s {
+    uint32_t magic; /* SIM_MAGIC_TEXOBJ or SIM_MAGIC_SURFOBJ */
+    struct CUctx_st *ctx;
+    CUDA_RESOURCE_DESC res;
+    CUDA_TEXTURE_DESC tex;       /* texture objects */
+    CUDA_RESOURCE_VIEW_DESC view;
+    bool has_view;
+} sim_texobj_t;
+
+/* Frees the arrays, mipmapped arrays and texture and surface objects of a
+ * context that goes (driver_array.c, driver_texture.c). */
+void sim_arrays_free_ctx(struct CUctx_st *ctx);
+void sim_texobjs_free_ctx(struct CUctx_st *ctx);
+
+/* What the program told the driver about a range of managed memory
+ * (driver_misc.c): kept per allocation. */
+typedef struct sim_hints_s {
+    bool read_mostly;
+    CUmemLocation preferred;     /* type CU_MEM_LOCATION_TYPE_INVALID: none */
+    CUmemLocation last_prefetch; /* the same */
+    uint32_t accessed_by;        /* bit d: device d (SET_ACCESSED_BY) */
+    bool accessed_by_host;
+    unsigned attach;             /* cuStreamAttachMemAsync's flags, 0 before any */
+} sim_hints_t;
 
 struct sim_capture_s {
     struct CUstream_st *origin;

@@ -36,10 +36,11 @@ sim_alloc_t *sim_alloc_find(uintptr_t addr)
     return a && addr < a->addr + (a->size ? a->size : 1) ? a : NULL;
 }
 
+/* An array's bytes are no program's memory: no pointer reaches them. */
 sim_alloc_t *sim_alloc_live(uintptr_t addr)
 {
     sim_alloc_t *a = sim_alloc_find(addr);
-    return a && !a->freeing && !(a->kind == SIM_ALLOC_POOL && a->pool_free) ? a : NULL;
+    return a && !a->freeing && !(a->kind == SIM_ALLOC_POOL && a->pool_free) && a->kind != SIM_ALLOC_ARRAY ? a : NULL;
 }
 
 bool sim_alloc_overlaps(uintptr_t lo, uintptr_t hi)
@@ -74,13 +75,14 @@ sim_alloc_t *sim_alloc_new(uintptr_t addr, size_t size, sim_alloc_kind_t kind, i
 void sim_alloc_remove(sim_alloc_t *a)
 {
     vc_release(a->free_vc);
+    free(a->hints);
     sim_array_close(sim.allocs, sim.nallocs--, sizeof *sim.allocs, (size_t)(a - sim.allocs));
 }
 
 bool sim_range_ok(uintptr_t addr, size_t bytes, sim_alloc_t **out)
 {
-    sim_alloc_t *a = sim_alloc_find(addr);
-    if (!a || a->freeing || (a->kind == SIM_ALLOC_POOL && a->pool_free))
+    sim_alloc_t *a = sim_alloc_live(addr);
+    if (!a)
         return false;
     if (bytes > a->size || addr - a->addr > a->size - bytes)
         return false;

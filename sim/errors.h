@@ -19,6 +19,7 @@
     X(CUDA_ERROR_INVALID_CONTEXT, cudaErrorDeviceUninitialized, "invalid device context")                              \
     X(CUDA_ERROR_FILE_NOT_FOUND, cudaErrorFileNotFound, "file not found")                                              \
     X(CUDA_ERROR_INVALID_HANDLE, cudaErrorInvalidResourceHandle, "invalid resource handle")                            \
+    X(CUDA_ERROR_UNSUPPORTED_LIMIT, cudaErrorUnsupportedLimit, "limit is not supported on this architecture")         \
     X(CUDA_ERROR_ILLEGAL_STATE, cudaErrorIllegalState, "the operation cannot be performed in the present state")       \
     X(CUDA_ERROR_NOT_FOUND, cudaErrorSymbolNotFound, "named symbol not found")                                         \
     X(CUDA_ERROR_NOT_READY, cudaErrorNotReady, "device not ready")                                                     \

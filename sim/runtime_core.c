@@ -38,6 +38,13 @@ static bool rt_resolve(rt_driver_t *t, cuuint64_t flags)
     memcpy(&t->field, &p, sizeof p);
     RT_DRIVER_FUNCS(RT_RESOLVE)
 #undef RT_RESOLVE
+#define RT_RESOLVE_AT(field, base, version)                                                                            \
+    p = NULL;                                                                                                          \
+    if (rt_getproc(base, &p, version, flags, &q) != CUDA_SUCCESS || !p || q != CU_GET_PROC_ADDRESS_SUCCESS)            \
+        return false;                                                                                                  \
+    memcpy(&t->field, &p, sizeof p);
+    RT_DRIVER_FUNCS_AT(RT_RESOLVE_AT)
+#undef RT_RESOLVE_AT
     return true;
 }
 
@@ -186,6 +193,8 @@ static const struct rt_error_text {
     {cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
      "CUDA driver version is insufficient for CUDA runtime version"},
     {cudaErrorSetOnActiveProcess, "cudaErrorSetOnActiveProcess", "cannot set while device is active in this process"},
+    {cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
+    {cudaErrorInvalidChannelDescriptor, "cudaErrorInvalidChannelDescriptor", "invalid channel descriptor"},
 };
 
 /* The table row of a code, or NULL (both texts are then the real runtime's

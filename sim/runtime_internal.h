@@ -21,6 +21,11 @@
  *   runtime_func.c    kernel attributes, occupancy, cudaLaunchKernelExC and
  *                     cooperative launches
  *   runtime_symbol.c  __device__ and __constant__ variables: the symbol copies
+ *   runtime_array.c   arrays, mipmapped arrays, copies to and from them,
+ *                     texture and surface objects
+ *   runtime_misc.c    device flags, limits, cache configuration, PCI bus
+ *                     ids, the profiler, stream attributes, managed
+ *                     memory hints
  *   runtime_stub.c    the answer of the functions not simulated (stub.h;
  *                     shared runtimes only)
  *
@@ -209,14 +214,62 @@
     X(cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters")                                                    \
     X(cuLaunchKernelEx, "cuLaunchKernelEx")                                                                            \
     X(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel")                                                          \
-    X(cuModuleGetGlobal_v2, "cuModuleGetGlobal")
+    X(cuModuleGetGlobal_v2, "cuModuleGetGlobal")                                                                       \
+    X(cuArray3DCreate_v2, "cuArray3DCreate")                                                                           \
+    X(cuArray3DGetDescriptor_v2, "cuArray3DGetDescriptor")                                                             \
+    X(cuArrayGetMemoryRequirements, "cuArrayGetMemoryRequirements")                                                    \
+    X(cuArrayDestroy, "cuArrayDestroy")                                                                                \
+    X(cuMipmappedArrayCreate, "cuMipmappedArrayCreate")                                                                \
+    X(cuMipmappedArrayGetLevel, "cuMipmappedArrayGetLevel")                                                            \
+    X(cuMipmappedArrayGetMemoryRequirements, "cuMipmappedArrayGetMemoryRequirements")                                  \
+    X(cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy")                                                              \
+    X(cuMemcpy3D_v2, "cuMemcpy3D")                                                                                     \
+    X(cuMemcpy3DAsync_v2, "cuMemcpy3DAsync")                                                                           \
+    X(cuMemcpyAtoA_v2, "cuMemcpyAtoA")                                                                                 \
+    X(cuTexObjectCreate, "cuTexObjectCreate")                                                                          \
+    X(cuTexObjectDestroy, "cuTexObjectDestroy")                                                                        \
+    X(cuTexObjectGetResourceDesc, "cuTexObjectGetResourceDesc")                                                        \
+    X(cuTexObjectGetTextureDesc, "cuTexObjectGetTextureDesc")                                                          \
+    X(cuTexObjectGetResourceViewDesc, "cuTexObjectGetResourceViewDesc")                                                \
+    X(cuSurfObjectCreate, "cuSurfObjectCreate")                                                                        \
+    X(cuSurfObjectDestroy, "cuSurfObjectDestroy")                                                                      \
+    X(cuSurfObjectGetResourceDesc, "cuSurfObjectGetResourceDesc")                                                      \
+    X(cuCtxSetLimit, "cuCtxSetLimit")                                                                                  \
+    X(cuCtxGetLimit, "cuCtxGetLimit")                                                                                  \
+    X(cuCtxSetCacheConfig, "cuCtxSetCacheConfig")                                                                      \
+    X(cuCtxGetCacheConfig, "cuCtxGetCacheConfig")                                                                      \
+    X(cuCtxSetSharedMemConfig, "cuCtxSetSharedMemConfig")                                                              \
+    X(cuCtxGetSharedMemConfig, "cuCtxGetSharedMemConfig")                                                              \
+    X(cuCtxResetPersistingL2Cache, "cuCtxResetPersistingL2Cache")                                                      \
+    X(cuDevicePrimaryCtxSetFlags_v2, "cuDevicePrimaryCtxSetFlags")                                                     \
+    X(cuDevicePrimaryCtxGetState, "cuDevicePrimaryCtxGetState")                                                        \
+    X(cuDeviceGetByPCIBusId, "cuDeviceGetByPCIBusId")                                                                  \
+    X(cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId")                                                                      \
+    X(cuFlushGPUDirectRDMAWrites, "cuFlushGPUDirectRDMAWrites")                                                        \
+    X(cuProfilerStart, "cuProfilerStart")                                                                              \
+    X(cuProfilerStop, "cuProfilerStop")                                                                                \
+    X(cuStreamSetAttribute, "cuStreamSetAttribute")                                                                    \
+    X(cuStreamGetAttribute, "cuStreamGetAttribute")                                                                    \
+    X(cuStreamAttachMemAsync, "cuStreamAttachMemAsync")                                                                \
+    X(cuMemRangeGetAttributes, "cuMemRangeGetAttributes")
+
+/* Entry points whose ABI is newer than the oldest runtime (12000): looked
+ * up at that version whatever RT_CUDART_VERSION is, so that both runtimes
+ * call the one form (the CUDA 12.0 forms of these take a device, not a
+ * location). */
+#define RT_DRIVER_FUNCS_AT(X)                                                                                          \
+    X(cuMemPrefetchAsync_v2, "cuMemPrefetchAsync", 12020)                                                              \
+    X(cuMemAdvise_v2, "cuMemAdvise", 12020)
 
 /* One typed table of driver entry points, all resolved or the runtime is
  * unusable.  Only the type comes from the prototype: no link reference. */
 typedef struct rt_driver_s {
 #define RT_DRIVER_FIELD(field, base) __typeof__(field) *field;
+#define RT_DRIVER_FIELD_AT(field, base, version) __typeof__(field) *field;
     RT_DRIVER_FUNCS(RT_DRIVER_FIELD)
+    RT_DRIVER_FUNCS_AT(RT_DRIVER_FIELD_AT)
 #undef RT_DRIVER_FIELD
+#undef RT_DRIVER_FIELD_AT
 } rt_driver_t;
 
 enum { RT_LEGACY = 0, RT_PTDS = 1 };

@@ -458,13 +458,3 @@ RT_API cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
     cudaError_t e = rt_enter_device(device, &dev);
     return rt_ret(e != cudaSuccess ? e : rt_err(RT_DRV->cuDeviceSetMemPool(dev, memPool)));
 }
-
-/* ------------------------------------------------------------------------
- * Channel descriptors: the one array-family call that is not an error
- * (arrays themselves answer "not supported", sim/exports).
- * ---------------------------------------------------------------------- */
-
-RT_API struct cudaChannelFormatDesc cudaCreateChannelDesc(int x, int y, int z, int w, enum cudaChannelFormatKind f)
-{
-    return (struct cudaChannelFormatDesc){.x = x, .y = y, .z = z, .w = w, .f = f};
-}

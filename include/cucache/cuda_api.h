@@ -569,12 +569,26 @@ enum cudaMemcpyKind {
     cudaMemcpyDefault = 4
 };
 
-/* The first kinds only: cudaCreateChannelDesc stores whatever it is given. */
+/* The kinds of the formats the simulator lays out (sim/array_format.h);
+ * cudaCreateChannelDesc stores whatever it is given. */
 enum cudaChannelFormatKind {
     cudaChannelFormatKindSigned = 0,
     cudaChannelFormatKindUnsigned = 1,
     cudaChannelFormatKindFloat = 2,
-    cudaChannelFormatKindNone = 3
+    cudaChannelFormatKindNone = 3,
+    cudaChannelFormatKindNV12 = 4,
+    cudaChannelFormatKindUnsignedNormalized8X1 = 5,
+    cudaChannelFormatKindUnsignedNormalized8X2 = 6,
+    cudaChannelFormatKindUnsignedNormalized8X4 = 7,
+    cudaChannelFormatKindUnsignedNormalized16X1 = 8,
+    cudaChannelFormatKindUnsignedNormalized16X2 = 9,
+    cudaChannelFormatKindUnsignedNormalized16X4 = 10,
+    cudaChannelFormatKindSignedNormalized8X1 = 11,
+    cudaChannelFormatKindSignedNormalized8X2 = 12,
+    cudaChannelFormatKindSignedNormalized8X4 = 13,
+    cudaChannelFormatKindSignedNormalized16X1 = 14,
+    cudaChannelFormatKindSignedNormalized16X2 = 15,
+    cudaChannelFormatKindSignedNormalized16X4 = 16
 };
 
 struct cudaChannelFormatDesc {

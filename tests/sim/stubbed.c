@@ -1,10 +1,10 @@
 /*
  * A program calling functions the simulator does not implement, from the
- * array family it leaves out of scope: it must start (the names are
- * exported) and each call must answer "not supported", record the
- * runtime's last error and write one line on stderr the first time that
- * function is called.  cudaCreateChannelDesc, the family's one call that
- * is not an error, must give back its fields.
+ * graphics interoperability family it leaves out of scope: it must start
+ * (the names are exported) and each call must answer "not supported",
+ * record the runtime's last error and write one line on stderr the first
+ * time that function is called.  cudaCreateChannelDesc, a call that is not
+ * an error, must give back its fields.
  *
  * Built twice by meson: `sim_stubbed` on cucache's cuda_api.h, linked with
  * the simulated libraries; `sim_stubbed_real` on the real headers, linked
@@ -18,11 +18,11 @@
 #else
 #include "cucache/cuda_api.h"
 /* The real prototypes, which cuda_api.h does not declare. */
-typedef struct cudaArray *cudaArray_t;
-cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc, size_t width, size_t height,
-                            unsigned int flags);
-cudaError_t cudaFreeArray(cudaArray_t array);
-CUresult cuArrayDestroy(CUarray hArray);
+typedef struct cudaGraphicsResource *cudaGraphicsResource_t;
+typedef struct CUgraphicsResource_st *CUgraphicsResource;
+cudaError_t cudaGraphicsResourceSetMapFlags(cudaGraphicsResource_t resource, unsigned int flags);
+cudaError_t cudaGraphicsUnregisterResource(cudaGraphicsResource_t resource);
+CUresult cuGraphicsUnregisterResource(CUgraphicsResource resource);
 #endif
 
 #include <stdio.h>
@@ -39,9 +39,10 @@ static void expect(int ok, const char *what)
     }
 }
 
-static const char want_log[] = "cucache-sim: cudaMallocArray is not simulated (cudaErrorNotSupported)\n"
-                               "cucache-sim: cudaFreeArray is not simulated (cudaErrorNotSupported)\n"
-                               "cucache-sim: cuArrayDestroy is not simulated (CUDA_ERROR_NOT_SUPPORTED)\n";
+static const char want_log[] =
+    "cucache-sim: cudaGraphicsResourceSetMapFlags is not simulated (cudaErrorNotSupported)\n"
+    "cucache-sim: cudaGraphicsUnregisterResource is not simulated (cudaErrorNotSupported)\n"
+    "cucache-sim: cuGraphicsUnregisterResource is not simulated (CUDA_ERROR_NOT_SUPPORTED)\n";
 
 int main(void)
 {
@@ -54,15 +55,15 @@ int main(void)
     }
 
     struct cudaChannelFormatDesc desc = cudaCreateChannelDesc(8, 16, 0, 0, cudaChannelFormatKindUnsigned);
-    cudaArray_t array = NULL;
-    cudaError_t first = cudaMallocArray(&array, &desc, 16, 16, 0);
+    cudaGraphicsResource_t resource = (cudaGraphicsResource_t)(void *)&desc;
+    cudaError_t first = cudaGraphicsResourceSetMapFlags(resource, 0);
     cudaError_t last = cudaGetLastError();
     cudaError_t cleared = cudaGetLastError();
-    cudaError_t again = cudaMallocArray(NULL, NULL, 0, 0, 0);
+    cudaError_t again = cudaGraphicsResourceSetMapFlags(NULL, 0);
     cudaError_t peek = cudaPeekAtLastError();
-    cudaError_t freed = cudaFreeArray(array);
-    CUresult driver = cuArrayDestroy(NULL);
-    CUresult driver_again = cuArrayDestroy((CUarray)(void *)&desc);
+    cudaError_t freed = cudaGraphicsUnregisterResource(resource);
+    CUresult driver = cuGraphicsUnregisterResource(NULL);
+    CUresult driver_again = cuGraphicsUnregisterResource((CUgraphicsResource)(void *)&desc);
 
     fflush(stderr);
     dup2(saved, 2);
@@ -73,15 +74,14 @@ int main(void)
 
     expect(desc.x == 8 && desc.y == 16 && desc.z == 0 && desc.w == 0 && desc.f == cudaChannelFormatKindUnsigned,
            "cudaCreateChannelDesc gives back its fields");
-    expect(first == cudaErrorNotSupported, "cudaMallocArray answers cudaErrorNotSupported");
-    expect(array == NULL, "cudaMallocArray writes no array");
+    expect(first == cudaErrorNotSupported, "cudaGraphicsResourceSetMapFlags answers cudaErrorNotSupported");
     expect(last == cudaErrorNotSupported, "cudaGetLastError reports the stub's error");
     expect(cleared == cudaSuccess, "cudaGetLastError cleared it");
     expect(again == cudaErrorNotSupported, "a second call, on null arguments, answers the same");
     expect(peek == cudaErrorNotSupported, "cudaPeekAtLastError sees the second call's error");
-    expect(freed == cudaErrorNotSupported, "cudaFreeArray answers cudaErrorNotSupported");
+    expect(freed == cudaErrorNotSupported, "cudaGraphicsUnregisterResource answers cudaErrorNotSupported");
     expect(driver == CUDA_ERROR_NOT_SUPPORTED && driver_again == CUDA_ERROR_NOT_SUPPORTED,
-           "cuArrayDestroy answers CUDA_ERROR_NOT_SUPPORTED");
+           "cuGraphicsUnregisterResource answers CUDA_ERROR_NOT_SUPPORTED");
     if (strcmp(got, want_log) != 0) {
         fprintf(stderr, "FAIL: stderr while the stubs ran was:\n%s--- instead of:\n%s", got, want_log);
         failures++;
