@@ -391,6 +391,8 @@ static void ctx_teardown(struct CUctx_st *ctx)
     sim_texobjs_free_ctx(ctx);
     sim_arrays_free_ctx(ctx);
     sim_free_ctx_memory(ctx);
+    memset(ctx->limit_set, 0, sizeof ctx->limit_set); /* a reset primary context has the defaults */
+    ctx->cache_config = CU_FUNC_CACHE_PREFER_NONE;
     ctx->generation++;
 }
 
