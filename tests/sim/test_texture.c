@@ -103,8 +103,10 @@ static void test_pitch2d_rules(void **state)
 
     r.res.pitch2D.pitchInBytes = PITCH; /* narrower than a row */
     SIM_EXPECT(cudaCreateTextureObject(&tex, &r, &t, NULL), cudaErrorInvalidValue);
-    r.res.pitch2D.pitchInBytes = 1024 + 16; /* not a multiple of 32 */
+    r.res.pitch2D.pitchInBytes = 1024 + 16; /* not a multiple of 32 (the rows would fit) */
+    r.res.pitch2D.height = 4;
     SIM_EXPECT(cudaCreateTextureObject(&tex, &r, &t, NULL), cudaErrorInvalidValue);
+    r.res.pitch2D.height = H;
     r.res.pitch2D.pitchInBytes = 1024;
     r.res.pitch2D.devPtr = (char *)p + 256; /* not aligned to 512 */
     SIM_EXPECT(cudaCreateTextureObject(&tex, &r, &t, NULL), cudaErrorInvalidValue);
