@@ -108,7 +108,8 @@ static void test_pitch2d_rules(void **state)
     SIM_EXPECT(cudaCreateTextureObject(&tex, &r, &t, NULL), cudaErrorInvalidValue);
     r.res.pitch2D.height = H;
     r.res.pitch2D.pitchInBytes = 1024;
-    r.res.pitch2D.devPtr = (char *)p + 256; /* not aligned to 512 */
+    r.res.pitch2D.devPtr = (char *)p + 256; /* not aligned to 512 (the rows would fit) */
+    r.res.pitch2D.height = 4;
     SIM_EXPECT(cudaCreateTextureObject(&tex, &r, &t, NULL), cudaErrorInvalidValue);
     r.res.pitch2D.devPtr = p;
     r.res.pitch2D.height = H + 1; /* a row past the allocation */
