@@ -74,7 +74,9 @@
  *   engine_stream.c  streams and their workers, CUDA's implicit
  *                    dependencies, host waits, stream-ordered frees
  *   engine_mem.c     pages and addresses, the live-allocation table, host
- *                    and managed memory, memory pools
+ *                    and managed memory, memory pools; an array's bytes
+ *                    are an allocation of their own (SIM_ALLOC_ARRAY)
+ *                    that no program pointer reaches
  *   engine_vmm.c     virtual memory (engine_vmm.h: shared with the driver)
  *   engine_graph.c   graphs, their instances and launches on lanes, the
  *                    graph memory pool
@@ -97,7 +99,12 @@
  *                    (module_image.c reads the images: cubin, fatbin, PTX,
  *                    with kernel attributes and variables); driver_func.c
  *                    kernel attributes and the occupancy calculator;
- *                    driver_link.c the JIT linker; driver_procaddr.c
+ *                    driver_link.c the JIT linker; driver_array.c
+ *                    arrays and mipmapped arrays (array_format.h: the
+ *                    formats laid out);
+ *                    driver_texture.c texture and surface objects;
+ *                    driver_misc.c limits, PCI ids, stream attributes,
+ *                    managed-memory hints; driver_procaddr.c
  *                    cuGetProcAddress
  *   runtime*.c       the runtime over the driver (runtime_internal.h):
  *                    runtime_core.c, runtime_mem.c, runtime_stream.c,
@@ -105,7 +112,8 @@
  *                    runtime_graph.c (graphs built by hand),
  *                    runtime_peer.c (peers, IPC events, shared pools),
  *                    runtime_func.c (attributes, occupancy, launch
- *                    variants), runtime_symbol.c (variables);
+ *                    variants), runtime_symbol.c (variables),
+ *                    runtime_array.c (arrays, textures), runtime_misc.c;
  *                    runtime_stub.c the runtime's "not supported"
  *   stub.h           the generated weak stubs of every real entry point
  *                    not simulated (exports/cuda.txt, cudart.txt list all,

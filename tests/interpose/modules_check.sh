@@ -1,9 +1,11 @@
 #!/bin/sh
-# Runs the driver-API module program (tests/sim/module_prog.c: real images
-# nvcc made, loaded every way the driver offers, kernels launched, memory
-# freed) on the simulated device alone and under libcucache.so, and
-# requires both to pass with the same output, and cucache to have served
-# the run (its exit summary, CUCACHE_REPORT=exit).
+# Runs a program on the simulated device alone and under libcucache.so,
+# and requires both to pass with the same output, and cucache to have
+# served the run (its exit summary, CUCACHE_REPORT=exit): the driver-API
+# module program (tests/sim/module_prog.c: real images nvcc made, loaded
+# every way the driver offers, kernels launched, memory freed), given the
+# fixtures' directory, and the nvcc texture program (tests/sim/
+# nvcc_texture.cu), given '-' (it reads no argument).
 #   modules_check.sh PROGRAM FIXTURE_DIR LIBCUCACHE
 set -u
 prog=$1 dir=$2 lib=$3
@@ -19,4 +21,4 @@ if ! diff -u "$tmp/alone" "$tmp/cucache"; then
     echo "FAIL: the program's output differs under cucache"
     exit 1
 fi
-echo "module program: the same $(wc -l <"$tmp/alone") lines alone and under cucache"
+echo "$(basename "$prog"): the same $(wc -l <"$tmp/alone") lines alone and under cucache"
