@@ -500,4 +500,12 @@ int core_set_memory_fraction(core_dev_t *d, double fraction);
  * asked for and the backend has virtual memory. */
 bool core_expandable(core_dev_t *d);
 
+/* Calls fn for each range of mapped pages of the device's expandable
+ * segments (each a run of whole pages that map or map_alias calls mapped,
+ * as long as no unmapped page lies inside it), under the device lock, so
+ * that no page is mapped or unmapped meanwhile: fn may call the backend,
+ * never the core.  For a backend that changes who may reach the mapped
+ * memory (peer access). */
+void core_each_mapped(core_dev_t *d, void (*fn)(void *arg, uintptr_t addr, size_t size), void *arg);
+
 #endif

@@ -190,3 +190,24 @@ bool core_expandable(core_dev_t *d)
     dev_unlock(d);
     return on;
 }
+
+void core_each_mapped(core_dev_t *d, void (*fn)(void *arg, uintptr_t addr, size_t size), void *arg)
+{
+    dev_lock(d);
+    for (const seg_t *s = d->segs; s; s = s->next) {
+        if (!s->expandable)
+            continue;
+        uintptr_t run = 0; /* the start of the run of mapped blocks so far (0: none) */
+        for (const block_t *b = s->first; b; b = b->next) {
+            if (b->state != BLOCK_UNMAPPED && !run)
+                run = b->addr;
+            if (b->state == BLOCK_UNMAPPED && run) {
+                fn(arg, run, b->addr - run);
+                run = 0;
+            }
+        }
+        if (run)
+            fn(arg, run, s->addr + s->size - run);
+    }
+    dev_unlock(d);
+}

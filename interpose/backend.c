@@ -20,9 +20,9 @@
  * memory: cuMemAddressReserve for a segment's addresses, and per page a
  * cuMemCreate, cuMemMap and cuMemRelease (the mapping keeps the memory, so
  * cuMemUnmap gives it back), then one cuMemSetAccess over the run for the
- * segment's own device, as PyTorch does.  Peers get no access: a program
- * that reads this memory from another device must keep expandable segments
- * off.
+ * segment's own device and each device with peer access to it (hook_peer.c
+ * counts them, and sets the mappings already made when that changes), as
+ * PyTorch does: peer access does not reach virtual memory by itself.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +202,29 @@ static void va_release(void *ctx, int device, uintptr_t addr, size_t size)
     give_back(device, false, real_cu.cuMemAddressFree, (range_words_t){"freeing ", " of addresses", ""}, addr, size);
 }
 
+/* The access of a new mapping of hd's memory: its own device's, and each
+ * peer's that has access (hook_peer.c); the number of descriptors. */
+static size_t access_of(const hook_dev_t *hd, CUmemAccessDesc acc[HOOK_MAX_DEVICES + 1])
+{
+    acc[0] = (CUmemAccessDesc){{CU_MEM_LOCATION_TYPE_DEVICE, (int)hd->handle}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    return 1 + hook_peer_access(hd->ordinal, acc + 1);
+}
+
+void hook_vmm_set_access(hook_dev_t *hd, CUdevice to, unsigned flags, uintptr_t addr, size_t size)
+{
+    hook_scope_t sc;
+    if (!hook_enter(hd, true, &sc))
+        return;
+    CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, (int)to}, (CUmemAccess_flags)flags};
+    CUresult r = real_cu.cuMemSetAccess((CUdeviceptr)addr, size, &acc, 1);
+    hook_leave(&sc);
+    range_failed(r, hd->ordinal,
+                 (range_words_t){flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ? "taking a peer's access to "
+                                                                         : "giving a peer access to ",
+                                 "", ""},
+                 addr, size);
+}
+
 static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
 {
     (void)ctx;
@@ -228,8 +251,8 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
         }
     }
     if (r == CUDA_SUCCESS) {
-        CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, (int)hd->handle}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-        r = real_cu.cuMemSetAccess((CUdeviceptr)addr, size, &acc, 1);
+        CUmemAccessDesc acc[HOOK_MAX_DEVICES + 1];
+        r = real_cu.cuMemSetAccess((CUdeviceptr)addr, size, acc, access_of(hd, acc));
     }
     if (r != CUDA_SUCCESS && done) /* all or nothing */
         real_cu.cuMemUnmap((CUdeviceptr)addr, done);
@@ -239,7 +262,7 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
 
 /* Shared pages (expandable_share_pages): the page's physical allocation,
  * retained from its first mapping, mapped again at addr (offset 0: each
- * page is one cuMemCreate), with the device's access; its handle let go
+ * page is one cuMemCreate), with the access map gives; its handle let go
  * after, as map does (the mappings keep the memory). */
 static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size)
 {
@@ -256,8 +279,8 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
         real_cu.cuMemRelease(h);
     }
     if (r == CUDA_SUCCESS) {
-        CUmemAccessDesc acc = {{CU_MEM_LOCATION_TYPE_DEVICE, (int)hd->handle}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-        r = real_cu.cuMemSetAccess((CUdeviceptr)addr, size, &acc, 1);
+        CUmemAccessDesc acc[HOOK_MAX_DEVICES + 1];
+        r = real_cu.cuMemSetAccess((CUdeviceptr)addr, size, acc, access_of(hd, acc));
         if (r != CUDA_SUCCESS)
             real_cu.cuMemUnmap((CUdeviceptr)addr, size);
     }

@@ -7,7 +7,9 @@
  *                 │  (cuMemAlloc_v2 ...), hook_sync.c (synchronisation,
  *                 │  streams, capture, reset), hook_ctx.c (contexts),
  *                 │  hook_ptr.c (pointer questions), hook_ipc.c (IPC),
- *                 │  torch_alloc.c (PyTorch's pluggable allocator),
+ *                 │  hook_peer.c (peer access: the mappings of expandable
+ *                 │  segments follow it), torch_alloc.c (PyTorch's
+ *                 │  pluggable allocator),
  *                 │  cucache.c (the public API), hook_lookup.c and
  *                 │  dlsym_entry.S (dlsym, cuGetProcAddress)
  *                 │  bypass? (re-entry guard, cucache off) ──► real entry point (real.c)
@@ -386,6 +388,22 @@ int hook_ipc_hold_query(uint64_t token);
 bool hook_ipc_describe(uintptr_t addr, core_ptr_info_t *info);
 /* A device's allocator is dropped (reset): its exports open no more. */
 void hook_ipc_dev_dropped(int ordinal);
+
+/* ------------------------------------------------------------------------
+ * Peer access (hook_peer.c; docs/interposer.md "Expandable segments")
+ * ---------------------------------------------------------------------- */
+
+/* The access descriptors (read and write) of the devices that have peer
+ * access to device `peer`'s primary context, for a new mapping of its
+ * memory: into out (room for HOOK_MAX_DEVICES), their number. */
+size_t hook_peer_access(int peer, CUmemAccessDesc *out);
+/* The primary context of device `ordinal` is reset: its peer access, both
+ * ways, ends (the other devices lose their access to its mappings). */
+void hook_peer_reset(int ordinal);
+/* backend.c: sets device `to`'s access (CU_MEM_ACCESS_FLAGS_PROT_*) to
+ * [addr, addr+size) of hd's mapped pages (whole mappings), warning when the
+ * driver refuses.  Called under the core's device lock (core_each_mapped). */
+void hook_vmm_set_access(hook_dev_t *hd, CUdevice to, unsigned flags, uintptr_t addr, size_t size);
 
 /* ------------------------------------------------------------------------
  * Streams and captures (streams.c)

@@ -60,6 +60,8 @@ route_t hook_routes[] = {
     ROUTE(cuIpcOpenMemHandle)
     ROUTE(cuIpcOpenMemHandle_v2)
     ROUTE(cuIpcCloseMemHandle)
+    ROUTE(cuCtxEnablePeerAccess)
+    ROUTE(cuCtxDisablePeerAccess)
 };
 const size_t hook_nroutes = sizeof hook_routes / sizeof hook_routes[0];
 

@@ -286,6 +286,9 @@ HOOK_API cudaError_t cudaDeviceReset(void)
     hook_dev_t *hd;
     if (!hook_bypass() && (hd = hook_rt_device(false)))
         hook_dev_drop(hd);
+    int dev;
+    if (!hook_bypass() && hook_real_runtime() && HOOK_REAL(real_rt.cudaGetDevice(&dev)) == cudaSuccess)
+        hook_peer_reset(dev); /* its context's peer access ends, both ways */
     return RT_REAL(cudaDeviceReset);
 }
 
@@ -295,6 +298,7 @@ HOOK_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
         int ordinal = hook_ordinal_of(dev);
         if (ordinal >= 0 && hook_dev_core(&hook_devs[ordinal]))
             hook_dev_drop(&hook_devs[ordinal]);
+        hook_peer_reset(ordinal);
     }
     return CU_REAL(cuDevicePrimaryCtxReset_v2, dev);
 }

@@ -26,6 +26,7 @@
     X(cuDevicePrimaryCtxRetain)                                                                                        \
     X(cuDevicePrimaryCtxReset_v2)                                                                                      \
     X(cuDevicePrimaryCtxGetState)                                                                                      \
+    X(cuDevicePrimaryCtxRelease_v2)                                                                                    \
     X(cuCtxDestroy_v2)                                                                                                 \
     X(cuCtxCreate_v2)                                                                                                  \
     X(cuCtxCreate_v3)                                                                                                  \
@@ -35,6 +36,8 @@
     X(cuCtxPushCurrent_v2)                                                                                             \
     X(cuCtxPopCurrent_v2)                                                                                              \
     X(cuCtxSynchronize)                                                                                                \
+    X(cuCtxEnablePeerAccess)                                                                                           \
+    X(cuCtxDisablePeerAccess)                                                                                          \
     X(cuMemAlloc_v2)                                                                                                   \
     X(cuMemFree_v2)                                                                                                    \
     X(cuMemGetInfo_v2)                                                                                                 \
@@ -110,7 +113,9 @@
     X(cudaPointerGetAttributes)                                                                                        \
     X(cudaIpcGetMemHandle)                                                                                             \
     X(cudaIpcOpenMemHandle)                                                                                            \
-    X(cudaIpcCloseMemHandle)
+    X(cudaIpcCloseMemHandle)                                                                                           \
+    X(cudaDeviceEnablePeerAccess)                                                                                      \
+    X(cudaDeviceDisablePeerAccess)
 
 typedef struct hook_driver_s {
 #define HOOK_FIELD(name) __typeof__(name) *name;
