@@ -201,7 +201,8 @@ static const char *const hooked[] = {"cuMemAlloc_v2",        "cuMemFree_v2",
                                      "cuIpcCloseMemHandle",   "cuPointerSetAttribute",
                                      "cuDevicePrimaryCtxRetain", "cuCtxCreate_v2",
                                      "cuCtxCreate_v3",        "cuCtxCreate_v4",
-                                     "cuMemGetHandleForAddressRange"};
+                                     "cuMemGetHandleForAddressRange", "cuCtxEnablePeerAccess",
+                                     "cuCtxDisablePeerAccess"};
 
 static const char *const unhooked[] = {"cuInit", "cuDevicePrimaryCtxRelease_v2", "cuMemAllocFromPoolAsync",
                                        "cuEventRecord", "cucacheSimDeviceAllocs"};
@@ -293,7 +294,8 @@ static void test_get_proc_address_returns_the_hooks(void **state)
                      pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
     expect_in(FN(cuGetProcAddress_v2), "libcucache.so", "cuGetProcAddress_v2 as the program links it");
     static const char *const plain[] = {"cuMemAlloc",     "cuMemFree",       "cuMemGetInfo",      "cuCtxSynchronize",
-                                        "cuStreamCreate", "cuStreamDestroy", "cuEventSynchronize"};
+                                        "cuStreamCreate", "cuStreamDestroy", "cuEventSynchronize",
+                                        "cuCtxEnablePeerAccess", "cuCtxDisablePeerAccess"};
     for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
         void *fn = lookup(plain[i], 13000, dflt);
         if (!itest_fn_in(fn, "libcucache.so")) {

@@ -6,6 +6,11 @@
  * back to device 1's cache without changing the current device, stream-
  * ordered allocation on a device-1 stream stays on device 1, cudaMemGetInfo
  * answers per device, and threads on both devices at once keep their data.
+ * Peer access (run alone as `peer`, also without cucache): a device-1
+ * kernel reaches device 0's blocks once device 1 enabled access to device
+ * 0 (the runtime's call or the driver's), for blocks allocated before and
+ * pages mapped after, and faults again once it is disabled, as without a
+ * cache.
  *
  * Seen to fail: without LD_PRELOAD the placement and data checks pass and
  * every per-device count fails.
@@ -36,12 +41,13 @@ static int current_device(void)
 /* A program that enables peer access and then reads, from a kernel of
  * device 1, memory it allocated on device 0 (cudaMalloc) works on CUDA:
  * peer access maps every cudaMalloc allocation of the peer.  Under cucache
- * the block lies in a cucache segment: a cuMemAlloc one (works), or with
- * expandable_segments:true a cuMemMap'ed one whose access cucache set for
- * device 0 only (interpose/backend.c), which peer access does not reach.
- * Fails in the expandable run (interpose_multidevice_expandable): the
- * launch is refused (the simulator answers a kernel on virtual memory its
- * device may not use with cudaErrorInvalidValue; a GPU faults). */
+ * the block lies in a cucache segment: a cuMemAlloc one, or with
+ * expandable_segments:true a cuMemMap'ed one, which peer access does not
+ * reach: cucache gives device 1 access to device 0's mappings as it enables
+ * peer access (interpose/hook_peer.c).  Seen to fail in the expandable run
+ * with hook_peer.c's settle doing nothing: the launch is refused (the
+ * simulator answers a kernel on virtual memory its device may not use with
+ * cudaErrorInvalidValue; a GPU faults). */
 static void test_peer_kernel_reads_a_device_0_block(void **state)
 {
     (void)state;
@@ -59,6 +65,121 @@ static void test_peer_kernel_reads_a_device_0_block(void **state)
     SIM_OK(cudaStreamSynchronize(0));
     SIM_OK(cudaDeviceDisablePeerAccess(0));
     SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaFree(p));
+}
+
+/* A driver entry point as a program that loads the driver by pointers
+ * gets it (cuGetProcAddress_v2). */
+static void *driver_fn(const char *name)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult status;
+    CU_OK(cuGetProcAddress_v2(name, &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status));
+    assert_non_null(fn);
+    return fn;
+}
+
+typedef __typeof__(cuCtxEnablePeerAccess) enable_fn;
+typedef __typeof__(cuCtxDisablePeerAccess) disable_fn;
+
+/* A device-1 kernel reads and writes [p, p+n) of device 0, and the data it
+ * read is device 0's. */
+static void peer_kernel(void *p, size_t n, unsigned char byte)
+{
+    struct cucache_sim_access acc[2] = {{p, n, 0}, {p, n, 1}};
+    SIM_OK(cudaSetDevice(1));
+    CU_OK(cucacheSimLaunch(NULL, NULL, NULL, acc, 2));
+    SIM_OK(cudaStreamSynchronize(0));
+    SIM_OK(cudaSetDevice(0));
+    itest_expect(p, n, byte);
+}
+
+/* Blocks allocated on device 0, then peer access enabled by the driver
+ * (cuCtxEnablePeerAccess from device 1's primary context to device 0's,
+ * looked up with cuGetProcAddress): a device-1 kernel reaches both, the one
+ * on pages mapped long before too.  Seen to fail in the expandable run with
+ * hook_peer.c's settle doing nothing (the launch refused). */
+static void test_driver_peer_access_after_allocating(void **state)
+{
+    (void)state;
+    const size_t n = 3 * MIB;
+    void *p = NULL, *q = NULL;
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaMalloc(&p, n));
+    SIM_OK(cudaMalloc(&q, 40 * MIB));
+    itest_put(p, n, 41);
+    itest_put(q, 40 * MIB, 44);
+    CUdevice dev0;
+    CUcontext c0;
+    CU_OK(cuDeviceGet(&dev0, 0));
+    CU_OK(cuDevicePrimaryCtxRetain(&c0, dev0));
+    SIM_OK(cudaSetDevice(1)); /* device 1's primary context is current */
+    CU_OK(((enable_fn *)driver_fn("cuCtxEnablePeerAccess"))(c0, 0));
+    peer_kernel(p, n, 41);
+    peer_kernel(q, 40 * MIB, 44);
+    SIM_OK(cudaSetDevice(1));
+    CU_OK(((disable_fn *)driver_fn("cuCtxDisablePeerAccess"))(c0));
+    CU_OK(cuDevicePrimaryCtxRelease_v2(dev0));
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaFree(p));
+    SIM_OK(cudaFree(q));
+}
+
+/* Peer access enabled first, then a block larger than anything cached:
+ * new memory (a new segment, or under expandable segments new pages mapped
+ * after the enabling) that a device-1 kernel reaches.  Seen to fail in the
+ * expandable run with backend.c's map giving the peers no access. */
+static void test_peer_access_then_new_memory(void **state)
+{
+    (void)state;
+    const size_t n = 96 * MIB;
+    SIM_OK(cudaSetDevice(1));
+    SIM_OK(cudaDeviceEnablePeerAccess(0, 0));
+    SIM_OK(cudaSetDevice(0));
+    int64_t reserved = itest_have_cucache() ? itest_stat(0, "reserved_bytes.all.current") : 0;
+    void *p = NULL;
+    SIM_OK(cudaMalloc(&p, n));
+    if (itest_have_cucache())
+        assert_true(itest_stat(0, "reserved_bytes.all.current") > reserved); /* new memory */
+    itest_put(p, n, 42);
+    peer_kernel(p, n, 42);
+    SIM_OK(cudaSetDevice(1));
+    SIM_OK(cudaDeviceDisablePeerAccess(0));
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaFree(p));
+}
+
+/* Peer access enabled, used, then disabled: the next device-1 kernel on
+ * device 0's block fails as it does without cucache.  The simulator
+ * refuses the launch on virtual memory its device may not use (the
+ * expandable run) and faults the kernel on cuMemAlloc memory (the other
+ * runs, cucache's or none: a sticky error, which a reset of device 1
+ * clears); a GPU faults in both.  Seen to fail in the expandable run with
+ * hook_peer.c's disable taking nothing away (the kernel ran). */
+static void test_disabled_peer_access_faults(void **state)
+{
+    (void)state;
+    const size_t n = 2 * MIB;
+    void *p = NULL;
+    SIM_OK(cudaSetDevice(0));
+    SIM_OK(cudaMalloc(&p, n));
+    itest_put(p, n, 43);
+    SIM_OK(cudaSetDevice(1));
+    SIM_OK(cudaDeviceEnablePeerAccess(0, 0));
+    peer_kernel(p, n, 43);
+    SIM_OK(cudaSetDevice(1));
+    SIM_OK(cudaDeviceDisablePeerAccess(0));
+    struct cucache_sim_access acc = {p, n, 0};
+    CUresult r = cucacheSimLaunch(NULL, NULL, NULL, &acc, 1);
+    if (itest_expandable()) {
+        assert_int_equal(r, CUDA_ERROR_INVALID_VALUE);
+    } else {
+        CU_OK(r);
+        assert_int_equal(cudaStreamSynchronize(0), cudaErrorIllegalAddress);
+        SIM_OK(cudaDeviceReset());
+    }
+    SIM_OK(cudaSetDevice(0));
+    itest_expect(p, n, 43);
     SIM_OK(cudaFree(p));
 }
 
@@ -311,8 +432,6 @@ static void test_new_owner_on_another_device(void **state)
 {
     (void)state;
     itest_require_cucache();
-    if (itest_expandable())
-        skip(); /* its pages are mapped for device 0 only: device 1 may not write them (cuMemSetAccess) */
     const size_t n = 12 * MIB;
     void *p = NULL, *q = NULL;
     SIM_OK(cudaSetDevice(0));
@@ -384,8 +503,6 @@ static void test_second_context_after_a_hand_out(void **state)
 {
     (void)state;
     itest_require_cucache();
-    if (itest_expandable())
-        skip(); /* its pages are mapped for device 0 only */
     const size_t n = 12 * MIB;
     simtest_gate_t *g;
     void *old;
@@ -496,6 +613,15 @@ static void test_second_device_opened(void **state)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "peer") == 0) {
+        const struct CMUnitTest peer[] = {
+            ITEST(test_peer_kernel_reads_a_device_0_block),
+            ITEST(test_driver_peer_access_after_allocating),
+            ITEST(test_peer_access_then_new_memory),
+            ITEST(test_disabled_peer_access_faults),
+        };
+        return ITEST_RUN("interpose.multidevice.peer", peer, multidevice_setup);
+    }
     if (argc > 1 && strcmp(argv[1], "opened") == 0) {
         const struct CMUnitTest opened[] = {
             ITEST(test_second_device_opened),
@@ -523,6 +649,8 @@ int main(int argc, char **argv)
         ITEST(test_threads_on_both_devices),
         ITEST(test_new_owner_on_another_device),
         ITEST(test_peer_kernel_reads_a_device_0_block),
+        ITEST(test_driver_peer_access_after_allocating),
+        ITEST(test_peer_access_then_new_memory),
     };
     return ITEST_RUN("interpose.multidevice", tests, multidevice_setup);
 }
