@@ -1,7 +1,8 @@
 /*
  * What the program and the reports ask of a device's allocator: what a
  * pointer is (core_describe, core_lookup, core_owns), holds and streams
- * recorded on a block, usage and fit figures.
+ * recorded on a block, usage and fit figures, the mapped ranges of
+ * expandable segments (core_each_mapped).
  */
 #include <string.h>
 

@@ -220,7 +220,7 @@ void hook_vmm_set_access(hook_dev_t *hd, CUdevice to, unsigned flags, uintptr_t 
     hook_leave(&sc);
     range_failed(r, hd->ordinal,
                  (range_words_t){flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ? "taking a peer's access to "
-                                                                         : "giving a peer access to ",
+                                                                        : "giving a peer access to ",
                                  "", ""},
                  addr, size);
 }

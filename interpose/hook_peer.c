@@ -67,7 +67,7 @@ static void settle_range(void *arg, uintptr_t addr, size_t size)
 {
     const settle_t *st = arg;
     unsigned flags = atomic_load(&grants[st->hd->ordinal][st->from]) ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-                                                                      : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+                                                                     : CU_MEM_ACCESS_FLAGS_PROT_NONE;
     hook_vmm_set_access(st->hd, atomic_load(&handles[st->from]), flags, addr, size);
 }
 
