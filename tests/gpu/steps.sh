@@ -27,7 +27,7 @@ do_build() {
         fi
         run bash -c 'source scripts/lib.sh && cucache_configure "$@"' gpu-check "$build" -Djemalloc=disabled \
             -Dtests=disabled
-        [ "$rc" -ne 0 ] || run ninja -C "$build" -j"$jobs" libcucache.so cucache-run cucache-replay
+        [ "$rc" -ne 0 ] || run ninja -C "$build" -j"$jobs" libcucache.so cucache-run cucache-replay top/cucache-top
     fi
     for f in libcucache.so cucache-run cucache-replay; do
         [ -f "$build/$f" ] || missing="$missing $f"
@@ -546,4 +546,22 @@ PY
     ) || true
     case "$fig" in BAD*) res=FAIL ;; esac
     fig="$(rc_note)$fig"
+}
+
+# ------------------------------------------------------------------------
+# Two cucache processes on the one GPU (tests/gpu/neighbours.py)
+# ------------------------------------------------------------------------
+# nvml: a holder keeps 1 GiB live and 2 GiB cached; cucache-top --json lists
+# it with NVML's bytes, which nvidia-smi --query-compute-apps agrees with,
+# and its cucache figures.  yield: a second process asks for the free
+# memory plus 1 GiB, served by the holder's idle cache, which the holder's
+# exit summary counts.
+do_neighbours() {
+    if [ ! -x "$build/top/cucache-top" ]; then
+        res=SKIP fig="no cucache-top in $build"
+        return
+    fi
+    run "$python" tests/gpu/neighbours.py "$1" "$run_tool" "$build/top/cucache-top"
+    res=$(rc_word)
+    fig="$(rc_note)$(grep -o '^result: .*' "$log" | tail -n 1 | cut -c9-150 || true)"
 }
