@@ -30,6 +30,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "env.h"
@@ -62,6 +63,14 @@ typedef struct yield_ask_s {
 } yield_ask_t;
 
 static yield_dev_t ydev[HOOK_MAX_DEVICES];
+
+/* CLOCK_REALTIME in ms: the clock of a publication's updated_ns. */
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
 static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER; /* last_ask; a leaf */
 static yield_ask_t last_ask[HOOK_MAX_DEVICES];
 static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
@@ -343,6 +352,8 @@ void hook_yield_fill(const hook_dev_t *hd, st_gpu_procs_t *out)
             rows[r].cucache = true;
             rows[r].allocated = v[i].figs.allocated;
             rows[r].reserved = v[i].figs.reserved;
+            uint64_t now = wall_ms();
+            rows[r].age_ms = now > v[i].figs.updated_ns / 1000000 ? now - v[i].figs.updated_ns / 1000000 : 0;
         }
         for (unsigned i = 0; i < a.n; i++)
             if ((unsigned)a.who[i].pid == rows[r].pid) {

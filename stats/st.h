@@ -69,6 +69,7 @@ typedef struct st_gpu_proc_s {
     bool answered;  /* ... and answered within the wait (else: no answer in time) */
     uint64_t allocated, reserved; /* its cache: live and held bytes */
     uint64_t given;               /* bytes it gave back for this request */
+    uint64_t age_ms;              /* how old its figures are (published by it; 0 for this process) */
 } st_gpu_proc_t;
 
 /* The processes on the failing device (the interposer asks NVML at the

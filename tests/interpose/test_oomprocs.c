@@ -23,15 +23,26 @@
  * nothing back, the child fails (exit 3); with the asker not retrying, the
  * same; with the registry thread not answering, the child waits out
  * CUCACHE_YIELD_MS and its report says "no answer in time".
+ *
+ * Faults: a neighbour stopped (SIGSTOP) while it holds idle cache never
+ * answers: the asking process waits CUCACHE_YIELD_MS, no longer, fails as
+ * before and its report says the neighbour did not answer in time.  Four
+ * processes failing at once against one neighbour are all served, and the
+ * neighbour's live block keeps its bytes (it gave back only what was
+ * idle).  cudaMemGetInfo does not count a neighbour's idle cache as free,
+ * and the free memory it reports can be allocated.
  */
 #include "itest.h"
 #include "peer.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char key[64];
@@ -230,6 +241,102 @@ static void test_neighbour_with_yield_off(void **state)
     assert_int_equal(peer_stop(&keeper), 0);
 }
 
+/* A neighbour holding `mib` of idle cache (and `live_mib` live, filled
+ * with pattern 7 when not 0): started, allocated, freed. */
+static void start_holder(peer_t *p, size_t mib, size_t live_mib, unsigned long long *live)
+{
+    peer_start(p);
+    unsigned long long block = 0;
+    if (live_mib) {
+        const char *got = peer_cmd(p, "alloc %zx", live_mib * MIB);
+        assert_int_equal(sscanf(got, "ok %llx", live), 1);
+        assert_string_equal(peer_cmd(p, "fill %llx %zx 7", *live, live_mib * MIB), "ok");
+    }
+    const char *got = peer_cmd(p, "alloc %zx", mib * MIB);
+    assert_int_equal(sscanf(got, "ok %llx", &block), 1);
+    assert_string_equal(peer_cmd(p, "free %llx", block), "ok");
+}
+
+static void test_neighbour_stopped(void **state)
+{
+    (void)state;
+    static peer_t stopped;
+    start_holder(&stopped, 768, 0, NULL);
+    assert_int_equal(kill(stopped.pid, SIGSTOP), 0);
+    static itest_run_t r;
+    const char *child = itest_helper("ITEST_CHILD");
+    const char *argv[] = {child, "leak", "4", "512", NULL};
+    const char *set[] = {"CUCACHE_YIELD_MS=300", NULL};
+    itest_spawn(child, argv, set, NULL, 30000, &r);
+    kill(stopped.pid, SIGCONT);
+    itest_expect_exit(&r, 3);
+    char line[512], want[256];
+    /* its figures are what it last published, whenever it stopped */
+    snprintf(want, sizeof want, "Process %d has 768.00 MiB memory in use (ipc_peer; cucache: ", (int)stopped.pid);
+    line_with(r.err, want, line, sizeof line);
+    assert_non_null(strstr(line, "; asked for idle cache, no answer in time)"));
+    line_with(r.err, "other cucache processes: ", line, sizeof line);
+    double waited = 0;
+    const char *w = strstr(line, "(waited ");
+    assert_non_null(w);
+    assert_int_equal(sscanf(w, "(waited %lf ms)", &waited), 1);
+    if (waited < 300 || waited > 2300)
+        fail_msg("waited %.1f ms for a stopped neighbour, bound 300 ms: %s", waited, line);
+    assert_int_equal(peer_stop(&stopped), 0);
+}
+
+static void test_many_ask_at_once(void **state)
+{
+    (void)state;
+    static peer_t holder;
+    unsigned long long live = 0;
+    start_holder(&holder, 768, 64, &live);
+    enum { ASKERS = 4 };
+    const char *child = itest_helper("ITEST_CHILD");
+    pid_t kids[ASKERS];
+    for (int i = 0; i < ASKERS; i++) {
+        kids[i] = fork();
+        if (kids[i] == 0) {
+            int null = open("/dev/null", O_WRONLY);
+            dup2(null, 1);
+            dup2(null, 2);
+            execl(child, child, "leak", "0", "200", (char *)NULL);
+            _exit(127);
+        }
+        assert_true(kids[i] > 0);
+    }
+    int served = 0;
+    for (int i = 0; i < ASKERS; i++) {
+        int status;
+        assert_int_equal(waitpid(kids[i], &status, 0), kids[i]);
+        served += WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    assert_int_equal(served, ASKERS);
+    /* the holder's live block kept its bytes, and the holder still works */
+    assert_string_equal(peer_cmd(&holder, "check %llx %zx 7", live, 64 * MIB), "ok");
+    const char *got = peer_cmd(&holder, "alloc %zx", 512 * MIB);
+    assert_true(strncmp(got, "ok ", 3) == 0);
+    assert_int_equal(peer_stop(&holder), 0);
+}
+
+static void test_meminfo_leaves_neighbour_cache_out(void **state)
+{
+    (void)state;
+    static peer_t holder, asker;
+    start_holder(&holder, 512, 0, NULL);
+    peer_start(&asker);
+    unsigned long long f = 0, t = 0, p = 0;
+    assert_int_equal(sscanf(peer_cmd(&asker, "meminfo"), "ok %llx %llx", &f, &t), 2);
+    assert_int_equal(t, 1024 * MIB);
+    if (f > t - 512 * MIB)
+        fail_msg("cudaMemGetInfo: %llu MiB free beside a neighbour's 512 MiB cache", f / MIB);
+    /* what it reports can be had */
+    assert_int_equal(sscanf(peer_cmd(&asker, "alloc %llx", f), "ok %llx", &p), 1);
+    assert_string_equal(peer_cmd(&asker, "free %llx", p), "ok");
+    assert_int_equal(peer_stop(&asker), 0);
+    assert_int_equal(peer_stop(&holder), 0);
+}
+
 /* A registry file the process must not use (another user could read or
  * write it): one line naming it and why, and the program runs on. */
 static void test_registry_refused(void **state)
@@ -276,6 +383,9 @@ int main(void)
         cmocka_unit_test(test_without_nvml),
         cmocka_unit_test(test_yield_gives_idle_cache),
         cmocka_unit_test(test_neighbour_with_yield_off),
+        cmocka_unit_test(test_neighbour_stopped),
+        cmocka_unit_test(test_many_ask_at_once),
+        cmocka_unit_test(test_meminfo_leaves_neighbour_cache_out),
         cmocka_unit_test(test_registry_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -777,6 +777,65 @@ static void test_outside_processes(void **state)
     fx_close(&f);
 }
 
+/* The neighbours running cucache: their figures, what each gave for this
+ * request or that it did not answer, stale figures with their age, and
+ * the line on the ask; nothing about asking when yielding is off. */
+static void test_outside_neighbours(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 128 * MiB, "");
+    core_backend_t be = mem_backend_vtable(&f.m);
+    uintptr_t other;
+    assert_int_equal(be.seg_alloc(be.ctx, 0, 80 * MiB, &other), CORE_OK);
+    uintptr_t p = fx_alloc(&f, 16 * MiB, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 48 * MiB, "");
+    st_gpu_proc_t procs[] = {
+        {.pid = 100, .bytes = 20 * MiB, .comm = "train.py", .cucache = true, .allocated = 16 * MiB, .reserved = 16 * MiB},
+        {.pid = 200, .bytes = 48 * MiB, .comm = "eval.py", .cucache = true, .asked = true, .answered = true,
+         .allocated = 8 * MiB, .reserved = 40 * MiB, .given = 8 * MiB},
+        {.pid = 300, .bytes = 32 * MiB, .comm = "server", .cucache = true, .asked = true, .answered = false,
+         .allocated = 2 * MiB, .reserved = 32 * MiB, .age_ms = 4200},
+    };
+    st_gpu_procs_t gpu = {.self_pid = 100, .procs = procs, .n = 3, .yield_on = true, .asked = 2, .given = 8 * MiB,
+                          .waited_ns = 200400000};
+    text_t t = {0};
+    report_with_gpu(&c, &gpu, &t);
+    golden("outside_neighbours", &t);
+    assert_string_equal(text_line(&t, "other cucache processes: "),
+                        "other cucache processes: 2 asked for idle cache gave back 8.00 MiB in all (waited 200.4 ms); "
+                        "the allocation was tried again and still failed");
+    assert_string_equal(text_line(&t, "  Process 200 "),
+                        "  Process 200 has 48.00 MiB memory in use (eval.py; cucache: 8.00 MiB allocated, 32.00 MiB "
+                        "cached; gave back 8.00 MiB for this request)");
+    assert_string_equal(text_line(&t, "  Process 300 "),
+                        "  Process 300 has 32.00 MiB memory in use (server; cucache: 2.00 MiB allocated, 30.00 MiB "
+                        "cached, as it published 4.2 s ago; asked for idle cache, no answer in time)");
+    assert_string_equal(text_line(&t, "  Process 100 "),
+                        "  Process 100 has 20.00 MiB memory in use (train.py, this process; cucache: 16.00 MiB "
+                        "allocated, 0 bytes cached)");
+    text_free(&t);
+
+    /* nobody to ask */
+    st_gpu_procs_t alone = {.self_pid = 100, .procs = procs, .n = 1, .yield_on = true};
+    report_with_gpu(&c, &alone, &t);
+    assert_string_equal(text_line(&t, "other cucache processes: "),
+                        "other cucache processes: none on GPU 0 held cache to give back");
+    text_free(&t);
+
+    /* yielding off: no line about it */
+    gpu.yield_on = false;
+    report_with_gpu(&c, &gpu, &t);
+    assert_false(text_has(&t, "other cucache processes: "));
+    text_free(&t);
+
+    oomcase_free(&c);
+    fx_free(&f, p, CORE_FREE_NOW, 0);
+    be.seg_free(be.ctx, 0, other, 80 * MiB);
+    fx_close(&f);
+}
+
 /* A private pool holds 16 MiB live and 16 MiB free that the default pools
  * cannot use; the default pools hold the rest. */
 static void test_private_pools(void **state)
@@ -1061,6 +1120,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_limit_and_device),
         cmocka_unit_test(test_outside),
         cmocka_unit_test(test_outside_processes),
+        cmocka_unit_test(test_outside_neighbours),
         cmocka_unit_test(test_private_pools),
         cmocka_unit_test(test_pending),
         cmocka_unit_test(test_backend_error),
