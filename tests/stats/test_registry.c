@@ -186,6 +186,37 @@ static void test_refusals(void **state)
     }
 }
 
+/* Another user can neither read the figures nor ask: the file is the
+ * owner's alone (as root: a child that became nobody cannot open it). */
+static void test_other_user_shut_out(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        printf("skipped: needs root to become another user\n");
+        return;
+    }
+    st_reg_t r;
+    open_ok(&r, true);
+    int slot = st_reg_claim(&r);
+    assert_true(slot >= 0);
+    pid_t child = fork();
+    if (child == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0)
+            _exit(2);
+        st_reg_t other;
+        char why[320] = "";
+        int rc = st_reg_open(path, UUID, TOTAL, false, &other, why, sizeof why);
+        int fd = open(path, O_RDONLY);
+        _exit(rc == -2 && strstr(why, "Permission denied") && fd < 0 ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    st_reg_leave(&r, slot);
+    st_reg_close(&r);
+}
+
 /* ------------------------------------------------------------------------
  * Slots
  * ---------------------------------------------------------------------- */
@@ -395,6 +426,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_create_and_reopen, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_user_shut_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_publish_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_reused_and_torn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_answered, setup, teardown),
