@@ -125,6 +125,18 @@ double bench_series_median(const bench_series_t *s)
     return s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
 }
 
+/* The q-quantile (0 to 1) of the n values of v, nearest rank: sorts v in
+ * place; 0 when n is 0. */
+double bench_quantile(double *v, size_t n, double q)
+{
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    double rank = q * (double)n;
+    size_t i = rank <= 1 ? 0 : (size_t)(rank + 0.999999) - 1;
+    return v[i < n ? i : n - 1];
+}
+
 /* The smallest of s's values (s->n >= 1). */
 double bench_series_min(const bench_series_t *s)
 {

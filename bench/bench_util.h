@@ -2,7 +2,8 @@
  * bench_util: what bench_core and bench_preload share: fatal errors, the
  * clock, the CPU's model, the choice of scenarios by glob (-s), the CPU load
  * of other processes, series of timed runs with their median, minimum and
- * maximum, and the traces of bench/sizes_<trace>.txt.
+ * maximum, quantiles of any number of samples, and the traces of
+ * bench/sizes_<trace>.txt.
  */
 #ifndef CUCACHE_BENCH_UTIL_H
 #define CUCACHE_BENCH_UTIL_H
@@ -63,6 +64,10 @@ double bench_series_max(const bench_series_t *s);
 
 /* "median (min-max)" with one decimal into buf, or "-" when s is empty. */
 void bench_series_fmt(char *buf, size_t len, const bench_series_t *s);
+
+/* The q-quantile (0 to 1) of the n values of v, nearest rank: sorts v in
+ * place; 0 when n is 0. */
+double bench_quantile(double *v, size_t n, double q);
 
 /* A trace (bench/sizes_<trace>.txt, written by scripts/trace-sizes): "a
  * SIZE" allocates, "f K" frees the K-th allocation.  Loaded as ops: ops[i] >
