@@ -84,16 +84,6 @@ static void usage(void)
     exit(2);
 }
 
-static double number(const char *opt, const char *v, double lo, double hi)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x >= lo && x <= hi))
-        bench_die("%s: '%s': expected a number from %g to %g", opt, v, lo, hi);
-    return x;
-}
-
 static void parse(int argc, char **argv, opts_t *o)
 {
     *o = (opts_t){.rank = -1, .steps = 48, .slot_ms = 120, .compute_ms = 30, .work_frac = 0.3, .peak_frac = 0.5};
@@ -101,15 +91,32 @@ static void parse(int argc, char **argv, opts_t *o)
     bool have_start = false;
     while ((c = getopt(argc, argv, "r:n:T:s:m:c:w:p:h")) != -1) {
         switch (c) {
-        case 'r': o->rank = (int)number("-r", optarg, 0, 255); break;
-        case 'n': o->nproc = (int)number("-n", optarg, 1, 256); break;
-        case 'T': o->start_ns = (int64_t)number("-T", optarg, 0, 9e18), have_start = true; break;
-        case 's': o->steps = (int)number("-s", optarg, 1, 100000); break;
-        case 'm': o->slot_ms = number("-m", optarg, 1, 60000); break;
-        case 'c': o->compute_ms = number("-c", optarg, 0, 60000); break;
-        case 'w': o->work_frac = number("-w", optarg, 0, 1); break;
-        case 'p': o->peak_frac = number("-p", optarg, 0, 1); break;
-        default: usage();
+        case 'r':
+            o->rank = (int)bench_number("-r", optarg, 0, 255);
+            break;
+        case 'n':
+            o->nproc = (int)bench_number("-n", optarg, 1, 256);
+            break;
+        case 'T':
+            o->start_ns = (int64_t)bench_number("-T", optarg, 0, 9e18), have_start = true;
+            break;
+        case 's':
+            o->steps = (int)bench_number("-s", optarg, 1, 100000);
+            break;
+        case 'm':
+            o->slot_ms = bench_number("-m", optarg, 1, 60000);
+            break;
+        case 'c':
+            o->compute_ms = bench_number("-c", optarg, 0, 60000);
+            break;
+        case 'w':
+            o->work_frac = bench_number("-w", optarg, 0, 1);
+            break;
+        case 'p':
+            o->peak_frac = bench_number("-p", optarg, 0, 1);
+            break;
+        default:
+            usage();
         }
     }
     if (optind != argc || o->rank < 0 || !o->nproc || !have_start)
@@ -213,8 +220,8 @@ int main(int argc, char **argv)
     double sum = 0;
     for (unsigned i = 0; i < completed; i++)
         sum += step_ms[i];
-    printf("result rank=%d steps=%d completed=%u ooms=%u late=%u step_ms_mean=%.2f step_ms_p99=%.2f\n", o.rank,
-           o.steps, completed, ooms, late, completed ? sum / completed : 0.0, bench_quantile(step_ms, completed, 0.99));
+    printf("result rank=%d steps=%d completed=%u ooms=%u late=%u step_ms_mean=%.2f step_ms_p99=%.2f\n", o.rank, o.steps,
+           completed, ooms, late, completed ? sum / completed : 0.0, bench_quantile(step_ms, completed, 0.99));
     free(step_ms);
     return 0;
 }

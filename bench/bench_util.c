@@ -125,6 +125,18 @@ double bench_series_median(const bench_series_t *s)
     return s->n % 2 ? v[s->n / 2] : (v[s->n / 2 - 1] + v[s->n / 2]) / 2;
 }
 
+/* The number v of option opt, from lo to hi, or bench_die naming the
+ * option and what it accepts. */
+double bench_number(const char *opt, const char *v, double lo, double hi)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi))
+        bench_die("%s: '%s': expected a number from %g to %g", opt, v, lo, hi);
+    return x;
+}
+
 /* The q-quantile (0 to 1) of the n values of v, nearest rank: sorts v in
  * place; 0 when n is 0. */
 double bench_quantile(double *v, size_t n, double q)

@@ -23,6 +23,10 @@ extern const char bench_prog[];
 /* Prints "<bench_prog>: <message>" on stderr and exits with status 1. */
 void bench_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 
+/* The number v of option opt, from lo to hi, or bench_die naming the
+ * option and what it accepts. */
+double bench_number(const char *opt, const char *v, double lo, double hi);
+
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t bench_now_ns(void);
 

@@ -171,16 +171,6 @@ static int64_t yields_received(const cucache_api_t *api)
     return v;
 }
 
-static double number(const char *opt, const char *v, double lo, double hi)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x >= lo && x <= hi))
-        bench_die("%s: '%s': expected a number from %g to %g", opt, v, lo, hi);
-    return x;
-}
-
 int main(int argc, char **argv)
 {
     if (argc == 5 && !strcmp(argv[1], "-N"))
@@ -190,10 +180,18 @@ int main(int argc, char **argv)
     int c;
     while ((c = getopt(argc, argv, "n:i:f:h")) != -1) {
         switch (c) {
-        case 'n': nproc = (int)number("-n", optarg, 2, MAX_NEIGHBOURS + 1); break;
-        case 'i': iters = (int)number("-i", optarg, 1, 1000000); break;
-        case 'f': frac = number("-f", optarg, 0.1, 0.99); break;
-        default: fprintf(stderr, "usage: bench_yield [-n NPROC] [-i ITERS] [-f FRACTION]\n"); return 2;
+        case 'n':
+            nproc = (int)bench_number("-n", optarg, 2, MAX_NEIGHBOURS + 1);
+            break;
+        case 'i':
+            iters = (int)bench_number("-i", optarg, 1, 1000000);
+            break;
+        case 'f':
+            frac = bench_number("-f", optarg, 0.1, 0.99);
+            break;
+        default:
+            fprintf(stderr, "usage: bench_yield [-n NPROC] [-i ITERS] [-f FRACTION]\n");
+            return 2;
         }
     }
     cucache_api_t api;
