@@ -18,6 +18,8 @@
  *               schema, and as JSON with the same content
  *   file.c      file names from templates (%p %r %d %n), whole-file writes
  *   fmt.c       sizes in PyTorch's format, the line sink
+ *   nvml_abi.c  NVML's process list for the OOM report and cucache-top
+ *               (nvml_abi.h: NVML's codes, layouts and entry points)
  *
  * Text goes to a line sink, one line per call without the newline and
  * without the "cucache: " prefix (the interposer's log adds it).  Host

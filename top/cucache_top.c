@@ -8,7 +8,7 @@
  *   - NVML (libnvidia-ml.so.1, opened with dlopen, never linked): the GPUs
  *     (name, UUID, memory) and the compute processes on each with their
  *     bytes.  The process-list call is the newest the library has (one row
- *     per version, as interpose/nvml.c asks it).
+ *     per version, in stats/nvml_abi.c, which interpose/nvml.c uses too).
  *   - the GPU registry of each GPU (stats/registry.h), opened read-side
  *     (never created): every cucache process's figures, matched to NVML's
  *     rows by pid.  A cucache process that NVML does not list (holding
@@ -43,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hostalloc.h"
+#include "nvml_abi.h"
 #include "proc.h"
 #include "registry.h"
 #include "st.h"
@@ -50,8 +52,6 @@
 enum {
     TOP_MAX_GPUS = 64,
     TOP_MAX_PROCS = 2 * ST_REG_SLOTS, /* NVML's rows and the registry's, per GPU */
-    TOP_NVML_OK = 0,
-    TOP_NVML_INSUFFICIENT_SIZE = 7,
 };
 
 /* ------------------------------------------------------------------------
@@ -89,49 +89,16 @@ typedef struct top_view_s {
  * NVML
  * ---------------------------------------------------------------------- */
 
-typedef void *nvml_dev_t;
-typedef struct nvml_mem_s {
-    unsigned long long total, free, used;
-} nvml_mem_t;
-/* nvmlProcessInfo_v1_t and nvmlProcessInfo_t: pid and bytes first in both */
-typedef struct nvml_proc_v1_s {
-    unsigned pid;
-    unsigned long long used;
-} nvml_proc_v1_t;
-typedef struct nvml_proc_v2_s {
-    unsigned pid;
-    unsigned long long used;
-    unsigned gpu_instance, compute_instance;
-} nvml_proc_v2_t;
-
 static struct {
     bool loaded;
     char why[160];
-    const char *(*error)(int);
-    int (*count)(unsigned *);
-    int (*by_index)(unsigned, nvml_dev_t *);
-    int (*name)(nvml_dev_t, char *, unsigned);
-    int (*uuid)(nvml_dev_t, char *, unsigned);
-    int (*mem)(nvml_dev_t, nvml_mem_t *);
-    int (*procs)(nvml_dev_t, unsigned *, void *);
-    size_t row;
+    st_nvml_error_fn error;
+    st_nvml_count_fn count;
+    st_nvml_by_index_fn by_index;
+    st_nvml_string_fn name, uuid;
+    st_nvml_mem_fn mem;
+    st_nvml_list_t procs;
 } nvml;
-
-/* The process-list calls, best first: one row per version. */
-static const struct {
-    const char *name;
-    size_t row;
-} top_procs_calls[] = {
-    {"nvmlDeviceGetComputeRunningProcesses_v3", sizeof(nvml_proc_v2_t)},
-    {"nvmlDeviceGetComputeRunningProcesses_v2", sizeof(nvml_proc_v2_t)},
-    {"nvmlDeviceGetComputeRunningProcesses", sizeof(nvml_proc_v1_t)},
-};
-
-static const char *nvml_text(int rc)
-{
-    const char *t = nvml.error ? nvml.error(rc) : NULL;
-    return t ? t : "unknown error";
-}
 
 /* Loads and initialises NVML once; nvml.why says why not. */
 static void nvml_load(void)
@@ -144,32 +111,29 @@ static void nvml_load(void)
         snprintf(nvml.why, sizeof nvml.why, "NVML: libnvidia-ml.so.1 cannot be loaded");
         return;
     }
-    int (*init)(void) = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-    nvml.error = (const char *(*)(int))dlsym(lib, "nvmlErrorString");
-    nvml.count = (int (*)(unsigned *))dlsym(lib, "nvmlDeviceGetCount_v2");
-    nvml.by_index = (int (*)(unsigned, nvml_dev_t *))dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-    nvml.name = (int (*)(nvml_dev_t, char *, unsigned))dlsym(lib, "nvmlDeviceGetName");
-    nvml.uuid = (int (*)(nvml_dev_t, char *, unsigned))dlsym(lib, "nvmlDeviceGetUUID");
-    nvml.mem = (int (*)(nvml_dev_t, nvml_mem_t *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
-    for (size_t i = 0; i < sizeof top_procs_calls / sizeof top_procs_calls[0] && !nvml.procs; i++) {
-        nvml.procs = (int (*)(nvml_dev_t, unsigned *, void *))dlsym(lib, top_procs_calls[i].name);
-        nvml.row = top_procs_calls[i].row;
-    }
-    const char *lacks = !init            ? "nvmlInit_v2"
-                        : !nvml.count    ? "nvmlDeviceGetCount_v2"
-                        : !nvml.by_index ? "nvmlDeviceGetHandleByIndex_v2"
-                        : !nvml.name     ? "nvmlDeviceGetName"
-                        : !nvml.uuid     ? "nvmlDeviceGetUUID"
-                        : !nvml.mem      ? "nvmlDeviceGetMemoryInfo"
-                        : !nvml.procs    ? "nvmlDeviceGetComputeRunningProcesses"
-                                         : NULL;
+    st_nvml_init_fn init = (st_nvml_init_fn)dlsym(lib, "nvmlInit_v2");
+    nvml.error = (st_nvml_error_fn)dlsym(lib, "nvmlErrorString");
+    nvml.count = (st_nvml_count_fn)dlsym(lib, "nvmlDeviceGetCount_v2");
+    nvml.by_index = (st_nvml_by_index_fn)dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+    nvml.name = (st_nvml_string_fn)dlsym(lib, "nvmlDeviceGetName");
+    nvml.uuid = (st_nvml_string_fn)dlsym(lib, "nvmlDeviceGetUUID");
+    nvml.mem = (st_nvml_mem_fn)dlsym(lib, "nvmlDeviceGetMemoryInfo");
+    nvml.procs = st_nvml_find_list(lib, dlsym);
+    const char *lacks = !init              ? "nvmlInit_v2"
+                        : !nvml.count      ? "nvmlDeviceGetCount_v2"
+                        : !nvml.by_index   ? "nvmlDeviceGetHandleByIndex_v2"
+                        : !nvml.name       ? "nvmlDeviceGetName"
+                        : !nvml.uuid       ? "nvmlDeviceGetUUID"
+                        : !nvml.mem        ? "nvmlDeviceGetMemoryInfo"
+                        : !nvml.procs.call ? "nvmlDeviceGetComputeRunningProcesses"
+                                           : NULL;
     if (lacks) {
         snprintf(nvml.why, sizeof nvml.why, "NVML: libnvidia-ml.so.1 lacks %s", lacks);
         return;
     }
     int rc = init();
-    if (rc != TOP_NVML_OK)
-        snprintf(nvml.why, sizeof nvml.why, "NVML: nvmlInit_v2 failed: %s", nvml_text(rc));
+    if (rc != ST_NVML_OK)
+        snprintf(nvml.why, sizeof nvml.why, "NVML: nvmlInit_v2 failed: %s", st_nvml_text(nvml.error, rc));
 }
 
 /* The command of pid (/proc/PID/comm); "?" when it is not visible. */
@@ -193,26 +157,22 @@ static top_proc_t *gpu_proc(top_gpu_t *g, unsigned pid)
     return p;
 }
 
-/* NVML's processes on dev into g. */
-static void nvml_procs(nvml_dev_t dev, top_gpu_t *g)
+/* NVML's processes on dev into g: one ask, for as many rows as g holds. */
+static void nvml_procs(st_nvml_dev_t dev, top_gpu_t *g)
 {
-    static unsigned char rows[TOP_MAX_PROCS * sizeof(nvml_proc_v2_t)];
-    unsigned n = TOP_MAX_PROCS;
-    if (nvml.procs(dev, &n, rows) != TOP_NVML_OK)
+    st_nvml_proc_t *rows;
+    unsigned n;
+    if (st_nvml_procs(nvml.procs, dev, TOP_MAX_PROCS, 1, &rows, &n) != ST_NVML_OK)
         return; /* the GPU is still shown, with the registry's processes */
     for (unsigned i = 0; i < n; i++) {
-        const unsigned char *r = rows + (size_t)i * nvml.row;
-        unsigned pid;
-        unsigned long long used;
-        memcpy(&pid, r + offsetof(nvml_proc_v1_t, pid), sizeof pid);
-        memcpy(&used, r + offsetof(nvml_proc_v1_t, used), sizeof used);
-        top_proc_t *p = gpu_proc(g, pid);
+        top_proc_t *p = gpu_proc(g, rows[i].pid);
         if (!p)
             break;
         p->on_nvml = true;
-        p->used = used == ~0ull ? 0 : used;
-        top_comm(pid, p->comm, sizeof p->comm);
+        p->used = rows[i].used;
+        top_comm(rows[i].pid, p->comm, sizeof p->comm);
     }
+    hostalloc_free(rows);
 }
 
 /* ------------------------------------------------------------------------
@@ -291,23 +251,24 @@ static void view_take(top_view_t *v)
     nvml_load();
     snprintf(v->nvml_why, sizeof v->nvml_why, "%s", nvml.why);
     unsigned count = 0;
-    int rc = nvml.why[0] ? TOP_NVML_OK : nvml.count(&count);
-    if (rc != TOP_NVML_OK)
-        snprintf(v->nvml_why, sizeof v->nvml_why, "NVML: nvmlDeviceGetCount_v2 failed: %s", nvml_text(rc));
+    int rc = nvml.why[0] ? ST_NVML_OK : nvml.count(&count);
+    if (rc != ST_NVML_OK)
+        snprintf(v->nvml_why, sizeof v->nvml_why, "NVML: nvmlDeviceGetCount_v2 failed: %s",
+                 st_nvml_text(nvml.error, rc));
     for (unsigned i = 0; !v->nvml_why[0] && i < count && v->ngpus < TOP_MAX_GPUS; i++) {
-        nvml_dev_t dev;
-        if (nvml.by_index(i, &dev) != TOP_NVML_OK)
+        st_nvml_dev_t dev;
+        if (nvml.by_index(i, &dev) != ST_NVML_OK)
             continue;
         top_gpu_t *g = &v->gpu[v->ngpus++];
         memset(g, 0, offsetof(top_gpu_t, proc));
         g->n = 0;
         g->index = (int)i;
-        if (nvml.name(dev, g->name, sizeof g->name) != TOP_NVML_OK)
+        if (nvml.name(dev, g->name, sizeof g->name) != ST_NVML_OK)
             snprintf(g->name, sizeof g->name, "?");
-        if (nvml.uuid(dev, g->uuid, sizeof g->uuid) != TOP_NVML_OK)
+        if (nvml.uuid(dev, g->uuid, sizeof g->uuid) != ST_NVML_OK)
             snprintf(g->uuid, sizeof g->uuid, "?");
-        nvml_mem_t m;
-        if (nvml.mem(dev, &m) == TOP_NVML_OK) {
+        st_nvml_mem_t m;
+        if (nvml.mem(dev, &m) == ST_NVML_OK) {
             g->total = m.total;
             g->used = m.used;
         }
