@@ -11,21 +11,14 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
+#include "nvcc_check.h"
+
 __global__ void scale(unsigned char *p, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         p[i] *= 2;
 }
-
-#define CHECK(x)                                                                                                       \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            std::printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e_));                          \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
 
 static void done(void *arg)
 {

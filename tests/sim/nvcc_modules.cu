@@ -15,16 +15,9 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "modules/kernels.cu"
+#include "nvcc_check.h"
 
-#define CHECK(x)                                                                                                       \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            std::printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e_));                          \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
+#include "modules/kernels.cu"
 
 static void hold(void *arg)
 {

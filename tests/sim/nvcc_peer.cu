@@ -9,21 +9,14 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
+#include "nvcc_check.h"
+
 __global__ void add_from(const int *src, int *dst, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n)
         dst[i] += src[i];
 }
-
-#define CHECK(x)                                                                                                       \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            std::printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e_));                          \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
 
 #define EXPECT(x, want)                                                                                                \
     do {                                                                                                               \

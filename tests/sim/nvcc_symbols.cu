@@ -14,6 +14,8 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
+#include "nvcc_check.h"
+
 __constant__ int table[16];
 __device__ float dev_scale = 2.5f;
 
@@ -28,15 +30,6 @@ __global__ void __launch_bounds__(128) lookup(int *out, int n)
 }
 
 static int failures;
-
-#define CHECK(x)                                                                                                       \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            std::printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e_));                          \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
 
 #define EXPECT(what, cond)                                                                                             \
     do {                                                                                                               \

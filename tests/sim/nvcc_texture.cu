@@ -11,21 +11,14 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
+#include "nvcc_check.h"
+
 __global__ void sample(cudaTextureObject_t tex, float *out, int w, int h)
 {
     int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x < w && y < h)
         out[y * w + x] = tex2D<float>(tex, x + 0.5f, y + 0.5f);
 }
-
-#define CHECK(x)                                                                                                       \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        if (e_ != cudaSuccess) {                                                                                       \
-            std::printf("FAIL %s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e_));                          \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-    } while (0)
 
 enum { W = 64, H = 48, SPITCH = W * 4 + 32 };
 
