@@ -89,6 +89,10 @@ CUresult drv_array_at(CUarray h, const size_t pos[3], size_t width, size_t heigh
                       size_t *pitch);
 /* Whether h is a live array of that device. */
 bool drv_array_of(CUarray h, int device);
+/* A file's bytes, NUL-terminated after len (PTX is text), in *buf (free
+ * it); CUDA_ERROR_FILE_NOT_FOUND when it cannot be read (driver_module.c;
+ * driver_link.c's cuLinkAddFile reads with it too). */
+CUresult drv_file_read(const char *path, char **buf, size_t *len);
 
 /* Exports a legacy-stream entry point and its per-thread-default-stream
  * twin, both calling impl(..., ptds): the twin of a call that takes a

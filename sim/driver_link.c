@@ -274,34 +274,20 @@ static CUresult link_add_file(CUlinkState state, CUjitInputType type, const char
         return r;
     if (!path)
         return CUDA_ERROR_INVALID_VALUE;
-    FILE *f = fopen(path, "rb");
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    while (f) {
-        if (cap - len < 4096) {
-            cap = cap ? cap * 2 : 65536;
-            buf = realloc(buf, cap + 1);
-            if (!buf)
-                abort();
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
+    size_t len = 0;
+    CUresult file_r = drv_file_read(path, &buf, &len);
     DRV_ENTER_ANY();
     if (!handle_is(state, SIM_MAGIC_LINK))
         r = CUDA_ERROR_INVALID_HANDLE;
-    else if (!f || ferror(f)) {
+    else if (file_r != CUDA_SUCCESS) {
         link_error(state, "cuLinkAddFile: cannot read '%s'", path);
         r = CUDA_ERROR_FILE_NOT_FOUND;
     } else {
-        buf[len] = 0; /* a PTX text ends there */
+        /* drv_file_read ends the bytes with a NUL, which ends a PTX text */
         r = link_add(state, type, buf, type == CU_JIT_INPUT_PTX ? len + 1 : len, path);
     }
     sim_unlock();
-    if (f)
-        fclose(f);
     free(buf);
     return r;
 }

@@ -145,8 +145,7 @@ static CUresult image_names_unbounded(const void *image, name_set_t *set)
     return image_names(image, len, set);
 }
 
-/* A file's bytes, NUL-terminated (PTX is text), in *buf (free it). */
-static CUresult file_read(const char *path, char **buf, size_t *len)
+CUresult drv_file_read(const char *path, char **buf, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -181,7 +180,7 @@ static CUresult file_read(const char *path, char **buf, size_t *len)
 static CUresult file_names(const char *path, name_set_t *set)
 {
     size_t len;
-    CUresult r = file_read(path, &set->buf, &len);
+    CUresult r = drv_file_read(path, &set->buf, &len);
     return r == CUDA_SUCCESS ? image_names(set->buf, len + 1, set) : r; /* the NUL ends a PTX text */
 }
 

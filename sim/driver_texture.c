@@ -170,24 +170,37 @@ SIM_API CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_
     return drv_leave(CUDA_SUCCESS);
 }
 
-SIM_API CUresult cuTexObjectDestroy(CUtexObject texObject)
+/* cu{Tex,Surf}ObjectDestroy: the object h of that kind freed. */
+static CUresult object_destroy(unsigned long long h, uint32_t magic)
 {
     DRV_ENTER_ANY();
-    sim_texobj_t *o = object_get(texObject, SIM_MAGIC_TEXOBJ);
+    sim_texobj_t *o = object_get(h, magic);
     if (!o)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     object_free(o);
     return drv_leave(CUDA_SUCCESS);
 }
 
-SIM_API CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
+/* cu{Tex,Surf}ObjectGetResourceDesc: the resource the object h of that
+ * kind was made over. */
+static CUresult object_res_desc(CUDA_RESOURCE_DESC *out, unsigned long long h, uint32_t magic)
 {
     DRV_ENTER_ANY();
-    sim_texobj_t *o = object_get(texObject, SIM_MAGIC_TEXOBJ);
-    if (!o || !pResDesc)
+    sim_texobj_t *o = object_get(h, magic);
+    if (!o || !out)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    *pResDesc = o->res;
+    *out = o->res;
     return drv_leave(CUDA_SUCCESS);
+}
+
+SIM_API CUresult cuTexObjectDestroy(CUtexObject texObject)
+{
+    return object_destroy(texObject, SIM_MAGIC_TEXOBJ);
+}
+
+SIM_API CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject)
+{
+    return object_res_desc(pResDesc, texObject, SIM_MAGIC_TEXOBJ);
 }
 
 SIM_API CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
@@ -225,22 +238,12 @@ SIM_API CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOUR
 
 SIM_API CUresult cuSurfObjectDestroy(CUsurfObject surfObject)
 {
-    DRV_ENTER_ANY();
-    sim_texobj_t *o = object_get(surfObject, SIM_MAGIC_SURFOBJ);
-    if (!o)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    object_free(o);
-    return drv_leave(CUDA_SUCCESS);
+    return object_destroy(surfObject, SIM_MAGIC_SURFOBJ);
 }
 
 SIM_API CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUsurfObject surfObject)
 {
-    DRV_ENTER_ANY();
-    sim_texobj_t *o = object_get(surfObject, SIM_MAGIC_SURFOBJ);
-    if (!o || !pResDesc)
-        return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    *pResDesc = o->res;
-    return drv_leave(CUDA_SUCCESS);
+    return object_res_desc(pResDesc, surfObject, SIM_MAGIC_SURFOBJ);
 }
 
 void sim_texobjs_free_ctx(struct CUctx_st *ctx)

@@ -644,15 +644,24 @@ RT_API cudaError_t cudaDestroyTextureObject(cudaTextureObject_t texObject)
     return rt_ret(RT_FORWARD(RT_DRV->cuTexObjectDestroy(texObject)));
 }
 
-RT_API cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaTextureObject_t texObject)
+/* cudaGet{Texture,Surface}ObjectResourceDesc: the driver's answer for
+ * the object h in the runtime's struct.  The driver call is picked inside
+ * RT_FORWARD, once the table is loaded. */
+static cudaError_t rt_object_res_desc(struct cudaResourceDesc *out, unsigned long long h, bool surface)
 {
     CUDA_RESOURCE_DESC r;
-    if (!pResDesc)
+    if (!out)
         return rt_ret(cudaErrorInvalidValue);
-    cudaError_t e = RT_FORWARD(RT_DRV->cuTexObjectGetResourceDesc(&r, texObject));
+    cudaError_t e = RT_FORWARD(
+        (surface ? RT_DRV->cuSurfObjectGetResourceDesc : RT_DRV->cuTexObjectGetResourceDesc)(&r, h));
     if (e == cudaSuccess)
-        rt_res_from_cu(&r, pResDesc);
+        rt_res_from_cu(&r, out);
     return rt_ret(e);
+}
+
+RT_API cudaError_t cudaGetTextureObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaTextureObject_t texObject)
+{
+    return rt_object_res_desc(pResDesc, texObject, false);
 }
 
 RT_API cudaError_t cudaGetTextureObjectTextureDesc(struct cudaTextureDesc *pTexDesc, cudaTextureObject_t texObject)
@@ -699,11 +708,5 @@ RT_API cudaError_t cudaDestroySurfaceObject(cudaSurfaceObject_t surfObject)
 
 RT_API cudaError_t cudaGetSurfaceObjectResourceDesc(struct cudaResourceDesc *pResDesc, cudaSurfaceObject_t surfObject)
 {
-    CUDA_RESOURCE_DESC r;
-    if (!pResDesc)
-        return rt_ret(cudaErrorInvalidValue);
-    cudaError_t e = RT_FORWARD(RT_DRV->cuSurfObjectGetResourceDesc(&r, surfObject));
-    if (e == cudaSuccess)
-        rt_res_from_cu(&r, pResDesc);
-    return rt_ret(e);
+    return rt_object_res_desc(pResDesc, surfObject, true);
 }

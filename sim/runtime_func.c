@@ -169,8 +169,10 @@ static void rt_driver_config(const rt_launch_config_t *c, CUlaunchConfig *out)
                             c->numAttrs};
 }
 
-RT_API cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *func,
-                                                        const rt_launch_config_t *launchConfig)
+/* cudaOccupancyMaxPotentialClusterSize (active: false) and
+ * cudaOccupancyMaxActiveClusters (true): the driver's answer for func
+ * under the launch configuration. */
+static cudaError_t rt_cluster_query(int *out, const void *func, const rt_launch_config_t *launchConfig, bool active)
 {
     if (!launchConfig)
         return rt_ret(cudaErrorInvalidValue);
@@ -178,19 +180,22 @@ RT_API cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const 
     CUfunction f = rt_func(func, &e);
     CUlaunchConfig c;
     rt_driver_config(launchConfig, &c);
-    return rt_ret(f ? rt_err(RT_DRV->cuOccupancyMaxPotentialClusterSize(clusterSize, f, &c)) : e);
+    if (!f)
+        return rt_ret(e);
+    return rt_ret(rt_err(active ? RT_DRV->cuOccupancyMaxActiveClusters(out, f, &c)
+                                : RT_DRV->cuOccupancyMaxPotentialClusterSize(out, f, &c)));
+}
+
+RT_API cudaError_t cudaOccupancyMaxPotentialClusterSize(int *clusterSize, const void *func,
+                                                        const rt_launch_config_t *launchConfig)
+{
+    return rt_cluster_query(clusterSize, func, launchConfig, false);
 }
 
 RT_API cudaError_t cudaOccupancyMaxActiveClusters(int *numClusters, const void *func,
                                                   const rt_launch_config_t *launchConfig)
 {
-    if (!launchConfig)
-        return rt_ret(cudaErrorInvalidValue);
-    cudaError_t e;
-    CUfunction f = rt_func(func, &e);
-    CUlaunchConfig c;
-    rt_driver_config(launchConfig, &c);
-    return rt_ret(f ? rt_err(RT_DRV->cuOccupancyMaxActiveClusters(numClusters, f, &c)) : e);
+    return rt_cluster_query(numClusters, func, launchConfig, true);
 }
 
 /* A launch's result as the runtime reports it: a bad configuration is
