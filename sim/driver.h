@@ -94,6 +94,18 @@ bool drv_array_of(CUarray h, int device);
  * driver_link.c's cuLinkAddFile reads with it too). */
 CUresult drv_file_read(const char *path, char **buf, size_t *len);
 
+/* Graph nodes the generic calls make (driver_graph.c; driver_graph_params.c
+ * maps CUgraphNodeParams onto these and the per-kind entry points): a child
+ * graph copied or moved; a child node's graph replaced by a copy; a
+ * conditional node with its empty bodies (p->phGraph_out set); whether a
+ * node is of a kind. */
+CUresult drv_graph_add_child(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
+                             const CUDA_CHILD_GRAPH_NODE_PARAMS *p);
+CUresult drv_graph_set_child(CUgraphNode h, CUgraph child);
+CUresult drv_graph_add_conditional(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
+                                   CUDA_CONDITIONAL_NODE_PARAMS *p);
+CUresult drv_graph_node_type_is(CUgraphNode h, CUgraphNodeType type);
+
 /* Exports a legacy-stream entry point and its per-thread-default-stream
  * twin, both calling impl(..., ptds): the twin of a call that takes a
  * stream is name_ptsz, of one that does not (a synchronous copy) name_ptds. */

@@ -8,11 +8,13 @@
  * nodes, device launch; the other node kinds (external semaphores, batch
  * memory operations, conditional nodes) keep their generated stubs.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "driver.h"
+#include "stub.h"
 
 /* ------------------------------------------------------------------------
  * Checks shared by the calls
@@ -406,11 +408,11 @@ SIM_API CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, c
     return drv_leave(node_begin(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_EMPTY, &node));
 }
 
-/* A copy of g (its nodes, parameters and edges); graphs with memory nodes
- * cannot be copied, as in CUDA. */
+/* A copy of g (its nodes, parameters and edges); graphs with memory or
+ * conditional nodes cannot be copied, as in CUDA. */
 static CUresult graph_clone(struct CUgraph_st *g, struct CUgraph_st **out)
 {
-    if (g->has_mem)
+    if (g->has_mem || g->has_cond)
         return CUDA_ERROR_NOT_SUPPORTED;
     struct CUgraph_st *c = sim_graph_new(g->ctx);
     for (size_t i = 0; i < g->nnodes; i++) {
@@ -466,6 +468,46 @@ SIM_API CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGra
     if (!phGraph || hNode->type != CU_GRAPH_NODE_TYPE_GRAPH)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *phGraph = hNode->child;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+CUresult drv_graph_add_child(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
+                             const CUDA_CHILD_GRAPH_NODE_PARAMS *p)
+{
+    if (p->ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE)
+        return cuGraphAddChildGraphNode(ph, g, deps, n, p->graph);
+    if (p->ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE)
+        return CUDA_ERROR_INVALID_VALUE;
+    GRAPH_ENTER(g);
+    struct CUgraph_st *c = p->graph;
+    /* a graph of the program's, not instantiated, moved once, into another graph */
+    if (!handle_is(c, SIM_MAGIC_GRAPH) || c == g || c->is_child || !ph || !deps_ok(g, deps, n) ||
+        (c->exec && handle_is(c->exec, SIM_MAGIC_EXEC)) || c->has_cond)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    if (c->has_mem) { /* memory nodes below the top level are not modelled */
+        static atomic_flag once = ATOMIC_FLAG_INIT;
+        return drv_leave(sim_stub_driver(&once, "cuGraphAddNode (a moved child graph holding memory nodes)"));
+    }
+    c->is_child = true;
+    struct CUgraphNode_st *node = NULL;
+    node_begin(ph, g, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, &node);
+    node->child = c;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+CUresult drv_graph_set_child(CUgraphNode h, CUgraph child)
+{
+    NODE_ENTER(h);
+    if (h->type != CU_GRAPH_NODE_TYPE_GRAPH || !handle_is(child, SIM_MAGIC_GRAPH) || child == h->graph)
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    struct CUgraph_st *copy = NULL;
+    CUresult r = graph_clone(child, &copy);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    copy->is_child = true;
+    handle_add(copy, SIM_MAGIC_GRAPH);
+    sim_graph_free(h->child);
+    h->child = copy;
     return drv_leave(CUDA_SUCCESS);
 }
 
@@ -530,6 +572,79 @@ SIM_API CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode hNode, CUevent *event_
 SIM_API CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 {
     return event_node_set(hNode, event, CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+}
+
+/* ------------------------------------------------------------------------
+ * Conditional nodes
+ * ---------------------------------------------------------------------- */
+
+SIM_API CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx,
+                                                unsigned int defaultLaunchValue, unsigned int flags)
+{
+    GRAPH_ENTER(hGraph);
+    if (!pHandle_out || !sim_ctx_valid(ctx) || (flags & ~(unsigned)CU_GRAPH_COND_ASSIGN_DEFAULT))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    sim_cond_t *c = sim_xcalloc(1, sizeof *c);
+    *c = (sim_cond_t){.ctx = ctx, .value = defaultLaunchValue, .flags = flags, .next = hGraph->conds};
+    hGraph->conds = c;
+    *pHandle_out = (CUgraphConditionalHandle)(uintptr_t)c;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+/* The handle h when it was created on g or on a graph enclosing g. */
+static sim_cond_t *cond_find(struct CUgraph_st *g, CUgraphConditionalHandle h)
+{
+    for (; g; g = g->owner ? g->owner->graph : NULL)
+        for (sim_cond_t *c = g->conds; c; c = c->next)
+            if ((CUgraphConditionalHandle)(uintptr_t)c == h)
+                return c;
+    return NULL;
+}
+
+/* The number of bodies each kind takes (size), at most (0: any). */
+static const struct {
+    unsigned min, max;
+} cond_sizes[] = {
+    [CU_GRAPH_COND_TYPE_IF] = {1, 2},
+    [CU_GRAPH_COND_TYPE_WHILE] = {1, 1},
+    [CU_GRAPH_COND_TYPE_SWITCH] = {1, 0},
+};
+
+CUresult drv_graph_add_conditional(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
+                                   CUDA_CONDITIONAL_NODE_PARAMS *p)
+{
+    GRAPH_ENTER(g);
+    sim_cond_t *c = cond_find(g, p->handle);
+    if (!c || (unsigned)p->type > CU_GRAPH_COND_TYPE_SWITCH || p->size < cond_sizes[p->type].min ||
+        (cond_sizes[p->type].max && p->size > cond_sizes[p->type].max) || (p->ctx && p->ctx != c->ctx) ||
+        g->is_child != (g->owner != NULL)) /* not in a child graph's copy: only in the program's graphs and bodies */
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    struct CUgraphNode_st *node = NULL;
+    CUresult r = node_begin(ph, g, deps, n, CU_GRAPH_NODE_TYPE_CONDITIONAL, &node);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    node->ctx = c->ctx;
+    node->cond = c;
+    node->cond_type = p->type;
+    node->nbodies = p->size;
+    node->bodies = sim_xcalloc(p->size, sizeof *node->bodies);
+    for (unsigned b = 0; b < p->size; b++) {
+        struct CUgraph_st *body = sim_graph_new(c->ctx);
+        body->is_child = true;
+        body->owner = node;
+        handle_add(body, SIM_MAGIC_GRAPH);
+        node->bodies[b] = body;
+    }
+    for (struct CUgraph_st *up = g; up; up = up->owner ? up->owner->graph : NULL)
+        up->has_cond = true;
+    p->phGraph_out = node->bodies;
+    return drv_leave(CUDA_SUCCESS);
+}
+
+CUresult drv_graph_node_type_is(CUgraphNode h, CUgraphNodeType type)
+{
+    NODE_ENTER(h);
+    return drv_leave(h->type == type ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
 }
 
 /* ------------------------------------------------------------------------
@@ -888,14 +1003,7 @@ SIM_API CUresult cuGraphDestroyNode(CUgraphNode hNode)
             g->nnodes--;
             break;
         }
-    handle_del(hNode);
-    if (hNode->op)
-        sim_op_free(hNode->op);
-    if (hNode->child)
-        sim_graph_free(hNode->child);
-    free(hNode->deps);
-    hNode->magic = SIM_MAGIC_DEAD;
-    sim_handle_release(hNode);
+    sim_graph_node_free(hNode);
     return drv_leave(CUDA_SUCCESS);
 }
 
@@ -905,6 +1013,7 @@ static const char *const node_type_names[] = {
     [CU_GRAPH_NODE_TYPE_GRAPH] = "graph",           [CU_GRAPH_NODE_TYPE_EMPTY] = "empty",
     [CU_GRAPH_NODE_TYPE_WAIT_EVENT] = "wait event", [CU_GRAPH_NODE_TYPE_EVENT_RECORD] = "event record",
     [CU_GRAPH_NODE_TYPE_MEM_ALLOC] = "mem alloc",   [CU_GRAPH_NODE_TYPE_MEM_FREE] = "mem free",
+    [CU_GRAPH_NODE_TYPE_CONDITIONAL] = "conditional",
 };
 
 /* A minimal DOT file: one box per node (its kind, and the kernel's name),
@@ -1111,6 +1220,13 @@ static bool update_check(struct CUgraphExec_st *x, struct CUgraph_st *g, CUgraph
         }
         if (xn->child && !update_check(xn->child, node->child, info))
             return false;
+        if (xn->nbodies != node->nbodies || (xn->nbodies && xn->cond_type != node->cond_type)) {
+            info->result = CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
+            return false;
+        }
+        for (unsigned b = 0; b < xn->nbodies; b++)
+            if (!update_check(xn->bodies[b], node->bodies[b], info))
+                return false;
     }
     info->errorNode = NULL;
     return true;
@@ -1127,6 +1243,10 @@ static void update_apply(struct CUgraphExec_st *x, struct CUgraph_st *g)
         xn->event = node->event;
         if (xn->child)
             update_apply(xn->child, node->child);
+        if (xn->nbodies)
+            xn->cond_value = node->cond->value;
+        for (unsigned b = 0; b < xn->nbodies; b++)
+            update_apply(xn->bodies[b], node->bodies[b]);
     }
 }
 

@@ -380,6 +380,18 @@ struct CUmemPoolHandle_st {
  * a node after the capturing stream's current dependencies. */
 typedef struct sim_gblock_s sim_gblock_t;
 
+/* A conditional handle (cuGraphConditionalHandleCreate): owned by its
+ * graph; the CUgraphConditionalHandle is its address, accepted only when
+ * found in the list of the node's graph or of a graph enclosing it.  No
+ * device code runs on the simulator, so nothing sets it after creation:
+ * each launch reads `value`. */
+typedef struct sim_cond_s {
+    struct CUctx_st *ctx;
+    unsigned value;          /* the default launch value */
+    unsigned flags;          /* CU_GRAPH_COND_ASSIGN_DEFAULT or 0 */
+    struct sim_cond_s *next; /* the graph's handles */
+} sim_cond_t;
+
 struct CUgraphNode_st {
     uint32_t magic;
     struct CUgraph_st *graph;
@@ -388,6 +400,10 @@ struct CUgraphNode_st {
     struct CUgraph_st *child;  /* GRAPH: its own copy of the child graph */
     struct CUevent_st *event;  /* EVENT_RECORD, WAIT_EVENT */
     sim_gblock_t *block;       /* MEM_ALLOC, MEM_FREE: the graph memory */
+    sim_cond_t *cond;          /* CONDITIONAL: its handle (owned by a graph) */
+    CUgraphConditionalNodeType cond_type;
+    struct CUgraph_st **bodies; /* CONDITIONAL: its body graphs, the node's (phGraph_out) */
+    unsigned nbodies;
     struct CUctx_st *ctx;      /* the context of its work */
     union {                    /* the parameters as given, for the getters */
         CUDA_KERNEL_NODE_PARAMS_v2 kernel;
@@ -408,7 +424,10 @@ struct CUgraph_st {
     size_t nnodes;
     bool has_mem;                /* holds memory nodes: one instance at a time, no clone */
     struct CUgraphExec_st *exec; /* that instance, when has_mem */
-    bool is_child;               /* a child node's copy: destroyed with the node */
+    bool is_child;               /* a child node's copy or a conditional body: destroyed with the node */
+    bool has_cond;               /* holds conditional nodes (here or in a body): one instance, no clone */
+    struct CUgraphNode_st *owner; /* a conditional body: the node holding it */
+    sim_cond_t *conds;           /* the conditional handles created on it */
 };
 
 /* An instance: the nodes in an order where each follows its dependencies. */
@@ -421,6 +440,10 @@ typedef struct sim_xnode_s {
     struct CUevent_st *event;
     sim_gblock_t *block;
     bool own; /* MEM_FREE: the allocation is this graph's own */
+    struct CUgraphExec_st **bodies; /* CONDITIONAL: instances of its bodies */
+    unsigned nbodies;
+    CUgraphConditionalNodeType cond_type;
+    unsigned cond_value; /* the handle's value at each launch */
     size_t *deps; /* earlier positions */
     size_t ndeps;
     bool enabled;
@@ -777,6 +800,8 @@ void sim_capture_end_all(struct CUctx_st *ctx);
 /* Graphs (engine_graph.c) */
 struct CUgraph_st *sim_graph_new(struct CUctx_st *ctx);
 void sim_graph_free(struct CUgraph_st *g);
+/* Frees a node taken out of its graph (its work, child graph, bodies). */
+void sim_graph_node_free(struct CUgraphNode_st *node);
 /* A node of kind type after deps[0..n) (checked by the caller), added to g. */
 struct CUgraphNode_st *sim_graph_node_add(struct CUgraph_st *g, CUgraphNodeType type, struct CUgraphNode_st *const *deps,
                                           size_t n);

@@ -25,6 +25,8 @@
  * until a free node, cuMemFree or cuMemFreeAsync frees it.  Both are
  * accounted when the launch is queued, not when its nodes run.
  */
+#include <limits.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,22 +75,33 @@ struct CUgraphNode_st *sim_graph_node_add(struct CUgraph_st *g, CUgraphNodeType 
 
 static void gblock_unref(sim_gblock_t *b);
 
+void sim_graph_node_free(struct CUgraphNode_st *node)
+{
+    handle_del(node);
+    if (node->op)
+        sim_op_free(node->op);
+    if (node->child)
+        sim_graph_free(node->child);
+    for (unsigned b = 0; b < node->nbodies; b++)
+        sim_graph_free(node->bodies[b]);
+    free(node->bodies);
+    if (node->block)
+        gblock_unref(node->block);
+    free(node->deps);
+    node->magic = SIM_MAGIC_DEAD;
+    sim_handle_release(node);
+}
+
 void sim_graph_free(struct CUgraph_st *g)
 {
-    for (size_t i = 0; i < g->nnodes; i++) {
-        struct CUgraphNode_st *node = g->nodes[i];
-        handle_del(node);
-        if (node->op)
-            sim_op_free(node->op);
-        if (node->child)
-            sim_graph_free(node->child);
-        if (node->block)
-            gblock_unref(node->block);
-        free(node->deps);
-        node->magic = SIM_MAGIC_DEAD;
-        sim_handle_release(node);
-    }
+    for (size_t i = 0; i < g->nnodes; i++)
+        sim_graph_node_free(g->nodes[i]);
     free(g->nodes);
+    while (g->conds) {
+        sim_cond_t *c = g->conds;
+        g->conds = c->next;
+        free(c);
+    }
     if (g->exec && handle_is(g->exec, SIM_MAGIC_EXEC))
         g->exec->graph = NULL;
     handle_del(g);
@@ -335,7 +348,8 @@ static size_t node_index(const struct CUgraph_st *g, const struct CUgraphNode_st
     return SIZE_MAX;
 }
 
-static CUresult exec_build(struct CUgraph_st *g, struct CUgraphExec_st *x, struct CUgraphNode_st **err_node);
+static CUresult exec_build(struct CUgraph_st *g, struct CUgraphExec_st *x, bool body,
+                           struct CUgraphNode_st **err_node);
 
 static void xnodes_free(struct CUgraphExec_st *x)
 {
@@ -345,6 +359,10 @@ static void xnodes_free(struct CUgraphExec_st *x)
             sim_op_free(xn->op);
         if (xn->child)
             sim_exec_free(xn->child);
+        for (unsigned b = 0; b < xn->nbodies; b++)
+            if (xn->bodies[b])
+                sim_exec_free(xn->bodies[b]);
+        free(xn->bodies);
         if (xn->block)
             gblock_unref(xn->block);
         free(xn->deps);
@@ -367,9 +385,30 @@ void sim_exec_free(struct CUgraphExec_st *x)
     sim_handle_release(x);
 }
 
+/* The node kinds a conditional body may hold, at any depth (cuda.h's
+ * CUDA_CONDITIONAL_NODE_PARAMS). */
+static bool body_kind_ok(CUgraphNodeType type)
+{
+    return type == CU_GRAPH_NODE_TYPE_KERNEL || type == CU_GRAPH_NODE_TYPE_EMPTY ||
+           type == CU_GRAPH_NODE_TYPE_GRAPH || type == CU_GRAPH_NODE_TYPE_MEMSET ||
+           type == CU_GRAPH_NODE_TYPE_MEMCPY || type == CU_GRAPH_NODE_TYPE_CONDITIONAL;
+}
+
+/* A sub-instance of x (a child graph's or a conditional body's). */
+static CUresult exec_sub(struct CUgraphExec_st *x, struct CUgraph_st *g, bool body, struct CUgraphExec_st **out,
+                         struct CUgraphNode_st **err_node)
+{
+    *out = sim_xcalloc(1, sizeof **out);
+    (*out)->magic = SIM_MAGIC_EXEC;
+    (*out)->ctx = x->ctx;
+    return exec_build(g, *out, body, err_node);
+}
+
 /* x's nodes from g's, ordered so that each follows its dependencies
- * (Kahn's algorithm); a cycle is CUDA_ERROR_INVALID_VALUE. */
-static CUresult exec_build(struct CUgraph_st *g, struct CUgraphExec_st *x, struct CUgraphNode_st **err_node)
+ * (Kahn's algorithm); a cycle, or in a conditional body (body) a node of a
+ * kind bodies may not hold, is CUDA_ERROR_INVALID_VALUE. */
+static CUresult exec_build(struct CUgraph_st *g, struct CUgraphExec_st *x, bool body,
+                           struct CUgraphNode_st **err_node)
 {
     size_t n = g->nnodes;
     size_t *order = sim_xcalloc(n ? n : 1, sizeof *order);
@@ -413,11 +452,20 @@ static CUresult exec_build(struct CUgraph_st *g, struct CUgraphExec_st *x, struc
         xn->ndeps = node->ndeps;
         for (size_t d = 0; d < node->ndeps; d++)
             xn->deps[d] = pos[node_index(g, node->deps[d])];
-        if (node->child) {
-            xn->child = sim_xcalloc(1, sizeof *xn->child);
-            xn->child->magic = SIM_MAGIC_EXEC;
-            xn->child->ctx = x->ctx;
-            r = exec_build(node->child, xn->child, err_node);
+        if (body && !body_kind_ok(node->type)) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            if (err_node && !*err_node)
+                *err_node = node;
+        }
+        if (node->child && r == CUDA_SUCCESS)
+            r = exec_sub(x, node->child, body, &xn->child, err_node);
+        if (node->nbodies) {
+            xn->cond_type = node->cond_type;
+            xn->cond_value = node->cond->value;
+            xn->bodies = sim_xcalloc(node->nbodies, sizeof *xn->bodies);
+            xn->nbodies = node->nbodies;
+            for (unsigned b = 0; b < node->nbodies && r == CUDA_SUCCESS; b++)
+                r = exec_sub(x, node->bodies[b], true, &xn->bodies[b], err_node);
         }
     }
     if (r != CUDA_SUCCESS && err_node && !*err_node && done < n)
@@ -439,20 +487,21 @@ static CUresult exec_build(struct CUgraph_st *g, struct CUgraphExec_st *x, struc
 CUresult sim_graph_instantiate(struct CUgraph_st *g, unsigned long long flags, struct CUgraphExec_st **out,
                                struct CUgraphNode_st **err_node)
 {
-    if (g->has_mem && g->exec && handle_is(g->exec, SIM_MAGIC_EXEC))
+    bool single = g->has_mem || g->has_cond;
+    if (single && g->exec && handle_is(g->exec, SIM_MAGIC_EXEC))
         return CUDA_ERROR_INVALID_VALUE; /* one instance at a time */
     struct CUgraphExec_st *x = sim_xcalloc(1, sizeof *x);
     x->magic = SIM_MAGIC_EXEC;
     x->ctx = g->ctx;
     x->graph = g;
     x->flags = flags;
-    CUresult r = exec_build(g, x, err_node);
+    CUresult r = exec_build(g, x, false, err_node);
     if (r != CUDA_SUCCESS) {
         x->graph = NULL;
         sim_exec_free(x);
         return r;
     }
-    if (g->has_mem)
+    if (single)
         g->exec = x;
     handle_add(x, SIM_MAGIC_EXEC);
     *out = x;
@@ -575,6 +624,54 @@ static sim_op_t *node_op(const sim_xnode_t *xn, int device)
 static void launch_nodes(launch_t *l, struct CUgraphExec_st *x, const gpos_t *entry, size_t nentry, gpos_t **sinks,
                          size_t *nsinks);
 
+/* Which body of a conditional node a launch runs, from the handle's value
+ * and the number of bodies; UINT_MAX for none.  One row per kind. */
+static unsigned cond_if(unsigned value, unsigned n)
+{
+    return value ? 0 : n == 2 ? 1 : UINT_MAX;
+}
+
+static unsigned cond_while(unsigned value, unsigned n)
+{
+    (void)n;
+    /* Nothing on the simulator can change the value (only device code
+     * calls cudaGraphSetConditional): the body runs once, as the
+     * iteration whose kernels would have cleared it. */
+    if (value) {
+        static atomic_flag once = ATOMIC_FLAG_INIT;
+        if (!atomic_flag_test_and_set(&once))
+            sim_log("a WHILE conditional node ran its body once: the simulator runs no device code that could "
+                    "change its condition");
+    }
+    return value ? 0 : UINT_MAX;
+}
+
+static unsigned cond_switch(unsigned value, unsigned n)
+{
+    return value < n ? value : UINT_MAX;
+}
+
+static unsigned (*const cond_body[])(unsigned value, unsigned n) = {
+    [CU_GRAPH_COND_TYPE_IF] = cond_if,
+    [CU_GRAPH_COND_TYPE_WHILE] = cond_while,
+    [CU_GRAPH_COND_TYPE_SWITCH] = cond_switch,
+};
+
+/* Queues sub after preds[0..n) and, after its sinks, one operation at
+ * *out: a child graph or a conditional body, as one node. */
+static void launch_sub(launch_t *l, struct CUgraphExec_st *sub, const gpos_t *preds, size_t n, const char *what,
+                       gpos_t *out)
+{
+    gpos_t *sinks = NULL;
+    size_t nsinks = 0;
+    launch_nodes(l, sub, preds, n, &sinks, &nsinks);
+    if (l->r == CUDA_SUCCESS)
+        lane_enqueue(l, sim_op_new(SIM_OP_WAIT, what), sinks, nsinks, out);
+    for (size_t i = 0; i < nsinks; i++)
+        vc_release(sinks[i].vc);
+    free(sinks);
+}
+
 /* Queues node k of x after its dependencies (or entry); its position in pos[k]. */
 static void launch_node(launch_t *l, struct CUgraphExec_st *x, size_t k, const gpos_t *entry, size_t nentry,
                         gpos_t *pos)
@@ -588,15 +685,13 @@ static void launch_node(launch_t *l, struct CUgraphExec_st *x, size_t k, const g
             preds[d] = pos[xn->deps[d]];
         n = xn->ndeps;
     }
+    unsigned body = xn->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && xn->nbodies
+                        ? cond_body[xn->cond_type](xn->cond_value, xn->nbodies)
+                        : UINT_MAX;
     if (xn->type == CU_GRAPH_NODE_TYPE_GRAPH && xn->child && xn->enabled) {
-        gpos_t *csinks = NULL;
-        size_t ncsinks = 0;
-        launch_nodes(l, xn->child, preds, n, &csinks, &ncsinks);
-        if (l->r == CUDA_SUCCESS)
-            lane_enqueue(l, sim_op_new(SIM_OP_WAIT, "child graph"), csinks, ncsinks, &pos[k]);
-        for (size_t i = 0; i < ncsinks; i++)
-            vc_release(csinks[i].vc);
-        free(csinks);
+        launch_sub(l, xn->child, preds, n, "child graph", &pos[k]);
+    } else if (body != UINT_MAX) {
+        launch_sub(l, xn->bodies[body], preds, n, "conditional node", &pos[k]);
     } else {
         lane_enqueue(l, node_op(xn, x->ctx->dev->ordinal), preds, n, &pos[k]);
     }

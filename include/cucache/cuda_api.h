@@ -148,6 +148,24 @@ typedef struct cudaGraphEdgeData_st cudaGraphEdgeData;
 typedef struct cudaGraphInstantiateParams_st cudaGraphInstantiateParams;
 typedef struct cudaGraphExecUpdateResultInfo_st cudaGraphExecUpdateResultInfo;
 typedef enum cudaGraphInstantiateResult cudaGraphInstantiateResult;
+/* The generic node parameters (cuGraphAddNode, cudaGraphAddNode) and
+ * conditional nodes. */
+typedef struct CUDA_KERNEL_NODE_PARAMS_v3_st CUDA_KERNEL_NODE_PARAMS_v3;
+typedef struct CUDA_MEMCPY_NODE_PARAMS_st CUDA_MEMCPY_NODE_PARAMS;
+typedef struct CUDA_MEMSET_NODE_PARAMS_v2_st CUDA_MEMSET_NODE_PARAMS_v2;
+typedef struct CUDA_HOST_NODE_PARAMS_v2_st CUDA_HOST_NODE_PARAMS_v2;
+typedef enum CUgraphChildGraphNodeOwnership_enum CUgraphChildGraphNodeOwnership;
+typedef struct CUDA_CHILD_GRAPH_NODE_PARAMS_st CUDA_CHILD_GRAPH_NODE_PARAMS;
+typedef struct CUDA_EVENT_RECORD_NODE_PARAMS_st CUDA_EVENT_RECORD_NODE_PARAMS;
+typedef struct CUDA_EVENT_WAIT_NODE_PARAMS_st CUDA_EVENT_WAIT_NODE_PARAMS;
+typedef struct CUDA_MEM_ALLOC_NODE_PARAMS_v2_st CUDA_MEM_ALLOC_NODE_PARAMS_v2;
+typedef struct CUDA_MEM_FREE_NODE_PARAMS_st CUDA_MEM_FREE_NODE_PARAMS;
+typedef cuuint64_t CUgraphConditionalHandle;
+typedef enum CUgraphConditionalNodeType_enum CUgraphConditionalNodeType;
+typedef struct CUDA_CONDITIONAL_NODE_PARAMS CUDA_CONDITIONAL_NODE_PARAMS;
+typedef struct CUgraphNodeParams_st CUgraphNodeParams;
+typedef unsigned long long cudaGraphConditionalHandle;
+#define CU_GRAPH_COND_ASSIGN_DEFAULT 0x1
 #define CU_STREAM_ADD_CAPTURE_DEPENDENCIES 0x0
 #define CU_STREAM_SET_CAPTURE_DEPENDENCIES 0x1
 #define cudaStreamAddCaptureDependencies 0x0
@@ -1472,6 +1490,203 @@ struct cudaGraphExecUpdateResultInfo_st {
     cudaGraphNode_t errorFromNode;
 };
 
+/* The generic node parameters: a tagged union (the members the simulator
+ * reads; the padding gives the union the real size). */
+struct CUDA_KERNEL_NODE_PARAMS_v3_st {
+    CUfunction func;
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    CUkernel kern;
+    CUcontext ctx;
+};
+
+struct CUDA_MEMCPY_NODE_PARAMS_st {
+    int flags;
+    int reserved;
+    CUcontext copyCtx;
+    CUDA_MEMCPY3D copyParams;
+};
+
+struct CUDA_MEMSET_NODE_PARAMS_v2_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+    CUcontext ctx;
+};
+
+struct CUDA_HOST_NODE_PARAMS_v2_st {
+    CUhostFn fn;
+    void *userData;
+};
+
+enum CUgraphChildGraphNodeOwnership_enum {
+    CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE = 0,
+    CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE = 1
+};
+
+struct CUDA_CHILD_GRAPH_NODE_PARAMS_st {
+    CUgraph graph;
+    CUgraphChildGraphNodeOwnership ownership;
+};
+
+struct CUDA_EVENT_RECORD_NODE_PARAMS_st {
+    CUevent event;
+};
+
+struct CUDA_EVENT_WAIT_NODE_PARAMS_st {
+    CUevent event;
+};
+
+struct CUDA_MEM_ALLOC_NODE_PARAMS_v2_st {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+};
+
+struct CUDA_MEM_FREE_NODE_PARAMS_st {
+    CUdeviceptr dptr;
+};
+
+enum CUgraphConditionalNodeType_enum {
+    CU_GRAPH_COND_TYPE_IF = 0,
+    CU_GRAPH_COND_TYPE_WHILE = 1,
+    CU_GRAPH_COND_TYPE_SWITCH = 2
+};
+
+struct CUDA_CONDITIONAL_NODE_PARAMS {
+    CUgraphConditionalHandle handle;
+    CUgraphConditionalNodeType type;
+    unsigned int size;
+    CUgraph *phGraph_out;
+    CUcontext ctx;
+};
+
+struct CUgraphNodeParams_st {
+    CUgraphNodeType type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_KERNEL_NODE_PARAMS_v3 kernel;
+        CUDA_MEMCPY_NODE_PARAMS memcpy;
+        CUDA_MEMSET_NODE_PARAMS_v2 memset;
+        CUDA_HOST_NODE_PARAMS_v2 host;
+        CUDA_CHILD_GRAPH_NODE_PARAMS graph;
+        CUDA_EVENT_WAIT_NODE_PARAMS eventWait;
+        CUDA_EVENT_RECORD_NODE_PARAMS eventRecord;
+        CUDA_MEM_ALLOC_NODE_PARAMS_v2 alloc;
+        CUDA_MEM_FREE_NODE_PARAMS free;
+        CUDA_CONDITIONAL_NODE_PARAMS conditional;
+    };
+    long long reserved2;
+};
+
+struct cudaKernelNodeParamsV2 {
+    void *func;
+    struct dim3 gridDim;
+    struct dim3 blockDim;
+    unsigned int sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+};
+
+struct cudaMemcpyNodeParams {
+    int flags;
+    int reserved[3];
+    struct cudaMemcpy3DParms copyParams;
+};
+
+struct cudaMemsetParamsV2 {
+    void *dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+};
+
+struct cudaHostNodeParamsV2 {
+    cudaHostFn_t fn;
+    void *userData;
+};
+
+enum cudaGraphChildGraphNodeOwnership {
+    cudaGraphChildGraphOwnershipClone = 0,
+    cudaGraphChildGraphOwnershipMove = 1
+};
+
+struct cudaChildGraphNodeParams {
+    cudaGraph_t graph;
+    enum cudaGraphChildGraphNodeOwnership ownership;
+};
+
+struct cudaEventRecordNodeParams {
+    cudaEvent_t event;
+};
+
+struct cudaEventWaitNodeParams {
+    cudaEvent_t event;
+};
+
+struct cudaMemAllocNodeParamsV2 {
+    struct cudaMemPoolProps poolProps;
+    const struct cudaMemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    void *dptr;
+};
+
+struct cudaMemFreeNodeParams {
+    void *dptr;
+};
+
+enum cudaGraphConditionalHandleFlags {
+    cudaGraphCondAssignDefault = 1
+};
+
+enum cudaGraphConditionalNodeType {
+    cudaGraphCondTypeIf = 0,
+    cudaGraphCondTypeWhile = 1,
+    cudaGraphCondTypeSwitch = 2
+};
+
+struct cudaConditionalNodeParams {
+    cudaGraphConditionalHandle handle;
+    enum cudaGraphConditionalNodeType type;
+    unsigned int size;
+    cudaGraph_t *phGraph_out;
+};
+
+struct cudaGraphNodeParams {
+    enum cudaGraphNodeType type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        struct cudaKernelNodeParamsV2 kernel;
+        struct cudaMemcpyNodeParams memcpy;
+        struct cudaMemsetParamsV2 memset;
+        struct cudaHostNodeParamsV2 host;
+        struct cudaChildGraphNodeParams graph;
+        struct cudaEventWaitNodeParams eventWait;
+        struct cudaEventRecordNodeParams eventRecord;
+        struct cudaMemAllocNodeParamsV2 alloc;
+        struct cudaMemFreeNodeParams free;
+        struct cudaConditionalNodeParams conditional;
+    };
+    long long reserved2;
+};
+
 /* Arrays (the formats the simulator lays out, and the others it refuses by
  * name: cuArray3DCreate answers CUDA_ERROR_NOT_SUPPORTED for them). */
 enum CUarray_format_enum {
@@ -2160,6 +2375,7 @@ CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *from, cons
 CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph, CUgraphNode *phErrorNode, char *logBuffer, size_t bufferSize);
 CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out, CUgraphExecUpdateResult *updateResult_out);
 CUresult cuGraphExecKernelNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v1 *nodeParams);
+CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraphNodeParams *nodeParams);
 CUresult cuStreamBeginCapture(CUstream hStream);
 CUresult cuStreamBeginCapture_ptsz(CUstream hStream);
 CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out);
@@ -2168,6 +2384,10 @@ CUresult cuStreamUpdateCaptureDependencies(CUstream hStream, CUgraphNode *depend
 CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream hStream, CUgraphNode *dependencies, size_t numDependencies, unsigned int flags);
 #endif
 CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags);
+CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams);
+CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
+CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags);
 CUresult cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams);
 CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hNode, CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams);
 CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams);
@@ -2513,6 +2733,10 @@ cudaError_t cudaGraphExecEventWaitNodeSetEvent(cudaGraphExec_t hGraphExec, cudaG
 cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int isEnabled);
 cudaError_t cudaGraphNodeGetEnabled(cudaGraphExec_t hGraphExec, cudaGraphNode_t hNode, unsigned int *isEnabled);
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t hGraphExec, cudaGraph_t hGraph, cudaGraphExecUpdateResultInfo *resultInfo);
+cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies, const cudaGraphEdgeData *dependencyData, size_t numDependencies, struct cudaGraphNodeParams *nodeParams);
+cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams);
+cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams);
+cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle_out, cudaGraph_t graph, unsigned int defaultLaunchValue, unsigned int flags);
 cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams);
 cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, cudaGraphInstantiateParams *instantiateParams);
 cudaError_t cudaGraphUpload(cudaGraphExec_t graphExec, cudaStream_t stream);

@@ -48,10 +48,11 @@ def parse_enum_body(tag, body):
 
 
 def nested_blocks(tag, body):
-    """body with each member that is an anonymous struct or union
+    """body with each member that is an untagged struct or union
     (`struct { ... } name;`, `union { ... } name;`, nested to any depth)
     taken out, and [(field name, declaration)] of the fields inside them,
-    as name.field."""
+    as name.field, or as field when the member has no name (C11's
+    anonymous members, `union { ... };`)."""
     fields, out, pos = [], [], 0
     for m in re.finditer(r"\b(?:struct|union)\s*\{", body):
         if m.start() < pos:
@@ -62,12 +63,12 @@ def nested_blocks(tag, body):
                 raise ParseError(f"{tag}: unbalanced braces")
             depth += {"{": 1, "}": -1}.get(body[end], 0)
             end += 1
-        name = re.match(rf"\s*({IDENT})\s*;", body[end:])
+        name = re.match(rf"\s*({IDENT})?\s*;", body[end:])
         if not name:
-            raise ParseError(f"{tag}: a nested struct or union without a member name")
-        member = name.group(1)
-        for sub, decl in parse_struct_body(f"{tag}.{member}", body[m.end():end - 1]):
-            fields.append((f"{member}.{sub}", decl))
+            raise ParseError(f"{tag}: a nested struct or union not followed by a member name and ';'")
+        member = name.group(1)  # None: an anonymous member, its fields named as the parent's (C11)
+        for sub, decl in parse_struct_body(f"{tag}.{member or '(anonymous)'}", body[m.end():end - 1]):
+            fields.append((f"{member}.{sub}" if member else sub, decl))
         out.append(body[pos:m.start()])
         pos = end + name.end()
     out.append(body[pos:])
