@@ -678,3 +678,157 @@ RT_STREAM_API(cudaStreamUpdateCaptureDependencies, cudaStreamUpdateCaptureDepend
               (cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData,
                size_t numDependencies, unsigned int flags),
               stream, dependencies, dependencyData, numDependencies, flags)
+
+/* ------------------------------------------------------------------------
+ * Generic node parameters and conditional nodes
+ * ---------------------------------------------------------------------- */
+
+/* The size of each kind's member of cudaGraphNodeParams' union (the bytes
+ * after it must be zero); 0 for a kind the driver refuses or checks. */
+static const size_t rt_param_sizes[] = {
+    [cudaGraphNodeTypeKernel] = sizeof(struct cudaKernelNodeParamsV2),
+    [cudaGraphNodeTypeMemcpy] = sizeof(struct cudaMemcpyNodeParams),
+    [cudaGraphNodeTypeMemset] = sizeof(struct cudaMemsetParamsV2),
+    [cudaGraphNodeTypeHost] = sizeof(struct cudaHostNodeParamsV2),
+    [cudaGraphNodeTypeGraph] = sizeof(struct cudaChildGraphNodeParams),
+    [cudaGraphNodeTypeWaitEvent] = sizeof(struct cudaEventWaitNodeParams),
+    [cudaGraphNodeTypeEventRecord] = sizeof(struct cudaEventRecordNodeParams),
+    [cudaGraphNodeTypeMemAlloc] = sizeof(struct cudaMemAllocNodeParamsV2),
+    [cudaGraphNodeTypeMemFree] = sizeof(struct cudaMemFreeNodeParams),
+    [cudaGraphNodeTypeConditional] = sizeof(struct cudaConditionalNodeParams),
+};
+
+_Static_assert(sizeof(struct cudaGraphNodeParams) == sizeof(CUgraphNodeParams), "the same size");
+
+/* The driver's parameters for p (its unused bytes checked here, the
+ * driver's own fields zero, the kinds without a member passed as they
+ * are for the driver to refuse). */
+static cudaError_t node_params(const struct cudaGraphNodeParams *p, CUgraphNodeParams *d)
+{
+    if (!p)
+        return cudaErrorInvalidValue;
+    memset(d, 0, sizeof *d);
+    d->type = (CUgraphNodeType)p->type;
+    memcpy(d->reserved0, p->reserved0, sizeof d->reserved0);
+    d->reserved2 = p->reserved2;
+    size_t used = (unsigned)p->type < sizeof rt_param_sizes / sizeof *rt_param_sizes ? rt_param_sizes[p->type] : 0;
+    const unsigned char *b = (const unsigned char *)&p->reserved1;
+    for (size_t i = used; used && i < sizeof p->reserved1; i++)
+        if (b[i])
+            return cudaErrorInvalidValue;
+    cudaError_t e = cudaSuccess;
+    switch (p->type) {
+    case cudaGraphNodeTypeKernel: {
+        struct cudaKernelNodeParams k = {p->kernel.func,         p->kernel.gridDim,      p->kernel.blockDim,
+                                         p->kernel.sharedMemBytes, p->kernel.kernelParams, p->kernel.extra};
+        CUDA_KERNEL_NODE_PARAMS_v2 v;
+        e = kernel_params(&k, &v);
+        memcpy(&d->kernel, &v, sizeof v);
+        break;
+    }
+    case cudaGraphNodeTypeMemcpy:
+        if (p->memcpy.flags || p->memcpy.reserved[0] || p->memcpy.reserved[1] || p->memcpy.reserved[2])
+            return cudaErrorInvalidValue;
+        e = copy_params(&p->memcpy.copyParams, &d->memcpy.copyParams);
+        break;
+    case cudaGraphNodeTypeMemset:
+        d->memset = (CUDA_MEMSET_NODE_PARAMS_v2){(CUdeviceptr)(uintptr_t)p->memset.dst,
+                                                 p->memset.pitch,
+                                                 p->memset.value,
+                                                 p->memset.elementSize,
+                                                 p->memset.width,
+                                                 p->memset.height,
+                                                 NULL};
+        break;
+    case cudaGraphNodeTypeHost:
+        d->host = (CUDA_HOST_NODE_PARAMS_v2){p->host.fn, p->host.userData};
+        break;
+    case cudaGraphNodeTypeGraph:
+        d->graph = (CUDA_CHILD_GRAPH_NODE_PARAMS){p->graph.graph, (CUgraphChildGraphNodeOwnership)p->graph.ownership};
+        break;
+    case cudaGraphNodeTypeWaitEvent:
+        d->eventWait.event = p->eventWait.event;
+        break;
+    case cudaGraphNodeTypeEventRecord:
+        d->eventRecord.event = p->eventRecord.event;
+        break;
+    case cudaGraphNodeTypeMemAlloc:
+        memcpy(&d->alloc.poolProps, &p->alloc.poolProps, sizeof d->alloc.poolProps);
+        d->alloc.accessDescs = (const CUmemAccessDesc *)p->alloc.accessDescs;
+        d->alloc.accessDescCount = p->alloc.accessDescCount;
+        d->alloc.bytesize = p->alloc.bytesize;
+        break;
+    case cudaGraphNodeTypeMemFree:
+        d->free.dptr = (CUdeviceptr)(uintptr_t)p->free.dptr;
+        break;
+    case cudaGraphNodeTypeConditional: {
+        int dev;
+        unsigned gen;
+        rt_current(&d->conditional.ctx, &dev, &gen);
+        d->conditional.handle = p->conditional.handle;
+        d->conditional.type = (CUgraphConditionalNodeType)p->conditional.type;
+        d->conditional.size = p->conditional.size;
+        break;
+    }
+    default: /* the driver names what it refuses */
+        break;
+    }
+    return e;
+}
+
+RT_API cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies,
+                                    const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+                                    struct cudaGraphNodeParams *nodeParams)
+{
+    cudaError_t e = rt_enter();
+    CUgraphNodeParams d;
+    if (e == cudaSuccess)
+        e = node_params(nodeParams, &d);
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuGraphAddNode_v2(pGraphNode, graph, pDependencies, (const CUgraphEdgeData *)dependencyData,
+                                             numDependencies, &d));
+    if (e == cudaSuccess && nodeParams->type == cudaGraphNodeTypeMemAlloc)
+        nodeParams->alloc.dptr = (void *)(uintptr_t)d.alloc.dptr;
+    if (e == cudaSuccess && nodeParams->type == cudaGraphNodeTypeConditional)
+        nodeParams->conditional.phGraph_out = d.conditional.phGraph_out;
+    return rt_ret(e);
+}
+
+RT_API cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, struct cudaGraphNodeParams *nodeParams)
+{
+    cudaError_t e = rt_enter();
+    CUgraphNodeParams d;
+    if (e == cudaSuccess)
+        e = node_params(nodeParams, &d);
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuGraphNodeSetParams(node, &d));
+    return rt_ret(e);
+}
+
+RT_API cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t graphExec, cudaGraphNode_t node,
+                                              struct cudaGraphNodeParams *nodeParams)
+{
+    cudaError_t e = rt_enter();
+    CUgraphNodeParams d;
+    if (e == cudaSuccess)
+        e = node_params(nodeParams, &d);
+    if (e == cudaSuccess)
+        e = rt_err(RT_DRV->cuGraphExecNodeSetParams(graphExec, node, &d));
+    return rt_ret(e);
+}
+
+/* The handle belongs to the current device's primary context. */
+RT_API cudaError_t cudaGraphConditionalHandleCreate(cudaGraphConditionalHandle *pHandle_out, cudaGraph_t graph,
+                                                    unsigned int defaultLaunchValue, unsigned int flags)
+{
+    cudaError_t e = rt_enter();
+    CUcontext ctx = NULL;
+    int dev;
+    unsigned gen;
+    if (e == cudaSuccess) {
+        rt_current(&ctx, &dev, &gen);
+        e = rt_err(RT_DRV->cuGraphConditionalHandleCreate((CUgraphConditionalHandle *)pHandle_out, graph, ctx,
+                                                          defaultLaunchValue, flags));
+    }
+    return rt_ret(e);
+}

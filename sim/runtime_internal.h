@@ -255,11 +255,15 @@
 
 /* Entry points whose ABI is newer than the oldest runtime (12000): looked
  * up at that version whatever RT_CUDART_VERSION is, so that both runtimes
- * call the one form (the CUDA 12.0 forms of these take a device, not a
- * location). */
+ * call the one form (the CUDA 12.0 forms of the first two take a device,
+ * not a location; the graph calls do not exist in 12.0). */
 #define RT_DRIVER_FUNCS_AT(X)                                                                                          \
     X(cuMemPrefetchAsync_v2, "cuMemPrefetchAsync", 12020)                                                              \
-    X(cuMemAdvise_v2, "cuMemAdvise", 12020)
+    X(cuMemAdvise_v2, "cuMemAdvise", 12020)                                                                            \
+    X(cuGraphAddNode_v2, "cuGraphAddNode", 12030)                                                                      \
+    X(cuGraphNodeSetParams, "cuGraphNodeSetParams", 12020)                                                             \
+    X(cuGraphExecNodeSetParams, "cuGraphExecNodeSetParams", 12020)                                                     \
+    X(cuGraphConditionalHandleCreate, "cuGraphConditionalHandleCreate", 12030)
 
 /* One typed table of driver entry points, all resolved or the runtime is
  * unusable.  Only the type comes from the prototype: no link reference. */
