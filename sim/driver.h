@@ -105,6 +105,12 @@ CUresult drv_graph_set_child(CUgraphNode h, CUgraph child);
 CUresult drv_graph_add_conditional(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
                                    CUDA_CONDITIONAL_NODE_PARAMS *p);
 CUresult drv_graph_node_type_is(CUgraphNode h, CUgraphNodeType type);
+/* Stream-ordered allocation on a capturing stream (driver_mem.c): an
+ * allocation node of the capture's graph after s's capture dependencies,
+ * its address fixed now; a free node of a graph allocation (only graph
+ * memory may be freed in a graph, once). */
+CUresult drv_graph_capture_alloc(struct CUstream_st *s, size_t size, CUdeviceptr *dptr);
+CUresult drv_graph_capture_free(struct CUstream_st *s, sim_gblock_t *b);
 
 /* Exports a legacy-stream entry point and its per-thread-default-stream
  * twin, both calling impl(..., ptds): the twin of a call that takes a

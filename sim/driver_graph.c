@@ -676,6 +676,44 @@ SIM_API CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph
     return drv_leave(CUDA_SUCCESS);
 }
 
+CUresult drv_graph_capture_alloc(struct CUstream_st *s, size_t size, CUdeviceptr *dptr)
+{
+    struct CUgraph_st *g = s->capture->graph;
+    sim_gblock_t *b = NULL;
+    CUresult r = sim_gblock_new(s->ctx, size, &b);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUgraphNode_st *node = sim_graph_node_add(g, CU_GRAPH_NODE_TYPE_MEM_ALLOC, s->cap_deps, s->ncap_deps);
+    node->ctx = s->ctx;
+    node->block = b;
+    node->p.alloc = (CUDA_MEM_ALLOC_NODE_PARAMS){
+        .poolProps = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+                      .location = {CU_MEM_LOCATION_TYPE_DEVICE, s->ctx->dev->ordinal}},
+        .bytesize = size,
+        .dptr = sim_gblock_addr(b)};
+    sim_graph_capture_deps(s, &node, 1, false);
+    *dptr = sim_gblock_addr(b);
+    return CUDA_SUCCESS;
+}
+
+CUresult drv_graph_capture_free(struct CUstream_st *s, sim_gblock_t *b)
+{
+    struct CUgraph_st *g = s->capture->graph;
+    if (sim_gblock_freed_in_graph(b))
+        return CUDA_ERROR_INVALID_VALUE;
+    bool own = false;
+    for (size_t i = 0; i < g->nnodes && !own; i++)
+        own = g->nodes[i]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && g->nodes[i]->block == b;
+    struct CUgraphNode_st *node = sim_graph_node_add(g, CU_GRAPH_NODE_TYPE_MEM_FREE, s->cap_deps, s->ncap_deps);
+    node->ctx = s->ctx;
+    node->block = b;
+    sim_gblock_retain(b);
+    if (own)
+        sim_gblock_mark_freed(b);
+    sim_graph_capture_deps(s, &node, 1, false);
+    return CUDA_SUCCESS;
+}
+
 SIM_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
     return node_get(hNode, CU_GRAPH_NODE_TYPE_MEM_ALLOC, params_out, sizeof *params_out);

@@ -291,7 +291,12 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
     if (pool->dev != s->ctx->dev)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     ctx = s->ctx; /* memory comes from the stream's device */
-    sim_alloc_t *a = s->capture ? NULL : pool_find(pool, s, len);
+    if (s->capture) { /* an allocation node of the graph, from the graph memory pool */
+        if (pool != ctx->dev->default_pool && pool != ctx->dev->current_pool)
+            return drv_leave(CUDA_ERROR_NOT_SUPPORTED); /* explicit pools under capture are not modelled */
+        return drv_leave(drv_graph_capture_alloc(s, size, dptr));
+    }
+    sim_alloc_t *a = pool_find(pool, s, len);
     if (a) {
         if (vc_get(s->vc, a->free_slot) < a->free_seq)
             vc_join(&s->vc, a->free_vc); /* reuse of a completed free: now ordered */
@@ -321,6 +326,14 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
 {
     DRV_ENTER(ctx);
     sim_gblock_t *gb = sim_gblock_at(dptr);
+    struct CUstream_st *s = NULL;
+    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
+    if (s->capture) { /* a free node of the graph: only graph memory */
+        r = sim_capture_check_implicit(s);
+        return drv_leave(r != CUDA_SUCCESS ? r : gb ? drv_graph_capture_free(s, gb) : CUDA_ERROR_INVALID_VALUE);
+    }
     if (gb) /* a graph's allocation: freed at once in this model (engine_graph.c) */
         return drv_leave(sim_gblock_free_outside(gb));
     sim_alloc_t *a = sim_alloc_exact(dptr);
@@ -331,12 +344,6 @@ static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
     if (!a || a->freeing || (a->kind != SIM_ALLOC_POOL && a->kind != SIM_ALLOC_DEVICE && !pool_import(a)) ||
         (pooled && a->pool_free))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
-    if (r != CUDA_SUCCESS)
-        return drv_leave(r);
-    if (s->capture) /* the graph's free node; the memory stays with the program */
-        return drv_leave(CUDA_SUCCESS);
     sim_op_t *op = sim_op_new(SIM_OP_FREE, "cuMemFreeAsync");
     op->free_addr = pooled ? 0 : dptr;
     op->ranges[op->nranges++] = (sim_range_t){dptr, dptr + a->size, true, dptr};

@@ -388,12 +388,93 @@ static void test_conditional_race(void **state)
     }
 }
 
+/* cudaMallocAsync/cudaFreeAsync captured: allocation and free nodes, the
+ * address given at capture; memory used only from a launch; an
+ * allocation the graph does not free refuses a relaunch until freed
+ * outside (not before the graph made it), or with AutoFreeOnLaunch;
+ * a graph may free only graph memory. */
+static void test_capture_alloc(void **state)
+{
+    (void)state;
+    for (int freed_in_graph = 1; freed_in_graph >= 0; freed_in_graph--) {
+        void *p = NULL;
+        SIM_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        SIM_OK(cudaMallocAsync(&p, N, s));
+        assert_non_null(p);
+        SIM_OK(cudaMemsetAsync(p, 4, N, s));
+        SIM_OK(cudaMemcpyAsync(host, p, N, cudaMemcpyDeviceToHost, s));
+        if (freed_in_graph)
+            SIM_OK(cudaFreeAsync(p, s));
+        cudaGraph_t g;
+        SIM_OK(cudaStreamEndCapture(s, &g));
+        cudaGraphNode_t nodes[4];
+        size_t n = 4;
+        SIM_OK(cudaGraphGetNodes(g, nodes, &n));
+        assert_int_equal(n, 3 + freed_in_graph);
+        enum cudaGraphNodeType t;
+        SIM_OK(cudaGraphNodeGetType(nodes[0], &t));
+        assert_int_equal(t, cudaGraphNodeTypeMemAlloc);
+        struct cudaMemAllocNodeParams ap;
+        SIM_OK(cudaGraphMemAllocNodeGetParams(nodes[0], &ap));
+        assert_ptr_equal(ap.dptr, p);
+        assert_int_equal(ap.bytesize, N);
+        if (freed_in_graph) {
+            SIM_OK(cudaGraphNodeGetType(nodes[3], &t));
+            assert_int_equal(t, cudaGraphNodeTypeMemFree);
+        }
+        cudaGraphExec_t e;
+        SIM_OK(cudaGraphInstantiate(&e, g, 0));
+        if (!freed_in_graph)
+            assert_int_equal(cudaFreeAsync(p, s), cudaErrorInvalidValue); /* not allocated yet */
+        cuuint64_t used = 1;
+        SIM_OK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+        assert_int_equal(used, 0);
+        memset(host, 0, N);
+        SIM_OK(cudaGraphLaunch(e, s));
+        SIM_OK(cudaStreamSynchronize(s));
+        all_bytes(host, N, 4);
+        SIM_OK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
+        assert_int_equal(used, freed_in_graph ? 0 : 2u << 20); /* whole 2 MiB pages */
+        if (freed_in_graph) {
+            SIM_OK(cudaGraphLaunch(e, s));
+        } else {
+            assert_int_equal(cudaGraphLaunch(e, s), cudaErrorInvalidValue); /* still allocated */
+            SIM_OK(cudaFreeAsync(p, s));
+            SIM_OK(cudaGraphLaunch(e, s));
+            SIM_OK(cudaStreamSynchronize(s));
+            cudaGraphExec_t af;
+            SIM_OK(cudaGraphExecDestroy(e));
+            SIM_OK(cudaGraphInstantiateWithFlags(&af, g, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+            SIM_OK(cudaGraphLaunch(af, s));
+            e = af;
+        }
+        SIM_OK(cudaStreamSynchronize(s));
+        cudaGetLastError();
+        SIM_OK(cudaGraphExecDestroy(e));
+        if (!freed_in_graph)
+            SIM_OK(cudaFreeAsync(p, s));
+        SIM_OK(cudaGraphDestroy(g));
+        SIM_OK(cudaDeviceGraphMemTrim(0));
+    }
+    void *plain;
+    SIM_OK(cudaMalloc(&plain, 4096));
+    SIM_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    assert_int_equal(cudaFreeAsync(plain, s), cudaErrorInvalidValue); /* not graph memory */
+    cudaGraph_t g;
+    SIM_OK(cudaStreamEndCapture(s, &g));
+    assert_int_equal(node_count(g), 0);
+    SIM_OK(cudaGraphDestroy(g));
+    SIM_OK(cudaFree(plain));
+    cudaGetLastError();
+    race_expect_none();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         RACETEST(test_add_each_kind),      RACETEST(test_add_refused),         RACETEST(test_set_params),
         RACETEST(test_child_moved),        RACETEST(test_conditional_bodies),  RACETEST(test_conditional_refused),
-        RACETEST(test_conditional_race),
+        RACETEST(test_conditional_race),   RACETEST(test_capture_alloc),
     };
     return cmocka_run_group_tests_name("sim.graph_nodes", tests, group_setup, group_teardown);
 }
