@@ -5,8 +5,9 @@
  *
  * What is not modelled answers CUDA_ERROR_NOT_SUPPORTED: array copies,
  * 3D copies whose slices are not contiguous, CUkernel handles in kernel
- * nodes, device launch; the other node kinds (external semaphores, batch
- * memory operations, conditional nodes) keep their generated stubs.
+ * nodes, device launch; external semaphore and batch memory operation
+ * nodes keep their generated stubs.  Conditional nodes and their handles
+ * are here; the generic node calls are driver_graph_params.c.
  */
 #include <stdatomic.h>
 #include <stdio.h>

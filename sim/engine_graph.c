@@ -14,7 +14,9 @@
  * operation before the graph (the roots follow it) and one after it that
  * follows every node without dependents, so the stream's earlier work is
  * before the graph and its later work after the whole graph; a launch also
- * follows the instance's previous launch, as in CUDA.
+ * follows the instance's previous launch, as in CUDA.  A child graph and
+ * a conditional node's chosen body run the same way, as one node: after
+ * the node's dependencies, before its dependents.
  *
  * Graph memory: an allocation node gets its address when it is made
  * (fixed for the graph's life, as in CUDA); pages are charged to the device

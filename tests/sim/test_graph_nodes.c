@@ -436,6 +436,7 @@ static void test_capture_alloc(void **state)
         SIM_OK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &used));
         assert_int_equal(used, freed_in_graph ? 0 : 2u << 20); /* whole 2 MiB pages */
         if (freed_in_graph) {
+            assert_int_equal(cudaFreeAsync(p, s), cudaErrorInvalidValue); /* the graph freed it */
             SIM_OK(cudaGraphLaunch(e, s));
         } else {
             assert_int_equal(cudaGraphLaunch(e, s), cudaErrorInvalidValue); /* still allocated */
