@@ -322,6 +322,13 @@ void core_empty_cache(core_dev_t *d, int pool_id);
  * capturing.  Returns the bytes given back (counted in num_yields_given,
  * yield_bytes_given when more than 0). */
 size_t core_yield(core_dev_t *d, size_t want);
+/* While on, the calling thread's failed allocations (on any device) are
+ * tentative: the caller will try once more (after other processes gave
+ * memory back, interpose/yield.c), so the failure is not counted
+ * (num_ooms), makes no OOM event and is not in the history; *oom is
+ * filled as usual.  Only the failure of the try after counts.  Returns
+ * the previous setting. */
+bool core_tentative(bool on);
 /* Other processes gave `bytes` back for a failed allocation of this device
  * that is being retried (num_yields_received, yield_bytes_received). */
 void core_note_yield_received(core_dev_t *d, size_t bytes);

@@ -235,6 +235,9 @@ typedef struct hook_dev_s {
     atomic_uint counted;         /* the count the core was last told (core_set_streams) */
     _Atomic uint64_t probe_next; /* the probe's next question, not before (coarse clock, ns) */
     uint64_t clear_at;           /* when the last fence on `ordered` was found completed (the same clock) */
+    /* other cucache processes that may give idle cache back are on the
+     * GPU (yield.c's thread, at each publication; read on the hit path) */
+    atomic_bool neighbours;
 } hook_dev_t;
 
 extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];
@@ -620,11 +623,24 @@ bool hook_device_uuid(const hook_dev_t *hd, char out[48]);
  * and starts the device's registry thread (CUCACHE_REGISTRY, fork
  * children excepted).  Called under open_lock. */
 void hook_yield_dev_opened(hook_dev_t *hd);
+/* core_malloc_site on hd's allocator; where other cucache processes are on
+ * the GPU, its failure is tentative (core_tentative): they are asked for
+ * idle cache (hook_yield_ask) and the call is tried once more, whose
+ * outcome is the program's. */
+uintptr_t hook_yield_malloc(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
+                            core_oom_t *oom);
+static inline uintptr_t hook_core_malloc(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
+                                         core_oom_t *oom)
+{
+    if (HOOK_LIKELY(!atomic_load_explicit(&hd->neighbours, memory_order_relaxed)))
+        return core_malloc_site(d, size, key, site, oom);
+    return hook_yield_malloc(hd, d, size, key, site, oom);
+}
 /* An allocation on hd failed after the core's own retries: asks the other
  * cucache processes on the GPU to give idle cache back and waits for their
- * answers (CUCACHE_YIELD, CUCACHE_YIELD_MS).  true when one was asked, so
- * that the caller tries once more; what they gave is counted
- * (core_note_yield_received) and kept for the OOM report. */
+ * answers (CUCACHE_YIELD, CUCACHE_YIELD_MS).  true when one was asked;
+ * what they gave is counted (core_note_yield_received) and kept for the
+ * OOM report.  The caller's failure was tentative, and it tries once more. */
 bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom);
 /* The OOM report's view of the neighbours: marks the cucache processes
  * among out's rows with their figures and what they gave for this

@@ -35,9 +35,7 @@ static inline CUresult cu_alloc(CUdeviceptr *dptr, size_t bytesize)
         return CU_REAL(cuMemAlloc_v2, dptr, bytesize);
     core_oom_t oom;
     uint32_t site = hook_site();
-    uintptr_t p = core_malloc_site(d, bytesize, 0, site, &oom);
-    if (HOOK_UNLIKELY(!p) && hook_yield_ask(hd, &oom))
-        p = core_malloc_site(d, bytesize, 0, site, &oom);
+    uintptr_t p = hook_core_malloc(hd, d, bytesize, 0, site, &oom);
     if (HOOK_LIKELY(p != 0)) {
         *dptr = (CUdeviceptr)p;
         return CUDA_SUCCESS;
@@ -116,9 +114,7 @@ static CUresult cu_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream s, b
         return pt ? CU_REAL(cuMemAllocAsync_ptsz, dptr, bytesize, s) : CU_REAL(cuMemAllocAsync, dptr, bytesize, s);
     core_oom_t oom;
     uint32_t site = hook_site();
-    uintptr_t p = core_malloc_site(d, bytesize, hook_stream_key(s, pt), site, &oom);
-    if (HOOK_UNLIKELY(!p) && hook_yield_ask(hd, &oom))
-        p = core_malloc_site(d, bytesize, hook_stream_key(s, pt), site, &oom);
+    uintptr_t p = hook_core_malloc(hd, d, bytesize, hook_stream_key(s, pt), site, &oom);
     if (HOOK_LIKELY(p != 0)) {
         *dptr = (CUdeviceptr)p;
         return CUDA_SUCCESS;

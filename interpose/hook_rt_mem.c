@@ -60,9 +60,7 @@ static inline cudaError_t rt_malloc(void **devPtr, size_t size)
         return RT_REAL(cudaMalloc, devPtr, size);
     core_oom_t oom;
     uint32_t site = hook_site();
-    uintptr_t p = core_malloc_site(d, size, 0, site, &oom);
-    if (HOOK_UNLIKELY(!p) && hook_yield_ask(hd, &oom))
-        p = core_malloc_site(d, size, 0, site, &oom);
+    uintptr_t p = hook_core_malloc(hd, d, size, 0, site, &oom);
     if (HOOK_LIKELY(p != 0)) {
         *devPtr = (void *)p;
         return cudaSuccess;
@@ -224,9 +222,7 @@ static cudaError_t rt_malloc_async(void **devPtr, size_t size, cudaStream_t s, b
         return pt ? RT_REAL(cudaMallocAsync_ptsz, devPtr, size, s) : RT_REAL(cudaMallocAsync, devPtr, size, s);
     core_oom_t oom;
     uint32_t site = hook_site();
-    uintptr_t p = core_malloc_site(d, size, hook_stream_key(s, pt), site, &oom);
-    if (HOOK_UNLIKELY(!p) && hook_yield_ask(hd, &oom))
-        p = core_malloc_site(d, size, hook_stream_key(s, pt), site, &oom);
+    uintptr_t p = hook_core_malloc(hd, d, size, hook_stream_key(s, pt), site, &oom);
     if (HOOK_LIKELY(p != 0)) {
         *devPtr = (void *)p;
         return cudaSuccess;

@@ -303,11 +303,19 @@ CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
         return NULL;
     }
     core_oom_t oom;
+    bool neighbours = atomic_load_explicit(&hd->neighbours, memory_order_relaxed);
+    if (HOOK_UNLIKELY(neighbours))
+        core_tentative(true);
     uintptr_t p = torch_malloc_once(d, device, size, stream, &oom);
+    if (HOOK_UNLIKELY(neighbours)) { /* hook_yield_malloc's steps, through the call's pool */
+        core_tentative(false);
+        if (!p) {
+            hook_yield_ask(hd, &oom);
+            p = torch_malloc_once(d, device, size, stream, &oom);
+        }
+    }
     if (HOOK_LIKELY(p != 0))
         return (void *)p;
-    if (hook_yield_ask(hd, &oom) && (p = torch_malloc_once(d, device, size, stream, &oom)) != 0)
-        return (void *)p; /* the neighbours gave back enough */
     hook_report_oom(hd, &oom); /* PyTorch raises its OutOfMemoryError on NULL */
     return NULL;
 }

@@ -103,8 +103,11 @@ static void take_figures(core_dev_t *d, void *arg)
     };
 }
 
+static void note_neighbours(yield_dev_t *y);
+
 static void publish(yield_dev_t *y)
 {
+    note_neighbours(y);
     st_reg_figs_t f = {0};
     hook_dev_with_core(y->hd, take_figures, &f);
     st_reg_publish(&y->reg, y->slot, &f);
@@ -223,6 +226,7 @@ void hook_yield_dev_opened(hook_dev_t *hd)
     }
     y->hd = hd;
     y->slot = slot;
+    note_neighbours(y); /* before the first allocation on the device */
     atomic_store(&y->stop, false);
     sigset_t all, old;
     sigfillset(&all);
@@ -306,6 +310,34 @@ bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
     if (d && a.given)
         core_note_yield_received(d, a.given);
     return k > 0;
+}
+
+uintptr_t hook_yield_malloc(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
+                            core_oom_t *oom)
+{
+    bool was = core_tentative(true);
+    uintptr_t p = core_malloc_site(d, size, key, site, oom);
+    core_tentative(was);
+    if (p)
+        return p;
+    hook_yield_ask(hd, oom);
+    return core_malloc_site(d, size, key, site, oom);
+}
+
+/* Whether any other process is in the registry (and this one may ask):
+ * hd->neighbours, which puts the hit path on hook_yield_malloc. */
+static void note_neighbours(yield_dev_t *y)
+{
+    const hook_env_t *env = hook_env();
+    bool any = false;
+    if (env->yield && env->yield_ms) {
+        int32_t me = (int32_t)getpid();
+        for (unsigned i = 0; i < ST_REG_SLOTS && !any; i++) {
+            int32_t pid = atomic_load_explicit(&y->reg.f->slot[i].pid, memory_order_relaxed);
+            any = pid > 0 && pid != me;
+        }
+    }
+    atomic_store_explicit(&y->hd->neighbours, any, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------------

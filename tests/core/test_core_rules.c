@@ -573,6 +573,51 @@ static void test_ladder_oom_report(void **state)
 
 /* CORE_EFAIL from the device is reported as is: no wait, no release, no
  * retry. */
+/* A tentative failure (core_tentative: the caller asks other processes
+ * and tries again) is filled in but not counted, not an OOM event and not
+ * in the history; a yield gives back whole free segments, the largest
+ * first, and is counted with what the asker received. */
+static void test_tentative_failure_and_yield(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 256 * MiB, "");
+    core_set_history(f.d, 1024);
+    uintptr_t a = fx_alloc(&f, 100 * MiB, 0), b = fx_alloc(&f, 60 * MiB, 0);
+    core_oom_t oom;
+    assert_false(core_tentative(true));
+    assert_int_equal(core_malloc(f.d, 200 * MiB, 0, &oom), 0);
+    assert_true(core_tentative(false));
+    assert_int_equal(oom.requested, 200 * MiB);
+    assert_false(oom.history);
+    core_stats_t s = fx_stats(&f);
+    assert_int_equal(s.num_ooms, 0);
+    /* the same failure, not tentative: counted and in the history */
+    assert_int_equal(core_malloc(f.d, 200 * MiB, 0, &oom), 0);
+    assert_true(oom.history);
+    s = fx_stats(&f);
+    assert_int_equal(s.num_ooms, 1);
+
+    /* a yield: both segments free, the 100 MiB one goes first and covers 80 */
+    fx_free(&f, a, CORE_FREE_NOW, 0);
+    fx_free(&f, b, CORE_FREE_NOW, 0);
+    assert_int_equal(core_yield(f.d, 80 * MiB), 100 * MiB);
+    core_note_yield_received(f.d, 16 * MiB);
+    s = fx_stats(&f);
+    assert_int_equal(s.num_yields_given, 1);
+    assert_int_equal(s.yield_bytes_given, 100 * MiB);
+    assert_int_equal(s.reserved_bytes[CORE_POOL_ALL].current, 60 * MiB);
+    assert_int_equal(s.num_yields_received, 1);
+    assert_int_equal(s.yield_bytes_received, 16 * MiB);
+    /* nothing idle left beyond want: a yield of 0 bytes is not counted */
+    uintptr_t c = fx_alloc(&f, 60 * MiB, 0);
+    assert_int_equal(core_yield(f.d, 1), 0);
+    s = fx_stats(&f);
+    assert_int_equal(s.num_yields_given, 1);
+    fx_free(&f, c, CORE_FREE_NOW, 0);
+    fx_close(&f);
+}
+
 static void test_ladder_efail_stops(void **state)
 {
     (void)state;
@@ -1592,6 +1637,7 @@ int main(void)
         cmocka_unit_test(test_ladder_releases_oversize),
         cmocka_unit_test(test_ladder_releases_all_and_retries),
         cmocka_unit_test(test_ladder_oom_report),
+        cmocka_unit_test(test_tentative_failure_and_yield),
         cmocka_unit_test(test_ladder_efail_stops),
         cmocka_unit_test(test_limit_mb),
         cmocka_unit_test(test_limit_memory_fraction),

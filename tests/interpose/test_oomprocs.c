@@ -215,6 +215,9 @@ static void test_yield_gives_idle_cache(void **state)
     assert_non_null(strstr(line, "yields: gave 0 bytes of idle cache back to other processes on this GPU (0 asks); "
                                  "received 768.00 MiB for 1 failed allocation (CUCACHE_YIELD)"));
     assert_null(strstr(r.err, "out of memory"));
+    /* the failure before the yield was not the program's */
+    line_with(r.err, "CUDA OOMs: ", line, sizeof line);
+    assert_non_null(strstr(line, "CUDA OOMs: 0 "));
 }
 
 /* A neighbour with CUCACHE_YIELD=off keeps its cache: the child fails and
