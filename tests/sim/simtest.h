@@ -48,6 +48,21 @@ enum {
 void simtest_expect_rc(int got, int want, const char *call, const char *file, int line);
 void simtest_expect_not_rc(int got, int unwanted, const char *call, const char *file, int line);
 
+/* 1 under ThreadSanitizer: a test that plants a race on purpose and cannot
+ * keep the two simulated workers apart in time (the branches of one graph
+ * launch) leaves that case out there, as ThreadSanitizer would report the
+ * planted race itself. */
+#if defined(__SANITIZE_THREAD__)
+#define SIMTEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SIMTEST_TSAN 1
+#endif
+#endif
+#ifndef SIMTEST_TSAN
+#define SIMTEST_TSAN 0
+#endif
+
 #define SIM_OK(call) simtest_expect_rc((int)(call), cudaSuccess, #call, __FILE__, __LINE__)
 #define SIM_EXPECT(call, want) simtest_expect_rc((int)(call), (int)(want), #call, __FILE__, __LINE__)
 #define SIM_FAILS(call) simtest_expect_not_rc((int)(call), cudaSuccess, #call, __FILE__, __LINE__)

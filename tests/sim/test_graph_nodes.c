@@ -371,7 +371,7 @@ static void test_conditional_refused(void **state)
 static void test_conditional_race(void **state)
 {
     (void)state;
-    for (int ordered = 0; ordered < 2; ordered++) {
+    for (int ordered = SIMTEST_TSAN; ordered < 2; ordered++) {
         cudaGraph_t g;
         SIM_OK(cudaGraphCreate(&g, 0));
         cudaGraphNode_t first;

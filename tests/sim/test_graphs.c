@@ -335,7 +335,7 @@ static void test_unfreed_allocation(void **state)
 static void test_branches_race(void **state)
 {
     (void)state;
-    for (int ordered = 0; ordered < 2; ordered++) {
+    for (int ordered = SIMTEST_TSAN; ordered < 2; ordered++) {
         cudaGraph_t g;
         cudaGraphNode_t a, b;
         SIM_OK(cudaGraphCreate(&g, 0));

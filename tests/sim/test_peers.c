@@ -255,6 +255,7 @@ static void test_race_sees_both_devices(void **state)
     simtest_gate_block(g, s0);
     SIM_OK(cudaMemcpyPeerAsync(b, 1, a, 0, MIB, s0));
     SIM_OK(cudaMemsetAsync(b, 0, MIB, s1));
+    SIM_OK(simtest_stream_wait_idle(s1)); /* the memset really ran first */
     simtest_gate_open(g);
     SIM_OK(cudaStreamSynchronize(s0));
     SIM_OK(cudaStreamSynchronize(s1));
@@ -264,8 +265,12 @@ static void test_race_sees_both_devices(void **state)
     cudaStream_t s0b;
     SIM_OK(cudaSetDevice(0));
     SIM_OK(cudaStreamCreateWithFlags(&s0b, cudaStreamNonBlocking));
+    simtest_gate_t *g2 = simtest_gate_new();
+    simtest_gate_block(g2, s0b);
     SIM_OK(cudaMemcpyPeerAsync(b, 1, a, 0, MIB, s1));
     SIM_OK(cudaMemsetAsync(a, 0, MIB, s0b));
+    SIM_OK(simtest_stream_wait_idle(s1)); /* the copy really ran first */
+    simtest_gate_open(g2);
     SIM_OK(cudaStreamSynchronize(s1));
     SIM_OK(cudaStreamSynchronize(s0b));
     assert_true(cucacheSimRaceCount() > 0);
