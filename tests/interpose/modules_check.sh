@@ -4,8 +4,8 @@
 # served the run (its exit summary, CUCACHE_REPORT=exit): the driver-API
 # module program (tests/sim/module_prog.c: real images nvcc made, loaded
 # every way the driver offers, kernels launched, memory freed), given the
-# fixtures' directory, and the nvcc texture program (tests/sim/
-# nvcc_texture.cu), given '-' (it reads no argument).
+# fixtures' directory, and the nvcc programs (tests/sim/nvcc_*.cu), given
+# '-' or the fixtures' directory (they read no argument).
 #   modules_check.sh PROGRAM FIXTURE_DIR LIBCUCACHE
 set -u
 prog=$1 dir=$2 lib=$3
