@@ -24,14 +24,28 @@ typedef struct tls_route_s {
     int pool;
 } tls_route_t;
 static __thread tls_route_t tls_pool[CORE_MAX_DEVICES];
-/* core_tentative: the calling thread's failures are not yet the program's */
-static __thread bool tls_tentative;
+/* core_final_try: the calling thread's next failures count even where the
+ * device's are tentative */
+static __thread bool tls_final;
 
-bool core_tentative(bool on)
+bool core_final_try(bool on)
 {
-    bool was = tls_tentative;
-    tls_tentative = on;
+    bool was = tls_final;
+    tls_final = on;
     return was;
+}
+
+void core_set_tentative(core_dev_t *d, bool on)
+{
+    dev_lock(d);
+    d->tentative = on;
+    dev_unlock(d);
+}
+
+/* Under the device lock: whether this failure is not yet the program's. */
+static inline bool failure_tentative(const core_dev_t *d)
+{
+    return d->tentative && !tls_final;
 }
 
 /* ------------------------------------------------------------------------
@@ -240,7 +254,7 @@ static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded
     size_t dev_free = 0, dev_total = 0;
     if (d->be.mem_info(d->be.ctx, d->device, &dev_free, &dev_total) != CORE_OK)
         dev_free = dev_total = 0;
-    if (!tls_tentative) {
+    if (!failure_tentative(d)) {
         core_emit(d, CORE_EV_OOM, dev_free, size, 0, pool_id,
                   d->site_now); /* the snapshot's oom event: the device's free bytes */
         d->stats.num_ooms++;
@@ -270,7 +284,7 @@ static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded
  * next allocation gets), and where it is, for core_whatif. */
 static void note_failure(core_dev_t *d, int pool, core_stream_t stream, size_t size, core_oom_t *oom)
 {
-    if (tls_tentative)
+    if (failure_tentative(d))
         return; /* the call is tried again: that try's outcome is recorded */
     jr_note(d, JR_ALLOC_FAIL, 0, pool, stream, 0, size, d->next_id + 1);
     if (oom && d->jr.cap && !d->jr.broken) {

@@ -322,13 +322,15 @@ void core_empty_cache(core_dev_t *d, int pool_id);
  * capturing.  Returns the bytes given back (counted in num_yields_given,
  * yield_bytes_given when more than 0). */
 size_t core_yield(core_dev_t *d, size_t want);
-/* While on, the calling thread's failed allocations (on any device) are
- * tentative: the caller will try once more (after other processes gave
- * memory back, interpose/yield.c), so the failure is not counted
- * (num_ooms), makes no OOM event and is not in the history; *oom is
- * filled as usual.  Only the failure of the try after counts.  Returns
- * the previous setting. */
-bool core_tentative(bool on);
+/* While on, the device's failed allocations are tentative: the caller
+ * will try once more (after other processes gave memory back,
+ * interpose/yield.c), so a failure is not counted (num_ooms), makes no OOM
+ * event and is not in the history; *oom is filled as usual.  The try after
+ * is made with core_final_try(true) on the calling thread, whose failure
+ * counts.  Off by default; the hit path never reads it. */
+void core_set_tentative(core_dev_t *d, bool on);
+/* Returns the calling thread's previous setting. */
+bool core_final_try(bool on);
 /* Other processes gave `bytes` back for a failed allocation of this device
  * that is being retried (num_yields_received, yield_bytes_received). */
 void core_note_yield_received(core_dev_t *d, size_t bytes);

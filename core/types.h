@@ -294,6 +294,7 @@ struct core_dev_s {
     size_t pending_bytes;   /* bytes of every pending list (fences, events, held) */
     uint64_t next_id;       /* allocations so far: block ids */
     uint32_t site_now;      /* the call site of the allocation in progress (core_malloc_site) */
+    bool tentative;         /* failures are tentative (core_set_tentative) */
     bool births;            /* stamp each allocation's time (block_t.born): the leak report asks for it */
     uint64_t born_ns;       /* CLOCK_MONOTONIC when the state was made: born's zero */
     /* block objects */

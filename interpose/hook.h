@@ -235,9 +235,10 @@ typedef struct hook_dev_s {
     atomic_uint counted;         /* the count the core was last told (core_set_streams) */
     _Atomic uint64_t probe_next; /* the probe's next question, not before (coarse clock, ns) */
     uint64_t clear_at;           /* when the last fence on `ordered` was found completed (the same clock) */
-    /* other cucache processes that may give idle cache back are on the
-     * GPU (yield.c's thread, at each publication; read on the hit path) */
-    atomic_bool neighbours;
+    /* the process is in the GPU's registry and yields (yield.c): the core's
+     * failures are tentative until the neighbours were asked (read after a
+     * failure only) */
+    atomic_bool yielding;
 } hook_dev_t;
 
 extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];
@@ -622,19 +623,22 @@ bool hook_device_uuid(const hook_dev_t *hd, char out[48]);
 /* A device's allocator opened: enters the process in the GPU's registry
  * and starts the device's registry thread (CUCACHE_REGISTRY, fork
  * children excepted).  Called under open_lock. */
-void hook_yield_dev_opened(hook_dev_t *hd);
-/* core_malloc_site on hd's allocator; where other cucache processes are on
- * the GPU, its failure is tentative (core_tentative): they are asked for
- * idle cache (hook_yield_ask) and the call is tried once more, whose
- * outcome is the program's. */
-uintptr_t hook_yield_malloc(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
-                            core_oom_t *oom);
+void hook_yield_dev_opened(hook_dev_t *hd, core_dev_t *d);
+/* The try after a failure on a device whose failures are tentative
+ * (hd->yielding, core_set_tentative): asks the other cucache processes on
+ * the GPU for idle cache (hook_yield_ask), then the same call once more,
+ * whose outcome is the program's (core_final_try). */
+uintptr_t hook_yield_retry(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
+                           core_oom_t *oom);
+/* core_malloc_site on hd's allocator, and hook_yield_retry after a failure
+ * where the process yields. */
 static inline uintptr_t hook_core_malloc(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
                                          core_oom_t *oom)
 {
-    if (HOOK_LIKELY(!atomic_load_explicit(&hd->neighbours, memory_order_relaxed)))
-        return core_malloc_site(d, size, key, site, oom);
-    return hook_yield_malloc(hd, d, size, key, site, oom);
+    uintptr_t p = core_malloc_site(d, size, key, site, oom);
+    if (HOOK_UNLIKELY(!p) && atomic_load_explicit(&hd->yielding, memory_order_relaxed))
+        p = hook_yield_retry(hd, d, size, key, site, oom);
+    return p;
 }
 /* An allocation on hd failed after the core's own retries: asks the other
  * cucache processes on the GPU to give idle cache back and waits for their

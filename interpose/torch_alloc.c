@@ -303,16 +303,13 @@ CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
         return NULL;
     }
     core_oom_t oom;
-    bool neighbours = atomic_load_explicit(&hd->neighbours, memory_order_relaxed);
-    if (HOOK_UNLIKELY(neighbours))
-        core_tentative(true);
     uintptr_t p = torch_malloc_once(d, device, size, stream, &oom);
-    if (HOOK_UNLIKELY(neighbours)) { /* hook_yield_malloc's steps, through the call's pool */
-        core_tentative(false);
-        if (!p) {
-            hook_yield_ask(hd, &oom);
-            p = torch_malloc_once(d, device, size, stream, &oom);
-        }
+    if (HOOK_UNLIKELY(!p) && atomic_load_explicit(&hd->yielding, memory_order_relaxed)) {
+        /* hook_yield_retry's steps, through the call's pool */
+        hook_yield_ask(hd, &oom);
+        bool was = core_final_try(true);
+        p = torch_malloc_once(d, device, size, stream, &oom);
+        core_final_try(was);
     }
     if (HOOK_LIKELY(p != 0))
         return (void *)p;

@@ -9,12 +9,15 @@
  * path never touches the registry: the thread reads the core's usage and
  * counters under the device lock, four times a second.
  *
- * Yielding: an allocation that failed after the core's own retries (not a
- * limit's refusal, not during a capture) asks the cucache processes on the
- * GPU that hold cache, the most idle first, until what they published as
+ * Yielding: once the process is in the registry (hd->yielding), the core's
+ * failures are tentative (core_set_tentative: not counted, no OOM event,
+ * not in the history; hook_yield_retry).  An allocation that failed after the
+ * core's own retries (not a limit's refusal, not during a capture) asks
+ * the cucache processes on the GPU that hold cache, the most idle first, until what they published as
  * idle covers the missing bytes (all of them holding cache when it does
  * not), waits for their answers up to CUCACHE_YIELD_MS, and is tried once
- * more.  The asked process's thread gives back, with core_yield, whole
+ * more; only that try's failure is the program's (with no neighbour to
+ * ask, the same call again).  The asked process's thread gives back, with core_yield, whole
  * free segments only: what no queued work can touch, without waiting for
  * any; the device lock is taken once per segment.  A neighbour that does
  * not answer in time (busy, stopped, killed) costs the asker the wait and
@@ -103,11 +106,8 @@ static void take_figures(core_dev_t *d, void *arg)
     };
 }
 
-static void note_neighbours(yield_dev_t *y);
-
 static void publish(yield_dev_t *y)
 {
-    note_neighbours(y);
     st_reg_figs_t f = {0};
     hook_dev_with_core(y->hd, take_figures, &f);
     st_reg_publish(&y->reg, y->slot, &f);
@@ -187,15 +187,17 @@ static void yield_init(void)
     atexit(yield_exit);
 }
 
-void hook_yield_dev_opened(hook_dev_t *hd)
+void hook_yield_dev_opened(hook_dev_t *hd, core_dev_t *d)
 {
     const hook_env_t *env = hook_env();
     if (!env->registry || atomic_load(&forked) || (unsigned)hd->ordinal >= HOOK_MAX_DEVICES)
         return;
     pthread_once(&yield_once, yield_init);
     yield_dev_t *y = &ydev[hd->ordinal];
-    if (y->slot >= 0) /* a reset device opened again: the same slot and thread */
+    if (y->slot >= 0) { /* a reset device opened again: the same slot and thread */
+        core_set_tentative(d, atomic_load(&hd->yielding));
         return;
+    }
     char uuid[48], path[160], why[320];
     size_t total = 0;
     if (!hook_device_uuid(hd, uuid) || real_cu.cuDeviceTotalMem_v2(&total, hd->handle) != CUDA_SUCCESS)
@@ -226,7 +228,10 @@ void hook_yield_dev_opened(hook_dev_t *hd)
     }
     y->hd = hd;
     y->slot = slot;
-    note_neighbours(y); /* before the first allocation on the device */
+    /* from the first allocation on, failures ask the neighbours first */
+    bool yielding = env->yield && env->yield_ms;
+    core_set_tentative(d, yielding);
+    atomic_store_explicit(&hd->yielding, yielding, memory_order_relaxed);
     atomic_store(&y->stop, false);
     sigset_t all, old;
     sigfillset(&all);
@@ -312,32 +317,14 @@ bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
     return k > 0;
 }
 
-uintptr_t hook_yield_malloc(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
-                            core_oom_t *oom)
+uintptr_t hook_yield_retry(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
+                           core_oom_t *oom)
 {
-    bool was = core_tentative(true);
-    uintptr_t p = core_malloc_site(d, size, key, site, oom);
-    core_tentative(was);
-    if (p)
-        return p;
     hook_yield_ask(hd, oom);
-    return core_malloc_site(d, size, key, site, oom);
-}
-
-/* Whether any other process is in the registry (and this one may ask):
- * hd->neighbours, which puts the hit path on hook_yield_malloc. */
-static void note_neighbours(yield_dev_t *y)
-{
-    const hook_env_t *env = hook_env();
-    bool any = false;
-    if (env->yield && env->yield_ms) {
-        int32_t me = (int32_t)getpid();
-        for (unsigned i = 0; i < ST_REG_SLOTS && !any; i++) {
-            int32_t pid = atomic_load_explicit(&y->reg.f->slot[i].pid, memory_order_relaxed);
-            any = pid > 0 && pid != me;
-        }
-    }
-    atomic_store_explicit(&y->hd->neighbours, any, memory_order_relaxed);
+    bool was = core_final_try(true);
+    uintptr_t p = core_malloc_site(d, size, key, site, oom);
+    core_final_try(was);
+    return p;
 }
 
 /* ------------------------------------------------------------------------

@@ -573,8 +573,8 @@ static void test_ladder_oom_report(void **state)
 
 /* CORE_EFAIL from the device is reported as is: no wait, no release, no
  * retry. */
-/* A tentative failure (core_tentative: the caller asks other processes
- * and tries again) is filled in but not counted, not an OOM event and not
+/* A tentative failure (core_set_tentative: the caller asks other
+ * processes and tries again with core_final_try) is filled in but not counted, not an OOM event and not
  * in the history; a yield gives back whole free segments, the largest
  * first, and is counted with what the asker received. */
 static void test_tentative_failure_and_yield(void **state)
@@ -585,15 +585,16 @@ static void test_tentative_failure_and_yield(void **state)
     core_set_history(f.d, 1024);
     uintptr_t a = fx_alloc(&f, 100 * MiB, 0), b = fx_alloc(&f, 60 * MiB, 0);
     core_oom_t oom;
-    assert_false(core_tentative(true));
+    core_set_tentative(f.d, true);
     assert_int_equal(core_malloc(f.d, 200 * MiB, 0, &oom), 0);
-    assert_true(core_tentative(false));
     assert_int_equal(oom.requested, 200 * MiB);
     assert_false(oom.history);
     core_stats_t s = fx_stats(&f);
     assert_int_equal(s.num_ooms, 0);
-    /* the same failure, not tentative: counted and in the history */
+    /* the try after: counted and in the history */
+    assert_false(core_final_try(true));
     assert_int_equal(core_malloc(f.d, 200 * MiB, 0, &oom), 0);
+    assert_true(core_final_try(false));
     assert_true(oom.history);
     s = fx_stats(&f);
     assert_int_equal(s.num_ooms, 1);
