@@ -770,10 +770,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "cucache-top: out of memory\n");
         return 1;
     }
+    int rc = 0;
     if (json || (once && !prom)) {
         view_take(&v);
         json ? json_write(&v, stdout) : text_lines(&v, line_to_stdout, NULL);
-        return fflush(stdout) == 0 ? 0 : 1;
+        rc = fflush(stdout) == 0 ? 0 : 1;
+        goto out;
     }
     if (prom) {
         struct sigaction sa = {.sa_handler = on_stop};
@@ -781,14 +783,16 @@ int main(int argc, char **argv)
         sigaction(SIGTERM, &sa, NULL);
         for (long long i = 0; !stop_signal; i++) {
             view_take(&v);
-            if (prom_file(&v, prom) != 0)
-                return 1;
+            if (prom_file(&v, prom) != 0) {
+                rc = 1;
+                break;
+            }
             if (once || (iterations && i + 1 >= iterations))
                 break;
             struct timespec ts = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
             nanosleep(&ts, NULL);
         }
-        return 0;
+        goto out;
     }
     tty_setup();
     for (long long i = 0;; i++) {
@@ -799,5 +803,7 @@ int main(int argc, char **argv)
     }
     fputs("\n", stdout);
     tty_restore();
-    return 0;
+out:
+    free(v.gpu);
+    return rc;
 }
