@@ -293,6 +293,18 @@ static void note_failure(core_dev_t *d, int pool, core_stream_t stream, size_t s
     }
 }
 
+void core_count_failure(core_dev_t *d, core_oom_t *oom, core_stream_t stream, uint32_t site)
+{
+    dev_lock(d);
+    core_emit(d, CORE_EV_OOM, oom->device_free, oom->requested, 0, oom->pool_id, site);
+    d->stats.num_ooms++;
+    bool was = tls_final;
+    tls_final = true;
+    note_failure(d, oom->pool_id, stream, oom->requested, oom);
+    tls_final = was;
+    dev_unlock(d);
+}
+
 static uintptr_t take(core_dev_t *d, block_t *b, size_t rounded, size_t size)
 {
     b = pool_take(d, b, rounded, size);

@@ -331,6 +331,10 @@ size_t core_yield(core_dev_t *d, size_t want);
 void core_set_tentative(core_dev_t *d, bool on);
 /* Returns the calling thread's previous setting. */
 bool core_final_try(bool on);
+/* The tentative failure described by *oom (of `stream`, at `site`) is the
+ * program's after all, no try after it: counted, an OOM event and in the
+ * history as the failed call would have been (oom->history set). */
+void core_count_failure(core_dev_t *d, core_oom_t *oom, core_stream_t stream, uint32_t site);
 /* Other processes gave `bytes` back for a failed allocation of this device
  * that is being retried (num_yields_received, yield_bytes_received). */
 void core_note_yield_received(core_dev_t *d, size_t bytes);

@@ -306,10 +306,13 @@ CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
     uintptr_t p = torch_malloc_once(d, device, size, stream, &oom);
     if (HOOK_UNLIKELY(!p) && atomic_load_explicit(&hd->yielding, memory_order_relaxed)) {
         /* hook_yield_retry's steps, through the call's pool */
-        hook_yield_ask(hd, &oom);
-        bool was = core_final_try(true);
-        p = torch_malloc_once(d, device, size, stream, &oom);
-        core_final_try(was);
+        if (hook_yield_ask(hd, &oom)) {
+            bool was = core_final_try(true);
+            p = torch_malloc_once(d, device, size, stream, &oom);
+            core_final_try(was);
+        } else {
+            core_count_failure(d, &oom, hook_stream_key((CUstream)stream, false), hook_site());
+        }
     }
     if (HOOK_LIKELY(p != 0))
         return (void *)p;

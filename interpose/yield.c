@@ -320,7 +320,10 @@ bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
 uintptr_t hook_yield_retry(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
                            core_oom_t *oom)
 {
-    hook_yield_ask(hd, oom);
+    if (!hook_yield_ask(hd, oom)) { /* no one to ask: the failure stands */
+        core_count_failure(d, oom, key, site);
+        return 0;
+    }
     bool was = core_final_try(true);
     uintptr_t p = core_malloc_site(d, size, key, site, oom);
     core_final_try(was);
@@ -366,9 +369,10 @@ void hook_yield_fill(const hook_dev_t *hd, st_gpu_procs_t *out)
             continue;
         }
         for (size_t i = 0; i < n; i++) {
-            if ((unsigned)v[i].pid != rows[r].pid || v[i].stale)
+            if ((unsigned)v[i].pid != rows[r].pid)
                 continue;
             rows[r].cucache = true;
+            rows[r].torn = v[i].stale;
             rows[r].allocated = v[i].figs.allocated;
             rows[r].reserved = v[i].figs.reserved;
             uint64_t now = wall_ms();

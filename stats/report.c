@@ -222,7 +222,9 @@ static void rep_procs(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, 
         }
         const st_gpu_proc_t *q = &list[i];
         char mine[160] = "", asked[96] = "";
-        if (q->cucache && q->age_ms >= REP_STALE_MS)
+        if (q->cucache && q->torn)
+            snprintf(mine, sizeof mine, "; cucache, its figures unreadable (it stopped while publishing them)");
+        else if (q->cucache && q->age_ms >= REP_STALE_MS)
             snprintf(mine, sizeof mine, "; cucache: %s allocated, %s cached, as it published %.1f s ago",
                      sz(q->allocated).s, sz(sub0(q->reserved, q->allocated)).s, (double)q->age_ms / 1000.0);
         else if (q->cucache)

@@ -67,6 +67,7 @@ typedef struct st_gpu_proc_s {
     uint64_t bytes; /* NVML's usedGpuMemory (on a GPU: with the context's own memory) */
     char comm[64];  /* /proc/PID/comm, or cmdline's first word; "?" when the pid is not visible */
     bool cucache;   /* the process runs cucache (the GPU registry lists it): the figures below */
+    bool torn;      /* ... but its figures could not be read (it stopped or died while publishing) */
     bool asked;     /* it was asked to give idle cache back for this request */
     bool answered;  /* ... and answered within the wait (else: no answer in time) */
     uint64_t allocated, reserved; /* its cache: live and held bytes */

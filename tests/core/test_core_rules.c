@@ -598,6 +598,13 @@ static void test_tentative_failure_and_yield(void **state)
     assert_true(oom.history);
     s = fx_stats(&f);
     assert_int_equal(s.num_ooms, 1);
+    /* or no try after: the tentative failure counted as it stands */
+    assert_int_equal(core_malloc(f.d, 200 * MiB, 0, &oom), 0);
+    assert_false(oom.history);
+    core_count_failure(f.d, &oom, 0, 0);
+    assert_true(oom.history);
+    s = fx_stats(&f);
+    assert_int_equal(s.num_ooms, 2);
 
     /* a yield: both segments free, the 100 MiB one goes first and covers 80 */
     fx_free(&f, a, CORE_FREE_NOW, 0);

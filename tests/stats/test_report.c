@@ -817,6 +817,15 @@ static void test_outside_neighbours(void **state)
                         "allocated, 0 bytes cached)");
     text_free(&t);
 
+    /* a neighbour caught mid-publication: its figures are not shown */
+    procs[2].torn = true;
+    report_with_gpu(&c, &gpu, &t);
+    assert_string_equal(text_line(&t, "  Process 300 "),
+                        "  Process 300 has 32.00 MiB memory in use (server; cucache, its figures unreadable (it stopped "
+                        "while publishing them); asked for idle cache, no answer in time)");
+    text_free(&t);
+    procs[2].torn = false;
+
     /* nobody to ask */
     st_gpu_procs_t alone = {.self_pid = 100, .procs = procs, .n = 1, .yield_on = true};
     report_with_gpu(&c, &alone, &t);
