@@ -248,17 +248,22 @@ size_t seg_largest_free(const core_dev_t *d)
     return largest;
 }
 
+/* A failure the program sees: the snapshot's oom event (the device's free
+ * bytes) and num_ooms. */
+static void count_failure(core_dev_t *d, size_t dev_free, size_t size, int pool_id, uint32_t site)
+{
+    core_emit(d, CORE_EV_OOM, dev_free, size, 0, pool_id, site);
+    d->stats.num_ooms++;
+}
+
 static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded, size_t alloc_size, int pool_id,
                      const seg_failure_t *why)
 {
     size_t dev_free = 0, dev_total = 0;
     if (d->be.mem_info(d->be.ctx, d->device, &dev_free, &dev_total) != CORE_OK)
         dev_free = dev_total = 0;
-    if (!failure_tentative(d)) {
-        core_emit(d, CORE_EV_OOM, dev_free, size, 0, pool_id,
-                  d->site_now); /* the snapshot's oom event: the device's free bytes */
-        d->stats.num_ooms++;
-    }
+    if (!failure_tentative(d))
+        count_failure(d, dev_free, size, pool_id, d->site_now);
     if (!oom)
         return;
     memset(oom, 0, sizeof *oom);
@@ -282,10 +287,8 @@ static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded
 
 /* The history's record of a failed allocation (it carries the number the
  * next allocation gets), and where it is, for core_whatif. */
-static void note_failure(core_dev_t *d, int pool, core_stream_t stream, size_t size, core_oom_t *oom)
+static void journal_failure(core_dev_t *d, int pool, core_stream_t stream, size_t size, core_oom_t *oom)
 {
-    if (failure_tentative(d))
-        return; /* the call is tried again: that try's outcome is recorded */
     jr_note(d, JR_ALLOC_FAIL, 0, pool, stream, 0, size, d->next_id + 1);
     if (oom && d->jr.cap && !d->jr.broken) {
         oom->history = true;
@@ -293,15 +296,17 @@ static void note_failure(core_dev_t *d, int pool, core_stream_t stream, size_t s
     }
 }
 
+static void note_failure(core_dev_t *d, int pool, core_stream_t stream, size_t size, core_oom_t *oom)
+{
+    if (!failure_tentative(d)) /* else the call is tried again: that try's outcome is recorded */
+        journal_failure(d, pool, stream, size, oom);
+}
+
 void core_count_failure(core_dev_t *d, core_oom_t *oom, core_stream_t stream, uint32_t site)
 {
     dev_lock(d);
-    core_emit(d, CORE_EV_OOM, oom->device_free, oom->requested, 0, oom->pool_id, site);
-    d->stats.num_ooms++;
-    bool was = tls_final;
-    tls_final = true;
-    note_failure(d, oom->pool_id, stream, oom->requested, oom);
-    tls_final = was;
+    count_failure(d, oom->device_free, oom->requested, oom->pool_id, site);
+    journal_failure(d, oom->pool_id, stream, oom->requested, oom);
     dev_unlock(d);
 }
 

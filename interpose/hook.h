@@ -32,7 +32,9 @@
  * first submission after a hand-out; submit_table.h is generated,
  * submit_sim.h the simulator's kernel extensions); trace.c records CUCACHE_TRACE;
  * diag.c, log.c and signal.c report (below), nvml.c names the processes
- * on a device for the OOM report; run/cucache_run.c is the
+ * on a device for the OOM report; yield.c keeps this process in each GPU's
+ * registry (a thread per device) and asks the other processes for idle
+ * cache after a failure; run/cucache_run.c is the
  * cucache-run launcher, a program of its own.
  *
  * Locks, in the order they nest (a thread holding one takes only locks
@@ -48,8 +50,10 @@
  *                                     (backend.c, order.c, streams.c); no
  *                                     core call is made under it
  *   6. ipc_lock (ipc.c), the trace's lock (trace.c), stats/stack.c's
- *      locks, submit.c's list of threads that submitted: leaves, nothing
- *      is taken under them.
+ *      locks, submit.c's list of threads that submitted, ask_lock
+ *      (yield.c): leaves, nothing is taken under them.
+ * A device's registry thread (yield.c) takes open_lock, then the core's
+ * lock (hook_dev_with_core); it waits for no other process under either.
  * The submission epoch (submit.c) and hook_dev_t.core are atomics, read
  * without a lock on the hit path; the trampolines take no lock (each
  * thread counts its own submissions, and only a thread's first
@@ -630,6 +634,12 @@ void hook_yield_dev_opened(hook_dev_t *hd, core_dev_t *d);
  * whose outcome is the program's (core_final_try). */
 uintptr_t hook_yield_retry(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
                            core_oom_t *oom);
+/* The same for a call other than core_malloc_site (PyTorch's allocator,
+ * through a pool): `again(ctx, oom)` makes it once more; key and site
+ * describe it if its failure stands. */
+typedef uintptr_t (*hook_again_fn)(void *ctx, core_oom_t *oom);
+uintptr_t hook_yield_again(hook_dev_t *hd, core_dev_t *d, core_stream_t key, uint32_t site, core_oom_t *oom,
+                           hook_again_fn again, void *ctx);
 /* core_malloc_site on hd's allocator, and hook_yield_retry after a failure
  * where the process yields. */
 static inline uintptr_t hook_core_malloc(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,

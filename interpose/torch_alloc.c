@@ -293,6 +293,20 @@ static inline uintptr_t torch_malloc_once(core_dev_t *d, int device, size_t size
     return core_malloc_site(d, size, hook_stream_key((CUstream)stream, false), hook_site(), oom);
 }
 
+/* torch_malloc_once's call, made again after the neighbours were asked */
+typedef struct torch_call_s {
+    core_dev_t *d;
+    int device;
+    size_t size;
+    void *stream;
+} torch_call_t;
+
+static uintptr_t torch_again(void *ctx, core_oom_t *oom)
+{
+    const torch_call_t *c = ctx;
+    return torch_malloc_once(c->d, c->device, c->size, c->stream, oom);
+}
+
 CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
 {
     hook_dev_t *hd;
@@ -305,14 +319,8 @@ CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
     core_oom_t oom;
     uintptr_t p = torch_malloc_once(d, device, size, stream, &oom);
     if (HOOK_UNLIKELY(!p) && atomic_load_explicit(&hd->yielding, memory_order_relaxed)) {
-        /* hook_yield_retry's steps, through the call's pool */
-        if (hook_yield_ask(hd, &oom)) {
-            bool was = core_final_try(true);
-            p = torch_malloc_once(d, device, size, stream, &oom);
-            core_final_try(was);
-        } else {
-            core_count_failure(d, &oom, hook_stream_key((CUstream)stream, false), hook_site());
-        }
+        torch_call_t c = {d, device, size, stream};
+        p = hook_yield_again(hd, d, hook_stream_key((CUstream)stream, false), hook_site(), &oom, torch_again, &c);
     }
     if (HOOK_LIKELY(p != 0))
         return (void *)p;

@@ -33,7 +33,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "env.h"
@@ -67,13 +66,6 @@ typedef struct yield_ask_s {
 
 static yield_dev_t ydev[HOOK_MAX_DEVICES];
 
-/* CLOCK_REALTIME in ms: the clock of a publication's updated_ns. */
-static uint64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER; /* last_ask; a leaf */
 static yield_ask_t last_ask[HOOK_MAX_DEVICES];
 static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
@@ -317,17 +309,37 @@ bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
     return k > 0;
 }
 
-uintptr_t hook_yield_retry(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
-                           core_oom_t *oom)
+uintptr_t hook_yield_again(hook_dev_t *hd, core_dev_t *d, core_stream_t key, uint32_t site, core_oom_t *oom,
+                           hook_again_fn again, void *ctx)
 {
     if (!hook_yield_ask(hd, oom)) { /* no one to ask: the failure stands */
         core_count_failure(d, oom, key, site);
         return 0;
     }
     bool was = core_final_try(true);
-    uintptr_t p = core_malloc_site(d, size, key, site, oom);
+    uintptr_t p = again(ctx, oom);
     core_final_try(was);
     return p;
+}
+
+typedef struct core_call_s {
+    core_dev_t *d;
+    size_t size;
+    core_stream_t key;
+    uint32_t site;
+} core_call_t;
+
+static uintptr_t core_again(void *ctx, core_oom_t *oom)
+{
+    const core_call_t *c = ctx;
+    return core_malloc_site(c->d, c->size, c->key, c->site, oom);
+}
+
+uintptr_t hook_yield_retry(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
+                           core_oom_t *oom)
+{
+    core_call_t c = {d, size, key, site};
+    return hook_yield_again(hd, d, key, site, oom, core_again, &c);
 }
 
 /* ------------------------------------------------------------------------
@@ -375,8 +387,7 @@ void hook_yield_fill(const hook_dev_t *hd, st_gpu_procs_t *out)
             rows[r].torn = v[i].stale;
             rows[r].allocated = v[i].figs.allocated;
             rows[r].reserved = v[i].figs.reserved;
-            uint64_t now = wall_ms();
-            rows[r].age_ms = now > v[i].figs.updated_ns / 1000000 ? now - v[i].figs.updated_ns / 1000000 : 0;
+            rows[r].age_ms = st_reg_age_ms(&v[i].figs);
         }
         for (unsigned i = 0; i < a.n; i++)
             if ((unsigned)a.who[i].pid == rows[r].pid) {

@@ -35,6 +35,12 @@ static uint64_t wall_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t st_reg_age_ms(const st_reg_figs_t *figs)
+{
+    uint64_t now = wall_ns();
+    return now > figs->updated_ns ? (now - figs->updated_ns) / 1000000u : 0;
+}
+
 /* The futex of a word in the shared file: waits while *w == val, at most
  * ns; wakes every waiter. */
 static void futex_wait(_Atomic uint32_t *w, uint32_t val, uint64_t ns)
@@ -63,7 +69,8 @@ void st_reg_path(const char *uuid, char *buf, size_t len)
  * The file
  * ---------------------------------------------------------------------- */
 
-const char *st_reg_check(const st_reg_file_t *f, size_t size)
+/* NULL when the header and size are this version's, else what is wrong. */
+static const char *reg_check(const st_reg_file_t *f, size_t size)
 {
     static char why[128];
     if (size < sizeof *f)
@@ -171,7 +178,7 @@ int st_reg_open(const char *path, const char *uuid, uint64_t total, bool create,
         }
         if (!bad) {
             static const st_reg_file_t none;
-            bad = st_reg_check(m == MAP_FAILED ? &none : m, (size_t)st.st_size);
+            bad = reg_check(m == MAP_FAILED ? &none : m, (size_t)st.st_size);
             if (!bad && m != MAP_FAILED && strcmp(((st_reg_file_t *)m)->uuid, uuid) != 0)
                 bad = "corrupt header (another GPU's UUID)";
         }
@@ -202,18 +209,6 @@ void st_reg_close(st_reg_t *r)
  * Slots
  * ---------------------------------------------------------------------- */
 
-uint64_t st_reg_start_of(int32_t pid)
-{
-    uint64_t start = 0;
-    char state;
-    return proc_stat(pid, &start, &state, NULL) ? start : 0;
-}
-
-bool st_reg_alive(int32_t pid, uint64_t start)
-{
-    return proc_alive(pid, start);
-}
-
 /* Clears the slot if its process is gone: a slot in use whose pid does not
  * run since its start time, or one being set up by a pid that is gone. */
 static void reap(st_reg_slot_t *s)
@@ -229,10 +224,9 @@ static void reap(st_reg_slot_t *s)
 int st_reg_claim(st_reg_t *r)
 {
     int32_t me = (int32_t)getpid();
-    uint64_t start = st_reg_start_of(me);
+    uint64_t start = 0;
     char comm[16] = "", state;
-    uint64_t ignored;
-    proc_stat(me, &ignored, &state, comm);
+    proc_stat(me, &start, &state, comm);
     for (int pass = 0; pass < 2; pass++) {
         for (unsigned i = 0; i < ST_REG_SLOTS; i++) {
             st_reg_slot_t *s = &r->f->slot[i];

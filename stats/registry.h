@@ -120,9 +120,6 @@ void st_reg_path(const char *uuid, char *buf, size_t len);
  * reason in why (the file and what is wrong with it). */
 int st_reg_open(const char *path, const char *uuid, uint64_t total, bool create, st_reg_t *out, char *why,
                 size_t len);
-/* Checks an open file's header as st_reg_open does (for cucache-top's
- * listing): NULL when good, else what is wrong. */
-const char *st_reg_check(const st_reg_file_t *f, size_t size);
 void st_reg_close(st_reg_t *r);
 
 /* Claims a slot for this process; its index, or -1 when the table is full
@@ -148,10 +145,6 @@ typedef struct st_reg_view_s {
     st_reg_figs_t figs;
 } st_reg_view_t;
 
-/* Whether pid runs and started at `start` (not a zombie). */
-bool st_reg_alive(int32_t pid, uint64_t start);
-/* This process's start time (0 when unknown). */
-uint64_t st_reg_start_of(int32_t pid);
 /* The live processes of the registry (the dead are cleared first): at most
  * max copies into out; returns how many there are. */
 size_t st_reg_list(st_reg_t *r, st_reg_view_t *out, size_t max);
@@ -173,5 +166,7 @@ uint64_t st_reg_take_want(st_reg_t *r, int slot);
 void st_reg_answer(st_reg_t *r, int slot, uint32_t asks, uint64_t given);
 
 uint64_t st_reg_now_ns(void); /* CLOCK_MONOTONIC */
+/* How old the figures are (their updated_ns against CLOCK_REALTIME). */
+uint64_t st_reg_age_ms(const st_reg_figs_t *figs);
 
 #endif
