@@ -5,8 +5,8 @@
  * keys.
  *
  *   core_dev_t *d = core_dev_new(&backend, device, &conf);
- *   void *p = core_malloc(d, size, stream, &oom);   // NULL: out of memory, oom says why
- *   core_free(d, p, CORE_FREE_FENCED, 0);           // or _NOW, _AFTER_STREAM
+ *   uintptr_t p = core_malloc(d, size, stream, &oom); // 0: out of memory, oom says why
+ *   core_free(d, p, CORE_FREE_FENCED, 0);             // or _NOW, _AFTER_STREAM
  *
  * Streams: a block belongs to the stream key it was allocated for and is
  * only handed out again for that key (PyTorch's rule).  Key 0 stands for

@@ -20,7 +20,7 @@
  *             is over, then behind a fence;
  *   LENT      a shared page's piece lent to another mapping of the page,
  *   FOREIGN   and in that mapping, its bytes that are not the borrower's
- *             (core/expand.c, "Shared pages"): in no tree or list.
+ *             (core/share.c; expand.h, "Shared pages"): in no tree or list.
  *
  * A pool (pool_t) is a free tree plus its class (small or large) and the
  * private pool (ppool_t) it belongs to; the default pools are private pool
@@ -82,7 +82,8 @@
  *   stats.c     stats_ stat_       PyTorch's counters
  *   layout.c    (core_layout)      the snapshot's view of segments and blocks
  *   check.c     (core_check)       re-derives the invariants above
- *   conf.c      conf_              CUCACHE_CONF: tokenizer, values, key table;
+ *   conf.c      conf_              CUCACHE_CONF: the key table, parsing, help
+ *   conf_read.c conf_              its tokenizer and value readers (conf_read.h);
  *                                  conf_show, how every layer shows a refused value
  *   backend_mem.c mem_backend_     an in-process device for tests, the
  *                                  replay and the what-if
@@ -90,6 +91,8 @@
  *   hashtab.c   ht_                the one hash table (uint64 -> uint64)
  *   vec.c       vec_               the one growable array
  *   hostalloc.c hostalloc_         metadata memory (hidden jemalloc arena)
+ *   proc.c      proc_              processes as /proc tells them (proc.h), for
+ *                                  the tables several processes share
  */
 #ifndef CUCACHE_CORE_TYPES_H
 #define CUCACHE_CORE_TYPES_H
@@ -115,7 +118,7 @@ typedef enum block_state_e {
     BLOCK_ALLOCATED,
     BLOCK_PENDING,
     BLOCK_UNMAPPED,
-    /* expandable_share_pages (core/expand.c, "Shared pages"): the free tail
+    /* expandable_share_pages (core/share.c; expand.h, "Shared pages"): the free tail
      * or head of a page, lent to the block of another mapping of the page
      * (never free, allocated or unmapped here) ... */
     BLOCK_LENT,
