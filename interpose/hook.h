@@ -69,7 +69,7 @@
  * the dlsym override and the cuGetProcAddress hooks (hook_lookup.c).  An
  * allocation is cached by the outermost hook the program called: while a
  * hook runs the real runtime on the program's behalf, the thread's guard
- * (hook_guard) makes every hook pass straight through.
+ * (hook_depth, raised by HOOK_REAL) makes every hook pass straight through.
  *
  * Contexts.  Each device has one allocator (core_dev_t), for its primary
  * context, the one the runtime uses.  Driver calls made while a created
@@ -201,7 +201,7 @@ typedef struct hook_dev_s {
     size_t nstreams, streams_cap;
     /* bumped as a non-blocking stream is destroyed (a new one may take its
      * handle): a fence recorded before waits on every stream for each of its
-     * events (backend.c, wait_fence) */
+     * events (order.c, wait_fence) */
     uint64_t streams_gen;
     /* live blocking streams the program created in the primary context:
      * with the non-blocking ones, the count the core is told
@@ -228,9 +228,9 @@ typedef struct hook_dev_s {
     struct fence_s **ordered;
     size_t nordered, ordered_cap;
     /* cucache's own non-blocking stream that gathers an ordered fence's
-     * events into one (backend.c: fence_gather); NULL until needed */
+     * events into one (order.c: fence_gather); NULL until needed */
     CUstream hub;
-    /* its hand-outs stopped for good, and the trace says so (backend.c) */
+    /* its hand-outs stopped for good, and the trace says so (order.c) */
     atomic_bool stopped;
     /* the program's work was seen on the legacy default stream beside one
      * stream of its own: counted as a stream (hook_live_streams; order.c's
@@ -552,7 +552,7 @@ static inline uint32_t hook_site(void)
     return HOOK_UNLIKELY(atomic_load_explicit(&hook_stacks, memory_order_relaxed)) ? st_stack_capture() : 0;
 }
 
-/* cucache_record_memory_history (diag.c): the event ring of every device,
+/* What cucache_record_memory_history does (diag.c): the event ring of every device,
  * and of those opened later, on (max_entries > 0) or off (0); stacks in
  * `mode` (st_stack_mode_t) with `depth` frames of each kind (1..64), depth
  * 0 off, -1 as they are.  0, or -1 with err set. */

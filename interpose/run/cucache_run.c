@@ -62,7 +62,7 @@ enum {
     RUN_MAX_CHANGES = 16, /* environment variables set, at most */
 };
 
-/* The simulator's limits on CUCACHE_SIM_CAPACITY (sim/engine.c). */
+/* The simulator's limits on CUCACHE_SIM_CAPACITY (sim/config.c). */
 #define RUN_SIM_CAPACITY_MIN ((uint64_t)4 << 20)
 #define RUN_SIM_CAPACITY_MAX ((uint64_t)1 << 44)
 
@@ -194,11 +194,11 @@ static void run_exe_dir(char *dir, size_t len)
 }
 
 /* ------------------------------------------------------------------------
- * CUCACHE_SIM_CAPACITY, as sim/engine.c reads it
+ * CUCACHE_SIM_CAPACITY, as sim/config.c reads it
  * ---------------------------------------------------------------------- */
 
 /* "80G", "512M", "1.5G", "64MiB", "8388608" (bytes): read by the call
- * the simulator makes (sim/engine.c, parse_size), so a value accepted here is
+ * the simulator makes (sim/config.c, parse_size), so a value accepted here is
  * accepted there with the same meaning. */
 static void run_check_capacity(const char *capacity)
 {
