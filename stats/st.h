@@ -20,6 +20,10 @@
  *   fmt.c       sizes in PyTorch's format, the line sink
  *   nvml_abi.c  NVML's process list for the OOM report and cucache-top
  *               (nvml_abi.h: NVML's codes, layouts and entry points)
+ *   registry.c  the GPU registry: what every cucache process on a GPU
+ *               holds, and how one asks another for idle cache (registry.h)
+ *   trace_read.c reading a cucache trace (trace.h: the format, which
+ *               interpose/trace.c writes)
  *
  * Text goes to a line sink, one line per call without the newline and
  * without the "cucache: " prefix (the interposer's log adds it).  Host
@@ -82,7 +86,7 @@ typedef struct st_gpu_procs_s {
     unsigned self_pid;       /* this process (getpid) */
     const st_gpu_proc_t *procs;
     size_t n;
-    /* this request's ask of the neighbours (yield.c) */
+    /* this request's ask of the neighbours (interpose/yield.c) */
     bool yield_on;      /* CUCACHE_YIELD and the registry were on */
     unsigned asked;     /* cucache processes asked */
     uint64_t given;     /* bytes they gave back in all */
@@ -319,7 +323,7 @@ size_t st_stack_pcs(uint32_t id, const uintptr_t **pc);
 size_t st_stack_frames(uint32_t id, st_frame_t *out, size_t max);
 /* "name (file.c:42)", "name (libx.so+0x1234)", "?? (0x7f00...)", or for a
  * Python frame "name (train.py:42)" (the file's base name; a package's
- * __init__.py or __main__.py with its directory). */
+ * "__init__.py" or "__main__.py" with its directory). */
 void st_frame_text(const st_frame_t *f, char *buf, size_t len);
 /* The executable segment [*lo, *hi) of the loaded object holding addr;
  * false when no object holds it. */
