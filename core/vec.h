@@ -1,8 +1,8 @@
 /*
- * vec: the one growable array of the core, the what-if, the replay and
- * stats.  The caller keeps the array, its length and its capacity;
- * vec_reserve makes room for `need` elements, doubling the capacity, so
- * that appending n elements one by one costs O(n) copies:
+ * vec: the one growable array of the core, the what-if, the interposer,
+ * the replay and stats.  The caller keeps the array, its length and its
+ * capacity; vec_reserve makes room for `need` elements, doubling the
+ * capacity, so that appending n elements one by one costs O(n) copies:
  *
  *   if (!vec_reserve((void **)&a, &cap, n + 1, sizeof *a))
  *       return fail("out of host memory");

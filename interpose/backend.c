@@ -29,6 +29,7 @@
 
 #include "hook.h"
 #include "hostalloc.h"
+#include "vec.h"
 
 HOOK_TLS CUresult hook_backend_error;
 
@@ -367,15 +368,8 @@ CUevent hook_event_get(hook_dev_t *hd)
 
 void hook_event_put(hook_dev_t *hd, CUevent e)
 {
-    if (hd->nspare == hd->spare_cap && hd->spare_cap < SPARE_EVENTS_MAX) {
-        size_t cap = hd->spare_cap ? hd->spare_cap * 2 : 16;
-        CUevent *n = hostalloc_realloc(hd->spare_events, cap * sizeof *n);
-        if (n) {
-            hd->spare_events = n;
-            hd->spare_cap = cap;
-        }
-    }
-    if (hd->nspare < hd->spare_cap)
+    if (hd->nspare < SPARE_EVENTS_MAX &&
+        vec_reserve((void **)&hd->spare_events, &hd->spare_cap, hd->nspare + 1, sizeof *hd->spare_events))
         hd->spare_events[hd->nspare++] = e;
     else
         real_cu.cuEventDestroy_v2(e);

@@ -44,7 +44,7 @@
 #include <unistd.h>
 
 #include "hook.h"
-#include "hostalloc.h"
+#include "vec.h"
 
 #define TAG_MAGIC "cucache\x01"
 #define REG_MAGIC "cucacheR"
@@ -421,14 +421,8 @@ CUresult hook_ipc_open(const char handle[64], unsigned flags, hook_dev_t *ctx_hd
     if (rg)
         r = entry_open(rg, &t);
     import_t *m = NULL;
-    if (r == CUDA_SUCCESS && nimports == cap_imports) {
-        size_t cap = cap_imports ? 2 * cap_imports : 16;
-        import_t *n = hostalloc_realloc(imports, cap * sizeof *n);
-        if (n)
-            imports = n, cap_imports = cap;
-        else
-            r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    if (r == CUDA_SUCCESS && !vec_reserve((void **)&imports, &cap_imports, nimports + 1, sizeof *imports))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     CUdeviceptr base = 0;
     if (r == CUDA_SUCCESS) {
         CUipcMemHandle real;

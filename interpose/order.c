@@ -31,6 +31,7 @@
 #include "hostalloc.h"
 #include "rules.h"
 #include "trace.h"
+#include "vec.h"
 
 /* fence_gather: a fence of this many events or more is gathered on the hub */
 enum { HUB_MIN_EVENTS = 8 };
@@ -198,16 +199,8 @@ int hook_order_fence(void *ctx, int device, uint64_t event, uint64_t first_alloc
         ordered_sweep(hd);
         grow = hd->ordered_cap == 0 || hd->nordered > hd->ordered_cap / 2;
     }
-    if (grow) {
-        size_t cap = hd->ordered_cap ? hd->ordered_cap * 2 : 16;
-        fence_t **n = hostalloc_realloc(hd->ordered, cap * sizeof *n);
-        if (n) {
-            hd->ordered = n;
-            hd->ordered_cap = cap;
-        } else {
-            rc = CORE_EFAIL;
-        }
-    }
+    if (grow && !vec_reserve((void **)&hd->ordered, &hd->ordered_cap, hd->ordered_cap + 1, sizeof *hd->ordered))
+        rc = CORE_EFAIL;
     /* A fence of one event, on the legacy stream, with no non-blocking
      * stream alive: the legacy stream is in order after it, and so is
      * every blocking and per-thread default stream's later work (it waits

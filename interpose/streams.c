@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "hook.h"
-#include "hostalloc.h"
 #include "trace.h"
+#include "vec.h"
 
 /* A per-thread default stream handle names a different stream in each
  * thread: remember it by the thread's key. */
@@ -37,14 +37,8 @@ core_stream_t hook_key_ptds_new(void)
  * list cannot grow). */
 static bool list_add(CUstream **list, size_t *n, size_t *cap, CUstream s)
 {
-    if (*n == *cap) {
-        size_t c = *cap ? *cap * 2 : 16;
-        CUstream *g = hostalloc_realloc(*list, c * sizeof *g);
-        if (!g)
-            return false;
-        *list = g;
-        *cap = c;
-    }
+    if (!vec_reserve((void **)list, cap, *n + 1, sizeof **list))
+        return false;
     (*list)[(*n)++] = s;
     return true;
 }
@@ -290,18 +284,12 @@ void hook_stream_retiring(CUstream s)
         /* a blocking stream too: that a later legacy-stream operation waits
          * for a destroyed stream's queued work is not documented */
         bool known = list_has(hd->streams, hd->nstreams, s) || list_has(hd->blocking, hd->nblocking, s);
-        if (known && hd->nretired == hd->retired_cap) {
-            size_t cap = hd->retired_cap ? hd->retired_cap * 2 : 8;
-            hook_retired_t *n = hostalloc_realloc(hd->retired, cap * sizeof *n);
-            if (n) {
-                hd->retired = n;
-                hd->retired_cap = cap;
-            }
-        }
+        bool room =
+            known && vec_reserve((void **)&hd->retired, &hd->retired_cap, hd->nretired + 1, sizeof *hd->retired);
         bool kept = false;
         hook_scope_t sc;
         CUevent e = NULL;
-        if (known && hd->nretired < hd->retired_cap && hook_enter(hd, false, &sc)) {
+        if (room && hook_enter(hd, false, &sc)) {
             if (real_cu.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
                 kept = real_cu.cuEventRecord(e, s) == CUDA_SUCCESS;
                 if (kept)
