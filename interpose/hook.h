@@ -384,7 +384,7 @@ bool hook_ipc_is_ours(const char handle[64]);
 /* Opens a handle cucache made in another process: *out is exactly the
  * exported block.  ctx_hd: a device whose primary context is pushed around
  * the real calls (the runtime's hooks), or NULL for the current context.  CUDA's error otherwise, with a line where cucache
- * refuses (a corrupted handle or registry, one another user made). */
+ * refuses (a corrupted handle or export table, one another user made). */
 CUresult hook_ipc_open(const char handle[64], unsigned flags, hook_dev_t *ctx_hd, uintptr_t *out);
 /* Closes an open of hook_ipc_open: CUDA_SUCCESS, or CUDA_ERROR_NOT_FOUND
  * when addr is not one (the real call answers then). */

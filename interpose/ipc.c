@@ -7,11 +7,11 @@
  * segment's start, another block's bytes, without any error.  So, by
  * default (ipc:peer), cucache hands the program a handle of its own (a
  * "tag", 64 bytes that CUDA itself refuses), and publishes what a peer
- * needs to open exactly the block in a registry:
+ * needs to open exactly the block in an export table:
  *
- *   - the registry is a memfd of the exporting process, mode 0600, that a
- *     peer of the same user maps through /proc/PID/fd/N (the tag names
- *     both).  It disappears with the exporter; nothing is left behind;
+ *   - the export table is a memfd of the exporting process, mode 0600,
+ *     that a peer of the same user maps through /proc/PID/fd/N (the tag
+ *     names both).  It disappears with the exporter; nothing is left behind;
  *   - an entry holds the segment's real CUDA handle, the block's offset,
  *     size and id, a checksum, and one atomic word: generation, state
  *     (free, live, held) and the peers' open count;
@@ -30,7 +30,7 @@
  * the device is reset or the process exits): a late peer never reads a new
  * owner's bytes.
  *
- * Locking: ipc_lock guards this process's registry and its imports; the
+ * Locking: ipc_lock guards this process's export table and its imports; the
  * entry words are shared with other processes and only changed atomically.
  * hold_query runs under a core device lock and takes no lock.
  */
@@ -47,9 +47,9 @@
 #include "vec.h"
 
 #define TAG_MAGIC "cucache\x01"
-#define REG_MAGIC "cucacheR"
-#define REG_VERSION 1u
-#define REG_ENTRIES 4096u
+#define TABLE_MAGIC "cucacheR"
+#define TABLE_VERSION 1u
+#define TABLE_ENTRIES 4096u
 
 /* An entry's word: generation (32 bits) | state (2) | opens (30). */
 enum { ENTRY_FREE = 0, ENTRY_LIVE = 1, ENTRY_HELD = 2 };
@@ -58,7 +58,7 @@ enum { ENTRY_FREE = 0, ENTRY_LIVE = 1, ENTRY_HELD = 2 };
 #define W_OPENS(w) ((uint32_t)(w)&0x3fffffffu)
 #define W_MAKE(gen, state, opens) ((uint64_t)(gen) << 32 | (uint64_t)(state) << 30 | (uint64_t)(opens))
 
-typedef struct reg_entry_s {
+typedef struct entry_s {
     _Atomic uint64_t word;
     char real[64];   /* the segment's CUDA handle */
     uint64_t id;     /* the block's allocation id */
@@ -66,27 +66,27 @@ typedef struct reg_entry_s {
     uint64_t size;   /* its requested bytes */
     uint32_t device; /* the exporter's ordinal */
     uint32_t check;  /* entry_check() when written */
-} reg_entry_t;
+} entry_t;
 
-typedef struct reg_s {
+typedef struct table_s {
     char magic[8];
     uint32_t version, nentries;
-    uint64_t nonce; /* tells this registry from one of a later process with the same pid */
+    uint64_t nonce; /* tells this table from one of a later process with the same pid */
     int32_t pid;
     uint32_t pad;
-    reg_entry_t e[];
-} reg_t;
+    entry_t e[];
+} table_t;
 
-#define REG_BYTES (sizeof(reg_t) + REG_ENTRIES * sizeof(reg_entry_t))
+#define TABLE_BYTES (sizeof(table_t) + TABLE_ENTRIES * sizeof(entry_t))
 
 /* The 64 bytes the program gets instead of CUDA's handle. */
 typedef struct tag_s {
     char magic[8];
     int32_t pid;    /* the exporter */
-    int32_t fd;     /* its registry's descriptor */
+    int32_t fd;     /* its export table's descriptor */
     uint32_t index; /* the entry */
     uint32_t gen;   /* its generation when exported */
-    uint64_t nonce; /* the registry's */
+    uint64_t nonce; /* the export table's */
     uint64_t id, offset, size;
     uint32_t device;
     uint32_t check; /* tag_check() */
@@ -106,12 +106,12 @@ typedef struct import_s {
     size_t size;        /* the block's requested bytes */
     uint64_t id;        /* its id in this process (pointer queries) */
     hook_dev_t *ctx_hd; /* primary context pushed around the real calls, or NULL */
-    reg_t *remote;      /* the exporter's registry, mapped */
+    table_t *remote;    /* the exporter's export table, mapped */
 } import_t;
 
 static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
-static reg_t *reg; /* this process's registry (NULL until the first export) */
-static int reg_fd = -1;
+static table_t *table; /* this process's export table (NULL until the first export) */
+static int table_fd = -1;
 static import_t *imports;
 static size_t nimports, cap_imports;
 static uint64_t import_ids;
@@ -124,7 +124,7 @@ static uint32_t fnv(uint32_t h, const void *p, size_t n)
     return h;
 }
 
-static uint32_t entry_check(const reg_t *r, uint32_t index, const reg_entry_t *e)
+static uint32_t entry_check(const table_t *r, uint32_t index, const entry_t *e)
 {
     uint32_t h = fnv(2166136261u, &r->nonce, sizeof r->nonce);
     h = fnv(h, &index, sizeof index);
@@ -140,13 +140,13 @@ static uint32_t tag_check(const tag_t *t)
     return fnv(2166136261u, t, offsetof(tag_t, check));
 }
 
-/* A fork child has neither the parent's registry (MADV_DONTFORK) nor its
+/* A fork child has neither the parent's export table (MADV_DONTFORK) nor its
  * CUDA mappings: it starts with none of either. */
 static void atfork_child(void)
 {
     pthread_mutex_init(&ipc_lock, NULL);
-    reg = NULL;
-    reg_fd = -1;
+    table = NULL;
+    table_fd = -1;
     imports = NULL;
     nimports = cap_imports = 0;
 }
@@ -160,43 +160,43 @@ static void install_atfork(void)
  * The exporter
  * ---------------------------------------------------------------------- */
 
-/* Creates this process's registry (ipc_lock held). */
-static int registry_create(void)
+/* Creates this process's export table (ipc_lock held). */
+static int table_create(void)
 {
     int fd = memfd_create("cucache-ipc", MFD_CLOEXEC);
-    if (fd < 0 || fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)REG_BYTES) != 0) {
-        hook_warn(HOOK_WARN_IPC, "IPC: cannot create the registry peers read (%s); not exporting", strerror(errno));
+    if (fd < 0 || fchmod(fd, 0600) != 0 || ftruncate(fd, (off_t)TABLE_BYTES) != 0) {
+        hook_warn(HOOK_WARN_IPC, "IPC: cannot create the export table peers read (%s); not exporting", strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
     }
-    reg_t *r = mmap(NULL, REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    table_t *r = mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (r == MAP_FAILED) {
         close(fd);
         return -1;
     }
-    madvise(r, REG_BYTES, MADV_DONTFORK);
+    madvise(r, TABLE_BYTES, MADV_DONTFORK);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    memcpy(r->magic, REG_MAGIC, 8);
-    r->version = REG_VERSION;
-    r->nentries = REG_ENTRIES;
+    memcpy(r->magic, TABLE_MAGIC, 8);
+    r->version = TABLE_VERSION;
+    r->nentries = TABLE_ENTRIES;
     r->nonce = (uint64_t)ts.tv_nsec << 32 ^ (uint64_t)ts.tv_sec ^ (uint64_t)getpid() << 40 ^ (uintptr_t)r;
     r->pid = (int32_t)getpid();
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, install_atfork);
-    reg = r;
-    reg_fd = fd;
+    table = r;
+    table_fd = fd;
     return 0;
 }
 
 /* An entry for the block (ipc_lock held): the one already exporting it,
  * or a free one made live.  NULL when all are taken. */
-static reg_entry_t *entry_for(const core_ptr_info_t *info, uint32_t device, const char real[64], uint32_t *index)
+static entry_t *entry_for(const core_ptr_info_t *info, uint32_t device, const char real[64], uint32_t *index)
 {
-    reg_entry_t *spare = NULL;
-    for (uint32_t i = 0; i < REG_ENTRIES; i++) {
-        reg_entry_t *e = &reg->e[i];
+    entry_t *spare = NULL;
+    for (uint32_t i = 0; i < TABLE_ENTRIES; i++) {
+        entry_t *e = &table->e[i];
         uint64_t w = atomic_load(&e->word);
         if (W_STATE(w) == ENTRY_LIVE && e->id == info->id) {
             *index = i;
@@ -214,7 +214,7 @@ static reg_entry_t *entry_for(const core_ptr_info_t *info, uint32_t device, cons
     spare->offset = info->base - info->seg_base;
     spare->size = info->requested;
     spare->device = device;
-    spare->check = entry_check(reg, *index, spare);
+    spare->check = entry_check(table, *index, spare);
     uint64_t w = atomic_load(&spare->word);
     atomic_store(&spare->word, W_MAKE(W_GEN(w) + 1, ENTRY_LIVE, 0));
     return spare;
@@ -263,13 +263,12 @@ CUresult hook_ipc_export(hook_dev_t *hd, const core_ptr_info_t *info, char handl
     }
     pthread_mutex_lock(&ipc_lock);
     uint32_t index = 0;
-    reg_entry_t *e = reg || registry_create() == 0 ? entry_for(info, (uint32_t)hd->ordinal, real.reserved, &index)
-                                                   : NULL;
+    entry_t *e = table || table_create() == 0 ? entry_for(info, (uint32_t)hd->ordinal, real.reserved, &index) : NULL;
     if (!e) {
         pthread_mutex_unlock(&ipc_lock);
-        if (reg)
+        if (table)
             hook_warn(HOOK_WARN_IPC, "cudaIpcGetMemHandle: %u blocks are exported at once, the most cucache tracks",
-                      REG_ENTRIES);
+                      TABLE_ENTRIES);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint32_t gen = W_GEN(atomic_load(&e->word));
@@ -278,11 +277,11 @@ CUresult hook_ipc_export(hook_dev_t *hd, const core_ptr_info_t *info, char handl
         pthread_mutex_unlock(&ipc_lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
-    tag_t t = {.pid = reg->pid,
-               .fd = reg_fd,
+    tag_t t = {.pid = table->pid,
+               .fd = table_fd,
                .index = index,
                .gen = gen,
-               .nonce = reg->nonce,
+               .nonce = table->nonce,
                .id = e->id,
                .offset = e->offset,
                .size = e->size,
@@ -299,9 +298,9 @@ int hook_ipc_hold_query(uint64_t token)
     if (token == HOLD_STRICT)
         return 0;
     uint32_t index = (uint32_t)(token >> 32) - 1, gen = (uint32_t)token;
-    if (!reg || index >= REG_ENTRIES)
+    if (!table || index >= TABLE_ENTRIES)
         return 1;
-    reg_entry_t *e = &reg->e[index];
+    entry_t *e = &table->e[index];
     for (;;) {
         uint64_t w = atomic_load(&e->word);
         if (W_GEN(w) != gen || W_STATE(w) == ENTRY_FREE)
@@ -318,8 +317,8 @@ int hook_ipc_hold_query(uint64_t token)
 void hook_ipc_dev_dropped(int ordinal)
 {
     pthread_mutex_lock(&ipc_lock);
-    for (uint32_t i = 0; reg && i < REG_ENTRIES; i++) {
-        reg_entry_t *e = &reg->e[i];
+    for (uint32_t i = 0; table && i < TABLE_ENTRIES; i++) {
+        entry_t *e = &table->e[i];
         uint64_t w = atomic_load(&e->word);
         while (W_STATE(w) == ENTRY_LIVE && e->device == (uint32_t)ordinal &&
                !atomic_compare_exchange_strong(&e->word, &w, W_MAKE(W_GEN(w), ENTRY_HELD, W_OPENS(w))))
@@ -337,9 +336,9 @@ bool hook_ipc_is_ours(const char handle[64])
     return memcmp(handle, TAG_MAGIC, 8) == 0;
 }
 
-/* Maps the exporter's registry and checks it is the one the tag names;
+/* Maps the exporter's export table and checks it is the one the tag names;
  * NULL with *r set otherwise (and a line where cucache refuses). */
-static reg_t *registry_open(const tag_t *t, CUresult *r)
+static table_t *table_open(const tag_t *t, CUresult *r)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)t->pid, (int)t->fd);
@@ -349,25 +348,25 @@ static reg_t *registry_open(const tag_t *t, CUresult *r)
             *r = CUDA_ERROR_INVALID_HANDLE; /* the exporter exited: a stale handle */
         } else {
             hook_warn(HOOK_WARN_IPC,
-                      "cudaIpcOpenMemHandle: cannot read the registry of the exporting process %d (%s): a handle of "
-                      "another user's process? Refused (CUDA_ERROR_INVALID_VALUE)",
+                      "cudaIpcOpenMemHandle: cannot read the export table of the exporting process %d (%s): "
+                      "a handle of another user's process? Refused (CUDA_ERROR_INVALID_VALUE)",
                       (int)t->pid, strerror(errno));
             *r = CUDA_ERROR_INVALID_VALUE;
         }
         return NULL;
     }
     struct stat st;
-    reg_t *rg = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && (size_t)st.st_size == REG_BYTES)
-        rg = mmap(NULL, REG_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    table_t *tb = MAP_FAILED;
+    if (fstat(fd, &st) == 0 && (size_t)st.st_size == TABLE_BYTES)
+        tb = mmap(NULL, TABLE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
-    if (rg != MAP_FAILED && memcmp(rg->magic, REG_MAGIC, 8) == 0 && rg->version == REG_VERSION &&
-        rg->nentries == REG_ENTRIES && rg->nonce == t->nonce && rg->pid == t->pid) {
-        madvise(rg, REG_BYTES, MADV_DONTFORK);
-        return rg;
+    if (tb != MAP_FAILED && memcmp(tb->magic, TABLE_MAGIC, 8) == 0 && tb->version == TABLE_VERSION &&
+        tb->nentries == TABLE_ENTRIES && tb->nonce == t->nonce && tb->pid == t->pid) {
+        madvise(tb, TABLE_BYTES, MADV_DONTFORK);
+        return tb;
     }
-    if (rg != MAP_FAILED)
-        munmap(rg, REG_BYTES);
+    if (tb != MAP_FAILED)
+        munmap(tb, TABLE_BYTES);
     /* the exporter exited and its pid (and descriptor) went to another program */
     *r = CUDA_ERROR_INVALID_HANDLE;
     return NULL;
@@ -375,15 +374,16 @@ static reg_t *registry_open(const tag_t *t, CUresult *r)
 
 /* Counts this process's open of the entry, if it is still the tag's and
  * live.  CUDA_SUCCESS, a stale handle, or a corrupted entry. */
-static CUresult entry_open(reg_t *rg, const tag_t *t)
+static CUresult entry_open(table_t *tb, const tag_t *t)
 {
-    reg_entry_t *e = &rg->e[t->index];
-    if (e->check != entry_check(rg, t->index, e) || e->id != t->id || e->offset != t->offset ||
-        e->size != t->size || e->device != t->device) {
+    entry_t *e = &tb->e[t->index];
+    if (e->check != entry_check(tb, t->index, e) || e->id != t->id || e->offset != t->offset || e->size != t->size ||
+        e->device != t->device) {
         if (W_GEN(atomic_load(&e->word)) != t->gen)
             return CUDA_ERROR_INVALID_HANDLE; /* reused for another export since */
-        hook_warn(HOOK_WARN_IPC, "cudaIpcOpenMemHandle: the exporting process %d's registry entry %u does not match "
-                                 "the handle (corrupted); refused (CUDA_ERROR_INVALID_VALUE)",
+        hook_warn(HOOK_WARN_IPC,
+                  "cudaIpcOpenMemHandle: the exporting process %d's export table entry %u does not match "
+                  "the handle (corrupted); refused (CUDA_ERROR_INVALID_VALUE)",
                   (int)t->pid, t->index);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -399,7 +399,7 @@ CUresult hook_ipc_open(const char handle[64], unsigned flags, hook_dev_t *ctx_hd
 {
     tag_t t;
     memcpy(&t, handle, sizeof t);
-    if (t.check != tag_check(&t) || t.index >= REG_ENTRIES || t.pid <= 0) {
+    if (t.check != tag_check(&t) || t.index >= TABLE_ENTRIES || t.pid <= 0) {
         hook_warn(HOOK_WARN_IPC, "cudaIpcOpenMemHandle: a cucache IPC handle that fails its checksum (corrupted "
                                  "in transit?); refused (CUDA_ERROR_INVALID_VALUE)");
         return CUDA_ERROR_INVALID_VALUE;
@@ -417,16 +417,16 @@ CUresult hook_ipc_open(const char handle[64], unsigned flags, hook_dev_t *ctx_hd
         }
     }
     CUresult r = CUDA_SUCCESS;
-    reg_t *rg = registry_open(&t, &r);
-    if (rg)
-        r = entry_open(rg, &t);
+    table_t *tb = table_open(&t, &r);
+    if (tb)
+        r = entry_open(tb, &t);
     import_t *m = NULL;
     if (r == CUDA_SUCCESS && !vec_reserve((void **)&imports, &cap_imports, nimports + 1, sizeof *imports))
         r = CUDA_ERROR_OUT_OF_MEMORY;
     CUdeviceptr base = 0;
     if (r == CUDA_SUCCESS) {
         CUipcMemHandle real;
-        memcpy(real.reserved, rg->e[t.index].real, 64);
+        memcpy(real.reserved, tb->e[t.index].real, 64);
         hook_scope_t sc = {0};
         if (ctx_hd && !hook_enter(ctx_hd, false, &sc))
             r = CUDA_ERROR_INVALID_CONTEXT;
@@ -434,17 +434,17 @@ CUresult hook_ipc_open(const char handle[64], unsigned flags, hook_dev_t *ctx_hd
             r = CU_REAL(cuIpcOpenMemHandle_v2, &base, real, flags);
         hook_leave(&sc);
         if (r != CUDA_SUCCESS)
-            atomic_fetch_sub(&rg->e[t.index].word, 1);
+            atomic_fetch_sub(&tb->e[t.index].word, 1);
     }
     if (r != CUDA_SUCCESS) {
-        if (rg)
-            munmap(rg, REG_BYTES);
+        if (tb)
+            munmap(tb, TABLE_BYTES);
         pthread_mutex_unlock(&ipc_lock);
         return r;
     }
     m = &imports[nimports++];
     *m = (import_t){t.pid,  t.nonce, t.index, t.gen, 1, (uintptr_t)base + (uintptr_t)t.offset, base, (size_t)t.size,
-                    CORE_ID_TAG | (uint64_t)1 << 61 | ++import_ids, ctx_hd, rg};
+                    CORE_ID_TAG | (uint64_t)1 << 61 | ++import_ids, ctx_hd, tb};
     *out = m->ptr;
     pthread_mutex_unlock(&ipc_lock);
     return CUDA_SUCCESS;
@@ -466,7 +466,7 @@ CUresult hook_ipc_close(uintptr_t addr)
                 r = CU_REAL(cuIpcCloseMemHandle, m->base);
             hook_leave(&sc);
             atomic_fetch_sub(&m->remote->e[m->index].word, 1); /* the exporter may reuse it now */
-            munmap(m->remote, REG_BYTES);
+            munmap(m->remote, TABLE_BYTES);
             *m = imports[--nimports];
         }
         pthread_mutex_unlock(&ipc_lock);

@@ -39,7 +39,7 @@
 enum { TBUF_RECORDS = 1024 }; /* 40 KiB per thread */
 
 typedef struct tbuf_s {
-    struct tbuf_s *prev, *next; /* the registry (all live buffers) */
+    struct tbuf_s *prev, *next; /* the list of all live buffers (bufs) */
     _Atomic uint32_t n;         /* records filled (release: the exit flush reads it) */
     /* what one write(2) appends: the chunk header, then the records */
     trace_chunk_t chunk;
@@ -54,7 +54,7 @@ static struct {
     bool tsc;
     atomic_uint next_tid;
     pthread_key_t key;
-    pthread_mutex_t lock; /* the registry, and writes at exit */
+    pthread_mutex_t lock; /* the list of buffers, and writes at exit */
     tbuf_t *bufs;
     atomic_ulong write_errors;
 } tr = {.fd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};

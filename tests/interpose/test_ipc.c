@@ -11,9 +11,9 @@
  *     (the peer still reads its bytes) until the peer closes it, then it is
  *     reused; a handle of a block freed with no peer is stale;
  *   - a handle opened in its own process, a corrupted handle, a handle whose
- *     registry belongs to another process now, one of a process of another
- *     user, and memory cucache cannot export (freed, stream-ordered) get
- *     CUDA's codes, with one line where cucache refuses;
+ *     export table belongs to another process now, one of a process of
+ *     another user, and memory cucache cannot export (freed,
+ *     stream-ordered) get CUDA's codes, with one line where cucache refuses;
  *   - under CUCACHE_CONF=ipc:strict (run as `test_interpose_ipc strict`) a
  *     block at its segment's start exports a plain CUDA handle that opens
  *     in a peer, and one inside a segment is refused with one line.
@@ -203,7 +203,7 @@ static void test_stale_and_bad_handles(void **state)
     /* garbage that is not cucache's goes to CUDA, which refuses it */
     memset(&bad, 0x3c, sizeof bad);
     peer_expect(peer_open(&peer, &bad, 1), "err 1");
-    /* a registry of another process now: the nonce differs (checksum redone) */
+    /* an export table of another process now: the nonce differs (checksum redone) */
     bad = h;
     bad.reserved[24] ^= 1;
     uint32_t check = 2166136261u;
@@ -222,7 +222,7 @@ static void test_stale_and_bad_handles(void **state)
     SIM_OK(cudaFree(d));
 }
 
-/* A process of another user cannot read the registry: refused with a line,
+/* A process of another user cannot read the export table: refused with a line,
  * nothing lost.  Needs root to become another user; skipped otherwise. */
 static void test_another_users_handle(void **state)
 {
@@ -241,7 +241,7 @@ static void test_another_users_handle(void **state)
     pid_t pid = fork();
     if (pid == 0) {
         /* the child: nobody, asking the driver hook directly (a fork child
-         * has no CUDA, and the registry is read before any CUDA call) */
+         * has no CUDA, and the export table is read before any CUDA call) */
         dup2(out[1], 2);
         if (setgid(65534) != 0 || setuid(65534) != 0)
             _exit(3);
