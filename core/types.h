@@ -77,6 +77,8 @@
  *   hand_out.c  hand_out_          frees behind fences handed out early
  *                                  (hand_out.h: when, how much, the stop)
  *   rules.c     (core_rules)       the reuse rules, one row each (rules.h)
+ *   stream_key.h (core_stream_key) the key of a stream: one encoding for
+ *                                  the interposer and the replay
  *   journal.c   jr_                the history of the calls (what-if, trace)
  *   whatif.c    (core_whatif_*)    replaying the history under other settings
  *   stats.c     stats_ stat_       PyTorch's counters

@@ -380,9 +380,9 @@ void hook_event_put(hook_dev_t *hd, CUevent e)
  * core then falls back to the fence). */
 static CUstream stream_handle(core_stream_t key)
 {
-    if (key == HOOK_KEY_LEGACY)
+    if (key == CORE_STREAM_KEY_LEGACY)
         return CU_STREAM_LEGACY;
-    if (hook_key_is_ptds(key))
+    if (core_stream_key_is_ptds(key))
         return key == hook_key_ptds() ? CU_STREAM_PER_THREAD : NULL;
     return (CUstream)key;
 }

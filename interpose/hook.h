@@ -77,9 +77,10 @@
  * context is not usable from another.
  *
  * Streams.  The core keys blocks by stream (core_stream_t).  Key 0 is
- * memory not tied to a stream (cudaMalloc); the legacy default stream is
- * HOOK_KEY_LEGACY; a thread's per-thread default stream has a key of its
- * own (hook_key_ptds); any other key is the CUstream handle.
+ * memory not tied to a stream (cudaMalloc); the keys of streams are
+ * core/stream_key.h's (the replay's too): hook_stream_key maps a CUstream
+ * handle to its kind, and a thread's per-thread default stream is keyed by
+ * a thread number never reused (hook_key_ptds).
  *
  * Environment.  Every CUCACHE_* variable is read once, into one struct
  * (env.c, env.h); diag.c (reports and snapshots, and when), log.c (the
@@ -96,6 +97,7 @@
 
 #include "core.h"
 #include "cucache/cuda_api.h"
+#include "stream_key.h"
 
 #define HOOK_API __attribute__((visibility("default")))
 #define HOOK_TLS __thread __attribute__((tls_model("initial-exec")))
@@ -417,23 +419,15 @@ void hook_vmm_set_access(hook_dev_t *hd, CUdevice to, unsigned flags, uintptr_t 
  * Streams and captures (streams.c)
  * ---------------------------------------------------------------------- */
 
-enum { HOOK_KEY_LEGACY = 1 };
-
-/* A per-thread default stream's key: (unique thread number << 4) | 3.
- * Stream handles are aligned pointers, so the low bits never collide; the
- * number is never reused, so a new thread never inherits the blocks of an
- * exited thread's stream (whose work may still run). */
-#define HOOK_KEY_PTDS_TAG 0x3u
+/* This thread's per-thread default stream's key (core/stream_key.h), with
+ * a thread number of its own: never reused, so a new thread never inherits
+ * the blocks of an exited thread's stream (whose work may still run). */
 extern HOOK_TLS core_stream_t hook_ptds_key;
 core_stream_t hook_key_ptds_new(void);
 static inline core_stream_t hook_key_ptds(void)
 {
     core_stream_t k = hook_ptds_key;
     return HOOK_LIKELY(k != 0) ? k : hook_key_ptds_new();
-}
-static inline bool hook_key_is_ptds(core_stream_t k)
-{
-    return (k & 0xfu) == HOOK_KEY_PTDS_TAG;
 }
 
 /* The core key of a stream handle; per_thread: the call was a _ptsz entry
@@ -442,12 +436,12 @@ static inline core_stream_t hook_stream_key(CUstream s, bool per_thread)
 {
     uintptr_t v = (uintptr_t)s;
     if (v == 0)
-        return per_thread ? hook_key_ptds() : HOOK_KEY_LEGACY;
+        return per_thread ? hook_key_ptds() : core_stream_key(CORE_STREAM_LEGACY, 0, 0);
     if (v == (uintptr_t)CU_STREAM_LEGACY)
-        return HOOK_KEY_LEGACY;
+        return core_stream_key(CORE_STREAM_LEGACY, 0, 0);
     if (v == (uintptr_t)CU_STREAM_PER_THREAD)
         return hook_key_ptds();
-    return (core_stream_t)v;
+    return core_stream_key(CORE_STREAM_HANDLE, v, 0);
 }
 
 /* The stream handle a trace records: a _ptsz call on handle 0 means the

@@ -29,7 +29,7 @@ HOOK_TLS core_stream_t hook_ptds_key;
 core_stream_t hook_key_ptds_new(void)
 {
     static atomic_ulong next_thread = 1;
-    hook_ptds_key = (core_stream_t)(atomic_fetch_add(&next_thread, 1) << 4) | HOOK_KEY_PTDS_TAG;
+    hook_ptds_key = core_stream_key(CORE_STREAM_PER_THREAD, 0, atomic_fetch_add(&next_thread, 1));
     return hook_ptds_key;
 }
 

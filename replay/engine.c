@@ -45,11 +45,7 @@
 #include "engine.h"
 #include "rules.h"
 #include "stats.h"
-
-enum {
-    RP_KEY_LEGACY = 1,   /* the interposer's key of the legacy stream */
-    RP_KEY_PTDS_TAG = 3, /* ... and the tag of per-thread default streams */
-};
+#include "stream_key.h"
 
 #define RP_STREAM_LEGACY 0x1u     /* cudaStreamLegacy / CU_STREAM_LEGACY */
 #define RP_STREAM_PER_THREAD 0x2u /* cudaStreamPerThread / CU_STREAM_PER_THREAD */
@@ -164,14 +160,15 @@ static rp_dev_t *rdev(replay_t *r, int device, char *err, size_t errlen)
     return rd;
 }
 
-/* The core key of a recorded stream, as the interposer computes it. */
+/* The core key of a recorded stream, as the interposer computes it: a
+ * per-thread default stream's thread is the recorded thread. */
 static core_stream_t stream_key(const trace_event_t *e)
 {
     if (e->stream == 0 || e->stream == RP_STREAM_LEGACY)
-        return RP_KEY_LEGACY;
+        return core_stream_key(CORE_STREAM_LEGACY, 0, 0);
     if (e->stream == RP_STREAM_PER_THREAD)
-        return ((core_stream_t)e->tid << 4) | RP_KEY_PTDS_TAG;
-    return (core_stream_t)e->stream;
+        return core_stream_key(CORE_STREAM_PER_THREAD, 0, e->tid);
+    return core_stream_key(CORE_STREAM_HANDLE, (uintptr_t)e->stream, 0);
 }
 
 static bool stream_ordered(unsigned api)
