@@ -228,10 +228,8 @@ static void test_another_users_handle(void **state)
 {
     (void)state;
     itest_require_cucache();
-    if (geteuid() != 0) {
-        print_message("not root: cannot run a process of another user; skipped\n");
-        return;
-    }
+    if (geteuid() != 0)
+        skip(); /* cannot run a process of another user */
     void *d = NULL;
     cudaIpcMemHandle_t h;
     SIM_OK(cudaMalloc(&d, 5000));
