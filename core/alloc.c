@@ -316,57 +316,54 @@ static uintptr_t take(core_dev_t *d, block_t *b, size_t rounded, size_t size)
     return b ? b->addr : 0;
 }
 
-uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,
-                          core_oom_t *oom)
+/* The retry ladder's request, and why it could not grow the cache. */
+typedef struct ladder_s {
+    pool_t *pool;
+    core_stream_t stream;
+    size_t rounded;
+    size_t alloc_size; /* the segment to ask for (expandable: the bytes to map) */
+    bool direct;       /* preallocation: a segment of the request's own, returned on free */
+    seg_failure_t why; /* the last growth's refusal */
+} ladder_t;
+
+/* New room: a new segment, or pages mapped into an expandable one.  The
+ * free block that serves the request, or NULL (l->why says why). */
+static block_t *ladder_grow(core_dev_t *d, ladder_t *l)
 {
-    pool_t *pool = pool_for(d, pp, rounded);
-    seg_failure_t why = {false, 0};
-    bool direct = false;
-    /* Preallocation serves the default pools from the chunk; private pools
-     * grow on demand as under auto_growth. */
-    size_t alloc_size = d->conf.strategy == CONF_STRATEGY_PREALLOCATE && pp == &d->defaults
-                            ? prealloc_size(d, rounded, &direct)
-                            : pool_alloc_size(&d->conf, rounded);
     if (d->conf.expandable_segments)
-        alloc_size = exp_need(d, rounded);
+        return exp_grow(d, l->pool, l->stream, l->rounded, &l->why);
+    seg_t *s = seg_new(d, l->pool, l->stream, l->alloc_size, l->direct, &l->why);
+    return s ? s->first : NULL;
+}
+
+static block_t *ladder_find(core_dev_t *d, const ladder_t *l)
+{
+    return pool_find_free(d, l->pool, l->stream, l->rounded);
+}
+
+/* The retry ladder, when no cached block fits: the free block that serves
+ * the request (to take), or NULL when none could be had (l->why says why). */
+static block_t *ladder_run(core_dev_t *d, ladder_t *l)
+{
     block_t *b;
-    seg_t *s;
-    uintptr_t addr;
-#define TAKE(blk, ...)                                                                                                 \
-    do {                                                                                                               \
-        if (!(addr = take(d, blk, __VA_ARGS__)))                                                                       \
-            goto no_host_memory;                                                                                       \
-        return addr;                                                                                                   \
-    } while (0)
-    /* New room: a new segment, or pages mapped into an expandable one. */
-#define GROW()                                                                                                         \
-    do {                                                                                                               \
-        if (d->conf.expandable_segments) {                                                                             \
-            if ((b = exp_grow(d, pool, stream, rounded, &why)))                                                        \
-                TAKE(b, rounded, size);                                                                                \
-        } else if ((s = seg_new(d, pool, stream, alloc_size, direct, &why))) {                                         \
-            TAKE(s->first, rounded, size);                                                                             \
-        }                                                                                                              \
-    } while (0)
-    if (d->map.count >= d->map.mask && !map_grow(d))
-        goto no_host_memory;
     /* during a capture: a new segment or nothing (core_set_capturing) */
     if (d->capturing) {
-        GROW();
+        if ((b = ladder_grow(d, l)))
+            return b;
         /* expandable: pages known idle can go back without a synchronisation */
-        if (d->conf.expandable_segments && exp_unmap_free(d, NULL, alloc_size)) {
-            why = (seg_failure_t){false, 0};
-            GROW();
+        if (d->conf.expandable_segments && exp_unmap_free(d, NULL, l->alloc_size)) {
+            l->why = (seg_failure_t){false, 0};
+            return ladder_grow(d, l);
         }
-        goto oom;
+        return NULL;
     }
     /* 1. frees whose fence or event completed; record the open batch's fence */
     if (d->pending_bytes) {
-        if (pend_poll(d) && (b = pool_find_free(d, pool, stream, rounded)))
-            TAKE(b, rounded, size);
+        if (pend_poll(d) && (b = ladder_find(d, l)))
+            return b;
         pend_close(d);
-        if (pend_poll(d) && (b = pool_find_free(d, pool, stream, rounded)))
-            TAKE(b, rounded, size);
+        if (pend_poll(d) && (b = ladder_find(d, l)))
+            return b;
     }
     /* 1b. frees still behind fences: handed out now, the device ordered
      * after their fences, instead of growing the cache or waiting on the
@@ -374,8 +371,8 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
      * free neighbours they may serve a larger request, and a replay, whose
      * idle device completes every fence at step 1, finds the same blocks
      * free whether or not the live run's fences had completed. */
-    if (d->pending_bytes && hand_out(d, 0) && (b = pool_find_free(d, pool, stream, rounded)))
-        TAKE(b, rounded, size);
+    if (d->pending_bytes && hand_out(d, 0) && (b = ladder_find(d, l)))
+        return b;
     /* 2. garbage collection above the threshold */
     if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
         gc_collect(d);
@@ -384,40 +381,56 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
      * would otherwise grow the cache by a block per iteration.  Beyond
      * max_pending_mb and beyond the live bytes, wait for the oldest fence
      * first, as cudaFree would have. */
-    while (d->pending_bytes >= rounded && d->pending_bytes > d->conf.max_pending &&
+    while (d->pending_bytes >= l->rounded && d->pending_bytes > d->conf.max_pending &&
            d->pending_bytes > (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current && pend_wait_oldest(d))
-        if ((b = pool_find_free(d, pool, stream, rounded)))
-            TAKE(b, rounded, size);
-    GROW();
-    if (why.backend_error == CORE_EFAIL)
-        goto oom;
+        if ((b = ladder_find(d, l)))
+            return b;
+    if ((b = ladder_grow(d, l)) || l->why.backend_error == CORE_EFAIL)
+        return b;
     /* 4. memory is short: wait for the oldest fences, as cudaFree would have */
     while (d->pending_bytes && pend_wait_oldest(d))
-        if ((b = pool_find_free(d, pool, stream, rounded)))
-            TAKE(b, rounded, size);
+        if ((b = ladder_find(d, l)))
+            return b;
     /* 5. release cached oversize blocks (expandable segments: free pages),
      * then retry */
     if ((d->conf.max_split_size != SIZE_MAX || d->conf.expandable_segments) &&
-        seg_release_free(d, NULL, !d->conf.expandable_segments, alloc_size)) {
-        why = (seg_failure_t){false, 0};
-        GROW();
+        seg_release_free(d, NULL, !d->conf.expandable_segments, l->alloc_size)) {
+        l->why = (seg_failure_t){false, 0};
+        if ((b = ladder_grow(d, l)))
+            return b;
     }
     /* 6. wait for everything pending, release every free segment, retry */
     pend_release_all(d, PEND_WAIT);
-    if ((b = pool_find_free(d, pool, stream, rounded)))
-        TAKE(b, rounded, size);
+    if ((b = ladder_find(d, l)))
+        return b;
     seg_release_free(d, NULL, false, SIZE_MAX);
     d->stats.num_alloc_retries++;
-    why = (seg_failure_t){false, 0};
-    GROW();
-oom:
-    fill_oom(d, oom, size, rounded, alloc_size, pp->id, &why);
+    l->why = (seg_failure_t){false, 0};
+    return ladder_grow(d, l);
+}
+
+uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,
+                          core_oom_t *oom)
+{
+    ladder_t l = {.pool = pool_for(d, pp, rounded), .stream = stream, .rounded = rounded};
+    /* Preallocation serves the default pools from the chunk; private pools
+     * grow on demand as under auto_growth. */
+    l.alloc_size = d->conf.strategy == CONF_STRATEGY_PREALLOCATE && pp == &d->defaults
+                       ? prealloc_size(d, rounded, &l.direct)
+                       : pool_alloc_size(&d->conf, rounded);
+    if (d->conf.expandable_segments)
+        l.alloc_size = exp_need(d, rounded);
+    block_t *b;
+    if (d->map.count >= d->map.mask && !map_grow(d)) {
+        l.why = (seg_failure_t){false, CORE_EFAIL}; /* no host memory for the address map */
+    } else if ((b = ladder_run(d, &l))) {
+        uintptr_t addr = take(d, b, rounded, size);
+        if (addr)
+            return addr;
+        l.why = (seg_failure_t){false, CORE_EFAIL}; /* a fitting block, but no block struct for the split */
+    }
+    fill_oom(d, oom, size, rounded, l.alloc_size, pp->id, &l.why);
     return 0;
-no_host_memory: /* a fitting block, but no block struct for the split */
-    why = (seg_failure_t){false, CORE_EFAIL};
-    goto oom;
-#undef GROW
-#undef TAKE
 }
 
 /* ------------------------------------------------------------------------
