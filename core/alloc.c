@@ -24,29 +24,6 @@ typedef struct tls_route_s {
     int pool;
 } tls_route_t;
 static __thread tls_route_t tls_pool[CORE_MAX_DEVICES];
-/* core_final_try: the calling thread's next failures count even where the
- * device's are tentative */
-static __thread bool tls_final;
-
-bool core_final_try(bool on)
-{
-    bool was = tls_final;
-    tls_final = on;
-    return was;
-}
-
-void core_set_tentative(core_dev_t *d, bool on)
-{
-    dev_lock(d);
-    d->tentative = on;
-    dev_unlock(d);
-}
-
-/* Under the device lock: whether this failure is not yet the program's. */
-static inline bool failure_tentative(const core_dev_t *d)
-{
-    return d->tentative && !tls_final;
-}
 
 /* ------------------------------------------------------------------------
  * Segments
@@ -248,32 +225,23 @@ size_t seg_largest_free(const core_dev_t *d)
     return largest;
 }
 
-/* A failure the program sees: the snapshot's oom event (the device's free
- * bytes) and num_ooms. */
-static void count_failure(core_dev_t *d, size_t dev_free, size_t size, int pool_id, uint32_t site)
-{
-    core_emit(d, CORE_EV_OOM, dev_free, size, 0, pool_id, site);
-    d->stats.num_ooms++;
-}
-
-static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded, size_t alloc_size, int pool_id,
-                     const seg_failure_t *why)
+/* Fills *oom (when not NULL) for the allocation m describes; returns the
+ * device's free bytes, which the OOM event carries. */
+static size_t fill_oom(core_dev_t *d, core_oom_t *oom, const seg_miss_t *m)
 {
     size_t dev_free = 0, dev_total = 0;
     if (d->be.mem_info(d->be.ctx, d->device, &dev_free, &dev_total) != CORE_OK)
         dev_free = dev_total = 0;
-    if (!failure_tentative(d))
-        count_failure(d, dev_free, size, pool_id, d->site_now);
     if (!oom)
-        return;
+        return dev_free;
     memset(oom, 0, sizeof *oom);
-    oom->requested = size;
-    oom->rounded = rounded;
-    oom->alloc_size = alloc_size;
-    oom->pool_id = pool_id;
-    oom->limit_hit = why->limit_hit;
+    oom->requested = m->size;
+    oom->rounded = m->rounded;
+    oom->alloc_size = m->alloc_size;
+    oom->pool_id = m->pool_id;
+    oom->limit_hit = m->why.limit_hit;
     oom->limit = d->allowed;
-    oom->backend_error = why->backend_error ? why->backend_error : CORE_ENOMEM;
+    oom->backend_error = m->why.backend_error ? m->why.backend_error : CORE_ENOMEM;
     oom->device_free = dev_free;
     oom->device_total = dev_total;
     oom->allocated = (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current;
@@ -283,12 +251,18 @@ static void fill_oom(core_dev_t *d, core_oom_t *oom, size_t size, size_t rounded
     for (const seg_t *s = d->segs; s; s = s->next)
         if (s->expandable)
             oom->expandable_va += s->size;
+    return dev_free;
 }
 
-/* The history's record of a failed allocation (it carries the number the
- * next allocation gets), and where it is, for core_whatif. */
-static void journal_failure(core_dev_t *d, int pool, core_stream_t stream, size_t size, core_oom_t *oom)
+/* The one place a failure is counted, once it is the program's: the
+ * snapshot's OOM event (with the device's free bytes), num_ooms, and the
+ * history's record (it carries the number the next allocation gets), whose
+ * position goes in *oom for core_whatif. */
+static void count_failure(core_dev_t *d, size_t dev_free, size_t size, int pool, core_stream_t stream, uint32_t site,
+                          core_oom_t *oom)
 {
+    core_emit(d, CORE_EV_OOM, dev_free, size, 0, pool, site);
+    d->stats.num_ooms++;
     jr_note(d, JR_ALLOC_FAIL, 0, pool, stream, 0, size, d->next_id + 1);
     if (oom && d->jr.cap && !d->jr.broken) {
         oom->history = true;
@@ -296,17 +270,20 @@ static void journal_failure(core_dev_t *d, int pool, core_stream_t stream, size_
     }
 }
 
-static void note_failure(core_dev_t *d, int pool, core_stream_t stream, size_t size, core_oom_t *oom)
+/* Under the device lock: an allocation of `stream` failed; *oom filled, and
+ * the failure counted when the try says it counts. */
+__attribute__((noinline)) static void alloc_failed(core_dev_t *d, const seg_miss_t *m, core_stream_t stream,
+                                                   core_try_t t, core_oom_t *oom)
 {
-    if (!failure_tentative(d)) /* else the call is tried again: that try's outcome is recorded */
-        journal_failure(d, pool, stream, size, oom);
+    size_t dev_free = fill_oom(d, oom, m);
+    if (t == CORE_TRY_COUNTED)
+        count_failure(d, dev_free, m->size, m->pool_id, stream, d->site_now, oom);
 }
 
 void core_count_failure(core_dev_t *d, core_oom_t *oom, core_stream_t stream, uint32_t site)
 {
     dev_lock(d);
-    count_failure(d, oom->device_free, oom->requested, oom->pool_id, site);
-    journal_failure(d, oom->pool_id, stream, oom->requested, oom);
+    count_failure(d, oom->device_free, oom->requested, oom->pool_id, stream, site, oom);
     dev_unlock(d);
 }
 
@@ -410,7 +387,7 @@ static block_t *ladder_run(core_dev_t *d, ladder_t *l)
 }
 
 uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,
-                          core_oom_t *oom)
+                          seg_miss_t *miss)
 {
     ladder_t l = {.pool = pool_for(d, pp, rounded), .stream = stream, .rounded = rounded};
     /* Preallocation serves the default pools from the chunk; private pools
@@ -429,7 +406,7 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
             return addr;
         l.why = (seg_failure_t){false, CORE_EFAIL}; /* a fitting block, but no block struct for the split */
     }
-    fill_oom(d, oom, size, rounded, l.alloc_size, pp->id, &l.why);
+    *miss = (seg_miss_t){size, rounded, l.alloc_size, pp->id, l.why};
     return 0;
 }
 
@@ -438,22 +415,19 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
  * ---------------------------------------------------------------------- */
 
 /* The hit path when a cached block fits: the lock, rounding, one tree
- * lookup, the split, the address map and PyTorch's counters.  About 490
- * instructions here and 390 in core_free (callgrind on bench_core's hit_4k,
- * gcc 12 -O3; docs/performance.md); everything else is seg_malloc_slow. */
-uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom_t *oom)
-{
-    return core_malloc_site(d, size, stream, 0, oom);
-}
-
-uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_oom_t *oom)
+ * lookup, the split, the address map and PyTorch's counters.  About 545
+ * instructions in core_malloc and 400 in core_free (callgrind on
+ * bench_core's hit_4k, gcc 12 -O3; docs/performance.md); everything else
+ * is seg_malloc_slow.  Inlined into core_malloc and core_malloc_site, so
+ * that core_malloc's site and try are constants. */
+static inline __attribute__((always_inline)) uintptr_t malloc_at(core_dev_t *d, size_t size, core_stream_t stream,
+                                                                 uint32_t site, core_try_t t, core_oom_t *oom)
 {
     if (__builtin_expect(size > (SIZE_MAX >> 2), 0)) {
         dev_lock(d);
         d->site_now = site;
-        seg_failure_t why = {false, CORE_ENOMEM};
-        fill_oom(d, oom, size, size, size, 0, &why);
-        note_failure(d, 0, stream, size, oom);
+        seg_miss_t too_large = {size, size, size, 0, {false, CORE_ENOMEM}};
+        alloc_failed(d, &too_large, stream, t, oom);
         dev_unlock(d);
         return 0;
     }
@@ -489,14 +463,25 @@ uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uin
             return addr;
         }
     }
-    addr = seg_malloc_slow(d, pp, size, rounded, stream, oom);
-    if (addr) {
+    seg_miss_t miss;
+    addr = seg_malloc_slow(d, pp, size, rounded, stream, &miss);
+    if (addr)
         jr_note(d, JR_ALLOC, 0, pp->id, asked, 0, size, d->next_id);
-    } else {
-        note_failure(d, pp->id, asked, size, oom);
-    }
+    else
+        alloc_failed(d, &miss, asked, t, oom);
     dev_unlock(d);
     return addr;
+}
+
+uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom_t *oom)
+{
+    return malloc_at(d, size, stream, 0, CORE_TRY_COUNTED, oom);
+}
+
+uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_try_t t,
+                           core_oom_t *oom)
+{
+    return malloc_at(d, size, stream, site, t, oom);
 }
 
 /* The idle shortcut (core_rule_t.idle_shortcut; core.h, "Free modes as

@@ -195,14 +195,27 @@ typedef struct core_oom_s {
 } core_oom_t;
 
 /* Allocates `size` bytes (0 is served as the minimum block) for `stream`.
- * Returns the device address, or 0 with *oom filled (oom may be NULL). */
+ * Returns the device address, or 0 with *oom filled (oom may be NULL); the
+ * failure is counted (CORE_TRY_COUNTED). */
 uintptr_t core_malloc(core_dev_t *d, size_t size, core_stream_t stream, core_oom_t *oom);
-/* The same, remembering an opaque call site for the block (an interned call
- * stack, stats/stack.c): it comes back in core_block_info_t.site and in the
- * observer's events, the OOM event included; a segment this allocation
- * makes (or pages it maps) keeps it too (core_seg_info_t.site, the segment
- * events). */
-uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_oom_t *oom);
+
+/* Whether a failed allocation is the program's, as its caller says. */
+typedef enum core_try_e {
+    CORE_TRY_COUNTED,   /* its failure counts: num_ooms, the OOM event, the history */
+    CORE_TRY_UNCOUNTED, /* the caller may try again: *oom filled (oom not NULL), nothing counted */
+} core_try_t;
+
+/* core_malloc, remembering an opaque call site for the block (an interned
+ * call stack, stats/stack.c): it comes back in core_block_info_t.site and
+ * in the observer's events, the OOM event included; a segment this
+ * allocation makes (or pages it maps) keeps it too (core_seg_info_t.site,
+ * the segment events).  `t` says whether a failure counts. */
+uintptr_t core_malloc_site(core_dev_t *d, size_t size, core_stream_t stream, uint32_t site, core_try_t t,
+                           core_oom_t *oom);
+/* The failure of a CORE_TRY_UNCOUNTED try, described by *oom (of `stream`,
+ * at `site`), stands: counted as a CORE_TRY_COUNTED try would have counted
+ * it (num_ooms, the OOM event, the history; oom->history set). */
+void core_count_failure(core_dev_t *d, core_oom_t *oom, core_stream_t stream, uint32_t site);
 
 enum {
     CORE_FREED = 0,
@@ -322,19 +335,6 @@ void core_empty_cache(core_dev_t *d, int pool_id);
  * capturing.  Returns the bytes given back (counted in num_yields_given,
  * yield_bytes_given when more than 0). */
 size_t core_yield(core_dev_t *d, size_t want);
-/* While on, the device's failed allocations are tentative: the caller
- * will try once more (after other processes gave memory back,
- * interpose/yield.c), so a failure is not counted (num_ooms), makes no OOM
- * event and is not in the history; *oom is filled as usual.  The try after
- * is made with core_final_try(true) on the calling thread, whose failure
- * counts.  Off by default; the hit path never reads it. */
-void core_set_tentative(core_dev_t *d, bool on);
-/* Returns the calling thread's previous setting. */
-bool core_final_try(bool on);
-/* The tentative failure described by *oom (of `stream`, at `site`) is the
- * program's after all, no try after it: counted, an OOM event and in the
- * history as the failed call would have been (oom->history set). */
-void core_count_failure(core_dev_t *d, core_oom_t *oom, core_stream_t stream, uint32_t site);
 /* Other processes gave `bytes` back for a failed allocation of this device
  * that is being retried (num_yields_received, yield_bytes_received). */
 void core_note_yield_received(core_dev_t *d, size_t bytes);

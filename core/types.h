@@ -299,7 +299,6 @@ struct core_dev_s {
     size_t pending_bytes;   /* bytes of every pending list (fences, events, held) */
     uint64_t next_id;       /* allocations so far: block ids */
     uint32_t site_now;      /* the call site of the allocation in progress (core_malloc_site) */
-    bool tentative;         /* failures are tentative (core_set_tentative) */
     bool births;            /* stamp each allocation's time (block_t.born): the leak report asks for it */
     uint64_t born_ns;       /* CLOCK_MONOTONIC when the state was made: born's zero */
     /* block objects */
@@ -413,9 +412,19 @@ int jr_take(core_dev_t *d, uint64_t upto, jr_copy_t *out);
 void jr_copy_free(jr_copy_t *c);
 void jr_fini(journal_t *j);
 
-/* alloc.c: segments and the retry ladder */
+/* What an allocation the slow path could not serve asked for, and why:
+ * what its core_oom_t reports. */
+typedef struct seg_miss_s {
+    size_t size, rounded; /* bytes asked for, and after rounding */
+    size_t alloc_size;    /* the segment (expandable: the mapped bytes) it needed */
+    int pool_id;          /* its private pool (0: the default pools) */
+    seg_failure_t why;
+} seg_miss_t;
+
+/* alloc.c: segments and the retry ladder.  The slow path: the address, or
+ * 0 with *miss filled. */
 uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,
-                          core_oom_t *oom);
+                          seg_miss_t *miss);
 void seg_release(core_dev_t *d, seg_t *s);
 /* The structs of a segment the backend refused (either may be NULL) given
  * back, the error noted: NULL. */

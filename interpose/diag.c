@@ -346,9 +346,10 @@ static void emit_oom(void *arg, st_sink_fn sink, void *ctx)
         st_report_oom_repeat(&o->in, o->count, sink, ctx);
 }
 
-void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
+void hook_report_oom(const hook_dev_t *hd, const hook_fail_t *f)
 {
     const hook_env_t *env = hook_env();
+    const core_oom_t *oom = &f->oom;
     unsigned long count = atomic_fetch_add(&oom_count, 1) + 1;
     core_dev_t *d = hook_dev_core((hook_dev_t *)hd);
     core_stats_t stats;
@@ -384,7 +385,7 @@ void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom)
     char gpu_why[256] = "";
     if (count == 1) {
         hook_nvml_procs(hd, &gpu, gpu_why, sizeof gpu_why);
-        hook_yield_fill(hd, &gpu);
+        hook_yield_fill(hd, &f->ask, &gpu);
     }
     oom_ctx_t o = {
         .in = {hd->ordinal, oom, &stats, have_layout ? &layout : NULL, &conf, diag.conf_text, w,

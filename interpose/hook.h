@@ -17,7 +17,9 @@
  *               hook_dev_t of the call's device (state.c; streams.c: the
  *               program's streams and captures; ipc.c: exports and imports)
  *                 │
- *                 ▼
+ *                 ▼  an allocation: hook_alloc, one flow (fail.c): the try,
+ *                 │  the neighbours asked (yield.c), the counted try; the
+ *                 │  report (diag.c) gets the failure as a value
  *               core_* (core/) ──► backend.c: the core's device seam (real
  *                                  driver calls in the device's primary
  *                                  context, capture-aware; fences over
@@ -50,8 +52,8 @@
  *                                     (backend.c, order.c, streams.c); no
  *                                     core call is made under it
  *   6. ipc_lock (ipc.c), the trace's lock (trace.c), stats/stack.c's
- *      locks, submit.c's list of threads that submitted, ask_lock
- *      (yield.c): leaves, nothing is taken under them.
+ *      locks, submit.c's list of threads that submitted: leaves, nothing
+ *      is taken under them.
  * A device's registry thread (yield.c) takes open_lock, then the core's
  * lock (hook_dev_with_core); it waits for no other process under either.
  * The submission epoch (submit.c) and hook_dev_t.core are atomics, read
@@ -241,9 +243,9 @@ typedef struct hook_dev_s {
     atomic_uint counted;         /* the count the core was last told (core_set_streams) */
     _Atomic uint64_t probe_next; /* the probe's next question, not before (coarse clock, ns) */
     uint64_t clear_at;           /* when the last fence on `ordered` was found completed (the same clock) */
-    /* the process is in the GPU's registry and yields (yield.c): the core's
-     * failures are tentative until the neighbours were asked (read after a
-     * failure only) */
+    /* the process is in the GPU's registry and yields (yield.c): an
+     * allocation's first try is uncounted, its failure not the program's
+     * until the neighbours were asked (hook_alloc) */
     atomic_bool yielding;
 } hook_dev_t;
 
@@ -589,6 +591,75 @@ void hook_trace_device(int ordinal);
 extern HOOK_TLS bool hook_fallback_now;
 
 /* ------------------------------------------------------------------------
+ * An allocation and its failure (fail.c: the one flow)
+ * ---------------------------------------------------------------------- */
+
+enum {
+    HOOK_POOL_ROUTE = -1, /* hook_req_t.pool: the calling thread's route (core_pool_use) */
+    HOOK_ASK_MAX = 32,    /* neighbours asked for one allocation, at most */
+};
+
+/* An allocation as the program asked for it: tried, and tried once more
+ * after the neighbours gave (hook_alloc). */
+typedef struct hook_req_s {
+    hook_dev_t *hd;
+    core_dev_t *d; /* hd's allocator */
+    size_t size;
+    core_stream_t key;
+    uint32_t site; /* hook_site(), taken once for every try */
+    int pool;      /* the private pool it goes to whatever the thread's route (0: the default pools), or
+                    * HOOK_POOL_ROUTE */
+} hook_req_t;
+
+/* The neighbours' answer to one ask (hook_yield_ask), for the OOM report. */
+typedef struct hook_ask_s {
+    unsigned n; /* neighbours asked: who[0..n); 0: none */
+    struct {
+        int32_t pid;
+        bool answered;  /* within CUCACHE_YIELD_MS */
+        uint64_t given; /* bytes it gave back */
+    } who[HOOK_ASK_MAX];
+    uint64_t given;     /* bytes given in all */
+    uint64_t waited_ns; /* how long the allocation waited for the answers */
+} hook_ask_t;
+
+/* A failed allocation, for whoever answers it (the OOM report, the
+ * runtime's fallback). */
+typedef struct hook_fail_s {
+    core_oom_t oom; /* the last try's */
+    hook_ask_t ask; /* the neighbours asked before it (n 0: none) */
+} hook_fail_t;
+
+/* core_malloc_site in private pool `pool` (0: the default pools) whatever
+ * the calling thread's route, which is put back after. */
+uintptr_t hook_malloc_in_pool(core_dev_t *d, int pool, size_t size, core_stream_t key, uint32_t site, core_try_t t,
+                              core_oom_t *oom);
+/* One try of the request on its allocator. */
+static inline uintptr_t hook_try(const hook_req_t *r, core_try_t t, core_oom_t *oom)
+{
+    if (HOOK_LIKELY(r->pool == HOOK_POOL_ROUTE))
+        return core_malloc_site(r->d, r->size, r->key, r->site, t, oom);
+    return hook_malloc_in_pool(r->d, r->pool, r->size, r->key, r->site, t, oom);
+}
+/* After the first try (t) failed: the neighbours asked and the counted try,
+ * or the failure counted as it stands; the address, or 0 with *f filled.
+ * The request comes as a copy, so that no pointer to the caller's escapes. */
+uintptr_t hook_alloc_failed(hook_req_t r, core_try_t t, hook_fail_t *f);
+/* The allocation: the address, or 0 with *f filled for the caller's report.
+ * Where the process yields, the first try's failure is not yet the
+ * program's (CORE_TRY_UNCOUNTED). */
+static inline uintptr_t hook_alloc(const hook_req_t *r, hook_fail_t *f)
+{
+    core_try_t t = atomic_load_explicit(&r->hd->yielding, memory_order_relaxed) ? CORE_TRY_UNCOUNTED : CORE_TRY_COUNTED;
+    uintptr_t p = hook_try(r, t, &f->oom);
+    /* copied field by field: the caller's request then stays in registers
+     * on the hit path (gcc writes it to memory for a plain *r) */
+    if (HOOK_UNLIKELY(!p))
+        p = hook_alloc_failed((hook_req_t){r->hd, r->d, r->size, r->key, r->site, r->pool}, t, f);
+    return p;
+}
+
+/* ------------------------------------------------------------------------
  * Diagnostics (diag.c): the OOM report, the exit summary, snapshots
  * ---------------------------------------------------------------------- */
 
@@ -603,7 +674,7 @@ void hook_diag_dev_opened(int ordinal, core_dev_t *d);
 /* Reports an allocation cucache could not serve: the full report on the
  * process's first failure, one line with the count afterwards; the first
  * also writes a snapshot when CUCACHE_SNAPSHOT_ON has oom. */
-void hook_report_oom(const hook_dev_t *hd, const core_oom_t *oom);
+void hook_report_oom(const hook_dev_t *hd, const hook_fail_t *f);
 /* nvml.c: the processes holding memory on hd's device, from NVML, into out
  * (out->procs from hostalloc, the caller frees it); when NVML cannot say,
  * out->unavailable points at why, written there.  Loads libnvidia-ml.so.1
@@ -621,39 +692,16 @@ bool hook_device_uuid(const hook_dev_t *hd, char out[48]);
 /* A device's allocator opened: enters the process in the GPU's registry
  * and starts the device's registry thread (CUCACHE_REGISTRY, fork
  * children excepted).  Called under open_lock. */
-void hook_yield_dev_opened(hook_dev_t *hd, core_dev_t *d);
-/* The try after a failure on a device whose failures are tentative
- * (hd->yielding, core_set_tentative): asks the other cucache processes on
- * the GPU for idle cache (hook_yield_ask), then the same call once more,
- * whose outcome is the program's (core_final_try). */
-uintptr_t hook_yield_retry(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
-                           core_oom_t *oom);
-/* The same for a call other than core_malloc_site (PyTorch's allocator,
- * through a pool): `again(ctx, oom)` makes it once more; key and site
- * describe it if its failure stands. */
-typedef uintptr_t (*hook_again_fn)(void *ctx, core_oom_t *oom);
-uintptr_t hook_yield_again(hook_dev_t *hd, core_dev_t *d, core_stream_t key, uint32_t site, core_oom_t *oom,
-                           hook_again_fn again, void *ctx);
-/* core_malloc_site on hd's allocator, and hook_yield_retry after a failure
- * where the process yields. */
-static inline uintptr_t hook_core_malloc(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
-                                         core_oom_t *oom)
-{
-    uintptr_t p = core_malloc_site(d, size, key, site, oom);
-    if (HOOK_UNLIKELY(!p) && atomic_load_explicit(&hd->yielding, memory_order_relaxed))
-        p = hook_yield_retry(hd, d, size, key, site, oom);
-    return p;
-}
-/* An allocation on hd failed after the core's own retries: asks the other
+void hook_yield_dev_opened(hook_dev_t *hd);
+/* An allocation on hd failed for want of device memory: asks the other
  * cucache processes on the GPU to give idle cache back and waits for their
- * answers (CUCACHE_YIELD, CUCACHE_YIELD_MS).  true when one was asked;
- * what they gave is counted (core_note_yield_received) and kept for the
- * OOM report.  The caller's failure was tentative, and it tries once more. */
-bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom);
+ * answers (CUCACHE_YIELD, CUCACHE_YIELD_MS).  Their answer; n 0: no one
+ * was asked (no neighbour, or the process is not in the registry). */
+hook_ask_t hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom);
 /* The OOM report's view of the neighbours: marks the cucache processes
  * among out's rows with their figures and what they gave for this
- * request (the calling thread's last ask). */
-void hook_yield_fill(const hook_dev_t *hd, struct st_gpu_procs_s *out);
+ * request (its ask). */
+void hook_yield_fill(const hook_dev_t *hd, const hook_ask_t *ask, struct st_gpu_procs_s *out);
 /* state.c: runs fn on the device's allocator under open_lock, so that no
  * reset destroys it meanwhile; false when it has none. */
 bool hook_dev_with_core(hook_dev_t *hd, void (*fn)(core_dev_t *d, void *arg), void *arg);

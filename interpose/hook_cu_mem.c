@@ -9,11 +9,11 @@
 #include "hook.h"
 #include "trace.h"
 
-__attribute__((noinline)) static CUresult cu_oom(hook_dev_t *hd, const core_oom_t *oom)
+__attribute__((noinline)) static CUresult cu_oom(hook_dev_t *hd, const hook_fail_t *f)
 {
-    if (oom->backend_error == CORE_EFAIL)
+    if (f->oom.backend_error == CORE_EFAIL)
         return hook_backend_error != CUDA_SUCCESS ? hook_backend_error : CUDA_ERROR_OUT_OF_MEMORY;
-    hook_report_oom(hd, oom);
+    hook_report_oom(hd, f);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -33,14 +33,13 @@ static inline CUresult cu_alloc(CUdeviceptr *dptr, size_t bytesize)
     if (HOOK_UNLIKELY(hook_bypass() || !dptr || bytesize == 0) || !(hd = hook_cu_device(true)) ||
         !(d = hook_dev_core(hd)))
         return CU_REAL(cuMemAlloc_v2, dptr, bytesize);
-    core_oom_t oom;
-    uint32_t site = hook_site();
-    uintptr_t p = hook_core_malloc(hd, d, bytesize, 0, site, &oom);
+    hook_fail_t f;
+    uintptr_t p = hook_alloc(&(hook_req_t){hd, d, bytesize, 0, hook_site(), HOOK_POOL_ROUTE}, &f);
     if (HOOK_LIKELY(p != 0)) {
         *dptr = (CUdeviceptr)p;
         return CUDA_SUCCESS;
     }
-    return cu_oom(hd, &oom);
+    return cu_oom(hd, &f);
 }
 
 static inline CUresult cu_free(CUdeviceptr dptr)
@@ -112,14 +111,13 @@ static CUresult cu_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream s, b
     if (HOOK_UNLIKELY(hook_bypass() || !dptr || bytesize == 0) || !(hd = hook_stream_device(s, false)) ||
         !(d = hook_dev_core(hd)) || hook_stream_capturing(hd, s, pt))
         return pt ? CU_REAL(cuMemAllocAsync_ptsz, dptr, bytesize, s) : CU_REAL(cuMemAllocAsync, dptr, bytesize, s);
-    core_oom_t oom;
-    uint32_t site = hook_site();
-    uintptr_t p = hook_core_malloc(hd, d, bytesize, hook_stream_key(s, pt), site, &oom);
+    hook_fail_t f;
+    uintptr_t p = hook_alloc(&(hook_req_t){hd, d, bytesize, hook_stream_key(s, pt), hook_site(), HOOK_POOL_ROUTE}, &f);
     if (HOOK_LIKELY(p != 0)) {
         *dptr = (CUdeviceptr)p;
         return CUDA_SUCCESS;
     }
-    return cu_oom(hd, &oom);
+    return cu_oom(hd, &f);
 }
 
 static CUresult cu_free_async(CUdeviceptr dptr, CUstream s, bool pt)

@@ -23,13 +23,13 @@ typedef enum rt_api_e {
  * the call (foreign memory) the program saw no failure, so there is no OOM
  * report, only the count of calls the fallback served.  Otherwise the
  * report, then the error. */
-__attribute__((noinline)) static cudaError_t rt_oom(hook_dev_t *hd, const core_oom_t *oom, void **devPtr, size_t size,
+__attribute__((noinline)) static cudaError_t rt_oom(hook_dev_t *hd, const hook_fail_t *f, void **devPtr, size_t size,
                                                     cudaStream_t stream, rt_api_t api)
 {
-    if (oom->backend_error == CORE_EFAIL)
+    if (f->oom.backend_error == CORE_EFAIL)
         return hook_backend_error != CUDA_SUCCESS ? (cudaError_t)hook_backend_error : cudaErrorMemoryAllocation;
-    if (oom->limit_hit || atomic_load(&hd->capturing)) {
-        hook_report_oom(hd, oom);
+    if (f->oom.limit_hit || atomic_load(&hd->capturing)) {
+        hook_report_oom(hd, f);
         return cudaErrorMemoryAllocation;
     }
     cudaError_t e;
@@ -45,9 +45,9 @@ __attribute__((noinline)) static cudaError_t rt_oom(hook_dev_t *hd, const core_o
         break;
     }
     if (e == cudaSuccess)
-        hook_fallback_served(hd, oom);
+        hook_fallback_served(hd, &f->oom);
     else
-        hook_report_oom(hd, oom);
+        hook_report_oom(hd, f);
     return e;
 }
 
@@ -58,14 +58,13 @@ static inline cudaError_t rt_malloc(void **devPtr, size_t size)
     if (HOOK_UNLIKELY(hook_bypass() || !devPtr || size == 0) || !(hd = hook_rt_device(true)) ||
         !(d = hook_dev_core(hd)))
         return RT_REAL(cudaMalloc, devPtr, size);
-    core_oom_t oom;
-    uint32_t site = hook_site();
-    uintptr_t p = hook_core_malloc(hd, d, size, 0, site, &oom);
+    hook_fail_t f;
+    uintptr_t p = hook_alloc(&(hook_req_t){hd, d, size, 0, hook_site(), HOOK_POOL_ROUTE}, &f);
     if (HOOK_LIKELY(p != 0)) {
         *devPtr = (void *)p;
         return cudaSuccess;
     }
-    return rt_oom(hd, &oom, devPtr, size, NULL, RT_PLAIN);
+    return rt_oom(hd, &f, devPtr, size, NULL, RT_PLAIN);
 }
 
 /* A free cucache cannot take: a foreign pointer goes to the runtime; a
@@ -220,14 +219,13 @@ static cudaError_t rt_malloc_async(void **devPtr, size_t size, cudaStream_t s, b
     if (HOOK_UNLIKELY(hook_bypass() || !devPtr || size == 0) || !(hd = hook_stream_device(s, true)) ||
         !(d = hook_dev_core(hd)) || hook_stream_capturing(hd, s, pt))
         return pt ? RT_REAL(cudaMallocAsync_ptsz, devPtr, size, s) : RT_REAL(cudaMallocAsync, devPtr, size, s);
-    core_oom_t oom;
-    uint32_t site = hook_site();
-    uintptr_t p = hook_core_malloc(hd, d, size, hook_stream_key(s, pt), site, &oom);
+    hook_fail_t f;
+    uintptr_t p = hook_alloc(&(hook_req_t){hd, d, size, hook_stream_key(s, pt), hook_site(), HOOK_POOL_ROUTE}, &f);
     if (HOOK_LIKELY(p != 0)) {
         *devPtr = (void *)p;
         return cudaSuccess;
     }
-    return rt_oom(hd, &oom, devPtr, size, s, pt ? RT_ASYNC_PTSZ : RT_ASYNC);
+    return rt_oom(hd, &f, devPtr, size, s, pt ? RT_ASYNC_PTSZ : RT_ASYNC);
 }
 
 static cudaError_t rt_free_async(void *devPtr, cudaStream_t s, bool pt)

@@ -133,7 +133,7 @@ hook_dev_t *hook_dev_open(int ordinal)
                 pthread_mutex_unlock(&hd->lock);
                 core_set_streams(d, n);
                 hook_diag_dev_opened(ordinal, d);
-                hook_yield_dev_opened(hd, d);
+                hook_yield_dev_opened(hd);
                 hook_trace_device(ordinal);
                 /* no hand-outs where the CPU reads and writes the device's
                  * memory coherently (address translation services, as on

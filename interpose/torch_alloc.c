@@ -155,19 +155,6 @@ static int torch_pick_pool(int device, void *stream)
     return pool;
 }
 
-/* An allocation in `pool` (0: the default pools) whatever the calling
- * thread's route, which is put back after. */
-static uintptr_t torch_malloc_in(core_dev_t *d, int pool, size_t size, void *stream, core_oom_t *oom)
-{
-    core_stream_t key = hook_stream_key((CUstream)stream, false);
-    int before = core_pool_current(d);
-    if (before == pool || core_pool_use(d, pool) != 0)
-        return core_malloc_site(d, size, key, hook_site(), oom);
-    uintptr_t p = core_malloc_site(d, size, key, hook_site(), oom);
-    core_pool_use(d, before);
-    return p;
-}
-
 /* A begin that routes nothing: the filter's copy dropped, the lock
  * released, then why said. */
 static void begin_refused(torch_filter_ref_t *copy, int device, cucache_torch_pool_id_t id, const char *why)
@@ -283,28 +270,17 @@ CUCACHE_EXPORT void cucache_torch_release_pool(int device, cucache_torch_pool_id
         core_pool_destroy(d, destroy);
 }
 
-/* One try, in the pool the call goes to. */
-static inline uintptr_t torch_malloc_once(core_dev_t *d, int device, size_t size, void *stream, core_oom_t *oom)
+/* The pool an allocation goes to (hook_req_t.pool): while pools route,
+ * the first whose filter takes the stream (0: none does); else, once the
+ * pool hooks were used, the default pools whatever the thread's route;
+ * else the thread's route. */
+static inline int torch_pool_of(int device, void *stream)
 {
     if (HOOK_UNLIKELY(atomic_load_explicit(&torch_routing[device], memory_order_acquire) != 0))
-        return torch_malloc_in(d, torch_pick_pool(device, stream), size, stream, oom);
+        return torch_pick_pool(device, stream);
     if (HOOK_UNLIKELY(atomic_load_explicit(&torch_hooks_used, memory_order_relaxed)))
-        return torch_malloc_in(d, 0, size, stream, oom);
-    return core_malloc_site(d, size, hook_stream_key((CUstream)stream, false), hook_site(), oom);
-}
-
-/* torch_malloc_once's call, made again after the neighbours were asked */
-typedef struct torch_call_s {
-    core_dev_t *d;
-    int device;
-    size_t size;
-    void *stream;
-} torch_call_t;
-
-static uintptr_t torch_again(void *ctx, core_oom_t *oom)
-{
-    const torch_call_t *c = ctx;
-    return torch_malloc_once(c->d, c->device, c->size, c->stream, oom);
+        return 0;
+    return HOOK_POOL_ROUTE;
 }
 
 CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
@@ -316,15 +292,12 @@ CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
                   device);
         return NULL;
     }
-    core_oom_t oom;
-    uintptr_t p = torch_malloc_once(d, device, size, stream, &oom);
-    if (HOOK_UNLIKELY(!p) && atomic_load_explicit(&hd->yielding, memory_order_relaxed)) {
-        torch_call_t c = {d, device, size, stream};
-        p = hook_yield_again(hd, d, hook_stream_key((CUstream)stream, false), hook_site(), &oom, torch_again, &c);
-    }
+    hook_fail_t f;
+    hook_req_t r = {hd, d, size, hook_stream_key((CUstream)stream, false), hook_site(), torch_pool_of(device, stream)};
+    uintptr_t p = hook_alloc(&r, &f);
     if (HOOK_LIKELY(p != 0))
         return (void *)p;
-    hook_report_oom(hd, &oom); /* PyTorch raises its OutOfMemoryError on NULL */
+    hook_report_oom(hd, &f); /* PyTorch raises its OutOfMemoryError on NULL */
     return NULL;
 }
 

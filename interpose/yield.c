@@ -9,15 +9,15 @@
  * path never touches the registry: the thread reads the core's usage and
  * counters under the device lock, four times a second.
  *
- * Yielding: once the process is in the registry (hd->yielding), the core's
- * failures are tentative (core_set_tentative: not counted, no OOM event,
- * not in the history; hook_yield_retry).  An allocation that failed after the
- * core's own retries (not a limit's refusal, not during a capture) asks
- * the cucache processes on the GPU that hold cache, the most idle first, until what they published as
+ * Yielding: once the process is in the registry (hd->yielding), an
+ * allocation's first try is uncounted (not counted, no OOM event, not in
+ * the history), and one that failed after the core's own retries (not a
+ * limit's refusal, not during a capture) asks the cucache processes on the
+ * GPU that hold cache, the most idle first, until what they published as
  * idle covers the missing bytes (all of them holding cache when it does
  * not), waits for their answers up to CUCACHE_YIELD_MS, and is tried once
- * more; only that try's failure is the program's (with no neighbour to
- * ask, the same call again).  The asked process's thread gives back, with core_yield, whole
+ * more, counted (the flow is fail.c's; hook_yield_ask asks and returns the
+ * answer).  The asked process's thread gives back, with core_yield, whole
  * free segments only: what no queued work can touch, without waiting for
  * any; the device lock is taken once per segment.  A neighbour that does
  * not answer in time (busy, stopped, killed) costs the asker the wait and
@@ -42,7 +42,6 @@
 #include "st.h"
 
 #define YIELD_PERIOD_NS 250000000ull
-#define YIELD_ASK_MAX 32 /* neighbours asked for one allocation, at most */
 
 typedef struct yield_dev_s {
     hook_dev_t *hd;
@@ -53,21 +52,8 @@ typedef struct yield_dev_s {
     atomic_bool stop;
 } yield_dev_t;
 
-/* The last ask made for an allocation of the device, for its OOM report. */
-typedef struct yield_ask_s {
-    unsigned n;
-    struct {
-        int32_t pid;
-        bool answered;
-        uint64_t given;
-    } who[YIELD_ASK_MAX];
-    uint64_t given, waited_ns;
-} yield_ask_t;
-
 static yield_dev_t ydev[HOOK_MAX_DEVICES];
 
-static pthread_mutex_t ask_lock = PTHREAD_MUTEX_INITIALIZER; /* last_ask; a leaf */
-static yield_ask_t last_ask[HOOK_MAX_DEVICES];
 static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
 static atomic_bool forked; /* this is a fork child: no registry */
 
@@ -179,17 +165,15 @@ static void yield_init(void)
     atexit(yield_exit);
 }
 
-void hook_yield_dev_opened(hook_dev_t *hd, core_dev_t *d)
+void hook_yield_dev_opened(hook_dev_t *hd)
 {
     const hook_env_t *env = hook_env();
     if (!env->registry || atomic_load(&forked) || (unsigned)hd->ordinal >= HOOK_MAX_DEVICES)
         return;
     pthread_once(&yield_once, yield_init);
     yield_dev_t *y = &ydev[hd->ordinal];
-    if (y->slot >= 0) { /* a reset device opened again: the same slot and thread */
-        core_set_tentative(d, atomic_load(&hd->yielding));
+    if (y->slot >= 0) /* a reset device opened again: the same slot and thread */
         return;
-    }
     char uuid[48], path[160], why[320];
     size_t total = 0;
     if (!hook_device_uuid(hd, uuid) || real_cu.cuDeviceTotalMem_v2(&total, hd->handle) != CUDA_SUCCESS)
@@ -221,9 +205,7 @@ void hook_yield_dev_opened(hook_dev_t *hd, core_dev_t *d)
     y->hd = hd;
     y->slot = slot;
     /* from the first allocation on, failures ask the neighbours first */
-    bool yielding = env->yield && env->yield_ms;
-    core_set_tentative(d, yielding);
-    atomic_store_explicit(&hd->yielding, yielding, memory_order_relaxed);
+    atomic_store_explicit(&hd->yielding, env->yield && env->yield_ms, memory_order_relaxed);
     atomic_store(&y->stop, false);
     sigset_t all, old;
     sigfillset(&all);
@@ -249,18 +231,18 @@ static int by_idle(const void *a, const void *b)
     return cx > cy ? -1 : cx < cy;
 }
 
-bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
+hook_ask_t hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
 {
     const hook_env_t *env = hook_env();
-    if (!env->registry || !env->yield || !env->yield_ms || oom->limit_hit || oom->backend_error != CORE_ENOMEM ||
-        atomic_load(&hd->capturing) || (unsigned)hd->ordinal >= HOOK_MAX_DEVICES)
-        return false;
+    hook_ask_t a = {0};
+    if (!env->registry || !env->yield || !env->yield_ms || (unsigned)hd->ordinal >= HOOK_MAX_DEVICES)
+        return a;
     yield_dev_t *y = &ydev[hd->ordinal];
     if (y->slot < 0 || atomic_load(&forked))
-        return false;
+        return a;
     st_reg_view_t *v = hostalloc_malloc(ST_REG_SLOTS * sizeof *v);
     if (!v)
-        return false;
+        return a;
     size_t n = st_reg_list(&y->reg, v, ST_REG_SLOTS), m = 0;
     if (n > ST_REG_SLOTS)
         n = ST_REG_SLOTS;
@@ -269,13 +251,12 @@ bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
         if (v[i].pid != me)
             v[m++] = v[i];
     qsort(v, m, sizeof *v, by_idle);
-    if (m > YIELD_ASK_MAX)
-        m = YIELD_ASK_MAX;
+    if (m > HOOK_ASK_MAX)
+        m = HOOK_ASK_MAX;
     uint64_t need = oom->alloc_size > oom->device_free ? oom->alloc_size - oom->device_free : oom->alloc_size;
     if (!need)
         need = 1;
-    yield_ask_t a = {0};
-    uint32_t ticket[YIELD_ASK_MAX];
+    uint32_t ticket[HOOK_ASK_MAX];
     uint64_t t0 = st_reg_now_ns(), deadline = t0 + (uint64_t)env->yield_ms * 1000000ull;
     /* first those whose published idle cache covers the need, then, when
      * they gave less, the rest (what they published may be older than
@@ -300,66 +281,23 @@ bool hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
     a.n = (unsigned)k;
     a.waited_ns = st_reg_now_ns() - t0;
     hostalloc_free(v);
-    pthread_mutex_lock(&ask_lock);
-    last_ask[hd->ordinal] = a;
-    pthread_mutex_unlock(&ask_lock);
-    core_dev_t *d = hook_dev_core(hd);
-    if (d && a.given)
-        core_note_yield_received(d, a.given);
-    return k > 0;
-}
-
-uintptr_t hook_yield_again(hook_dev_t *hd, core_dev_t *d, core_stream_t key, uint32_t site, core_oom_t *oom,
-                           hook_again_fn again, void *ctx)
-{
-    if (!hook_yield_ask(hd, oom)) { /* no one to ask: the failure stands */
-        core_count_failure(d, oom, key, site);
-        return 0;
-    }
-    bool was = core_final_try(true);
-    uintptr_t p = again(ctx, oom);
-    core_final_try(was);
-    return p;
-}
-
-typedef struct core_call_s {
-    core_dev_t *d;
-    size_t size;
-    core_stream_t key;
-    uint32_t site;
-} core_call_t;
-
-static uintptr_t core_again(void *ctx, core_oom_t *oom)
-{
-    const core_call_t *c = ctx;
-    return core_malloc_site(c->d, c->size, c->key, c->site, oom);
-}
-
-uintptr_t hook_yield_retry(hook_dev_t *hd, core_dev_t *d, size_t size, core_stream_t key, uint32_t site,
-                           core_oom_t *oom)
-{
-    core_call_t c = {d, size, key, site};
-    return hook_yield_again(hd, d, key, site, oom, core_again, &c);
+    return a;
 }
 
 /* ------------------------------------------------------------------------
  * The OOM report's view
  * ---------------------------------------------------------------------- */
 
-void hook_yield_fill(const hook_dev_t *hd, st_gpu_procs_t *out)
+void hook_yield_fill(const hook_dev_t *hd, const hook_ask_t *ask, st_gpu_procs_t *out)
 {
     const hook_env_t *env = hook_env();
     if ((unsigned)hd->ordinal >= HOOK_MAX_DEVICES)
         return;
     yield_dev_t *y = &ydev[hd->ordinal];
     out->yield_on = env->registry && env->yield && env->yield_ms && y->slot >= 0;
-    yield_ask_t a;
-    pthread_mutex_lock(&ask_lock);
-    a = last_ask[hd->ordinal];
-    pthread_mutex_unlock(&ask_lock);
-    out->asked = a.n;
-    out->given = a.given;
-    out->waited_ns = a.waited_ns;
+    out->asked = ask->n;
+    out->given = ask->given;
+    out->waited_ns = ask->waited_ns;
     if (y->slot < 0 || !out->n)
         return;
     st_reg_view_t *v = hostalloc_malloc(ST_REG_SLOTS * sizeof *v);
@@ -389,11 +327,11 @@ void hook_yield_fill(const hook_dev_t *hd, st_gpu_procs_t *out)
             rows[r].reserved = v[i].figs.reserved;
             rows[r].age_ms = st_reg_age_ms(&v[i].figs);
         }
-        for (unsigned i = 0; i < a.n; i++)
-            if ((unsigned)a.who[i].pid == rows[r].pid) {
+        for (unsigned i = 0; i < ask->n; i++)
+            if ((unsigned)ask->who[i].pid == rows[r].pid) {
                 rows[r].asked = true;
-                rows[r].answered = a.who[i].answered;
-                rows[r].given = a.who[i].given;
+                rows[r].answered = ask->who[i].answered;
+                rows[r].given = ask->who[i].given;
             }
     }
     hostalloc_free(v);

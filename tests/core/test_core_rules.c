@@ -571,13 +571,11 @@ static void test_ladder_oom_report(void **state)
     fx_close(&f);
 }
 
-/* CORE_EFAIL from the device is reported as is: no wait, no release, no
- * retry. */
-/* A tentative failure (core_set_tentative: the caller asks other
- * processes and tries again with core_final_try) is filled in but not counted, not an OOM event and not
+/* An uncounted try's failure (CORE_TRY_UNCOUNTED: the caller asks other
+ * processes and tries again, counted) is filled in but not counted, not an OOM event and not
  * in the history; a yield gives back whole free segments, the largest
  * first, and is counted with what the asker received. */
-static void test_tentative_failure_and_yield(void **state)
+static void test_uncounted_failure_and_yield(void **state)
 {
     (void)state;
     fx_t f;
@@ -585,21 +583,18 @@ static void test_tentative_failure_and_yield(void **state)
     core_set_history(f.d, 1024);
     uintptr_t a = fx_alloc(&f, 100 * MiB, 0), b = fx_alloc(&f, 60 * MiB, 0);
     core_oom_t oom;
-    core_set_tentative(f.d, true);
-    assert_int_equal(core_malloc(f.d, 200 * MiB, 0, &oom), 0);
+    assert_int_equal(core_malloc_site(f.d, 200 * MiB, 0, 0, CORE_TRY_UNCOUNTED, &oom), 0);
     assert_int_equal(oom.requested, 200 * MiB);
     assert_false(oom.history);
     core_stats_t s = fx_stats(&f);
     assert_int_equal(s.num_ooms, 0);
     /* the try after: counted and in the history */
-    assert_false(core_final_try(true));
-    assert_int_equal(core_malloc(f.d, 200 * MiB, 0, &oom), 0);
-    assert_true(core_final_try(false));
+    assert_int_equal(core_malloc_site(f.d, 200 * MiB, 0, 0, CORE_TRY_COUNTED, &oom), 0);
     assert_true(oom.history);
     s = fx_stats(&f);
     assert_int_equal(s.num_ooms, 1);
-    /* or no try after: the tentative failure counted as it stands */
-    assert_int_equal(core_malloc(f.d, 200 * MiB, 0, &oom), 0);
+    /* or no try after: the uncounted failure counted as it stands */
+    assert_int_equal(core_malloc_site(f.d, 200 * MiB, 0, 0, CORE_TRY_UNCOUNTED, &oom), 0);
     assert_false(oom.history);
     core_count_failure(f.d, &oom, 0, 0);
     assert_true(oom.history);
@@ -626,6 +621,8 @@ static void test_tentative_failure_and_yield(void **state)
     fx_close(&f);
 }
 
+/* CORE_EFAIL from the device is reported as is: no wait, no release, no
+ * retry. */
 static void test_ladder_efail_stops(void **state)
 {
     (void)state;
@@ -1645,7 +1642,7 @@ int main(void)
         cmocka_unit_test(test_ladder_releases_oversize),
         cmocka_unit_test(test_ladder_releases_all_and_retries),
         cmocka_unit_test(test_ladder_oom_report),
-        cmocka_unit_test(test_tentative_failure_and_yield),
+        cmocka_unit_test(test_uncounted_failure_and_yield),
         cmocka_unit_test(test_ladder_efail_stops),
         cmocka_unit_test(test_limit_mb),
         cmocka_unit_test(test_limit_memory_fraction),
