@@ -10,22 +10,129 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "conf.h" /* core/conf.c: the one size reader, conf_show */
-#include "proc.h" /* core/proc.c */
 #include "shared.h"
 
-/* "80G", "512M", "1.5G", "64MiB", "1024" (bytes), with core/conf.c's size
- * reader: binary units, an optional 'i' and 'B', a fraction of a byte
- * dropped (cucache-run checks --sim with the same call); false on anything
- * else. */
+/* ------------------------------------------------------------------------
+ * Sizes, and values shown in a refusal
+ * ---------------------------------------------------------------------- */
+
+#define SIZE_CAP ((uint64_t)1 << 50) /* 1024T: no size above it is read */
+
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+static char lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* 10, 20, 30, 40 for K, M, G, T (either case); 0 for anything else. */
+static unsigned unit_shift(char c)
+{
+    switch (lower(c)) {
+    case 'k':
+        return 10;
+    case 'm':
+        return 20;
+    case 'g':
+        return 30;
+    case 't':
+        return 40;
+    default:
+        return 0;
+    }
+}
+
+/* "80G", "512M", "1.5G", "64MiB", "2Ki", "1024" (bytes): digits with an
+ * optional decimal part, optional whitespace, then an optional unit K/M/G/T
+ * (powers of 1024) followed by an optional 'i' and an optional 'B', or a
+ * lone 'i' and/or 'B' after a number of bytes; case-insensitive; a fraction
+ * of a byte dropped; at most 1024T.  False on anything else.  cucache-run
+ * checks --sim=CAPACITY with the same grammar. */
 static bool parse_size(const char *s, size_t *out)
 {
-    uint64_t v;
-    if (conf_read_size(s, strlen(s), 1, CONF_SIZE_ROUND_DOWN | CONF_SIZE_LAX_I, &v) != CONF_NUM_OK)
+    size_t n = strlen(s), i = 0, digits = 0;
+    uint64_t whole = 0, frac = 0, den = 1, mult = 1;
+    bool ovf = false;
+    for (; i < n && is_digit(s[i]); i++, digits++) {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (whole > (UINT64_MAX - d) / 10)
+            ovf = true;
+        else
+            whole = whole * 10 + d;
+    }
+    if (i < n && s[i] == '.')
+        for (i++; i < n && is_digit(s[i]); i++, digits++)
+            if (den <= UINT64_MAX / 100) { /* 18 decimals are plenty; the rest is dropped */
+                frac = frac * 10 + (uint64_t)(s[i] - '0');
+                den *= 10;
+            }
+    if (!digits)
         return false;
-    *out = (size_t)v;
+    while (i < n && is_space(s[i]))
+        i++;
+    unsigned shift = i < n ? unit_shift(s[i]) : 0;
+    if (shift) {
+        mult = (uint64_t)1 << shift;
+        i++;
+    }
+    if (i < n && lower(s[i]) == 'i')
+        i++;
+    if (i < n && lower(s[i]) == 'b')
+        i++;
+    if (i != n || ovf || __builtin_mul_overflow(whole, mult, &whole))
+        return false;
+    /* frac < den: the product fits 128 bits and the quotient is less than mult */
+    uint64_t part = (uint64_t)((unsigned __int128)frac * mult / den);
+    if (__builtin_add_overflow(whole, part, &whole) || whole > SIZE_CAP)
+        return false;
+    *out = (size_t)whole;
     return true;
 }
+
+#define SHOW_MAX 160             /* bytes of shown text, escapes included */
+#define SHOW_BUF (SHOW_MAX + 32) /* the text, "... (N bytes)" and the NUL */
+
+/* A value a user gave, for the message that refuses it: at most SHOW_MAX
+ * bytes on one line, safe on a terminal.  Printable ASCII stays as it is, a
+ * backslash is doubled, every other byte is written \xNN; a value that does
+ * not fit ends in "... (N bytes)", N its whole length.  Returns out. */
+static const char *show(char out[SHOW_BUF], const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = strlen(s), k = 0, i = 0;
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char piece[4];
+        size_t m = 4;
+        if (c == '\\')
+            piece[0] = piece[1] = '\\', m = 2;
+        else if (c >= 0x20 && c < 0x7f)
+            piece[0] = (char)c, m = 1;
+        else
+            piece[0] = '\\', piece[1] = 'x', piece[2] = hex[c >> 4], piece[3] = hex[c & 15];
+        if (k + m > SHOW_MAX)
+            break;
+        memcpy(out + k, piece, m);
+        k += m;
+    }
+    if (i < n)
+        snprintf(out + k, SHOW_BUF - k, "... (%zu bytes)", n);
+    else
+        out[k] = '\0';
+    return out;
+}
+
+/* ------------------------------------------------------------------------
+ * Numbers and lists
+ * ---------------------------------------------------------------------- */
 
 static bool parse_uint(const char *s, unsigned long max, unsigned long *out)
 {
@@ -128,8 +235,8 @@ static bool parse_kernel_times(const char *v, sim_config_t *cfg)
 /* Says what a CUCACHE_SIM_* variable should have held; returns false. */
 static bool env_bad(const char *name, const char *v, const char *expected)
 {
-    char shown[CONF_SHOW_BUF];
-    sim_log("%s: '%s': expected %s", name, conf_show(shown, v, strlen(v)), expected);
+    char shown[SHOW_BUF];
+    sim_log("%s: '%s': expected %s", name, show(shown, v), expected);
     return false;
 }
 
@@ -248,7 +355,7 @@ void sim_device_uuid(const sim_config_t *cfg, int ordinal, uint8_t out[16])
         int32_t pid = (int32_t)getpid();
         uint64_t start = 0;
         char state;
-        proc_stat(pid, &start, &state, NULL);
+        sim_proc_stat(pid, &start, &state, NULL);
         h = fnv64(h, &pid, sizeof pid);
         h = fnv64(h, &start, sizeof start);
     }

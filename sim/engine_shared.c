@@ -4,7 +4,6 @@
  * how death is handled.
  */
 #include "shared.h"
-#include "proc.h" /* core/proc.c */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,10 +52,59 @@ bool sim_shared_path(const char *key, char *buf, size_t len)
  * Processes: alive, and which one
  * ---------------------------------------------------------------------- */
 
-/* Whether the process of an entry still runs (proc.h). */
+bool sim_proc_stat(int32_t pid, uint64_t *start, char *state, char comm[16])
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    /* the command name may hold spaces and parentheses: it ends at the last ')' */
+    char *open_paren = strchr(buf, '('), *close_paren = strrchr(buf, ')');
+    if (!open_paren || !close_paren || close_paren < open_paren)
+        return false;
+    if (comm) {
+        size_t len = (size_t)(close_paren - open_paren - 1);
+        if (len > 15)
+            len = 15;
+        memcpy(comm, open_paren + 1, len);
+        comm[len] = 0;
+    }
+    /* After the command: field 3 (state) ... field 22 (starttime). */
+    char *p = close_paren + 1;
+    for (int field = 3; field <= 22; field++) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            return false;
+        if (field == 3)
+            *state = *p;
+        if (field == 22) {
+            char *end;
+            *start = strtoull(p, &end, 10);
+            return end != p;
+        }
+        while (*p && *p != ' ')
+            p++;
+    }
+    return false;
+}
+
+/* Whether the process of an entry still runs: the same pid, started at the
+ * same time, and not a zombie (the driver gives a process's memory back
+ * before its parent reaps it). */
 static bool entry_alive(const sim_shared_proc_t *e)
 {
-    return e->pid > 0 && proc_alive(e->pid, e->start);
+    uint64_t start;
+    char state;
+    if (e->pid <= 0 || !sim_proc_stat(e->pid, &start, &state, NULL))
+        return false;
+    return start == e->start && state != 'Z' && state != 'X';
 }
 
 /* Frees the entries of dead processes (lock held). */
@@ -228,7 +276,7 @@ static bool join(sim_shared_t *sh)
 {
     sim_shared_proc_t me = {.pid = (int32_t)getpid()};
     char state;
-    if (!proc_stat(me.pid, &me.start, &state, me.comm)) {
+    if (!sim_proc_stat(me.pid, &me.start, &state, me.comm)) {
         sim_log("%s: cannot read /proc/self/stat", sh->path);
         return false;
     }

@@ -98,6 +98,11 @@ size_t sim_shared_procs(sim_shared_t *sh, sim_shared_proc_t *out, size_t max);
  * killed holding it). */
 bool sim_shared_hold_lock(sim_shared_t *sh);
 
+/* Reads /proc/PID/stat: its start time (clock ticks since boot, which
+ * tells a reused pid apart), its state letter and (comm not NULL) its
+ * command name; false when there is no such process. */
+bool sim_proc_stat(int32_t pid, uint64_t *start, char *state, char comm[16]);
+
 /* The simulated library's message sink ("cucache-sim: ..." on stderr). */
 void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
