@@ -6,7 +6,7 @@
  * with cudaFree.  The device work is kept small (a 4 KiB memset and a
  * 16-byte copy per tensor), so the wall time is mostly allocation: the cost
  * cucache removes.  scripts/demo runs it plain and under cucache-run and
- * compares the two.  (tests/sim/demo_workload does more device work per
+ * compares the two.  (The simulator's demo_workload does more device work per
  * allocation, so there the difference hides behind its kernels.)
  *
  * It links libcudart.so.13 by SONAME with no rpath: LD_LIBRARY_PATH picks
@@ -19,8 +19,7 @@
  * Usage: alloc_workload [iterations [tensors]]   (defaults 100 and 16)
  */
 #include "cucache/cucache.h"
-#include "cucache/cuda_api.h"
-#include "cucache/sim.h"
+#include "cusim/sim.h" /* the simulator's extensions and its CUDA declarations */
 
 #include <dlfcn.h>
 #include <stdint.h>

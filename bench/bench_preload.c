@@ -8,7 +8,7 @@
  * they mean.
  *
  * It links libcudart.so.13 by SONAME with no rpath, like
- * tests/sim/demo_workload: LD_LIBRARY_PATH picks the simulated runtime (or
+ * the simulator's demo_workload: LD_LIBRARY_PATH picks the simulated runtime (or
  * a real one).  Scenarios:
  *   hit_4k, hit_1m, hit_8m  cudaMalloc(size), cudaFree, repeat: a cache's
  *                           hit pair (bench_core's hit_4k and hit_8m);
@@ -28,8 +28,7 @@
  * scenario's allocations from its cache.
  */
 #include "cucache/cucache.h"
-#include "cucache/cuda_api.h"
-#include "cucache/sim.h"
+#include "cusim/sim.h" /* the simulator's extensions and its CUDA declarations */
 
 #include <dlfcn.h>
 #include <stdbool.h>

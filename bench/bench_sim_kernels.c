@@ -1,5 +1,5 @@
 /*
- * How faithful the simulated device's kernel time is (docs/simulator.md,
+ * How faithful the simulated device's kernel time is (subprojects/cusim/docs/simulator.md,
  * "Device time"): GPU-bound benchmarks on the simulated device (bench_train)
  * mean something only if a kernel takes the time it was given.  For kernels
  * of several nominal lengths, on one stream:
@@ -21,8 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cucache/cuda_api.h"
-#include "cucache/sim.h"
+#include "cusim/sim.h" /* the simulator's extensions and its CUDA declarations */
 
 #define CHECK(x)                                                                                                       \
     do {                                                                                                               \

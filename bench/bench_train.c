@@ -49,8 +49,7 @@
 #include <time.h>
 
 #include "bench_util.h"
-#include "cucache/cuda_api.h"
-#include "cucache/sim.h"
+#include "cusim/sim.h" /* the simulator's extensions and its CUDA declarations */
 
 #define MAX_STREAMS 8
 

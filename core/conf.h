@@ -92,19 +92,20 @@ unsigned conf_roundup_divisions(const conf_t *c, size_t size);
 
 /* ------------------------------------------------------------------------
  * The pieces conf_parse is made of, for every other reader of a size or of
- * CUCACHE_CONF text: the command-line tools, the simulated device, the OOM
- * report's hint.  Nothing else parses a size or splits CUCACHE_CONF.
+ * CUCACHE_CONF text: the command-line tools, the OOM report's hint (the
+ * simulated device, a project of its own, has its own copy of the size
+ * reader and of conf_show).  Nothing else in cucache parses a size or
+ * splits CUCACHE_CONF.
  * ---------------------------------------------------------------------- */
 
 /*
  * A value a user gave, for an error message that names it (every refusal
- * of every layer: CUCACHE_CONF, the library's variables, the simulator's,
- * cucache-run's and cucache-replay's options): at most CONF_SHOW_MAX bytes
- * of text, on one line, safe on a terminal.  Printable ASCII stays as it
- * is, a backslash is doubled, and every other byte (control bytes, ESC,
- * each byte of a non-ASCII or invalid UTF-8 sequence) is written \xNN.  A
- * value that does not fit ends in "... (N bytes)", N its whole length.
- * Returns out.
+ * of every layer: CUCACHE_CONF, the library's variables, cucache-run's and
+ * cucache-replay's options): at most CONF_SHOW_MAX bytes of text, on one
+ * line, safe on a terminal.  Printable ASCII stays as it is, a backslash
+ * is doubled, and every other byte (control bytes, ESC, each byte of a
+ * non-ASCII or invalid UTF-8 sequence) is written \xNN.  A value that does
+ * not fit ends in "... (N bytes)", N its whole length.  Returns out.
  */
 #define CONF_SHOW_MAX 160                  /* bytes of shown text, escapes included: a long file name fits */
 #define CONF_SHOW_BUF (CONF_SHOW_MAX + 32) /* out's size: the text, "... (N bytes)" and the NUL */

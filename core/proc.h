@@ -1,8 +1,7 @@
 /*
  * Processes as /proc tells them: whether one runs, and which one it is
- * (its start time tells a reused pid apart).  For the tables that several
- * processes share: the simulated shared device (sim/engine_shared.c) and
- * the GPU registry (stats/registry.c).
+ * (its start time tells a reused pid apart).  For the table that several
+ * processes share: the GPU registry (stats/registry.c).
  */
 #ifndef CUCACHE_CORE_PROC_H
 #define CUCACHE_CORE_PROC_H

@@ -1,6 +1,6 @@
 /*
  * The simulated device's test extensions that put work on a stream
- * (include/cucache/sim.h): a kernel stand-in with declared ranges, a timed
+ * (subprojects/cusim/include/cusim/sim.h): a kernel stand-in with declared ranges, a timed
  * kernel, a faulting kernel.  No real driver has them; tests use them as
  * kernels, so cucache counts them as the submissions they stand for
  * (submit.c), through the same trampolines as the driver's own.

@@ -1,6 +1,6 @@
 /*
  * The replay's device: memory counted in 2 MiB pages wherever they lie, as
- * the simulated device (sim/engine_mem.c) and a GPU count it.  A request
+ * the simulated device (subprojects/cusim/src/engine_mem.c) and a GPU count it.  A request
  * fails only when too few pages are free; addresses come first fit from a
  * range eight times the capacity, so the core's address-ordered choices
  * (best-fit ties, garbage collection) see what they see in a live run on

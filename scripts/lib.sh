@@ -105,10 +105,11 @@ cucache_build() {
     ninja -C "$1"
 }
 
-# The simulated device: LD_LIBRARY_PATH=$(cucache_sim_libdir build) runs a
-# program linked against libcudart.so.12/13 and libcuda.so.1 on it.
+# The simulated device (subprojects/cusim): LD_LIBRARY_PATH=$(cucache_sim_libdir
+# build) runs a program linked against libcudart.so.12/13 and libcuda.so.1
+# on it.
 cucache_sim_libdir() {
-    echo "$PWD/$1/sim/lib"
+    echo "$PWD/$1/subprojects/cusim/lib"
 }
 
 # Succeeds when an NVIDIA GPU and its driver answer.

@@ -6,8 +6,9 @@
  *
  * libnvidia-ml.so.1 is never linked: each caller opens it with dlopen and
  * resolves its entry points with its own dlsym (the interposer's real one,
- * the tool's libc one), passed in as an st_nvml_sym_fn.  sim/nvml.h is the
- * other side of this ABI: the simulated library that tests run on.
+ * the tool's libc one), passed in as an st_nvml_sym_fn.  The simulator's
+ * subprojects/cusim/src/nvml.h is the other side of this ABI: the simulated
+ * library that tests run on.
  */
 #ifndef CUCACHE_STATS_NVML_ABI_H
 #define CUCACHE_STATS_NVML_ABI_H

@@ -3,8 +3,9 @@
  * refusal shows it safely (core/conf.h, conf_show): the value opens with
  * a terminal's escape sequences (clear the screen, set the window title),
  * control bytes, a DEL, invalid UTF-8 and a right-to-left override, and is
- * 10 KB long.  Shared by the refusal tests of every layer (tests/sim,
- * tests/interpose); the shell and Python checks build the same bytes.
+ * 10 KB long.  Shared by the refusal tests of every layer (tests/interpose;
+ * the simulator's tests have a copy of their own, subprojects/cusim/tests/
+ * hostile.h); the shell and Python checks build the same bytes.
  */
 #ifndef CUCACHE_TESTS_HOSTILE_H
 #define CUCACHE_TESTS_HOSTILE_H

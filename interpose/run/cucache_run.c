@@ -19,8 +19,9 @@
  *
  * libcucache.so is looked for next to this executable first (an installed
  * pair, or the build directory), then at the build-tree path compiled in
- * (CUCACHE_RUN_LIBCUCACHE); the simulated libraries in <exe dir>/sim/lib,
- * then CUCACHE_RUN_SIM_LIBDIR.
+ * (CUCACHE_RUN_LIBCUCACHE); the simulated libraries in <exe dir>/
+ * CUCACHE_RUN_SIM_BUILD_REL (the build tree), then <libdir>/
+ * CUCACHE_RUN_SIM_INSTALL_REL (an installation), then CUCACHE_RUN_SIM_LIBDIR.
  *
  * The values of --conf, --leak-exitcode, --stacks, --trace, --snapshot and
  * --snapshot-on are checked where they are read, by libcucache.so, whose
@@ -51,7 +52,13 @@
 #define CUCACHE_RUN_LIBCUCACHE "libcucache.so"
 #endif
 #ifndef CUCACHE_RUN_SIM_LIBDIR
-#define CUCACHE_RUN_SIM_LIBDIR "sim/lib"
+#define CUCACHE_RUN_SIM_LIBDIR "subprojects/cusim/lib"
+#endif
+#ifndef CUCACHE_RUN_SIM_BUILD_REL
+#define CUCACHE_RUN_SIM_BUILD_REL "subprojects/cusim/lib"
+#endif
+#ifndef CUCACHE_RUN_SIM_INSTALL_REL
+#define CUCACHE_RUN_SIM_INSTALL_REL "cucache/sim"
 #endif
 
 enum {
@@ -62,7 +69,7 @@ enum {
     RUN_MAX_CHANGES = 16, /* environment variables set, at most */
 };
 
-/* The simulator's limits on CUCACHE_SIM_CAPACITY (sim/config.c). */
+/* The simulator's limits on CUCACHE_SIM_CAPACITY (subprojects/cusim/src/config.c). */
 #define RUN_SIM_CAPACITY_MIN ((uint64_t)4 << 20)
 #define RUN_SIM_CAPACITY_MAX ((uint64_t)1 << 44)
 
@@ -194,11 +201,12 @@ static void run_exe_dir(char *dir, size_t len)
 }
 
 /* ------------------------------------------------------------------------
- * CUCACHE_SIM_CAPACITY, as sim/config.c reads it
+ * CUCACHE_SIM_CAPACITY, as the simulator reads it
  * ---------------------------------------------------------------------- */
 
-/* "80G", "512M", "1.5G", "64MiB", "8388608" (bytes): read by the call
- * the simulator makes (sim/config.c, parse_size), so a value accepted here is
+/* "80G", "512M", "1.5G", "64MiB", "8388608" (bytes): with these flags,
+ * conf_read_size reads the grammar of the simulator's own reader
+ * (subprojects/cusim/src/config.c, parse_size), so a value accepted here is
  * accepted there with the same meaning. */
 static void run_check_capacity(const char *capacity)
 {
@@ -395,8 +403,8 @@ static void run_plan(const run_opts_t *o, env_plan_t *plan)
     plan_set(plan, "LD_PRELOAD", run_prepend("LD_PRELOAD", lib));
     free(lib);
     if (o->sim) {
-        char *dir = run_locate(exe_dir, "sim/lib", "cucache/sim", CUCACHE_RUN_SIM_LIBDIR, "libcudart.so.13",
-                               "the simulated device");
+        char *dir = run_locate(exe_dir, CUCACHE_RUN_SIM_BUILD_REL, CUCACHE_RUN_SIM_INSTALL_REL, CUCACHE_RUN_SIM_LIBDIR,
+                               "libcudart.so.13", "the simulated device");
         plan_set(plan, "LD_LIBRARY_PATH", run_prepend("LD_LIBRARY_PATH", dir));
         free(dir);
         if (o->capacity)

@@ -3,7 +3,7 @@
 prototypes against the real CUDA headers.  Run by the build (a stamp target,
 so a disagreement fails `ninja`) and by `meson test --suite compat`.
 
-  check_prototypes.py --src prototypes.c --header cuda_api.h --include DIR
+  check_prototypes.py --src prototypes.c --header cuda_api.h --include DIR [--include DIR...]
                       --cuda-include DIR [--stamp FILE] -- CC [CC ARGS...]
 
 Checks:
@@ -39,12 +39,14 @@ def banner(args, what):
             f"cucache compat check FAILED: {args.header}\n"
             f"disagrees with the real CUDA headers in {args.cuda_include}\n"
             f"({what}).\n"
-            "Fix the declaration in include/cucache/cuda_api.h.  This check is tests/compat\n"
+            "Fix the declaration in include/cucache/cuda_api.h (or in the simulator's\n"
+            "subprojects/cusim/include/cusim/, as the compiler names it).  This check is tests/compat\n"
             "(check_prototypes.py); rerun it with `meson test -C build --suite compat`.\n" + "=" * 78)
 
 
 def compile_mode(args, cc, name, defines):
-    cmd = cc + FLAGS + defines + ["-fsyntax-only", "-I", args.include, "-isystem", args.cuda_include, args.src]
+    includes = [f"-I{d}" for d in args.include]
+    cmd = cc + FLAGS + defines + ["-fsyntax-only"] + includes + ["-isystem", args.cuda_include, args.src]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         print(f"--- {name} mode:\n$ " + " ".join(cmd))
@@ -73,7 +75,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--src", required=True)
     ap.add_argument("--header", required=True)
-    ap.add_argument("--include", required=True)
+    ap.add_argument("--include", required=True, action="append")
     ap.add_argument("--cuda-include", required=True)
     ap.add_argument("--stamp")
     ap.add_argument("cc", nargs="+")

@@ -2,9 +2,9 @@
 # Runs a program on the simulated device alone and under libcucache.so,
 # and requires both to pass with the same output, and cucache to have
 # served the run (its exit summary, CUCACHE_REPORT=exit): the driver-API
-# module program (tests/sim/module_prog.c: real images nvcc made, loaded
+# module program (subprojects/cusim/tests/module_prog.c: real images nvcc made, loaded
 # every way the driver offers, kernels launched, memory freed), given the
-# fixtures' directory, and the nvcc programs (tests/sim/nvcc_*.cu), given
+# fixtures' directory, and the nvcc programs (subprojects/cusim/tests/nvcc_*.cu), given
 # '-' or the fixtures' directory (they read no argument).
 #   modules_check.sh PROGRAM FIXTURE_DIR LIBCUCACHE
 set -u

@@ -9,7 +9,7 @@
 # is not installed.
 #
 # Environment (tests/interpose/meson.build): LIBCUCACHE (build/libcucache.so),
-# SIM_LIBDIR (build/sim/lib).
+# SIM_LIBDIR (build/subprojects/cusim/lib).
 set -uo pipefail
 
 MIN_PASSED=150

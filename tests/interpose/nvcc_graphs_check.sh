@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the nvcc-built graph program (tests/sim/nvcc_graphs.cu: a graph built
+# Runs the nvcc-built graph program (subprojects/cusim/tests/nvcc_graphs.cu: a graph built
 # by hand with a memory allocation node) on the simulated device alone and
 # under libcucache.so: both must pass with the same output.  Then, with
 # "oom", under cucache on a shared device with the simulated NVML: the

@@ -1,7 +1,7 @@
 /*
  * Proves IPC of cucache blocks between two processes that both run under
- * cucache (this test exports; tests/sim/ipc_peer, started with this
- * process's environment and so with LD_PRELOAD, opens):
+ * cucache (this test exports; the simulator's ipc_peer, started with
+ * this process's environment and so with LD_PRELOAD, opens):
  *
  *   - a block at any offset of its segment opens in the peer as exactly
  *     that block (its bytes, its range), never the segment's start, and the

@@ -1,8 +1,8 @@
 /*
  * Proves that the OOM report names who holds the device's memory: on one
  * simulated device shared by two processes (CUCACHE_SIM_SHARED, a key of
- * this test run's own), tests/sim/ipc_peer holds 768 MiB of the 1 GiB and
- * itest_child, under cucache, runs out of memory; its report lists the
+ * this test run's own), the simulator's ipc_peer holds 768 MiB of the 1 GiB
+ * and itest_child, under cucache, runs out of memory; its report lists the
  * peer by pid, command and bytes, marks itself as this process, and splits
  * the memory outside cucache into the other processes' and its own, which
  * add up.  Without libnvidia-ml.so.1 the report says so in one line and

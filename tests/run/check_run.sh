@@ -5,9 +5,11 @@
 #   RUN_NOWHERE     a cucache-run whose compiled-in fallbacks do not exist
 #   RUN_PROBE       tests/run/run_probe (prints what the command sees)
 #   RUN_PROBE_CUDA  the same, linked against libcudart.so.13
-#   DEMO_WORKLOAD   tests/sim/demo_workload
+#   DEMO_WORKLOAD   the simulator's demo_workload
 #   ALLOC_WORKLOAD  bench/alloc_workload
 #   RUN_VERSION     the project's version
+#   RUN_SIM_BUILD_REL  the simulated libraries' directory in the build tree,
+#                   relative to its top (subprojects/cusim/lib)
 # Every check that fails prints "FAIL: ..." with what it saw; the case fails
 # when one did.
 set -uo pipefail
@@ -19,7 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 build_dir=$(cd "$(dirname "$CUCACHE_RUN")" && pwd -P)
 lib="$build_dir/libcucache.so"
-sim_dir="$build_dir/sim/lib"
+sim_dir="$build_dir/$RUN_SIM_BUILD_REL"
 
 source "$(dirname "${BASH_SOURCE[0]}")/check_lib.sh"
 
@@ -180,15 +182,15 @@ errors)
 
 lookup)
     # next to the executable first, then the compiled-in build paths
-    mkdir -p "$tmp/inst/sim/lib" "$tmp/bare"
+    mkdir -p "$tmp/inst/$RUN_SIM_BUILD_REL" "$tmp/bare"
     cp "$CUCACHE_RUN" "$tmp/inst/cucache-run"
     cp "$CUCACHE_RUN" "$tmp/bare/cucache-run"
     : >"$tmp/inst/libcucache.so"
-    : >"$tmp/inst/sim/lib/libcudart.so.13"
+    : >"$tmp/inst/$RUN_SIM_BUILD_REL/libcudart.so.13"
     inst=$(cd "$tmp/inst" && pwd -P)
     expect 0 "${clean_env[@]}" "$tmp/inst/cucache-run" --sim --print-env
     out_is "LD_PRELOAD=$inst/libcucache.so
-LD_LIBRARY_PATH=$inst/sim/lib"
+LD_LIBRARY_PATH=$inst/$RUN_SIM_BUILD_REL"
     expect 0 "${clean_env[@]}" "$tmp/bare/cucache-run" --sim --print-env
     out_is "LD_PRELOAD=$lib
 LD_LIBRARY_PATH=$sim_dir"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """cucache-top against a real cucache process on a shared simulated GPU.
 
-tests/sim/ipc_peer runs under libcucache.so on a device shared by a key of
+subprojects/cusim/tests/ipc_peer runs under libcucache.so on a device shared by a key of
 this run's own (CUCACHE_SIM_SHARED); it allocates 256 MiB and 64 MiB and
 frees the 64 MiB, which stays in its cache.  Then, one case per argument:
 

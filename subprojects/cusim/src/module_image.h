@@ -1,0 +1,110 @@
+/*
+ * Module images: what cuModuleLoadData and the runtime's registration hand
+ * the device, read for their kernel names only (the device runs no device
+ * code).  Four kinds are recognised by their first bytes:
+ *
+ *   the simulator's own list   CUCACHE_SIM_MODULE_MAGIC, a name a line
+ *   an ELF cubin               "\x7f" "ELF", 64-bit little-endian, EM_CUDA
+ *   a fatbin container         0xBA55ED50, entries each a cubin or PTX
+ *   a fatbin wrapper           0x466243B1, pointing at a container (what
+ *                              nvcc's host stub registers)
+ *   PTX text                   .version and .target directives, a
+ *                              NUL-terminated text
+ *
+ * The bytes are untrusted: every read is checked against the image's
+ * length, and a corrupt or truncated image is CUDA_ERROR_INVALID_IMAGE.
+ * Besides the names, sim_image_read reports what a kernel's image states
+ * about it (registers, shared, local and parameter bytes, thread limits)
+ * and the module's __device__ and __constant__ variables with their
+ * initial bytes.
+ * docs/simulator.md ("Modules") says what the layouts rest on.
+ */
+#ifndef CUCACHE_SIM_MODULE_IMAGE_H
+#define CUCACHE_SIM_MODULE_IMAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cusim/cuda_api.h"
+
+/* What parsing found besides the names. */
+typedef struct sim_image_info_s {
+    unsigned entries;    /* fatbin: code entries (cubin or PTX) */
+    unsigned compressed; /* fatbin: entries skipped, their payload compressed */
+    unsigned names;      /* names reported (repeats included) */
+} sim_image_info_t;
+
+/* Called once per kernel name found (a name may repeat: a fatbin holds the
+ * same kernels as cubin and PTX).  name is not NUL-terminated. */
+typedef void (*sim_image_name_fn)(void *arg, const char *name, size_t len);
+
+/* What an image states about one kernel; 0 where it says nothing (PTX
+ * states no register count).  docs/simulator.md, "Modules", says where
+ * each value is read. */
+typedef struct sim_kernel_info_s {
+    unsigned regs;           /* registers a thread: cubin EIATTR_REGCOUNT */
+    unsigned max_threads;    /* threads a block at most: EIATTR_MAX_THREADS/REQNTID, PTX .maxntid/.reqntid */
+    unsigned shared_bytes;   /* static shared memory: .nv.shared.<name>, less the 1 KiB sm_80+ reserve */
+    unsigned local_bytes;    /* local memory a thread: EIATTR_FRAME_SIZE */
+    unsigned param_bytes;    /* the parameters' bytes: EIATTR_CBANK_PARAM_SIZE */
+    unsigned const_bytes;    /* the module's __constant__ bytes (.nv.constant3) */
+    unsigned binary_version; /* 10 * major + minor of the cubin's sm (90); 0 for PTX */
+    unsigned ptx_version;    /* the same of the PTX .target or the cubin's virtual architecture */
+    bool cubin;              /* read from a cubin (a fatbin's PTX of the same kernel says less) */
+} sim_kernel_info_t;
+
+/* A __device__ or __constant__ variable the image defines. */
+typedef struct sim_global_info_s {
+    const char *name; /* not NUL-terminated */
+    size_t len;
+    uint64_t size;    /* bytes */
+    const void *init; /* its size initial bytes in the image, or NULL: zero */
+    bool constant;    /* __constant__ */
+} sim_global_info_t;
+
+/* What sim_image_read reports: each kernel (a name may repeat, as above)
+ * and each variable.  Either may be NULL. */
+typedef struct sim_image_sink_s {
+    void (*kernel)(void *arg, const char *name, size_t len, const sim_kernel_info_t *ki);
+    void (*global)(void *arg, const sim_global_info_t *g);
+} sim_image_sink_t;
+
+/* The length the image claims for itself, read from its header (the
+ * wrapper's container, a PTX text's bytes with the NUL, the ELF's furthest
+ * table); 0 when the first bytes are none of the kinds.  Reads as far as
+ * the header says, as CUDA does with a pointer and no length: callers that
+ * know the length use sim_image_parse alone. */
+size_t sim_image_extent(const void *image);
+
+/* The image the wrapper 0x466243B1 points at, or image itself. */
+const void *sim_image_unwrap(const void *image);
+
+/* Reports each kernel name of the image's len bytes (a wrapper is not
+ * followed here: pass sim_image_unwrap's answer).  CUDA_SUCCESS,
+ * CUDA_ERROR_INVALID_IMAGE (unknown kind, corrupt or truncated).  info may
+ * be NULL. */
+CUresult sim_image_parse(const void *image, size_t len, sim_image_name_fn fn, void *arg, sim_image_info_t *info);
+
+/* sim_image_parse with what the image states about each kernel and its
+ * variables. */
+CUresult sim_image_read(const void *image, size_t len, const sim_image_sink_t *sink, void *arg, sim_image_info_t *info);
+
+/* Each code entry of an image, as it would be put in a fatbin: a cubin or
+ * PTX text is one entry (kind 2 or 1), a fatbin its cubin and PTX entries
+ * (flags say whether compressed).  For the linker (driver_link.c).
+ * CUDA_ERROR_INVALID_IMAGE as sim_image_parse. */
+typedef void (*sim_image_entry_fn)(void *arg, unsigned kind, uint64_t flags, const void *payload, size_t size);
+CUresult sim_image_entries(const void *image, size_t len, sim_image_entry_fn fn, void *arg);
+
+/* The fatbin layout the entries above are written in. */
+enum {
+    SIM_FATBIN_MAGIC = 0xBA55ED50u,
+    SIM_FATBIN_VERSION = 1,
+    SIM_FATBIN_HEADER_SIZE = 16, /* u32 magic, u16 version, u16 header size, u64 entries' bytes */
+    SIM_FATBIN_ENTRY_SIZE = 64,  /* u16 kind, u16 version, u32 header size, u64 payload size, ..., u64 flags at 40 */
+    SIM_FATBIN_KIND_PTX = 1,
+    SIM_FATBIN_KIND_ELF = 2,
+};
+
+#endif
