@@ -2,7 +2,7 @@
  * The simulated device's configuration (CUCACHE_SIM_* variables, read by
  * config.c: DEVICES, CAPACITY, ALLOC_US, FREE_US, COPY_GBPS, RACE,
  * RACE_FATAL, VMM_GRANULARITY, VMM_US, KERNEL_US, SPIN_US, COHERENT,
- * SHARED; docs/simulator.md's table) and the virtual memory calls that
+ * SHARED; README.md's settings table) and the virtual memory calls that
  * cost time.  Included by engine.h.
  */
 #ifndef CUCACHE_SIM_CONFIG_H

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""docs/simulator.md's per-family tables are what src/gen-exports families
+"""README.md's per-family fidelity tables are what src/gen-exports families
 says of the built libraries: regenerate them with that command when a
 family changes."""
 import subprocess
