@@ -66,7 +66,8 @@
  * NVML's nvml* are the only symbols the libraries export: libcuda.map,
  * libcudart.map.in, libnvidia-ml.map):
  *   config.c         the CUCACHE_SIM_* variables (config.h; the NVML reads
- *                    them too)
+ *                    them too): their readers (sizes: parse_size) and how
+ *                    a refusal shows a value (show)
  *   log.c            sim_log, the one message sink (the NVML's too)
  *   engine.c         initialisation, vector
  *                    clocks, host threads, contexts, the sorted arrays
@@ -83,15 +84,18 @@
  *   engine_ipc.c     IPC between processes that both run the simulator:
  *                    memory, pool allocations and interprocess events
  *   engine_shared.c  the device shared by processes: its file, its table of
- *                    processes and their bytes, its robust lock (shared.h;
- *                    uses no engine state)
+ *                    processes and their bytes, its robust lock, and
+ *                    sim_proc_stat (/proc/PID/stat) (shared.h; uses no
+ *                    engine state)
  *   engine_race.c    the race detector
  *   handles.c        the table of live handles (handles.h)
  *   driver*.c        the driver API (driver.h: entering a call): driver.c
  *                    init, devices, contexts, errors; driver_mem.c memory;
  *                    driver_copy.c copies and memsets; driver_ptr.c pointer
  *                    attributes; driver_stream.c streams, events, capture;
- *                    driver_graph.c graphs; driver_vmm.c, driver_ipc.c
+ *                    driver_graph.c graphs (driver_graph_params.c: the
+ *                    generic node calls, one row per node kind);
+ *                    driver_vmm.c, driver_ipc.c
  *                    (memory and events); driver_peer.c peer access, links,
  *                    peer copies; driver_pool_share.c pools shared between
  *                    processes and pool access; driver_module.c modules,
@@ -687,7 +691,8 @@ typedef struct sim_state_s {
     /* the device's timeline: when each slot's last completed op ended (ns,
      * CLOCK_MONOTONIC's scale), and the ends of its last few ops by seq.
      * Ends are computed, not observed: a worker that wakes late does not
-     * delay what follows (engine_stream.c, op_times) */
+     * delay what follows (engine_stream.c: op_start, op_execute,
+     * op_complete) */
     uint64_t slot_end[SIM_MAX_SLOTS];
     struct {
         uint64_t seq, end;
