@@ -19,9 +19,10 @@
  *
  * libcucache.so is looked for next to this executable first (an installed
  * pair, or the build directory), then at the build-tree path compiled in
- * (CUCACHE_RUN_LIBCUCACHE); the simulated libraries in <exe dir>/
- * CUCACHE_RUN_SIM_BUILD_REL (the build tree), then <libdir>/
- * CUCACHE_RUN_SIM_INSTALL_REL (an installation), then CUCACHE_RUN_SIM_LIBDIR.
+ * (CUCACHE_RUN_LIBCUCACHE); the simulated libraries in CUCACHE_RUN_SIM_BUILD_REL
+ * under the executable's folder (the build tree), then in
+ * CUCACHE_RUN_SIM_INSTALL_REL under the libdir (an installation), then in
+ * CUCACHE_RUN_SIM_LIBDIR.
  *
  * The values of --conf, --leak-exitcode, --stacks, --trace, --snapshot and
  * --snapshot-on are checked where they are read, by libcucache.so, whose
