@@ -45,17 +45,17 @@ static sim_device_t *device_get(CUdevice dev, CUresult *r)
     return &sim.dev[dev];
 }
 
-/* Takes the lock and fetches device dev into `d` (device_get); returns its
- * error from the calling function otherwise. */
-#define DRV_ENTER_DEVICE(d, dev)                                                                                       \
-    sim_device_t *d;                                                                                                   \
-    do {                                                                                                               \
-        CUresult device_r_;                                                                                            \
-        sim_lock();                                                                                                    \
-        d = device_get(dev, &device_r_);                                                                               \
-        if (!d)                                                                                                        \
-            return drv_leave(device_r_);                                                                               \
-    } while (0)
+/* Takes the lock and fetches device dev into *d (device_get): CUDA_SUCCESS
+ * with the lock held, or device_get's error with it released. */
+static CUresult device_enter(CUdevice dev, sim_device_t **d)
+{
+    CUresult r;
+    sim_lock();
+    *d = device_get(dev, &r);
+    if (!*d)
+        return drv_leave(r);
+    return CUDA_SUCCESS;
+}
 
 /* A call that answers through out, without the lock: the driver is
  * initialised and out is given. */
@@ -327,7 +327,10 @@ SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 
 static CUresult primary_retain(CUcontext *pctx, CUdevice dev)
 {
-    DRV_ENTER_DEVICE(d, dev);
+    sim_device_t *d;
+    CUresult r = device_enter(dev, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pctx)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!d->primary)
@@ -351,7 +354,10 @@ SIM_API CUresult cucacheSimPrimaryCtxRetainUnseen(CUcontext *pctx, CUdevice dev)
 
 SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    DRV_ENTER_DEVICE(d, dev);
+    sim_device_t *d;
+    CUresult r = device_enter(dev, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (d->primary_refs == 0)
         return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
     if (--d->primary_refs == 0)
@@ -361,7 +367,10 @@ SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 
 SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    DRV_ENTER_DEVICE(d, dev);
+    sim_device_t *d;
+    CUresult r = device_enter(dev, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (d->primary) {
         sim_ctx_destroy(d->primary);
         d->primary_refs = 0;
@@ -371,7 +380,10 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 
 SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
-    DRV_ENTER_DEVICE(d, dev);
+    sim_device_t *d;
+    CUresult r = device_enter(dev, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!flags || !active)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *flags = d->primary_flags;
@@ -382,7 +394,10 @@ SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
 /* One scheduling policy at most, and no flag CUDA does not define. */
 SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
 {
-    DRV_ENTER_DEVICE(d, dev);
+    sim_device_t *d;
+    CUresult r = device_enter(dev, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
     unsigned sched = flags & CU_CTX_SCHED_MASK;
     if ((flags & ~(unsigned)CU_CTX_FLAGS_MASK) || (sched & (sched - 1)))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -455,7 +470,9 @@ SIM_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePar
 
 SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!sim_ctx_valid(ctx) || ctx->primary)
         return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
     sim_ctx_destroy(ctx);
@@ -479,7 +496,9 @@ SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)
 
 SIM_API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_thread_t *t = sim_thread();
     if (!ctx) {
         if (t->depth)
@@ -496,7 +515,9 @@ SIM_API CUresult cuCtxSetCurrent(CUcontext ctx)
 
 SIM_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_thread_t *t = sim_thread();
     if (!sim_ctx_valid(ctx) || t->depth == (int)(sizeof t->ctx_stack / sizeof t->ctx_stack[0]))
         return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
@@ -520,7 +541,10 @@ SIM_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 
 SIM_API CUresult cuCtxGetDevice(CUdevice *device)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!device)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *device = ctx->dev->ordinal;
@@ -529,8 +553,11 @@ SIM_API CUresult cuCtxGetDevice(CUdevice *device)
 
 SIM_API CUresult cuCtxSynchronize(void)
 {
-    DRV_ENTER(ctx);
-    CUresult r = sim_capture_check_unsafe();
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = sim_capture_check_unsafe();
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     r = sim_ctx_wait_idle(ctx);
@@ -540,7 +567,10 @@ SIM_API CUresult cuCtxSynchronize(void)
 
 SIM_API CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     if (leastPriority)
         *leastPriority = 0;

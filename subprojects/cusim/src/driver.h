@@ -8,51 +8,32 @@
 #include "engine.h"
 #include "handles.h"
 
-/* Takes the lock and fetches the current context into `ctx`; returns the
- * error (init, no context, sticky) from the calling function otherwise. */
-#define DRV_ENTER(ctx)                                                                                                 \
-    struct CUctx_st *ctx = NULL;                                                                                       \
-    sim_lock();                                                                                                        \
-    do {                                                                                                               \
-        CUresult enter_r_ = sim_ctx_get(&ctx);                                                                         \
-        if (enter_r_ != CUDA_SUCCESS) {                                                                                \
-            sim_unlock();                                                                                              \
-            return enter_r_;                                                                                           \
-        }                                                                                                              \
-    } while (0)
+/* Takes the lock and fetches the current context into *ctx: CUDA_SUCCESS
+ * with the lock held, or the error (init, no context, sticky) with it
+ * released.  A call on a stream then looks it up with sim_stream_resolve,
+ * whose result the caller checks and returns through drv_leave. */
+static inline CUresult drv_enter(struct CUctx_st **ctx)
+{
+    *ctx = NULL;
+    sim_lock();
+    CUresult r = sim_ctx_get(ctx);
+    if (r != CUDA_SUCCESS)
+        sim_unlock();
+    return r;
+}
 
-/* Takes the lock and checks initialisation only: like the real driver,
- * the calls that name an allocation find it by its address (unified
- * addressing), whatever context is current, or none. */
-#define DRV_ENTER_ANY()                                                                                                \
-    do {                                                                                                               \
-        sim_lock();                                                                                                    \
-        CUresult init_r_ = sim_check_init();                                                                           \
-        if (init_r_ != CUDA_SUCCESS) {                                                                                 \
-            sim_unlock();                                                                                              \
-            return init_r_;                                                                                            \
-        }                                                                                                              \
-    } while (0)
-
-/* DRV_ENTER, then the stream h names (ptds: whether 0 is the per-thread
- * default stream) into `s`, and that lookup's result into `r`, which the
- * caller checks and returns through drv_leave. */
-#define DRV_ENTER_STREAM(ctx, s, r, h, ptds)                                                                           \
-    DRV_ENTER(ctx);                                                                                                    \
-    struct CUstream_st *s = NULL;                                                                                      \
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s)
-
-/* DRV_ENTER_STREAM for a call that answers through out: returns the
- * lookup's error, or CUDA_ERROR_INVALID_VALUE when out is NULL, from the
- * calling function. */
-#define DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, out)                                                                     \
-    DRV_ENTER_STREAM(ctx, s, out_r_, h, ptds);                                                                         \
-    do {                                                                                                               \
-        if (out_r_ == CUDA_SUCCESS && !(out))                                                                          \
-            out_r_ = CUDA_ERROR_INVALID_VALUE;                                                                         \
-        if (out_r_ != CUDA_SUCCESS)                                                                                    \
-            return drv_leave(out_r_);                                                                                  \
-    } while (0)
+/* Takes the lock and checks initialisation only (the lock released on
+ * failure): like the real driver, the calls that name an allocation find
+ * it by its address (unified addressing), whatever context is current,
+ * or none. */
+static inline CUresult drv_enter_any(void)
+{
+    sim_lock();
+    CUresult r = sim_check_init();
+    if (r != CUDA_SUCCESS)
+        sim_unlock();
+    return r;
+}
 
 /* Unlocks and returns r. */
 static inline CUresult drv_leave(CUresult r)

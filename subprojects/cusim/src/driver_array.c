@@ -149,7 +149,10 @@ static void array_free(struct CUarray_st *arr)
 
 SIM_API CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pHandle || !pAllocateArray)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     return drv_leave(array_new(ctx, pAllocateArray, pHandle));
@@ -174,7 +177,9 @@ static struct CUarray_st *array_get(CUarray h)
 
 SIM_API CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUarray_st *arr = array_get(hArray);
     if (!arr)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -187,7 +192,9 @@ SIM_API CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescri
 /* The 2D descriptor of a 1D or 2D array; a 3D or layered one has none. */
 SIM_API CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUarray_st *arr = array_get(hArray);
     if (!arr)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -203,7 +210,9 @@ SIM_API CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor
 SIM_API CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements, CUarray array,
                                               CUdevice device)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)device;
     if (!array_get(array))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -215,7 +224,9 @@ SIM_API CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *me
  * level of a mipmapped array goes with it only. */
 SIM_API CUresult cuArrayDestroy(CUarray hArray)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUarray_st *arr = array_get(hArray);
     if (!arr || arr->mip)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -301,12 +312,15 @@ static unsigned levels_max(const CUDA_ARRAY3D_DESCRIPTOR *d)
 SIM_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
                                         unsigned int numMipmapLevels)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pHandle || !pMipmappedArrayDesc || numMipmapLevels == 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     const CUDA_ARRAY3D_DESCRIPTOR *d = pMipmappedArrayDesc;
     unsigned elem;
-    CUresult r = desc_check(d, ctx->dev->ordinal, &elem);
+    r = desc_check(d, ctx->dev->ordinal, &elem);
     if (r == CUDA_SUCCESS && numMipmapLevels > levels_max(d))
         r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
@@ -339,7 +353,9 @@ SIM_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_AR
 
 SIM_API CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUmipmappedArray_st *m = mipmap_get(hMipmappedArray);
     if (!m)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -352,7 +368,9 @@ SIM_API CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray
 SIM_API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS *memoryRequirements,
                                                        CUmipmappedArray mipmap, CUdevice device)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)memoryRequirements;
     (void)device;
     if (!mipmap_get(mipmap))
@@ -362,7 +380,9 @@ SIM_API CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIRE
 
 SIM_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUmipmappedArray_st *m = mipmap_get(hMipmappedArray);
     if (!m)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);

@@ -170,10 +170,13 @@ static CUresult copy_locked(struct CUctx_st *ctx, const copy_t *in, bool enqueue
 
 static CUresult copy(const copy_t *c)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUstream_st *s = NULL;
     bool wait;
-    CUresult r = copy_locked(ctx, c, true, &s, &wait);
+    r = copy_locked(ctx, c, true, &s, &wait);
     if (r == CUDA_SUCCESS && wait)
         r = sim_stream_wait_idle(s);
     return drv_leave(r);
@@ -330,10 +333,13 @@ static CUresult copy3d(const CUDA_MEMCPY3D *p, CUstream h, bool ptds, bool sync,
     if (p->Depth > 1 && ((p->srcMemoryType != CU_MEMORYTYPE_ARRAY && p->srcHeight < p->Height) ||
                          (p->dstMemoryType != CU_MEMORYTYPE_ARRAY && p->dstHeight < p->Height)))
         return CUDA_ERROR_INVALID_VALUE;
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUstream_st *s = NULL;
     bool wait = false;
-    CUresult r = CUDA_SUCCESS;
+    r = CUDA_SUCCESS;
     for (int enqueue = 0; enqueue < 2 && r == CUDA_SUCCESS; enqueue++)
         for (size_t k = 0; k < p->Depth && r == CUDA_SUCCESS; k++) {
             copy_t c = {.dpitch = p->dstPitch, .spitch = p->srcPitch, .width = p->WidthInBytes,
@@ -473,14 +479,17 @@ static CUresult fill_target(uintptr_t dst, size_t span, bool *host)
 static CUresult fill(CUdeviceptr dst, size_t pitch, uint32_t value, unsigned elem, size_t n, size_t height,
                      CUstream h, bool ptds, bool sync)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (n == 0 || height == 0)
         return drv_leave(CUDA_SUCCESS);
     if (n > SIZE_MAX / elem || dst % elem || (height > 1 && (pitch < n * elem || pitch % elem)))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     size_t width = n * elem, span = span_of(width, height, pitch);
     bool host = false;
-    CUresult r = span == SIZE_MAX ? CUDA_ERROR_INVALID_VALUE : fill_target(dst, span, &host);
+    r = span == SIZE_MAX ? CUDA_ERROR_INVALID_VALUE : fill_target(dst, span, &host);
     struct CUstream_st *s = NULL;
     if (r == CUDA_SUCCESS)
         r = sim_stream_resolve(ctx, h, ptds, &s);

@@ -304,19 +304,25 @@ static CUresult attr_set(struct CUfunc_st *f, CUfunction_attribute attrib, int v
 
 SIM_API CUresult cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     return drv_leave(attr_get(pi, attrib, func_of(hfunc, sim_ctx_current())));
 }
 
 SIM_API CUresult cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     return drv_leave(attr_set(func_of(hfunc, sim_ctx_current()), attrib, value));
 }
 
 SIM_API CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUfunc_st *f = func_of(hfunc, sim_ctx_current());
     if (!f)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -329,7 +335,9 @@ SIM_API CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 /* The bank size is a setting of Kepler only: accepted and kept. */
 SIM_API CUresult cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUfunc_st *f = func_of(hfunc, sim_ctx_current());
     if (!f)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -358,25 +366,31 @@ static CUresult kernel_on(CUkernel kernel, CUdevice dev, struct CUfunc_st **out)
 
 SIM_API CUresult cuKernelGetAttribute(int *pi, CUfunction_attribute attrib, CUkernel kernel, CUdevice dev)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUfunc_st *f = NULL;
-    CUresult r = kernel_on(kernel, dev, &f);
+    r = kernel_on(kernel, dev, &f);
     return drv_leave(r != CUDA_SUCCESS ? r : attr_get(pi, attrib, f));
 }
 
 SIM_API CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int val, CUkernel kernel, CUdevice dev)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUfunc_st *f = NULL;
-    CUresult r = kernel_on(kernel, dev, &f);
+    r = kernel_on(kernel, dev, &f);
     return drv_leave(r != CUDA_SUCCESS ? r : attr_set(f, attrib, val));
 }
 
 SIM_API CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice dev)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUfunc_st *f = NULL;
-    CUresult r = kernel_on(kernel, dev, &f);
+    r = kernel_on(kernel, dev, &f);
     if (r == CUDA_SUCCESS && (unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
         r = CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
@@ -386,7 +400,9 @@ SIM_API CUresult cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CU
 
 SIM_API CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pLib)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(kernel, SIM_MAGIC_KERNEL))
@@ -405,17 +421,27 @@ SIM_API CUresult cuKernelGetLibrary(CUlibrary *pLib, CUkernel kernel)
 #define OCC_FLAGS 0x1u
 
 /* Enters an occupancy query of func: the function in the current context
- * (a CUkernel too) into f, or the error. */
-#define OCC_ENTER(f, func)                                                                                             \
-    DRV_ENTER(occ_ctx_);                                                                                               \
-    struct CUfunc_st *f = func_of(func, occ_ctx_);                                                                     \
-    if (!f)                                                                                                            \
-    return drv_leave(CUDA_ERROR_INVALID_HANDLE)
+ * (a CUkernel too) into *f and CUDA_SUCCESS with the lock held, or the
+ * error with it released. */
+static CUresult occ_enter(CUfunction func, struct CUfunc_st **f)
+{
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    *f = func_of(func, ctx);
+    if (!*f)
+        return drv_leave(CUDA_ERROR_INVALID_HANDLE);
+    return CUDA_SUCCESS;
+}
 
 SIM_API CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *numBlocks, CUfunction func, int blockSize,
                                                                       size_t dynamicSMemSize, unsigned int flags)
 {
-    OCC_ENTER(f, func);
+    struct CUfunc_st *f;
+    CUresult r = occ_enter(func, &f);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!numBlocks || blockSize <= 0 || (flags & ~OCC_FLAGS))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *numBlocks = sim_occupancy_blocks(f, blockSize, dynamicSMemSize);
@@ -437,7 +463,10 @@ SIM_API CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *minGridSize, int
                                                            size_t dynamicSMemSize, int blockSizeLimit,
                                                            unsigned int flags)
 {
-    OCC_ENTER(f, func);
+    struct CUfunc_st *f;
+    CUresult r = occ_enter(func, &f);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!minGridSize || !blockSize || blockSizeLimit < 0 || (flags & ~OCC_FLAGS))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     int limit = func_max_threads(f);
@@ -481,7 +510,10 @@ SIM_API CUresult cuOccupancyMaxPotentialBlockSize(int *minGridSize, int *blockSi
 SIM_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func, int numBlocks,
                                                          int blockSize)
 {
-    OCC_ENTER(f, func);
+    struct CUfunc_st *f;
+    CUresult r = occ_enter(func, &f);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!dynamicSmemSize || numBlocks <= 0 || blockSize <= 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (sim_occupancy_blocks(f, blockSize, 0) < numBlocks)
@@ -510,7 +542,10 @@ static int cluster_size_limit(const struct CUfunc_st *f)
 
 SIM_API CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func, const CUlaunchConfig *config)
 {
-    OCC_ENTER(f, func);
+    struct CUfunc_st *f;
+    CUresult r = occ_enter(func, &f);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!clusterSize || !config)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     int block = (int)(config->blockDimX * config->blockDimY * config->blockDimZ);
@@ -523,7 +558,10 @@ SIM_API CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction
  * function's required one, else 1. */
 SIM_API CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func, const CUlaunchConfig *config)
 {
-    OCC_ENTER(f, func);
+    struct CUfunc_st *f;
+    CUresult r = occ_enter(func, &f);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!numClusters || !config || (config->numAttrs && !config->attrs))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     int block = (int)(config->blockDimX * config->blockDimY * config->blockDimZ);

@@ -21,26 +21,18 @@
  * Checks shared by the calls
  * ---------------------------------------------------------------------- */
 
-/* Takes the lock; the error of an uninitialised driver or a bad graph. */
-#define GRAPH_ENTER(g)                                                                                                 \
-    do {                                                                                                               \
-        sim_lock();                                                                                                    \
-        CUresult ge_r_ = sim_check_init();                                                                             \
-        if (ge_r_ == CUDA_SUCCESS && !handle_is((g), SIM_MAGIC_GRAPH))                                                 \
-            ge_r_ = CUDA_ERROR_INVALID_VALUE;                                                                          \
-        if (ge_r_ != CUDA_SUCCESS)                                                                                     \
-            return drv_leave(ge_r_);                                                                                   \
-    } while (0)
-
-#define NODE_ENTER(n)                                                                                                  \
-    do {                                                                                                               \
-        sim_lock();                                                                                                    \
-        CUresult ne_r_ = sim_check_init();                                                                             \
-        if (ne_r_ == CUDA_SUCCESS && !handle_is((n), SIM_MAGIC_NODE))                                                  \
-            ne_r_ = CUDA_ERROR_INVALID_VALUE;                                                                          \
-        if (ne_r_ != CUDA_SUCCESS)                                                                                     \
-            return drv_leave(ne_r_);                                                                                   \
-    } while (0)
+/* Takes the lock and checks h, a live graph, node or instance (magic):
+ * CUDA_SUCCESS with the lock held, or the error of an uninitialised driver
+ * or a bad handle with it released. */
+static CUresult graph_enter(const void *h, uint32_t magic)
+{
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!handle_is(h, magic))
+        return drv_leave(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
 
 /* deps[0..n): nodes of g, none twice. */
 static bool deps_ok(const struct CUgraph_st *g, const CUgraphNode *deps, size_t n)
@@ -213,7 +205,10 @@ static CUresult node_params_op(struct CUgraphNode_st *node, sim_op_t **out, stru
 
 SIM_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!phGraph || flags != 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUgraph_st *g = sim_graph_new(ctx);
@@ -257,11 +252,13 @@ static void node_abandon(struct CUgraph_st *g, struct CUgraphNode_st *node, CUgr
 static CUresult add_work_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeType type,
                               const void *params, size_t size)
 {
-    GRAPH_ENTER(g);
+    CUresult r = graph_enter(g, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!params)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUgraphNode_st *node = NULL;
-    CUresult r = node_begin(ph, g, deps, n, type, &node);
+    r = node_begin(ph, g, deps, n, type, &node);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     memcpy(&node->p, params, size);
@@ -277,14 +274,16 @@ static CUresult add_work_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *dep
 
 static CUresult node_set_work(CUgraphNode h, CUgraphNodeType type, const void *params, size_t size)
 {
-    NODE_ENTER(h);
+    CUresult r = graph_enter(h, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!params || h->type != type)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUgraphNode_st tmp = *h;
     memcpy(&tmp.p, params, size);
     sim_op_t *op = NULL;
     struct CUctx_st *ctx = h->ctx;
-    CUresult r = node_params_op(&tmp, &op, &ctx);
+    r = node_params_op(&tmp, &op, &ctx);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     sim_op_free(h->op);
@@ -296,7 +295,9 @@ static CUresult node_set_work(CUgraphNode h, CUgraphNodeType type, const void *p
 
 static CUresult node_get(CUgraphNode h, CUgraphNodeType type, void *out, size_t size)
 {
-    NODE_ENTER(h);
+    CUresult r = graph_enter(h, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!out || h->type != type)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     memcpy(out, &h->p, size);
@@ -404,7 +405,9 @@ SIM_API CUresult cuGraphHostNodeSetParams(CUgraphNode hNode, const CUDA_HOST_NOD
 SIM_API CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                      size_t numDependencies)
 {
-    GRAPH_ENTER(hGraph);
+    CUresult r = graph_enter(hGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUgraphNode_st *node = NULL;
     return drv_leave(node_begin(phGraphNode, hGraph, dependencies, numDependencies, CU_GRAPH_NODE_TYPE_EMPTY, &node));
 }
@@ -447,12 +450,14 @@ static CUresult graph_clone(struct CUgraph_st *g, struct CUgraph_st **out)
 SIM_API CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                           size_t numDependencies, CUgraph childGraph)
 {
-    GRAPH_ENTER(hGraph);
+    CUresult r = graph_enter(hGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(childGraph, SIM_MAGIC_GRAPH) || childGraph == hGraph || !phGraphNode ||
         !deps_ok(hGraph, dependencies, numDependencies))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUgraph_st *copy = NULL;
-    CUresult r = graph_clone(childGraph, &copy); /* a graph with memory nodes: only moved, never copied */
+    r = graph_clone(childGraph, &copy); /* a graph with memory nodes: only moved, never copied */
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     copy->is_child = true;
@@ -465,7 +470,9 @@ SIM_API CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGra
 
 SIM_API CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
-    NODE_ENTER(hNode);
+    CUresult r = graph_enter(hNode, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!phGraph || hNode->type != CU_GRAPH_NODE_TYPE_GRAPH)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *phGraph = hNode->child;
@@ -479,7 +486,9 @@ CUresult drv_graph_add_child(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps
         return cuGraphAddChildGraphNode(ph, g, deps, n, p->graph);
     if (p->ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE)
         return CUDA_ERROR_INVALID_VALUE;
-    GRAPH_ENTER(g);
+    CUresult r = graph_enter(g, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUgraph_st *c = p->graph;
     /* a graph of the program's, not instantiated, moved once, into another graph */
     if (!handle_is(c, SIM_MAGIC_GRAPH) || c == g || c->is_child || !ph || !deps_ok(g, deps, n) ||
@@ -498,11 +507,13 @@ CUresult drv_graph_add_child(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps
 
 CUresult drv_graph_set_child(CUgraphNode h, CUgraph child)
 {
-    NODE_ENTER(h);
+    CUresult r = graph_enter(h, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (h->type != CU_GRAPH_NODE_TYPE_GRAPH || !handle_is(child, SIM_MAGIC_GRAPH) || child == h->graph)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUgraph_st *copy = NULL;
-    CUresult r = graph_clone(child, &copy);
+    r = graph_clone(child, &copy);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     copy->is_child = true;
@@ -515,11 +526,13 @@ CUresult drv_graph_set_child(CUgraphNode h, CUgraph child)
 static CUresult add_event_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n, CUevent e,
                                CUgraphNodeType type)
 {
-    GRAPH_ENTER(g);
+    CUresult r = graph_enter(g, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(e, SIM_MAGIC_EVENT))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUgraphNode_st *node = NULL;
-    CUresult r = node_begin(ph, g, deps, n, type, &node);
+    r = node_begin(ph, g, deps, n, type, &node);
     if (r == CUDA_SUCCESS)
         node->event = e;
     return drv_leave(r);
@@ -527,7 +540,9 @@ static CUresult add_event_node(CUgraphNode *ph, CUgraph g, const CUgraphNode *de
 
 static CUresult event_node_get(CUgraphNode h, CUevent *out, CUgraphNodeType type)
 {
-    NODE_ENTER(h);
+    CUresult r = graph_enter(h, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!out || h->type != type)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *out = h->event;
@@ -536,7 +551,9 @@ static CUresult event_node_get(CUgraphNode h, CUevent *out, CUgraphNodeType type
 
 static CUresult event_node_set(CUgraphNode h, CUevent e, CUgraphNodeType type)
 {
-    NODE_ENTER(h);
+    CUresult r = graph_enter(h, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(e, SIM_MAGIC_EVENT) || h->type != type)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     h->event = e;
@@ -582,7 +599,9 @@ SIM_API CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode hNode, CUevent event)
 SIM_API CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx,
                                                 unsigned int defaultLaunchValue, unsigned int flags)
 {
-    GRAPH_ENTER(hGraph);
+    CUresult r = graph_enter(hGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pHandle_out || !sim_ctx_valid(ctx) || (flags & ~(unsigned)CU_GRAPH_COND_ASSIGN_DEFAULT))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     sim_cond_t *c = sim_xcalloc(1, sizeof *c);
@@ -614,14 +633,16 @@ static const struct {
 CUresult drv_graph_add_conditional(CUgraphNode *ph, CUgraph g, const CUgraphNode *deps, size_t n,
                                    CUDA_CONDITIONAL_NODE_PARAMS *p)
 {
-    GRAPH_ENTER(g);
+    CUresult r = graph_enter(g, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_cond_t *c = cond_find(g, p->handle);
     if (!c || (unsigned)p->type > CU_GRAPH_COND_TYPE_SWITCH || p->size < cond_sizes[p->type].min ||
         (cond_sizes[p->type].max && p->size > cond_sizes[p->type].max) || (p->ctx && p->ctx != c->ctx) ||
         g->is_child != (g->owner != NULL)) /* not in a child graph's copy: only in the program's graphs and bodies */
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUgraphNode_st *node = NULL;
-    CUresult r = node_begin(ph, g, deps, n, CU_GRAPH_NODE_TYPE_CONDITIONAL, &node);
+    r = node_begin(ph, g, deps, n, CU_GRAPH_NODE_TYPE_CONDITIONAL, &node);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     node->ctx = c->ctx;
@@ -644,7 +665,9 @@ CUresult drv_graph_add_conditional(CUgraphNode *ph, CUgraph g, const CUgraphNode
 
 CUresult drv_graph_node_type_is(CUgraphNode h, CUgraphNodeType type)
 {
-    NODE_ENTER(h);
+    CUresult r = graph_enter(h, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     return drv_leave(h->type == type ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
 }
 
@@ -655,7 +678,9 @@ CUresult drv_graph_node_type_is(CUgraphNode h, CUgraphNodeType type)
 SIM_API CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                         size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
-    GRAPH_ENTER(hGraph);
+    CUresult r = graph_enter(hGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!nodeParams || !phGraphNode || !deps_ok(hGraph, dependencies, numDependencies))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     const CUmemPoolProps *pp = &nodeParams->poolProps;
@@ -664,7 +689,7 @@ SIM_API CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph
         nodeParams->bytesize == 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     sim_gblock_t *b = NULL;
-    CUresult r = sim_gblock_new(hGraph->ctx, nodeParams->bytesize, &b);
+    r = sim_gblock_new(hGraph->ctx, nodeParams->bytesize, &b);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     struct CUgraphNode_st *node = NULL;
@@ -723,7 +748,9 @@ SIM_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_
 SIM_API CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                        size_t numDependencies, CUdeviceptr dptr)
 {
-    GRAPH_ENTER(hGraph);
+    CUresult r = graph_enter(hGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_gblock_t *b = sim_gblock_at(dptr);
     /* only a graph allocation's address, freed at most once in its graph */
     if (!b || sim_gblock_freed_in_graph(b) || !phGraphNode || !deps_ok(hGraph, dependencies, numDependencies))
@@ -742,7 +769,9 @@ SIM_API CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
 
 SIM_API CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
 {
-    NODE_ENTER(hNode);
+    CUresult r = graph_enter(hNode, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!dptr_out || hNode->type != CU_GRAPH_NODE_TYPE_MEM_FREE)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *dptr_out = sim_gblock_addr(hNode->block);
@@ -818,11 +847,13 @@ SIM_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attrib
 
 SIM_API CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
-    GRAPH_ENTER(originalGraph);
+    CUresult r = graph_enter(originalGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!phGraphClone)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUgraph_st *c = NULL;
-    CUresult r = graph_clone(originalGraph, &c);
+    r = graph_clone(originalGraph, &c);
     if (r == CUDA_SUCCESS) {
         handle_add(c, SIM_MAGIC_GRAPH);
         *phGraphClone = c;
@@ -832,7 +863,9 @@ SIM_API CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 
 SIM_API CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOriginalNode, CUgraph hClonedGraph)
 {
-    GRAPH_ENTER(hClonedGraph);
+    CUresult r = graph_enter(hClonedGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!phNode || !handle_is(hOriginalNode, SIM_MAGIC_NODE))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     for (size_t i = 0; i < hClonedGraph->nnodes; i++)
@@ -845,7 +878,9 @@ SIM_API CUresult cuGraphNodeFindInClone(CUgraphNode *phNode, CUgraphNode hOrigin
 
 SIM_API CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
-    NODE_ENTER(hNode);
+    CUresult r = graph_enter(hNode, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!type)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *type = hNode->type;
@@ -897,20 +932,26 @@ static bool depends_on(const struct CUgraphNode_st *node, const void *arg)
 
 SIM_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
-    GRAPH_ENTER(hGraph);
+    CUresult r = graph_enter(hGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     return drv_leave(list_nodes(hGraph->nodes, hGraph->nnodes, NULL, NULL, nodes, NULL, numNodes));
 }
 
 SIM_API CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
-    GRAPH_ENTER(hGraph);
+    CUresult r = graph_enter(hGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     return drv_leave(list_nodes(hGraph->nodes, hGraph->nnodes, is_root, NULL, rootNodes, NULL, numRootNodes));
 }
 
 SIM_API CUresult cuGraphNodeGetDependencies_v2(CUgraphNode hNode, CUgraphNode *dependencies, CUgraphEdgeData *edgeData,
                                                size_t *numDependencies)
 {
-    NODE_ENTER(hNode);
+    CUresult r = graph_enter(hNode, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     return drv_leave(list_nodes(hNode->deps, hNode->ndeps, NULL, NULL, dependencies, edgeData, numDependencies));
 }
 
@@ -922,7 +963,9 @@ SIM_API CUresult cuGraphNodeGetDependencies(CUgraphNode hNode, CUgraphNode *depe
 SIM_API CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode hNode, CUgraphNode *dependentNodes,
                                                  CUgraphEdgeData *edgeData, size_t *numDependentNodes)
 {
-    NODE_ENTER(hNode);
+    CUresult r = graph_enter(hNode, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUgraph_st *g = hNode->graph;
     return drv_leave(list_nodes(g->nodes, g->nnodes, depends_on, hNode, dependentNodes, edgeData, numDependentNodes));
 }
@@ -935,7 +978,9 @@ SIM_API CUresult cuGraphNodeGetDependentNodes(CUgraphNode hNode, CUgraphNode *de
 SIM_API CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData,
                                     size_t *numEdges)
 {
-    GRAPH_ENTER(hGraph);
+    CUresult r = graph_enter(hGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!numEdges || (!from) != (!to))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     size_t k = 0;
@@ -967,7 +1012,9 @@ SIM_API CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode 
 static CUresult edges_change(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *data,
                              size_t n, bool add)
 {
-    GRAPH_ENTER(g);
+    CUresult r = graph_enter(g, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (n && (!from || !to))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!add && g->has_mem) /* the edges of a graph with memory nodes stay */
@@ -1024,7 +1071,9 @@ SIM_API CUresult cuGraphRemoveDependencies(CUgraph hGraph, const CUgraphNode *fr
 
 SIM_API CUresult cuGraphDestroyNode(CUgraphNode hNode)
 {
-    NODE_ENTER(hNode);
+    CUresult r = graph_enter(hNode, SIM_MAGIC_NODE);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUgraph_st *g = hNode->graph;
     if (g->has_mem) /* the nodes of a graph with memory nodes stay */
         return drv_leave(CUDA_ERROR_NOT_SUPPORTED);
@@ -1084,7 +1133,9 @@ static void dot_graph(FILE *f, const struct CUgraph_st *g, const char *prefix)
 SIM_API CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
 {
     (void)flags;
-    GRAPH_ENTER(hGraph);
+    CUresult r = graph_enter(hGraph, SIM_MAGIC_GRAPH);
+    if (r != CUDA_SUCCESS)
+        return r;
     FILE *f = path ? fopen(path, "w") : NULL;
     if (!f)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -1181,19 +1232,11 @@ DRV_PTSZ(cuGraphInstantiateWithParams, instantiate_with_params,
          (CUgraphExec * phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams),
          (phGraphExec, hGraph, instantiateParams))
 
-#define EXEC_ENTER(x)                                                                                                  \
-    do {                                                                                                               \
-        sim_lock();                                                                                                    \
-        CUresult xe_r_ = sim_check_init();                                                                             \
-        if (xe_r_ == CUDA_SUCCESS && !handle_is((x), SIM_MAGIC_EXEC))                                                  \
-            xe_r_ = CUDA_ERROR_INVALID_VALUE;                                                                          \
-        if (xe_r_ != CUDA_SUCCESS)                                                                                     \
-            return drv_leave(xe_r_);                                                                                   \
-    } while (0)
-
 SIM_API CUresult cuGraphExecGetFlags(CUgraphExec hGraphExec, cuuint64_t *flags)
 {
-    EXEC_ENTER(hGraphExec);
+    CUresult r = graph_enter(hGraphExec, SIM_MAGIC_EXEC);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!flags)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *flags = hGraphExec->flags;
@@ -1291,7 +1334,9 @@ static void update_apply(struct CUgraphExec_st *x, struct CUgraph_st *g)
 
 SIM_API CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
-    EXEC_ENTER(hGraphExec);
+    CUresult r = graph_enter(hGraphExec, SIM_MAGIC_EXEC);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(hGraph, SIM_MAGIC_GRAPH) || !resultInfo)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *resultInfo = (CUgraphExecUpdateResultInfo){CU_GRAPH_EXEC_UPDATE_SUCCESS, NULL, NULL};
@@ -1316,7 +1361,9 @@ SIM_API CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgra
 /* An instance's copy of a node gets new work from parameters. */
 static CUresult exec_set_work(CUgraphExec x, CUgraphNode h, CUgraphNodeType type, const void *params, size_t size)
 {
-    EXEC_ENTER(x);
+    CUresult r = graph_enter(x, SIM_MAGIC_EXEC);
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_xnode_t *xn = handle_is(h, SIM_MAGIC_NODE) ? exec_node(x, h) : NULL;
     if (!params || !xn || xn->type != type)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -1324,7 +1371,7 @@ static CUresult exec_set_work(CUgraphExec x, CUgraphNode h, CUgraphNodeType type
     memcpy(&tmp.p, params, size);
     sim_op_t *op = NULL;
     struct CUctx_st *ctx = x->ctx;
-    CUresult r = node_params_op(&tmp, &op, &ctx);
+    r = node_params_op(&tmp, &op, &ctx);
     if (r == CUDA_SUCCESS && ctx != x->ctx)
         r = CUDA_ERROR_INVALID_VALUE; /* a kernel of another context */
     if (r != CUDA_SUCCESS) {
@@ -1372,7 +1419,9 @@ SIM_API CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNod
 
 SIM_API CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
 {
-    EXEC_ENTER(hGraphExec);
+    CUresult r = graph_enter(hGraphExec, SIM_MAGIC_EXEC);
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_xnode_t *xn = handle_is(hNode, SIM_MAGIC_NODE) ? exec_node(hGraphExec, hNode) : NULL;
     if (!xn || xn->type != CU_GRAPH_NODE_TYPE_GRAPH || !handle_is(childGraph, SIM_MAGIC_GRAPH))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -1385,7 +1434,9 @@ SIM_API CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgr
 
 static CUresult exec_set_event(CUgraphExec x, CUgraphNode h, CUevent e, CUgraphNodeType type)
 {
-    EXEC_ENTER(x);
+    CUresult r = graph_enter(x, SIM_MAGIC_EXEC);
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_xnode_t *xn = handle_is(h, SIM_MAGIC_NODE) ? exec_node(x, h) : NULL;
     if (!xn || xn->type != type || !handle_is(e, SIM_MAGIC_EVENT))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -1415,7 +1466,9 @@ static sim_xnode_t *enable_node(CUgraphExec x, CUgraphNode h)
 
 SIM_API CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int isEnabled)
 {
-    EXEC_ENTER(hGraphExec);
+    CUresult r = graph_enter(hGraphExec, SIM_MAGIC_EXEC);
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_xnode_t *xn = enable_node(hGraphExec, hNode);
     if (!xn)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -1425,7 +1478,9 @@ SIM_API CUresult cuGraphNodeSetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode
 
 SIM_API CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode, unsigned int *isEnabled)
 {
-    EXEC_ENTER(hGraphExec);
+    CUresult r = graph_enter(hGraphExec, SIM_MAGIC_EXEC);
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_xnode_t *xn = enable_node(hGraphExec, hNode);
     if (!xn || !isEnabled)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -1439,9 +1494,12 @@ SIM_API CUresult cuGraphNodeGetEnabled(CUgraphExec hGraphExec, CUgraphNode hNode
 
 static CUresult graph_upload(CUgraphExec x, CUstream h, bool ptds)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUstream_st *s = NULL;
-    CUresult r = handle_is(x, SIM_MAGIC_EXEC) ? sim_stream_resolve(ctx, h, ptds, &s) : CUDA_ERROR_INVALID_VALUE;
+    r = handle_is(x, SIM_MAGIC_EXEC) ? sim_stream_resolve(ctx, h, ptds, &s) : CUDA_ERROR_INVALID_VALUE;
     if (r == CUDA_SUCCESS)
         r = sim_exec_upload(x);
     return drv_leave(r);
@@ -1451,11 +1509,14 @@ DRV_PTSZ(cuGraphUpload, graph_upload, (CUgraphExec hGraphExec, CUstream hStream)
 
 static CUresult graph_launch(CUgraphExec x, CUstream h, bool ptds)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(x, SIM_MAGIC_EXEC))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (s->capture) {

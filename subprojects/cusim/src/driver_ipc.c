@@ -21,12 +21,14 @@
 
 SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_alloc_t *a = sim_alloc_live(dptr);
     if (!pHandle || !a || a->kind != SIM_ALLOC_DEVICE)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     sim_ipc_handle_t h;
-    CUresult r = sim_ipc_export(a, SIM_IPC_MAGIC_MEM, &h);
+    r = sim_ipc_export(a, SIM_IPC_MAGIC_MEM, &h);
     if (r == CUDA_SUCCESS)
         memcpy(pHandle->reserved, &h, sizeof h);
     return drv_leave(r);
@@ -34,13 +36,16 @@ SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 
 SIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pdptr || (Flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     uintptr_t p = 0;
     sim_ipc_handle_t h;
     memcpy(&h, handle.reserved, sizeof h);
-    CUresult r = sim_ipc_open(ctx, ctx->dev, SIM_IPC_MAGIC_MEM, &h, &p);
+    r = sim_ipc_open(ctx, ctx->dev, SIM_IPC_MAGIC_MEM, &h, &p);
     if (r == CUDA_SUCCESS)
         *pdptr = (CUdeviceptr)p;
     return drv_leave(r);
@@ -57,7 +62,9 @@ SIM_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, u
  * may still use the mapping. */
 SIM_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     int device;
     bool last;
     if (!sim_ipc_is_open(dptr, &device, &last))
@@ -69,13 +76,15 @@ SIM_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 
 SIM_API CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pHandle)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(event, SIM_MAGIC_EVENT))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     sim_ipc_event_handle_t h;
-    CUresult r = sim_ipc_event_export(event, &h);
+    r = sim_ipc_event_export(event, &h);
     if (r == CUDA_SUCCESS)
         memcpy(pHandle->reserved, &h, sizeof h);
     return drv_leave(r);
@@ -83,13 +92,16 @@ SIM_API CUresult cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event)
 
 SIM_API CUresult cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!phEvent)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     sim_ipc_event_handle_t h;
     memcpy(&h, handle.reserved, sizeof h);
     struct CUevent_st *e = NULL;
-    CUresult r = sim_ipc_event_open(ctx, &h, &e);
+    r = sim_ipc_event_open(ctx, &h, &e);
     if (r == CUDA_SUCCESS) {
         handle_add(e, SIM_MAGIC_EVENT);
         *phEvent = e;

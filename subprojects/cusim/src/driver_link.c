@@ -66,7 +66,10 @@ static CUresult link_create(unsigned n, CUjit_option *opt, void **val, CUlinkSta
     for (unsigned i = 0; i < n; i++)
         if ((unsigned)opt[i] >= CU_JIT_NUM_OPTIONS)
             return CUDA_ERROR_INVALID_VALUE;
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     struct CUlinkState_st *l = sim_xcalloc(1, sizeof *l);
     l->magic = SIM_MAGIC_LINK;
@@ -246,7 +249,9 @@ static CUresult link_add_data(CUlinkState state, CUjitInputType type, void *data
     CUresult r = add_options(n, opt, val);
     if (r != CUDA_SUCCESS)
         return r;
-    DRV_ENTER_ANY();
+    r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(state, SIM_MAGIC_LINK))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     if (!data || !size)
@@ -277,7 +282,9 @@ static CUresult link_add_file(CUlinkState state, CUjitInputType type, const char
     char *buf = NULL;
     size_t len = 0;
     CUresult file_r = drv_file_read(path, &buf, &len);
-    DRV_ENTER_ANY();
+    r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(state, SIM_MAGIC_LINK))
         r = CUDA_ERROR_INVALID_HANDLE;
     else if (file_r != CUDA_SUCCESS) {
@@ -307,7 +314,9 @@ SIM_API CUresult cuLinkAddFile(CUlinkState state, CUjitInputType type, const cha
 /* The container: a 16-byte header, then the entries. */
 SIM_API CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *sizeOut)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(state, SIM_MAGIC_LINK))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     if (!cubinOut || !sizeOut)
@@ -333,7 +342,9 @@ SIM_API CUresult cuLinkComplete(CUlinkState state, void **cubinOut, size_t *size
 
 SIM_API CUresult cuLinkDestroy(CUlinkState state)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_take(state, SIM_MAGIC_LINK))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     for (size_t i = 0; i < state->nnames; i++)

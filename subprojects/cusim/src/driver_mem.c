@@ -26,8 +26,11 @@ static CUresult alloc_check(const void *out, size_t bytesize)
 
 SIM_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    DRV_ENTER(ctx);
-    CUresult r = alloc_check(dptr, bytesize);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = alloc_check(dptr, bytesize);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     sim_unlock();
@@ -59,11 +62,13 @@ static sim_alloc_t *freeable(CUdeviceptr p)
 
 SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUctx_st *cur = sim_ctx_current();
     if (sim_ctx_valid(cur) && cur->sticky != CUDA_SUCCESS)
         return drv_leave(cur->sticky);
-    CUresult r = sim_capture_check_unsafe();
+    r = sim_capture_check_unsafe();
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (dptr == 0)
@@ -113,7 +118,10 @@ SIM_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wi
 
 SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (free_bytes)
         *free_bytes = sim_dev_free_bytes(ctx->dev);
     if (total)
@@ -127,8 +135,11 @@ SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 
 static CUresult host_alloc(void **pp, size_t bytesize, sim_alloc_kind_t kind)
 {
-    DRV_ENTER(ctx);
-    CUresult r = alloc_check(pp, bytesize);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = alloc_check(pp, bytesize);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     return drv_leave(sim_host_alloc(bytesize, kind, ctx, pp));
@@ -163,8 +174,10 @@ static sim_alloc_t *host_block(void *p, sim_alloc_kind_t kind)
  * write pinned memory when they run), then frees or forgets it. */
 static CUresult host_release(void *p, sim_alloc_kind_t kind, CUresult not_found)
 {
-    DRV_ENTER_ANY();
-    CUresult r = sim_capture_check_unsafe();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = sim_capture_check_unsafe();
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     sim_alloc_t *a = host_block(p, kind);
@@ -187,12 +200,15 @@ SIM_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Fla
 {
     const unsigned known = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY |
                            CU_MEMHOSTREGISTER_READ_ONLY;
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (Flags & ~known)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (Flags & CU_MEMHOSTREGISTER_IOMEMORY) /* no third-party device's I/O memory here */
         return drv_leave(CUDA_ERROR_NOT_SUPPORTED);
-    CUresult r = sim_capture_check_unsafe();
+    r = sim_capture_check_unsafe();
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     return drv_leave(sim_host_register(p, bytesize, Flags, ctx));
@@ -207,7 +223,10 @@ SIM_API CUresult cuMemHostUnregister(void *p)
  * the device pointer of pinned and registered memory is the host pointer. */
 SIM_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     sim_alloc_t *a = sim_alloc_find((uintptr_t)p);
     if (!pdptr || Flags != 0 || !a || (a->kind != SIM_ALLOC_HOST && a->kind != SIM_ALLOC_REGISTERED))
@@ -218,7 +237,10 @@ SIM_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsig
 
 SIM_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     sim_alloc_t *a = sim_alloc_find((uintptr_t)p);
     if (!pFlags || !a || a->kind != SIM_ALLOC_HOST)
@@ -274,13 +296,16 @@ static void pool_account(struct CUmemPoolHandle_st *pool, size_t used_delta, siz
 
 static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream h, bool ptds)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!dptr || size == 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (pool && (!handle_is(pool, SIM_MAGIC_POOL) || pool->imported))
         return drv_leave(CUDA_ERROR_INVALID_VALUE); /* an imported pool makes no allocations */
     struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && !pool)
         pool = s->ctx->dev->current_pool;
     if (r == CUDA_SUCCESS)
@@ -324,10 +349,13 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
 
 static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_gblock_t *gb = sim_gblock_at(dptr);
     struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (s->capture) { /* a free node of the graph: only graph memory */
@@ -388,7 +416,9 @@ DRV_PTSZ(cuMemAllocFromPoolAsync, alloc_from_pool,
 /* The device's default pool, or its current one (cuDeviceSetMemPool's). */
 static CUresult device_pool_get(CUmemoryPool *out, CUdevice dev, bool current)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!out)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (dev < 0 || dev >= sim.ndev)
@@ -409,7 +439,9 @@ SIM_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 
 SIM_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (dev < 0 || dev >= sim.ndev)
         return drv_leave(CUDA_ERROR_INVALID_DEVICE);
     if (!handle_is(pool, SIM_MAGIC_POOL) || pool->dev != &sim.dev[dev] || pool->imported)
@@ -420,7 +452,9 @@ SIM_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 
 SIM_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pool || !poolProps || poolProps->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
         poolProps->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);

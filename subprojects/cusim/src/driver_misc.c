@@ -66,7 +66,10 @@ static size_t limit_max(struct CUctx_st *ctx, CUlimit l)
 
 SIM_API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if ((unsigned)limit >= CU_LIMIT_MAX)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     const limit_row_t *row = &limits[limit];
@@ -85,7 +88,10 @@ SIM_API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
 
 SIM_API CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pvalue || (unsigned)limit >= CU_LIMIT_MAX)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *pvalue = ctx->limit_set[limit] ? ctx->limit[limit] : limits[limit].dflt;
@@ -94,7 +100,10 @@ SIM_API CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 
 SIM_API CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if ((unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     ctx->cache_config = config;
@@ -103,7 +112,10 @@ SIM_API CUresult cuCtxSetCacheConfig(CUfunc_cache config)
 
 SIM_API CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pconfig)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     *pconfig = ctx->cache_config;
@@ -114,7 +126,10 @@ SIM_API CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
  * set is accepted and changes nothing. */
 SIM_API CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     return drv_leave((unsigned)config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE ? CUDA_ERROR_INVALID_VALUE
                                                                                   : CUDA_SUCCESS);
@@ -122,7 +137,10 @@ SIM_API CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
 
 SIM_API CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     if (!pConfig)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -132,7 +150,10 @@ SIM_API CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
 
 SIM_API CUresult cuCtxResetPersistingL2Cache(void)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     return drv_leave(CUDA_SUCCESS);
 }
@@ -198,7 +219,10 @@ SIM_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 SIM_API CUresult cuFlushGPUDirectRDMAWrites(CUflushGPUDirectRDMAWritesTarget target,
                                            CUflushGPUDirectRDMAWritesScope scope)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     if (target != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TARGET_CURRENT_CTX ||
         (scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_OWNER && scope != CU_FLUSH_GPU_DIRECT_RDMA_WRITES_TO_ALL_DEVICES))
@@ -221,14 +245,20 @@ SIM_API CUresult cuProfilerInitialize(const char *configFile, const char *output
 
 SIM_API CUresult cuProfilerStart(void)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     return drv_leave(CUDA_SUCCESS);
 }
 
 SIM_API CUresult cuProfilerStop(void)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     return drv_leave(CUDA_SUCCESS);
 }
@@ -239,7 +269,12 @@ SIM_API CUresult cuProfilerStop(void)
 
 static CUresult stream_set_attr(CUstream h, CUstreamAttrID attr, const CUstreamAttrValue *v, bool ptds)
 {
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && !v)
         r = CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
@@ -271,7 +306,16 @@ static CUresult stream_set_attr(CUstream h, CUstreamAttrID attr, const CUstreamA
 
 static CUresult stream_get_attr(CUstream h, CUstreamAttrID attr, CUstreamAttrValue *out, bool ptds)
 {
-    DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, out);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !out)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
     (void)ctx;
     memset(out, 0, sizeof *out);
     switch ((int)attr) {
@@ -345,7 +389,12 @@ static CUmemLocation location_of_device(CUdevice d)
 
 static CUresult attach(CUstream h, CUdeviceptr dptr, size_t length, unsigned flags, bool ptds)
 {
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     (void)ctx;
     (void)s;
     if (r != CUDA_SUCCESS)
@@ -364,7 +413,12 @@ DRV_PTSZ(cuStreamAttachMemAsync, attach, (CUstream hStream, CUdeviceptr dptr, si
 
 static CUresult prefetch(CUdeviceptr p, size_t count, CUmemLocation loc, unsigned flags, CUstream h, bool ptds)
 {
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     (void)ctx;
     (void)s;
     if (r == CUDA_SUCCESS && flags != 0)
@@ -394,11 +448,13 @@ DRV_PTSZ(cuMemPrefetchAsync, prefetch_device, (CUdeviceptr devPtr, size_t count,
 
 SIM_API CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     bool read_mostly = advice == CU_MEM_ADVISE_SET_READ_MOSTLY || advice == CU_MEM_ADVISE_UNSET_READ_MOSTLY;
     if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = read_mostly ? CUDA_SUCCESS : location_check(location);
+    r = read_mostly ? CUDA_SUCCESS : location_check(location);
     sim_alloc_t *a = r == CUDA_SUCCESS ? managed_range(devPtr, count, &r) : NULL;
     if (!a)
         return drv_leave(r);
@@ -496,10 +552,11 @@ static CUresult range_attr(void *data, size_t size, CUmem_range_attribute attr, 
 SIM_API CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUmem_range_attribute *attributes,
                                          size_t numAttributes, CUdeviceptr devPtr, size_t count)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!data || !dataSizes || !attributes || numAttributes == 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r;
     sim_alloc_t *a = managed_range(devPtr, count, &r);
     for (size_t i = 0; i < numAttributes && r == CUDA_SUCCESS; i++)
         r = data[i] ? range_attr(data[i], dataSizes[i], attributes[i], a ? a->hints : NULL)

@@ -393,7 +393,9 @@ SIM_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigne
 /* Any context may be current, or none: the module knows its own. */
 SIM_API CUresult cuModuleUnload(CUmodule hmod)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(hmod, SIM_MAGIC_MODULE))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     module_free(hmod);
@@ -413,7 +415,10 @@ void sim_modules_free_ctx(struct CUctx_st *ctx)
 
 SIM_API CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     if (!hfunc || !name)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -510,7 +515,9 @@ static struct CUmod_st *library_module(struct CUlib_st *lib, struct CUctx_st *ct
 
 SIM_API CUresult cuLibraryUnload(CUlibrary library)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(library, SIM_MAGIC_LIBRARY))
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
     void **list;
@@ -534,7 +541,9 @@ SIM_API CUresult cuLibraryUnload(CUlibrary library)
 
 SIM_API CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pKernel || !name)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(library, SIM_MAGIC_LIBRARY))
@@ -567,7 +576,10 @@ SIM_API CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const 
 
 SIM_API CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pMod)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(library, SIM_MAGIC_LIBRARY))
@@ -585,7 +597,10 @@ struct CUfunc_st *sim_kernel_function(struct CUkern_st *k, struct CUctx_st *ctx)
 
 SIM_API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pFunc)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(kernel, SIM_MAGIC_KERNEL))
@@ -599,7 +614,9 @@ SIM_API CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 
 SIM_API CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!name || !hfunc)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(hfunc, SIM_MAGIC_KERNEL))
@@ -610,7 +627,9 @@ SIM_API CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 
 SIM_API CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!name || !hfunc)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(hfunc, SIM_MAGIC_FUNC))
@@ -621,7 +640,9 @@ SIM_API CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 
 SIM_API CUresult cuFuncGetModule(CUmodule *hmod, CUfunction hfunc)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!hmod || !hfunc)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(hfunc, SIM_MAGIC_FUNC))
@@ -650,7 +671,10 @@ static CUresult module_global(struct CUmod_st *m, const char *name, CUdeviceptr 
 
 SIM_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     (void)ctx;
     if (!name || (!dptr && !bytes))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -662,7 +686,10 @@ SIM_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule
 /* A library's variable in the current context (its module made there). */
 SIM_API CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!name || (!dptr && !bytes))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(library, SIM_MAGIC_LIBRARY))
@@ -674,7 +701,9 @@ SIM_API CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary 
 /* __managed__ variables: the images the simulator reads declare none. */
 SIM_API CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!name || (!dptr && !bytes))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (!handle_is(library, SIM_MAGIC_LIBRARY))
@@ -714,7 +743,10 @@ static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3],
                        unsigned shared, const launch_opts_t *opts, CUstream h, void (*fn)(void *), void *arg,
                        const struct cucache_sim_access *acc, unsigned nacc, bool ptds)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (f && handle_is(f, SIM_MAGIC_KERNEL)) { /* a CUkernel cast to CUfunction: its function in ctx */
         f = sim_kernel_function((struct CUkern_st *)f, ctx);
         if (!f)
@@ -748,7 +780,7 @@ static CUresult kernel(struct CUfunc_st *f, uint64_t ns, const unsigned grid[3],
             return drv_leave(CUDA_ERROR_INVALID_CLUSTER_SIZE);
     }
     struct CUstream_st *s = NULL;
-    CUresult r = sim_stream_resolve(ctx, h, ptds, &s);
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && s->ctx->dev != ctx->dev)
         r = CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS)

@@ -150,7 +150,10 @@ SIM_API CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags
 {
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!sim_ctx_valid(peerContext) || peerContext == ctx)
         return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
     if (peerContext->dev == ctx->dev)
@@ -166,7 +169,10 @@ SIM_API CUresult cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags
 
 SIM_API CUresult cuCtxDisablePeerAccess(CUcontext peerContext)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!sim_ctx_valid(peerContext))
         return drv_leave(CUDA_ERROR_INVALID_CONTEXT);
     peer_pair_t *p = pair_find(ctx, peerContext);
@@ -248,9 +254,12 @@ static size_t copy_contexts(struct CUctx_st *cur, CUcontext src, CUcontext dst, 
  * synchronous peer copy.  Takes the lock. */
 static CUresult order_peer_copy(CUcontext src, CUcontext dst, bool ptds, bool before)
 {
-    DRV_ENTER(cur);
+    struct CUctx_st *cur;
+    CUresult r = drv_enter(&cur);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUstream_st *l = NULL;
-    CUresult r = sim_stream_resolve(cur, NULL, ptds, &l);
+    r = sim_stream_resolve(cur, NULL, ptds, &l);
     struct CUctx_st *ctxs[3];
     size_t n = copy_contexts(cur, src, dst, ctxs);
     for (size_t i = 0; r == CUDA_SUCCESS && i < n; i++) {

@@ -59,7 +59,9 @@ typedef struct pool_export_s {
 SIM_API CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
                                                   CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_out || !handle_is(pool, SIM_MAGIC_POOL) || flags != 0 || pool->imported ||
         handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !(pool->handle_types & (unsigned)handleType))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -67,7 +69,7 @@ SIM_API CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool
                        .device = (uint32_t)pool->dev->ordinal,
                        .handle_types = pool->handle_types};
     memcpy(x.magic, POOL_MAGIC, 8);
-    CUresult r = sim_ipc_identity(&x.pid, &x.nonce);
+    r = sim_ipc_identity(&x.pid, &x.nonce);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     int fd = memfd_create("cucache-sim-pool", MFD_CLOEXEC);
@@ -84,7 +86,9 @@ SIM_API CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool
 SIM_API CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void *handle,
                                                     CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     int fd = (int)(intptr_t)handle;
     pool_export_t x;
     if (!pool_out || flags != 0 || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fd < 0 ||
@@ -108,12 +112,14 @@ SIM_API CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *pool_out, void
 
 SIM_API CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, CUdeviceptr ptr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_alloc_t *a = sim_alloc_live(ptr);
     if (!shareData_out || !a || a->kind != SIM_ALLOC_POOL || !a->pool->handle_types)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     sim_ipc_handle_t h;
-    CUresult r = sim_ipc_export(a, SIM_IPC_MAGIC_POOL_PTR, &h);
+    r = sim_ipc_export(a, SIM_IPC_MAGIC_POOL_PTR, &h);
     if (r == CUDA_SUCCESS)
         memcpy(shareData_out->reserved, &h, sizeof h);
     return drv_leave(r);
@@ -121,7 +127,10 @@ SIM_API CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *shareData_out, C
 
 SIM_API CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool, CUmemPoolPtrExportData *shareData)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!ptr_out || !shareData || !handle_is(pool, SIM_MAGIC_POOL) || !pool->imported)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     sim_ipc_handle_t h;
@@ -129,7 +138,7 @@ SIM_API CUresult cuMemPoolImportPointer(CUdeviceptr *ptr_out, CUmemoryPool pool,
     if (h.pid != pool->exporter_pid || h.nonce != pool->exporter_nonce || h.device != (uint32_t)pool->dev->ordinal)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     uintptr_t p = 0;
-    CUresult r = sim_ipc_open(ctx, pool->dev, SIM_IPC_MAGIC_POOL_PTR, &h, &p);
+    r = sim_ipc_open(ctx, pool->dev, SIM_IPC_MAGIC_POOL_PTR, &h, &p);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     sim_alloc_exact(p)->pool = pool; /* freed with cuMemFree, not closed */
@@ -154,12 +163,14 @@ static CUresult location_device(const CUmemLocation *l, int *out)
 
 SIM_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle_is(pool, SIM_MAGIC_POOL) || (count && !map))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     for (size_t i = 0; i < count; i++) { /* all checked before any is set */
         int dev;
-        CUresult r = location_device(&map[i].location, &dev);
+        r = location_device(&map[i].location, &dev);
         if (r != CUDA_SUCCESS)
             return drv_leave(r);
         unsigned f = (unsigned)map[i].flags;
@@ -175,11 +186,13 @@ SIM_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *ma
 
 SIM_API CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool, CUmemLocation *location)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!flags || !handle_is(memPool, SIM_MAGIC_POOL))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     int dev;
-    CUresult r = location_device(location, &dev);
+    r = location_device(location, &dev);
     if (r == CUDA_SUCCESS)
         *flags = (CUmemAccess_flags)memPool->access[dev];
     return drv_leave(r);

@@ -165,7 +165,9 @@ static CUresult pointer_attr(void *data, CUpointer_attribute attr, sim_alloc_t *
 
 SIM_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!data)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (attribute == CU_POINTER_ATTRIBUTE_DEVICE_POINTER && !sim_ctx_valid(sim_ctx_current()))
@@ -183,14 +185,16 @@ SIM_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute
 SIM_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
                                         CUdeviceptr ptr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!attributes || !data)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     sim_alloc_t *a = sim_alloc_live(ptr);
     for (unsigned i = 0; i < numAttributes; i++) {
         if (!data[i])
             continue;
-        CUresult r = pointer_attr(data[i], attributes[i], a, ptr);
+        r = pointer_attr(data[i], attributes[i], a, ptr);
         if (r != CUDA_SUCCESS)
             return drv_leave(r);
     }
@@ -201,7 +205,9 @@ SIM_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
  * read and written as one byte, whatever wider integer holds them. */
 SIM_API CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_alloc_t *a = sim_alloc_live(ptr);
     if (!value || !a || attribute != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -219,7 +225,9 @@ SIM_API CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute at
 SIM_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, size_t size,
                                                CUmemRangeHandleType handleType, unsigned long long flags)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (!handle || handleType != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || (flags & ~1ull) || size == 0 ||
         dptr % page || size % page)
@@ -240,7 +248,9 @@ SIM_API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr dptr, s
  * addressing, is the host pointer: numba sizes mapped arrays this way). */
 SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_alloc_t *a = sim_alloc_live(dptr);
     if (!a)
         return drv_leave(CUDA_ERROR_NOT_FOUND);

@@ -13,7 +13,10 @@
 
 static CUresult stream_create(CUstream *ph, unsigned flags, int prio)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!ph || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     if (prio > 0)
@@ -39,7 +42,9 @@ SIM_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int fla
 
 SIM_API CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (hStream == NULL || hStream == CU_STREAM_LEGACY || hStream == CU_STREAM_PER_THREAD ||
         !sim_stream_valid(hStream) || hStream->kind != SIM_STREAM_CREATED)
         return drv_leave(CUDA_ERROR_INVALID_HANDLE);
@@ -62,9 +67,12 @@ static CUresult stream_uncaptured(struct CUctx_st *ctx, CUstream h, bool ptds, s
 
 static CUresult stream_sync(CUstream h, bool ptds)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUstream_st *s = NULL;
-    CUresult r = stream_uncaptured(ctx, h, ptds, &s);
+    r = stream_uncaptured(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS)
         r = sim_capture_check_implicit(s);
     if (r != CUDA_SUCCESS)
@@ -76,9 +84,12 @@ static CUresult stream_sync(CUstream h, bool ptds)
 
 static CUresult stream_query(CUstream h, bool ptds)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUstream_st *s = NULL;
-    CUresult r = stream_uncaptured(ctx, h, ptds, &s);
+    r = stream_uncaptured(ctx, h, ptds, &s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (!sim_stream_done(s))
@@ -98,7 +109,12 @@ static sim_capture_t *event_capture(const struct CUevent_st *e)
 
 static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool ptds)
 {
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && (!handle_is(e, SIM_MAGIC_EVENT) || flags > 1))
         r = !handle_is(e, SIM_MAGIC_EVENT) ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_INVALID_VALUE;
     if (r != CUDA_SUCCESS)
@@ -136,7 +152,16 @@ typedef enum stream_field_e { STREAM_FLAGS, STREAM_CTX, STREAM_PRIORITY } stream
 
 static CUresult stream_get(CUstream h, void *out, stream_field_t field, bool ptds)
 {
-    DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, out);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !out)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
     switch (field) {
     case STREAM_FLAGS:
         *(unsigned *)out = s->flags;
@@ -192,7 +217,12 @@ void drv_access_set(sim_op_t *op, const struct cucache_sim_access *acc, unsigned
 static CUresult launch(CUstream h, void (*fn)(void *), void *arg, const struct cucache_sim_access *acc, unsigned nacc,
                        bool ptds, bool kernel)
 {
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && kernel && s->ctx->dev != ctx->dev)
         r = CUDA_ERROR_INVALID_HANDLE;
     if (r == CUDA_SUCCESS)
@@ -231,7 +261,12 @@ static CUresult add_callback(CUstream h, CUstreamCallback cb, void *data, unsign
 {
     if (!cb || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && s->capture)
         r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (r != CUDA_SUCCESS)
@@ -256,7 +291,12 @@ SIM_API CUresult cucacheSimLaunch(CUstream hStream, void (*fn)(void *), void *ar
 
 SIM_API CUresult cucacheSimLaunchFault(CUstream hStream)
 {
-    DRV_ENTER_STREAM(ctx, s, r, hStream, false);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, hStream, false, &s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     return drv_leave(sim_enqueue(s, sim_op_new(SIM_OP_FAULT, "faulting kernel")));
@@ -268,14 +308,17 @@ SIM_API CUresult cucacheSimLaunchFault(CUstream hStream)
 
 SIM_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!phEvent || (Flags & ~7u) || ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     struct CUevent_st *e = sim_xcalloc(1, sizeof *e);
     e->magic = SIM_MAGIC_EVENT;
     e->flags = Flags;
     e->ctx = ctx;
-    CUresult r = Flags & CU_EVENT_INTERPROCESS ? sim_ipc_event_create(e) : CUDA_SUCCESS;
+    r = Flags & CU_EVENT_INTERPROCESS ? sim_ipc_event_create(e) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS) {
         free(e);
         return drv_leave(r);
@@ -297,9 +340,12 @@ static CUresult stream_for_handle(struct CUctx_st *ctx, const void *x, uint32_t 
 
 static CUresult event_record(CUevent e, CUstream h, bool ptds)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     struct CUstream_st *s = NULL;
-    CUresult r = stream_for_handle(ctx, e, SIM_MAGIC_EVENT, h, ptds, &s);
+    r = stream_for_handle(ctx, e, SIM_MAGIC_EVENT, h, ptds, &s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (e->ctx->dev != s->ctx->dev)
@@ -322,8 +368,10 @@ static CUresult event_host_check(CUevent e)
 
 SIM_API CUresult cuEventQuery(CUevent hEvent)
 {
-    DRV_ENTER_ANY();
-    CUresult r = event_host_check(hEvent);
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = event_host_check(hEvent);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (hEvent->ctx->sticky != CUDA_SUCCESS)
@@ -341,8 +389,10 @@ SIM_API CUresult cuEventQuery(CUevent hEvent)
 
 SIM_API CUresult cuEventSynchronize(CUevent hEvent)
 {
-    DRV_ENTER_ANY();
-    CUresult r = event_host_check(hEvent);
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = event_host_check(hEvent);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     struct CUevent_st *e = hEvent;
@@ -398,7 +448,12 @@ SIM_API CUresult cuEventDestroy_v2(CUevent hEvent)
 static CUresult begin_capture_into(CUstream h, CUstreamCaptureMode mode, bool ptds, struct CUgraph_st *g,
                                    struct CUgraphNode_st *const *deps, size_t n)
 {
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if ((unsigned)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
@@ -450,7 +505,16 @@ static CUresult begin_capture_to_graph(CUstream h, CUgraph g, const CUgraphNode 
 
 static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptds)
 {
-    DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, phGraph);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !phGraph)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
     sim_capture_t *c = s->capture;
     if (!c)
         return drv_leave(CUDA_ERROR_ILLEGAL_STATE);
@@ -485,7 +549,16 @@ static CUresult end_capture(CUstream h, CUgraph *phGraph, bool ptds)
 
 static CUresult is_capturing(CUstream h, CUstreamCaptureStatus *status, bool ptds)
 {
-    DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, status);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !status)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
     if (s->kind == SIM_STREAM_LEGACY)
         for (struct CUstream_st *b = ctx->streams; b; b = b->ctx_next)
             if (b->capture && sim_stream_is_blocking(b))
@@ -513,7 +586,16 @@ DRV_PTSZ(cuStreamIsCapturing, is_capturing, (CUstream hStream, CUstreamCaptureSt
 static CUresult capture_info(CUstream h, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
                              const CUgraphNode **deps, const CUgraphEdgeData **data, size_t *ndeps, bool ptds)
 {
-    DRV_ENTER_STREAM_OUT(ctx, s, h, ptds, status);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
+    if (r == CUDA_SUCCESS && !status)
+        r = CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return drv_leave(r);
     if (s->kind == SIM_STREAM_LEGACY)
         for (struct CUstream_st *b = ctx->streams; b; b = b->ctx_next)
             if (b->capture && sim_stream_is_blocking(b))
@@ -563,7 +645,12 @@ static CUresult update_capture_deps(CUstream h, CUgraphNode *deps, const CUgraph
                                     unsigned flags, bool ptds)
 {
     (void)data;
-    DRV_ENTER_STREAM(ctx, s, r, h, ptds);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    struct CUstream_st *s = NULL;
+    r = sim_stream_resolve(ctx, h, ptds, &s);
     if (r == CUDA_SUCCESS && !s->capture)
         r = CUDA_ERROR_ILLEGAL_STATE;
     if (r == CUDA_SUCCESS && (flags > CU_STREAM_SET_CAPTURE_DEPENDENCIES || (n && !deps)))

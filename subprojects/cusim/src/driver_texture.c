@@ -150,10 +150,13 @@ static void object_free(sim_texobj_t *o)
 SIM_API CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc,
                                    const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pTexObject || !pResDesc || !pTexDesc)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = resource_check(ctx, pResDesc, false);
+    r = resource_check(ctx, pResDesc, false);
     if (r == CUDA_SUCCESS)
         r = texture_check(pTexDesc);
     if (r == CUDA_SUCCESS && pResViewDesc)
@@ -173,7 +176,9 @@ SIM_API CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_
 /* cu{Tex,Surf}ObjectDestroy: the object h of that kind freed. */
 static CUresult object_destroy(unsigned long long h, uint32_t magic)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_texobj_t *o = object_get(h, magic);
     if (!o)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -185,7 +190,9 @@ static CUresult object_destroy(unsigned long long h, uint32_t magic)
  * kind was made over. */
 static CUresult object_res_desc(CUDA_RESOURCE_DESC *out, unsigned long long h, uint32_t magic)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_texobj_t *o = object_get(h, magic);
     if (!o || !out)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -205,7 +212,9 @@ SIM_API CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *pResDesc, CUtexO
 
 SIM_API CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObject texObject)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_texobj_t *o = object_get(texObject, SIM_MAGIC_TEXOBJ);
     if (!o || !pTexDesc)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -216,7 +225,9 @@ SIM_API CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *pTexDesc, CUtexObj
 /* An object made without a view has none to return. */
 SIM_API CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResViewDesc, CUtexObject texObject)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_texobj_t *o = object_get(texObject, SIM_MAGIC_TEXOBJ);
     if (!o || !pResViewDesc || !o->has_view)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -226,10 +237,13 @@ SIM_API CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *pResVie
 
 SIM_API CUresult cuSurfObjectCreate(CUsurfObject *pSurfObject, const CUDA_RESOURCE_DESC *pResDesc)
 {
-    DRV_ENTER(ctx);
+    struct CUctx_st *ctx;
+    CUresult r = drv_enter(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pSurfObject || !pResDesc)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = resource_check(ctx, pResDesc, true);
+    r = resource_check(ctx, pResDesc, true);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     *pSurfObject = (CUsurfObject)(uintptr_t)object_new(ctx, SIM_MAGIC_SURFOBJ, pResDesc);

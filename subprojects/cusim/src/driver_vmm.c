@@ -88,11 +88,13 @@ SIM_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
                                      unsigned long long flags)
 {
     sim_vmm_cost(SIM_VMM_RESERVE);
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!ptr || size == 0 || !aligned(size, host_page()) || !aligned(addr, host_page()) ||
         (alignment & (alignment - 1)) || flags)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = sim_vmm_injected(SIM_VMM_RESERVE);
+    r = sim_vmm_injected(SIM_VMM_RESERVE);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     size_t align = alignment > sim.cfg.vmm_granularity ? alignment : sim.cfg.vmm_granularity;
@@ -106,11 +108,13 @@ SIM_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
 SIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
     sim_vmm_cost(SIM_VMM_ADDRESS_FREE);
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_reservation_t *res = sim_vmm_reservation_of((uintptr_t)ptr);
     if (!res || res->addr != ptr || res->size != size || res->freeing)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = sim_vmm_injected(SIM_VMM_ADDRESS_FREE);
+    r = sim_vmm_injected(SIM_VMM_ADDRESS_FREE);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     return drv_leave(sim_vmm_address_free((uintptr_t)ptr, size));
@@ -124,10 +128,12 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
                              unsigned long long flags)
 {
     sim_vmm_cost(SIM_VMM_CREATE);
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle || !prop || flags)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = check_prop(prop);
+    r = check_prop(prop);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (size == 0 || !aligned(size, sim.cfg.vmm_granularity))
@@ -145,11 +151,13 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
 SIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     sim_vmm_cost(SIM_VMM_RELEASE);
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_phys_t *p = sim_vmm_phys(handle);
     if (!p || p->refs == 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = sim_vmm_injected(SIM_VMM_RELEASE);
+    r = sim_vmm_injected(SIM_VMM_RELEASE);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     return drv_leave(sim_vmm_release(p));
@@ -157,7 +165,9 @@ SIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 
 SIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_alloc_t *a = sim_vmm_mapping((uintptr_t)addr);
     if (!handle || !a)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -168,7 +178,9 @@ SIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
 
 SIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_phys_t *p = sim_vmm_phys(handle);
     if (!prop || !p || p->refs == 0)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
@@ -179,11 +191,13 @@ SIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pro
 SIM_API CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
                                                CUmemAllocationGranularity_flags option)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!granularity || !prop ||
         (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = check_prop(prop);
+    r = check_prop(prop);
     if (r == CUDA_SUCCESS)
         *granularity = sim.cfg.vmm_granularity;
     return drv_leave(r);
@@ -210,11 +224,13 @@ static CUresult check_handle_type(CUmemAllocationHandleType type)
 SIM_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
                                               CUmemAllocationHandleType handleType, unsigned long long flags)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_phys_t *p = sim_vmm_phys(handle);
     if (!shareableHandle || !p || p->refs == 0 || flags)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = check_handle_type(handleType);
+    r = check_handle_type(handleType);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     if (!(p->prop.requestedHandleTypes & handleType))
@@ -229,10 +245,12 @@ SIM_API CUresult cuMemExportToShareableHandle(void *shareableHandle, CUmemGeneri
 SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
                                                 CUmemAllocationHandleType shHandleType)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!handle)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = check_handle_type(shHandleType);
+    r = check_handle_type(shHandleType);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     /* the descriptor is passed in the pointer's bits, as in CUDA */
@@ -251,7 +269,9 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
                           unsigned long long flags)
 {
     sim_vmm_cost(SIM_VMM_MAP);
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     size_t g = sim.cfg.vmm_granularity;
     sim_phys_t *p = sim_vmm_phys(handle);
     if (flags || offset || !p || p->refs == 0 || size == 0 || !aligned(ptr, g) || !aligned(size, g) || size > p->size)
@@ -259,7 +279,7 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
     sim_reservation_t *res = sim_vmm_reservation_of((uintptr_t)ptr);
     if (!res || res->freeing || size > res->size - (ptr - res->addr) || sim_alloc_overlaps(ptr, ptr + size))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = sim_vmm_injected(SIM_VMM_MAP);
+    r = sim_vmm_injected(SIM_VMM_MAP);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     return drv_leave(sim_vmm_map(ptr, size, p));
@@ -268,11 +288,13 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
 SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     sim_vmm_cost(SIM_VMM_UNMAP);
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     size_t g = sim.cfg.vmm_granularity;
     if (!aligned(ptr, g) || !aligned(size, g) || !sim_vmm_whole_mappings(ptr, size))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
-    CUresult r = sim_vmm_injected(SIM_VMM_UNMAP);
+    r = sim_vmm_injected(SIM_VMM_UNMAP);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     return drv_leave(sim_vmm_unmap(ptr, size, "cuMemUnmap"));
@@ -281,7 +303,9 @@ SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
     sim_vmm_cost(SIM_VMM_SET_ACCESS);
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!desc || count == 0 || !sim_vmm_whole_mappings(ptr, size))
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
     for (size_t i = 0; i < count; i++) {
@@ -293,7 +317,7 @@ SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
         if (!valid_device(desc[i].location.id))
             return drv_leave(CUDA_ERROR_INVALID_DEVICE);
     }
-    CUresult r = sim_vmm_injected(SIM_VMM_SET_ACCESS);
+    r = sim_vmm_injected(SIM_VMM_SET_ACCESS);
     if (r != CUDA_SUCCESS)
         return drv_leave(r);
     for (size_t i = 0; i < count; i++)
@@ -303,7 +327,9 @@ SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 
 SIM_API CUresult cuMemGetAccess(unsigned long long *flags, const CUmemLocation *location, CUdeviceptr ptr)
 {
-    DRV_ENTER_ANY();
+    CUresult r = drv_enter_any();
+    if (r != CUDA_SUCCESS)
+        return r;
     sim_alloc_t *a = sim_vmm_mapping((uintptr_t)ptr);
     if (!flags || !location || !a || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
         return drv_leave(CUDA_ERROR_INVALID_VALUE);
