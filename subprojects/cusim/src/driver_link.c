@@ -283,8 +283,10 @@ static CUresult link_add_file(CUlinkState state, CUjitInputType type, const char
     size_t len = 0;
     CUresult file_r = drv_file_read(path, &buf, &len);
     r = drv_enter_any();
-    if (r != CUDA_SUCCESS)
+    if (r != CUDA_SUCCESS) {
+        free(buf);
         return r;
+    }
     if (!handle_is(state, SIM_MAGIC_LINK))
         r = CUDA_ERROR_INVALID_HANDLE;
     else if (file_r != CUDA_SUCCESS) {
