@@ -26,26 +26,30 @@ static __typeof__(cuGetProcAddress_v2) *rt_getproc;              /* the driver's
 static int rt_ndev;                                              /* devices, clamped to RT_MAX_DEVICES */
 static CUdevice rt_devh[RT_MAX_DEVICES];                         /* driver handle of each ordinal */
 
-/* Resolves every entry of one table with the given stream flags. */
+/* Resolves base at version with the given stream flags into *field (a
+ * function pointer); whether the driver has it. */
+static bool rt_resolve_one(void *field, const char *base, int version, cuuint64_t flags)
+{
+    void *p = NULL;
+    CUdriverProcAddressQueryResult q;
+    if (rt_getproc(base, &p, version, flags, &q) != CUDA_SUCCESS || !p || q != CU_GET_PROC_ADDRESS_SUCCESS)
+        return false;
+    memcpy(field, &p, sizeof p);
+    return true;
+}
+
+/* Resolves every entry of one table with the given stream flags, in table
+ * order, up to the first the driver lacks. */
 static bool rt_resolve(rt_driver_t *t, cuuint64_t flags)
 {
-    void *p;
-    CUdriverProcAddressQueryResult q;
-#define RT_RESOLVE(field, base)                                                                                        \
-    p = NULL;                                                                                                          \
-    if (rt_getproc(base, &p, RT_CUDART_VERSION, flags, &q) != CUDA_SUCCESS || !p || q != CU_GET_PROC_ADDRESS_SUCCESS)  \
-        return false;                                                                                                  \
-    memcpy(&t->field, &p, sizeof p);
+    bool ok = true;
+#define RT_RESOLVE(field, base) ok = ok && rt_resolve_one(&t->field, base, RT_CUDART_VERSION, flags);
+#define RT_RESOLVE_AT(field, base, version) ok = ok && rt_resolve_one(&t->field, base, version, flags);
     RT_DRIVER_FUNCS(RT_RESOLVE)
-#undef RT_RESOLVE
-#define RT_RESOLVE_AT(field, base, version)                                                                            \
-    p = NULL;                                                                                                          \
-    if (rt_getproc(base, &p, version, flags, &q) != CUDA_SUCCESS || !p || q != CU_GET_PROC_ADDRESS_SUCCESS)            \
-        return false;                                                                                                  \
-    memcpy(&t->field, &p, sizeof p);
     RT_DRIVER_FUNCS_AT(RT_RESOLVE_AT)
+#undef RT_RESOLVE
 #undef RT_RESOLVE_AT
-    return true;
+    return ok;
 }
 
 void *rt_driver_proc(const char *base, int version, bool ptds)
