@@ -40,12 +40,15 @@ int main(int argc, char **argv)
     static unsigned char host[1 << 20];
     int ran = 0;
     cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    if (!CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)))
+        return 1;
     scale<<<1, 32, 0, s>>>(nullptr, 0); // a <<<>>> launch of the same kernel
-    CHECK(cudaGetLastError());
+    if (!CHECK(cudaGetLastError()))
+        return 1;
 
     cudaGraph_t g;
-    CHECK(cudaGraphCreate(&g, 0));
+    if (!CHECK(cudaGraphCreate(&g, 0)))
+        return 1;
     cudaMemAllocNodeParams ap;
     std::memset(&ap, 0, sizeof ap);
     ap.poolProps.allocType = cudaMemAllocationTypePinned;
@@ -53,26 +56,35 @@ int main(int argc, char **argv)
     ap.poolProps.location.id = 0;
     ap.bytesize = graph_bytes;
     cudaGraphNode_t alloc, set, kern, copy, host_node, release;
-    CHECK(cudaGraphAddMemAllocNode(&alloc, g, nullptr, 0, &ap));
+    if (!CHECK(cudaGraphAddMemAllocNode(&alloc, g, nullptr, 0, &ap)))
+        return 1;
     unsigned char *d = (unsigned char *)ap.dptr;
     cudaMemsetParams mp = {d, 0, 0x21, 1, (size_t)n, 1};
-    CHECK(cudaGraphAddMemsetNode(&set, g, &alloc, 1, &mp));
+    if (!CHECK(cudaGraphAddMemsetNode(&set, g, &alloc, 1, &mp)))
+        return 1;
     int count = n;
     void *args[] = {&d, &count};
     cudaKernelNodeParams kp = {(void *)scale, dim3(n / 256), dim3(256), 0, args, nullptr};
-    CHECK(cudaGraphAddKernelNode(&kern, g, &set, 1, &kp));
-    CHECK(cudaGraphAddMemcpyNode1D(&copy, g, &kern, 1, host, d, n, cudaMemcpyDeviceToHost));
+    if (!CHECK(cudaGraphAddKernelNode(&kern, g, &set, 1, &kp)))
+        return 1;
+    if (!CHECK(cudaGraphAddMemcpyNode1D(&copy, g, &kern, 1, host, d, n, cudaMemcpyDeviceToHost)))
+        return 1;
     cudaHostNodeParams hp = {done, &ran};
-    CHECK(cudaGraphAddHostNode(&host_node, g, &copy, 1, &hp));
-    CHECK(cudaGraphAddMemFreeNode(&release, g, &copy, 1, d));
+    if (!CHECK(cudaGraphAddHostNode(&host_node, g, &copy, 1, &hp)))
+        return 1;
+    if (!CHECK(cudaGraphAddMemFreeNode(&release, g, &copy, 1, d)))
+        return 1;
     size_t nodes = 0;
-    CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+    if (!CHECK(cudaGraphGetNodes(g, nullptr, &nodes)))
+        return 1;
     std::printf("graph: %zu nodes\n", nodes);
 
     size_t before = free_now();
     cudaGraphExec_t e;
-    CHECK(cudaGraphInstantiate(&e, g, 0));
-    CHECK(cudaGraphUpload(e, s));
+    if (!CHECK(cudaGraphInstantiate(&e, g, 0)))
+        return 1;
+    if (!CHECK(cudaGraphUpload(e, s)))
+        return 1;
     std::printf("uploaded: cudaMemGetInfo sees %zu MiB less\n", (before - free_now()) >> 20);
     if (oom) {
         void *p = nullptr;
@@ -83,8 +95,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < 2; i++) {
         std::memset(host, 0, sizeof host);
         ran = 0;
-        CHECK(cudaGraphLaunch(e, s));
-        CHECK(cudaStreamSynchronize(s));
+        if (!CHECK(cudaGraphLaunch(e, s)))
+            return 1;
+        if (!CHECK(cudaStreamSynchronize(s)))
+            return 1;
         for (int k = 0; k < n; k++)
             if (host[k] != 0x21) { // a timed kernel moves no bytes
                 std::printf("FAIL byte %d is %#x\n", k, host[k]);
@@ -93,13 +107,19 @@ int main(int argc, char **argv)
         std::printf("launch %d: %d bytes of 0x21 back, host node ran: %d\n", i, n, ran);
     }
     unsigned long long used_high = 0, reserved = 0;
-    CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &used_high));
-    CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved));
+    if (!CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &used_high)))
+        return 1;
+    if (!CHECK(cudaDeviceGetGraphMemAttribute(0, cudaGraphMemAttrReservedMemCurrent, &reserved)))
+        return 1;
     std::printf("graph memory: used high %llu MiB, reserved %llu MiB\n", used_high >> 20, reserved >> 20);
-    CHECK(cudaGraphExecDestroy(e));
-    CHECK(cudaGraphDestroy(g));
-    CHECK(cudaDeviceGraphMemTrim(0));
+    if (!CHECK(cudaGraphExecDestroy(e)))
+        return 1;
+    if (!CHECK(cudaGraphDestroy(g)))
+        return 1;
+    if (!CHECK(cudaDeviceGraphMemTrim(0)))
+        return 1;
     std::printf("trimmed: cudaMemGetInfo sees %zu MiB less than before\n", (before - free_now()) >> 20);
-    CHECK(cudaStreamDestroy(s));
+    if (!CHECK(cudaStreamDestroy(s)))
+        return 1;
     return 0;
 }

@@ -29,18 +29,26 @@ static void hold(void *arg)
 template <typename L> static int timed(const char *what, cudaStream_t s, float want, L launch)
 {
     cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
+    if (!CHECK(cudaEventCreate(&a)))
+        return 1;
+    if (!CHECK(cudaEventCreate(&b)))
+        return 1;
     std::atomic<int> open{0};
-    CHECK(cudaLaunchHostFunc(s, hold, &open));
-    CHECK(cudaEventRecord(a, s));
+    if (!CHECK(cudaLaunchHostFunc(s, hold, &open)))
+        return 1;
+    if (!CHECK(cudaEventRecord(a, s)))
+        return 1;
     launch();
-    CHECK(cudaGetLastError());
-    CHECK(cudaEventRecord(b, s));
+    if (!CHECK(cudaGetLastError()))
+        return 1;
+    if (!CHECK(cudaEventRecord(b, s)))
+        return 1;
     open = 1;
-    CHECK(cudaEventSynchronize(b));
+    if (!CHECK(cudaEventSynchronize(b)))
+        return 1;
     float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (!CHECK(cudaEventElapsedTime(&ms, a, b)))
+        return 1;
     if (ms < want * 0.999f || ms > want * 1.001f) {
         std::printf("FAIL: %s took %.3f ms of device time, expected %.3f\n", what, ms, want);
         return 1;
@@ -52,15 +60,19 @@ int main()
 {
     int *d = nullptr;
     float *f = nullptr;
-    CHECK(cudaMalloc(&d, 256 * sizeof *d));
-    CHECK(cudaMalloc(&f, 256 * sizeof *f));
+    if (!CHECK(cudaMalloc(&d, 256 * sizeof *d)))
+        return 1;
+    if (!CHECK(cudaMalloc(&f, 256 * sizeof *f)))
+        return 1;
     cudaStream_t s;
-    CHECK(cudaStreamCreate(&s));
+    if (!CHECK(cudaStreamCreate(&s)))
+        return 1;
     if (timed("add_one", s, 3.0f, [&] { add_one<<<1, 256, 0, s>>>(d, 256); }) ||
         timed("scale", s, 5.0f, [&] { scale<<<1, 256, 0, s>>>(f, 2.0f, 256); }))
         return 1;
     cudaFunction_t fn;
-    CHECK(cudaGetFuncBySymbol(&fn, (const void *)add_one));
+    if (!CHECK(cudaGetFuncBySymbol(&fn, (const void *)add_one)))
+        return 1;
     CUmodule m;
     CUfunction other;
     if (cuFuncGetModule(&m, (CUfunction)fn) != CUDA_SUCCESS ||
@@ -73,9 +85,12 @@ int main()
         std::printf("FAIL: the registered module holds a name that is no kernel of the image\n");
         return 1;
     }
-    CHECK(cudaFree(d));
-    CHECK(cudaFree(f));
-    CHECK(cudaStreamDestroy(s));
+    if (!CHECK(cudaFree(d)))
+        return 1;
+    if (!CHECK(cudaFree(f)))
+        return 1;
+    if (!CHECK(cudaStreamDestroy(s)))
+        return 1;
     std::printf("nvcc-built program loaded its registered fatbin on the simulated device\n");
     return 0;
 }

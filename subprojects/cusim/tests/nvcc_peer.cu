@@ -18,17 +18,20 @@ __global__ void add_from(const int *src, int *dst, int n)
         dst[i] += src[i];
 }
 
-#define EXPECT(x, want)                                                                                                \
-    do {                                                                                                               \
-        cudaError_t e_ = (x);                                                                                          \
-        (void)cudaGetLastError();                                                                                      \
-        if (e_ != (want)) {                                                                                            \
-            std::printf("FAIL %s:%d %s: %s, expected %s\n", __FILE__, __LINE__, #x, cudaGetErrorName(e_),             \
-                        cudaGetErrorName(want));                                                                       \
-            return 1;                                                                                                  \
-        }                                                                                                              \
-        std::printf("%s -> %s\n", #x, cudaGetErrorName(e_));                                                           \
-    } while (0)
+// Whether call (its text) returned want, the runtime's last error cleared;
+// prints "call -> error name" when it did, the failure at file:line when not.
+static bool expect_call(cudaError_t e, cudaError_t want, const char *call, const char *file, int line)
+{
+    (void)cudaGetLastError();
+    if (e != want) {
+        std::printf("FAIL %s:%d %s: %s, expected %s\n", file, line, call, cudaGetErrorName(e), cudaGetErrorName(want));
+        return false;
+    }
+    std::printf("%s -> %s\n", call, cudaGetErrorName(e));
+    return true;
+}
+
+#define EXPECT(x, want) expect_call((x), (want), #x, __FILE__, __LINE__)
 
 static const int n = 1 << 18;
 static int host[n], back[n];
@@ -36,7 +39,8 @@ static int host[n], back[n];
 int main()
 {
     int count = 0;
-    CHECK(cudaGetDeviceCount(&count));
+    if (!CHECK(cudaGetDeviceCount(&count)))
+        return 1;
     if (count < 2) {
         std::printf("FAIL: %d devices, this program needs 2\n", count);
         return 1;
@@ -44,57 +48,86 @@ int main()
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 2; b++) {
             int can = -1;
-            CHECK(cudaDeviceCanAccessPeer(&can, a, b));
+            if (!CHECK(cudaDeviceCanAccessPeer(&can, a, b)))
+                return 1;
             std::printf("device %d can access device %d: %d\n", a, b, can);
         }
     const cudaDeviceP2PAttr attrs[] = {cudaDevP2PAttrPerformanceRank, cudaDevP2PAttrAccessSupported,
                                        cudaDevP2PAttrNativeAtomicSupported, cudaDevP2PAttrCudaArrayAccessSupported};
     for (cudaDeviceP2PAttr at : attrs) {
         int v = -1;
-        CHECK(cudaDeviceGetP2PAttribute(&v, at, 0, 1));
+        if (!CHECK(cudaDeviceGetP2PAttribute(&v, at, 0, 1)))
+            return 1;
         std::printf("link 0->1 attribute %d: %d\n", (int)at, v);
     }
 
     for (int i = 0; i < n; i++)
         host[i] = i * 3 + 1;
     int *a = nullptr, *b = nullptr;
-    CHECK(cudaSetDevice(0));
-    CHECK(cudaMalloc(&a, sizeof host));
-    CHECK(cudaMemcpy(a, host, sizeof host, cudaMemcpyHostToDevice));
-    CHECK(cudaSetDevice(1));
-    CHECK(cudaMalloc(&b, sizeof host));
-    CHECK(cudaMemset(b, 0, sizeof host));
-    CHECK(cudaMemcpyPeer(b, 1, a, 0, sizeof host));
-    CHECK(cudaMemcpy(back, b, sizeof back, cudaMemcpyDeviceToHost));
+    if (!CHECK(cudaSetDevice(0)))
+        return 1;
+    if (!CHECK(cudaMalloc(&a, sizeof host)))
+        return 1;
+    if (!CHECK(cudaMemcpy(a, host, sizeof host, cudaMemcpyHostToDevice)))
+        return 1;
+    if (!CHECK(cudaSetDevice(1)))
+        return 1;
+    if (!CHECK(cudaMalloc(&b, sizeof host)))
+        return 1;
+    if (!CHECK(cudaMemset(b, 0, sizeof host)))
+        return 1;
+    if (!CHECK(cudaMemcpyPeer(b, 1, a, 0, sizeof host)))
+        return 1;
+    if (!CHECK(cudaMemcpy(back, b, sizeof back, cudaMemcpyDeviceToHost)))
+        return 1;
     std::printf("cudaMemcpyPeer 0->1: %s\n", std::memcmp(host, back, sizeof host) == 0 ? "bytes verified" : "WRONG");
 
-    EXPECT(cudaDeviceEnablePeerAccess(1, 0), cudaErrorInvalidDevice);
-    EXPECT(cudaDeviceEnablePeerAccess(0, 1), cudaErrorInvalidValue);
-    EXPECT(cudaDeviceEnablePeerAccess(0, 0), cudaSuccess);
-    EXPECT(cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessAlreadyEnabled);
+    if (!EXPECT(cudaDeviceEnablePeerAccess(1, 0), cudaErrorInvalidDevice))
+        return 1;
+    if (!EXPECT(cudaDeviceEnablePeerAccess(0, 1), cudaErrorInvalidValue))
+        return 1;
+    if (!EXPECT(cudaDeviceEnablePeerAccess(0, 0), cudaSuccess))
+        return 1;
+    if (!EXPECT(cudaDeviceEnablePeerAccess(0, 0), cudaErrorPeerAccessAlreadyEnabled))
+        return 1;
 
     cudaStream_t s;
-    CHECK(cudaStreamCreate(&s));
+    if (!CHECK(cudaStreamCreate(&s)))
+        return 1;
     add_from<<<(n + 255) / 256, 256, 0, s>>>(a, b, n); // device 1 reads device 0's memory
-    CHECK(cudaGetLastError());
-    CHECK(cudaStreamSynchronize(s));
+    if (!CHECK(cudaGetLastError()))
+        return 1;
+    if (!CHECK(cudaStreamSynchronize(s)))
+        return 1;
     std::printf("kernel on device 1 reading device 0: %s\n", cudaGetErrorName(cudaGetLastError()));
 
-    CHECK(cudaMemsetAsync(a, 0, sizeof host, 0));
-    CHECK(cudaMemcpyPeerAsync(a, 0, b, 1, sizeof host / 2, s));
-    CHECK(cudaStreamSynchronize(s));
-    CHECK(cudaSetDevice(0));
-    CHECK(cudaMemcpy(back, a, sizeof back, cudaMemcpyDeviceToHost));
+    if (!CHECK(cudaMemsetAsync(a, 0, sizeof host, 0)))
+        return 1;
+    if (!CHECK(cudaMemcpyPeerAsync(a, 0, b, 1, sizeof host / 2, s)))
+        return 1;
+    if (!CHECK(cudaStreamSynchronize(s)))
+        return 1;
+    if (!CHECK(cudaSetDevice(0)))
+        return 1;
+    if (!CHECK(cudaMemcpy(back, a, sizeof back, cudaMemcpyDeviceToHost)))
+        return 1;
     bool half = std::memcmp(host, back, sizeof host / 2) == 0 && back[n - 1] == 0;
     std::printf("cudaMemcpyPeerAsync 1->0 (half): %s\n", half ? "bytes verified" : "WRONG");
 
-    CHECK(cudaSetDevice(1));
-    EXPECT(cudaDeviceDisablePeerAccess(0), cudaSuccess);
-    EXPECT(cudaDeviceDisablePeerAccess(0), cudaErrorPeerAccessNotEnabled);
-    CHECK(cudaStreamDestroy(s));
-    CHECK(cudaFree(b));
-    CHECK(cudaSetDevice(0));
-    CHECK(cudaFree(a));
+    if (!CHECK(cudaSetDevice(1)))
+        return 1;
+    if (!EXPECT(cudaDeviceDisablePeerAccess(0), cudaSuccess))
+        return 1;
+    if (!EXPECT(cudaDeviceDisablePeerAccess(0), cudaErrorPeerAccessNotEnabled))
+        return 1;
+    if (!CHECK(cudaStreamDestroy(s)))
+        return 1;
+    if (!CHECK(cudaFree(b)))
+        return 1;
+    if (!CHECK(cudaSetDevice(0)))
+        return 1;
+    if (!CHECK(cudaFree(a)))
+        return 1;
     std::printf("peer program done\n");
     return 0;
 }

@@ -43,44 +43,57 @@ int main()
     int host[16], back[16];
     for (int i = 0; i < 16; i++)
         host[i] = 0x01010101 * (i + 1);
-    CHECK(cudaMemcpyToSymbol(table, host, sizeof host));
-    CHECK(cudaMemcpyFromSymbol(back, table, sizeof back));
+    if (!CHECK(cudaMemcpyToSymbol(table, host, sizeof host)))
+        return 1;
+    if (!CHECK(cudaMemcpyFromSymbol(back, table, sizeof back)))
+        return 1;
     EXPECT("table read back byte for byte", std::memcmp(host, back, sizeof host) == 0);
     float scale = 0;
-    CHECK(cudaMemcpyFromSymbol(&scale, dev_scale, sizeof scale));
+    if (!CHECK(cudaMemcpyFromSymbol(&scale, dev_scale, sizeof scale)))
+        return 1;
     EXPECT("dev_scale starts at 2.5", scale == 2.5f);
     size_t size = 0;
-    CHECK(cudaGetSymbolSize(&size, table));
+    if (!CHECK(cudaGetSymbolSize(&size, table)))
+        return 1;
     EXPECT("table is 64 bytes", size == 64);
     void *addr = nullptr;
-    CHECK(cudaGetSymbolAddress(&addr, table));
+    if (!CHECK(cudaGetSymbolAddress(&addr, table)))
+        return 1;
     cudaPointerAttributes pa;
-    CHECK(cudaPointerGetAttributes(&pa, addr));
+    if (!CHECK(cudaPointerGetAttributes(&pa, addr)))
+        return 1;
     EXPECT("table is device memory", pa.type == cudaMemoryTypeDevice);
 
     cudaFuncAttributes fa;
-    CHECK(cudaFuncGetAttributes(&fa, lookup));
+    if (!CHECK(cudaFuncGetAttributes(&fa, lookup)))
+        return 1;
     std::printf("attributes: regs %d shared %zu const %zu local %zu threads %d binary %d\n", fa.numRegs,
                 fa.sharedSizeBytes, fa.constSizeBytes, fa.localSizeBytes, fa.maxThreadsPerBlock, fa.binaryVersion);
     EXPECT("attributes as ptxas reported", fa.numRegs == 14 && fa.sharedSizeBytes == 512 &&
                                                fa.constSizeBytes == 64 && fa.maxThreadsPerBlock == 128);
     int grid = 0, block = 0;
-    CHECK(cudaOccupancyMaxPotentialBlockSize(&grid, &block, lookup, 0, 0));
+    if (!CHECK(cudaOccupancyMaxPotentialBlockSize(&grid, &block, lookup, 0, 0)))
+        return 1;
     std::printf("potential block size %d, grid %d\n", block, grid);
     EXPECT("block 128, 16 blocks an SM", block == 128 && grid == 16 * 132);
 
     const int n = 4096;
     int *out = nullptr;
-    CHECK(cudaMalloc(&out, n * sizeof(int)));
-    CHECK(cudaMemset(out, 0x7f, n * sizeof(int)));
+    if (!CHECK(cudaMalloc(&out, n * sizeof(int))))
+        return 1;
+    if (!CHECK(cudaMemset(out, 0x7f, n * sizeof(int))))
+        return 1;
     lookup<<<n / block, block>>>(out, n);
-    CHECK(cudaGetLastError());
+    if (!CHECK(cudaGetLastError()))
+        return 1;
     lookup<<<1, 256>>>(out, n); /* more threads than its launch bounds */
     EXPECT("256 threads refused", cudaGetLastError() == cudaErrorInvalidConfiguration);
     static int res[n];
-    CHECK(cudaMemcpy(res, out, sizeof res, cudaMemcpyDeviceToHost));
+    if (!CHECK(cudaMemcpy(res, out, sizeof res, cudaMemcpyDeviceToHost)))
+        return 1;
     EXPECT("no device code ran", res[0] == 0x7f7f7f7f && res[n - 1] == 0x7f7f7f7f);
-    CHECK(cudaFree(out));
+    if (!CHECK(cudaFree(out)))
+        return 1;
     std::printf("%s\n", failures ? "FAILED" : "all passed");
     return failures != 0;
 }

@@ -29,8 +29,10 @@ int main()
         in[i] = (unsigned char)(i * 13 + 5);
     cudaChannelFormatDesc desc = cudaCreateChannelDesc<float>();
     cudaArray_t array = nullptr;
-    CHECK(cudaMallocArray(&array, &desc, W, H));
-    CHECK(cudaMemcpy2DToArray(array, 0, 0, in, SPITCH, W * 4, H, cudaMemcpyHostToDevice));
+    if (!CHECK(cudaMallocArray(&array, &desc, W, H)))
+        return 1;
+    if (!CHECK(cudaMemcpy2DToArray(array, 0, 0, in, SPITCH, W * 4, H, cudaMemcpyHostToDevice)))
+        return 1;
 
     cudaResourceDesc res;
     std::memset(&res, 0, sizeof res);
@@ -42,32 +44,40 @@ int main()
     td.filterMode = cudaFilterModePoint;
     td.readMode = cudaReadModeElementType;
     cudaTextureObject_t tex = 0;
-    CHECK(cudaCreateTextureObject(&tex, &res, &td, nullptr));
+    if (!CHECK(cudaCreateTextureObject(&tex, &res, &td, nullptr)))
+        return 1;
     cudaResourceDesc res_back;
-    CHECK(cudaGetTextureObjectResourceDesc(&res_back, tex));
+    if (!CHECK(cudaGetTextureObjectResourceDesc(&res_back, tex)))
+        return 1;
     std::printf("texture object over the array: %s\n",
                 tex != 0 && res_back.resType == cudaResourceTypeArray && res_back.res.array.array == array ? "yes"
                                                                                                            : "no");
     cudaChannelFormatDesc got;
     cudaExtent extent;
     unsigned flags;
-    CHECK(cudaArrayGetInfo(&got, &extent, &flags, array));
+    if (!CHECK(cudaArrayGetInfo(&got, &extent, &flags, array)))
+        return 1;
     std::printf("array %zux%zu, channel %d bits, kind %d, flags %u\n", extent.width, extent.height, got.x,
                 (int)got.f, flags);
 
     float *out = nullptr;
-    CHECK(cudaMalloc(&out, W * H * sizeof(float)));
+    if (!CHECK(cudaMalloc(&out, W * H * sizeof(float))))
+        return 1;
     dim3 block(16, 16), grid((W + 15) / 16, (H + 15) / 16);
     sample<<<grid, block>>>(tex, out, W, H);
-    CHECK(cudaGetLastError());
-    CHECK(cudaDeviceSynchronize());
+    if (!CHECK(cudaGetLastError()))
+        return 1;
+    if (!CHECK(cudaDeviceSynchronize()))
+        return 1;
 
-    CHECK(cudaMemcpy2DFromArray(back, W * 4, array, 0, 0, W * 4, H, cudaMemcpyDeviceToHost));
+    if (!CHECK(cudaMemcpy2DFromArray(back, W * 4, array, 0, 0, W * 4, H, cudaMemcpyDeviceToHost)))
+        return 1;
     int bad = 0;
     for (int y = 0; y < H; y++)
         bad += std::memcmp(back + y * W * 4, in + y * SPITCH, W * 4) != 0;
     std::printf("2D round trip through the array: %d of %d rows differ\n", bad, H);
-    CHECK(cudaMemcpyFromArray(lin, array, 8, 2, sizeof lin, cudaMemcpyDeviceToHost));
+    if (!CHECK(cudaMemcpyFromArray(lin, array, 8, 2, sizeof lin, cudaMemcpyDeviceToHost)))
+        return 1;
     bad = 0;
     for (int i = 0; i < (int)sizeof lin; i++) {
         int row = 2 + (8 + i) / (W * 4), col = (8 + i) % (W * 4);
@@ -78,9 +88,12 @@ int main()
                 cudaGetErrorName(cudaMemcpy2DToArray(array, 0, 1, in, SPITCH, W * 4, H, cudaMemcpyHostToDevice)));
     (void)cudaGetLastError();
 
-    CHECK(cudaDestroyTextureObject(tex));
-    CHECK(cudaFree(out));
-    CHECK(cudaFreeArray(array));
+    if (!CHECK(cudaDestroyTextureObject(tex)))
+        return 1;
+    if (!CHECK(cudaFree(out)))
+        return 1;
+    if (!CHECK(cudaFreeArray(array)))
+        return 1;
     std::printf("done\n");
     return 0;
 }
