@@ -27,8 +27,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
+#include "fence.h"
 #include "hook.h"
 #include "hostalloc.h"
+#include "ipc.h"
+#include "log.h"
+#include "order.h"
+#include "peer.h"
+#include "real.h"
+#include "streams.h"
+#include "submit.h"
 #include "vec.h"
 
 HOOK_TLS CUresult hook_backend_error;

@@ -6,12 +6,17 @@
  */
 #include <string.h>
 
+#include "contexts.h"
 #include "cucache/cucache.h"
+#include "diag.h"
 #include "env.h"
 #include "hook.h"
 #include "hostalloc.h"
+#include "log.h"
 #include "st.h"
+#include "state.h"
 #include "stats.h"
+#include "submit.h"
 
 #define CUCACHE_EXPORT __attribute__((visibility("default")))
 

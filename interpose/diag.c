@@ -18,10 +18,16 @@
 #include <unistd.h>
 
 #include "conf.h" /* conf_show */
+#include "diag.h"
 #include "env.h"
+#include "fail.h"
 #include "hook.h"
 #include "hostalloc.h"
+#include "log.h"
+#include "nvml_procs.h"
 #include "st.h"
+#include "state.h"
+#include "yield.h"
 
 static struct {
     char conf_text[1024];       /* CUCACHE_CONF as written (cut to fit), for reports and snapshots */

@@ -3,7 +3,7 @@
  * that allocates goes through (hook_rt_mem.c, hook_cu_mem.c,
  * torch_alloc.c), docs/interposer.md "Sharing a GPU".
  *
- *   1. the try (hook_alloc, hook.h: the hit path inline): the core's own
+ *   1. the try (hook_alloc, fail.h: the hit path inline): the core's own
  *      allocation with its retry ladder (core_malloc_site).  Where the
  *      process yields (hd->yielding) the try is CORE_TRY_UNCOUNTED: its
  *      failure is not yet the program's, so nothing is counted;
@@ -22,7 +22,8 @@
  *      is (cu_oom, rt_oom), and the runtime hooks let the runtime's own
  *      allocator try first (rt_oom: hook_fallback_served when it serves).
  */
-#include "hook.h"
+#include "fail.h"
+#include "yield.h"
 
 uintptr_t hook_malloc_in_pool(core_dev_t *d, int pool, size_t size, core_stream_t key, uint32_t site, core_try_t t,
                               core_oom_t *oom)

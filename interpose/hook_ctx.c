@@ -28,7 +28,10 @@
  * not model them yet, and their streams are neither fenced nor ordered
  * (docs/interposer.md lists the gap).
  */
+#include "contexts.h"
 #include "hook.h"
+#include "order.h"
+#include "real.h"
 
 /* The hooks note a context even inside cucache's own call into the real
  * runtime (hook_depth > 0: a cudaFree(NULL) passed through initialises the

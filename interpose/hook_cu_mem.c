@@ -6,7 +6,16 @@
  * exports, dlsym and cuGetProcAddress (hook_lookup.c).  Calls made while a
  * created context is current pass through: hook.h, "Contexts".
  */
+#include "backend.h"
+#include "diag.h"
+#include "fail.h"
 #include "hook.h"
+#include "log.h"
+#include "meminfo.h"
+#include "real.h"
+#include "recorder.h"
+#include "state.h"
+#include "streams.h"
 #include "trace.h"
 
 __attribute__((noinline)) static CUresult cu_oom(hook_dev_t *hd, const hook_fail_t *f)

@@ -13,6 +13,9 @@
  *   close:  an address cucache opened is closed by it; any other by CUDA.
  */
 #include "hook.h"
+#include "ipc.h"
+#include "real.h"
+#include "state.h"
 
 /* The runtime's last error must say what the hook returned.  Only
  * cudaErrorInvalidValue can be set without side effects (freeing an

@@ -17,6 +17,8 @@
 #include <stdbool.h>
 
 #include "hook.h"
+#include "real.h"
+#include "submit.h"
 
 HOOK_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 HOOK_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);

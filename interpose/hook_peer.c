@@ -35,6 +35,9 @@
  * (hook_dev_with_core), then the core's device lock; no hd->lock.
  */
 #include "hook.h"
+#include "peer.h"
+#include "real.h"
+#include "state.h"
 
 /* grants[peer][from]: contexts of device `from` with access to the
  * primary context of device `peer` (enables that succeeded, less the

@@ -34,6 +34,9 @@
 #include <string.h>
 
 #include "hook.h"
+#include "order.h"
+#include "real.h"
+#include "state.h"
 
 /* The mapping cudaMalloc makes for `n` bytes. */
 static size_t cuda_mapping(size_t n)

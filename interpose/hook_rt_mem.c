@@ -6,7 +6,16 @@
  * The hit path: the guard, the device (cudaGetDevice) and core_malloc.
  * Everything else (out of memory, foreign pointers, captures) is out of line.
  */
+#include "backend.h"
+#include "diag.h"
+#include "fail.h"
 #include "hook.h"
+#include "log.h"
+#include "meminfo.h"
+#include "real.h"
+#include "recorder.h"
+#include "state.h"
+#include "streams.h"
 #include "trace.h"
 
 /* Which runtime entry point a shared slow path stands in for. */

@@ -9,6 +9,11 @@
  * the runtime reaches passes through and nothing is counted twice.
  */
 #include "hook.h"
+#include "peer.h"
+#include "real.h"
+#include "recorder.h"
+#include "state.h"
+#include "streams.h"
 #include "trace.h"
 
 /* ------------------------------------------------------------------------

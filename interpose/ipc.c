@@ -43,7 +43,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "hook.h"
+#include "ipc.h"
+#include "log.h"
+#include "order.h"
+#include "real.h"
+#include "state.h"
 #include "vec.h"
 
 #define TAG_MAGIC "cucache\x01"

@@ -14,7 +14,7 @@
 
 #include "conf.h" /* conf_show */
 #include "env.h"
-#include "hook.h"
+#include "log.h"
 #include "st.h"
 
 int hook_log_fd = 2; /* CUCACHE_LOG's file, or stderr */

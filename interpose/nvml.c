@@ -24,6 +24,8 @@
 #include "hook.h"
 #include "hostalloc.h"
 #include "nvml_abi.h"
+#include "nvml_procs.h"
+#include "real.h"
 #include "registry.h"
 #include "st.h"
 

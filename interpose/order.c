@@ -27,9 +27,18 @@
  */
 #include <time.h>
 
+#include "backend.h"
+#include "contexts.h"
+#include "fence.h"
 #include "hook.h"
 #include "hostalloc.h"
+#include "log.h"
+#include "order.h"
+#include "real.h"
+#include "recorder.h"
 #include "rules.h"
+#include "state.h"
+#include "streams.h"
 #include "trace.h"
 #include "vec.h"
 

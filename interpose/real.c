@@ -16,6 +16,8 @@
 #include <unistd.h>
 
 #include "hook.h"
+#include "real.h"
+#include "submit.h"
 
 void *(*hook_real_dlsym)(void *handle, const char *symbol);
 hook_driver_t real_cu;

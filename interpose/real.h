@@ -1,7 +1,8 @@
 /*
  * The real entry points: the typed tables real.c fills once, by the exact
  * versioned names (the driver's from libcuda.so.1, the runtime's with
- * RTLD_NEXT), and the routes of exported driver hooks.  Included by hook.h.
+ * RTLD_NEXT), the calls through them (RT_REAL, CU_REAL), and the routes of
+ * exported driver hooks.
  */
 #ifndef CUCACHE_INTERPOSE_REAL_H
 #define CUCACHE_INTERPOSE_REAL_H
@@ -10,6 +11,7 @@
 #include <stddef.h>
 
 #include "cucache/cuda_api.h"
+#include "hook.h" /* HOOK_REAL: the guard RT_REAL raises */
 
 /* ------------------------------------------------------------------------
  * Real entry points (real.c)
@@ -117,6 +119,9 @@
     X(cudaDeviceEnablePeerAccess)                                                                                      \
     X(cudaDeviceDisablePeerAccess)
 
+/* The 11.3 form of the resolver; cuda_api.h declares only _v2. */
+typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
+
 typedef struct hook_driver_s {
 #define HOOK_FIELD(name) __typeof__(name) *name;
     HOOK_DRIVER_FUNCS(HOOK_FIELD)
@@ -143,6 +148,13 @@ void hook_real_dlsym_init(void);
 bool hook_real_driver(void);
 /* Resolves the runtime table once (RTLD_NEXT); false without a runtime. */
 bool hook_real_runtime(void);
+
+/* The real runtime call, with the guard up: what it asks of the driver
+ * passes through the driver hooks uncached. */
+#define RT_REAL(name, ...)                                                                                             \
+    (hook_real_runtime() && real_rt.name ? HOOK_REAL(real_rt.name(__VA_ARGS__)) : cudaErrorInsufficientDriver)
+/* The real driver call (the driver calls no hook, so no guard is needed). */
+#define CU_REAL(name, ...) (hook_real_driver() && real_cu.name ? real_cu.name(__VA_ARGS__) : CUDA_ERROR_NOT_INITIALIZED)
 
 /* One hooked driver entry point (hook_lookup.c's table). */
 typedef struct route_s {

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "diag.h"
 #include "env.h"
-#include "hook.h"
 
 static int signal_pipe[2] = {-1, -1}; /* [0]: the thread's (blocking); [1]: the handler's (never blocks) */
 

@@ -14,9 +14,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
+#include "contexts.h"
+#include "diag.h"
 #include "env.h"
 #include "hook.h"
+#include "ipc.h"
+#include "log.h"
+#include "order.h"
+#include "real.h"
+#include "recorder.h"
 #include "rules.h"
+#include "state.h"
+#include "streams.h"
+#include "yield.h"
 
 conf_t hook_conf;
 atomic_bool hook_off;

@@ -10,7 +10,14 @@
  */
 #include <string.h>
 
+#include "backend.h"
 #include "hook.h"
+#include "log.h"
+#include "order.h"
+#include "real.h"
+#include "recorder.h"
+#include "state.h"
+#include "streams.h"
 #include "trace.h"
 #include "vec.h"
 

@@ -66,6 +66,8 @@
 #include <string.h>
 
 #include "hook.h"
+#include "real.h"
+#include "submit.h"
 #include "submit_sim.h"
 #include "submit_table.h"
 

@@ -44,8 +44,13 @@
  * does, from C++.
  */
 #include "cucache/cucache.h"
+#include "diag.h"
+#include "fail.h"
 #include "hook.h"
 #include "hostalloc.h"
+#include "log.h"
+#include "state.h"
+#include "streams.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

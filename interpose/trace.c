@@ -29,10 +29,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "conf.h" /* conf_show */
 #include "env.h"
 #include "hook.h"
 #include "hostalloc.h"
+#include "log.h"
+#include "recorder.h"
 #include "st.h"
 #include "trace.h"
 

@@ -38,8 +38,13 @@
 #include "env.h"
 #include "hook.h"
 #include "hostalloc.h"
+#include "log.h"
+#include "nvml_procs.h"
+#include "real.h"
 #include "registry.h"
 #include "st.h"
+#include "state.h"
+#include "yield.h"
 
 #define YIELD_PERIOD_NS 250000000ull
 

@@ -26,7 +26,8 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "hook.h"
+#include "real.h"
+#include "submit.h"
 
 /* An exported trampoline cuda_api.h does not declare (its prototype does
  * not matter to the trampoline). */
