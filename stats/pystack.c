@@ -25,7 +25,7 @@
  * ctypes, CuPy's Cython wrappers call CUDA nogil, both releasing it.
  * Reading frames without it races on reference counts, so the thread takes
  * it for the capture: st_stack_capture runs before the allocator takes any
- * lock (interpose/hook.h, hook_site), so no cucache lock is held while it
+ * lock (interpose/diag.h, hook_site), so no cucache lock is held while it
  * waits, and the tables' mutexes are never held while calling Python.  The
  * wait is up to the interpreter's switch interval (5 ms by default) when
  * another thread runs Python.

@@ -24,7 +24,7 @@
  * safety only; under REUSE_EXPECT=race they say so.  Seen to fail, in
  * scratch copies of interpose/ and core/: the stream-ordered tests with
  * cudaFreeAsync made reusable at once (hook_rt_mem.c, CORE_FREE_NOW: two
- * of them) or with every stream keyed alike (hook.h: all four); the
+ * of them) or with every stream keyed alike (streams.h: all four); the
  * non-blocking-stream tests with the fence's events on non-blocking
  * streams dropped; the blocking and per-thread reader tests with its
  * legacy-stream event dropped; under reuse:ordered, the second-thread and
