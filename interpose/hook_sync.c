@@ -95,17 +95,17 @@ static bool cu_ended(CUresult r)
     return r != CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
 }
 
-/* The body of a hook that tells cucache after the real call: `then(ok,
- * ...)`, ok saying that the call was the program's own (not made under
- * the guard) and that good(its result) holds.  RT_THEN and CU_THEN: good
- * is success. */
+/* The real call's result, after telling cucache: `then(ok, ...)`, ok
+ * saying that the call was the program's own (not made under the guard)
+ * and that good(its result) holds.  RT_THEN and CU_THEN: good is
+ * success.  The hook returns it. */
 #define HOOK_THEN(type, call, good, then, ...)                                                                         \
-    do {                                                                                                               \
+    __extension__({                                                                                                    \
         bool mine_ = !hook_bypass();                                                                                   \
         type r_ = call;                                                                                                \
         then(mine_ &&good(r_), __VA_ARGS__);                                                                           \
-        return r_;                                                                                                     \
-    } while (0)
+        r_;                                                                                                            \
+    })
 #define RT_THEN(call, then, ...) HOOK_THEN(cudaError_t, call, rt_ok, then, __VA_ARGS__)
 #define CU_THEN(call, then, ...) HOOK_THEN(CUresult, call, cu_ok, then, __VA_ARGS__)
 
@@ -122,12 +122,12 @@ static void synced(bool ok, bool runtime, unsigned kind, const void *handle)
 #define RT_SYNC_HOOK(name, handle_t, kind)                                                                             \
     HOOK_API cudaError_t name(handle_t h)                                                                              \
     {                                                                                                                  \
-        RT_THEN(RT_REAL(name, h), synced, true, kind, h);                                                              \
+        return RT_THEN(RT_REAL(name, h), synced, true, kind, h);                                                       \
     }
 #define CU_SYNC_HOOK(name, handle_t, kind)                                                                             \
     HOOK_API CUresult name(handle_t h)                                                                                 \
     {                                                                                                                  \
-        CU_THEN(CU_REAL(name, h), synced, false, kind, h);                                                             \
+        return CU_THEN(CU_REAL(name, h), synced, false, kind, h);                                                      \
     }
 
 RT_SYNC_HOOK(cudaStreamSynchronize, cudaStream_t, TRACE_STREAM_SYNC)
@@ -196,22 +196,22 @@ static void destroyed(const destroy_t *d, bool ok)
 
 HOOK_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
-    RT_THEN(RT_REAL(cudaStreamCreateWithFlags, pStream, flags), created, true, pStream, flags);
+    return RT_THEN(RT_REAL(cudaStreamCreateWithFlags, pStream, flags), created, true, pStream, flags);
 }
 
 HOOK_API cudaError_t cudaStreamCreateWithPriority(cudaStream_t *pStream, unsigned int flags, int priority)
 {
-    RT_THEN(RT_REAL(cudaStreamCreateWithPriority, pStream, flags, priority), created, true, pStream, flags);
+    return RT_THEN(RT_REAL(cudaStreamCreateWithPriority, pStream, flags, priority), created, true, pStream, flags);
 }
 
 HOOK_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    CU_THEN(CU_REAL(cuStreamCreate, phStream, Flags), created, false, phStream, Flags);
+    return CU_THEN(CU_REAL(cuStreamCreate, phStream, Flags), created, false, phStream, Flags);
 }
 
 HOOK_API CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
-    CU_THEN(CU_REAL(cuStreamCreateWithPriority, phStream, flags, priority), created, false, phStream, flags);
+    return CU_THEN(CU_REAL(cuStreamCreateWithPriority, phStream, flags, priority), created, false, phStream, flags);
 }
 
 /* Destruction: the stream's last work is remembered before it goes. */
@@ -259,20 +259,20 @@ static void capture_ended(bool ok, CUstream s, bool per_thread)
 #define RT_CAPTURE_HOOKS(begin, end, per_thread)                                                                       \
     HOOK_API cudaError_t begin(cudaStream_t stream, enum cudaStreamCaptureMode mode)                                   \
     {                                                                                                                  \
-        RT_THEN(RT_REAL(begin, stream, mode), capture_began, true, stream, per_thread, (unsigned)mode);                \
+        return RT_THEN(RT_REAL(begin, stream, mode), capture_began, true, stream, per_thread, (unsigned)mode);         \
     }                                                                                                                  \
     HOOK_API cudaError_t end(cudaStream_t stream, cudaGraph_t *pGraph)                                                 \
     {                                                                                                                  \
-        HOOK_THEN(cudaError_t, RT_REAL(end, stream, pGraph), rt_ended, capture_ended, stream, per_thread);             \
+        return HOOK_THEN(cudaError_t, RT_REAL(end, stream, pGraph), rt_ended, capture_ended, stream, per_thread);      \
     }
 #define CU_CAPTURE_HOOKS(begin, end, per_thread)                                                                       \
     HOOK_API CUresult begin(CUstream hStream, CUstreamCaptureMode mode)                                                \
     {                                                                                                                  \
-        CU_THEN(CU_REAL(begin, hStream, mode), capture_began, false, hStream, per_thread, (unsigned)mode);             \
+        return CU_THEN(CU_REAL(begin, hStream, mode), capture_began, false, hStream, per_thread, (unsigned)mode);      \
     }                                                                                                                  \
     HOOK_API CUresult end(CUstream hStream, CUgraph *phGraph)                                                          \
     {                                                                                                                  \
-        HOOK_THEN(CUresult, CU_REAL(end, hStream, phGraph), cu_ended, capture_ended, hStream, per_thread);             \
+        return HOOK_THEN(CUresult, CU_REAL(end, hStream, phGraph), cu_ended, capture_ended, hStream, per_thread);      \
     }
 
 RT_CAPTURE_HOOKS(cudaStreamBeginCapture, cudaStreamEndCapture, false)
