@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
-"""Compile tests/compat/prototypes.c: cuda_api.h's typedefs, macros and
-prototypes against the real CUDA headers.  Run by the build (a stamp target,
-so a disagreement fails `ninja`) and by `meson test --suite compat`.
+"""Compile a source of tests/compat that includes the real CUDA headers and
+then a cuda_api.h in its check mode: that header's typedefs, macros and
+prototypes against the real ones.  prototypes.c checks cucache's
+include/cucache/cuda_api.h, prototypes_sim.c the simulator's
+cusim/cuda_api.h (and cusim/sim.h).  Run by the build (a stamp target, so a
+disagreement fails `ninja`) and by `meson test --suite compat`.
 
-  check_prototypes.py --src prototypes.c --header cuda_api.h --include DIR [--include DIR...]
+  check_prototypes.py --src SOURCE.c --header cuda_api.h --include DIR [--include DIR...]
                       --cuda-include DIR [--stamp FILE] -- CC [CC ARGS...]
 
 Checks:
-  1. prototypes.c compiles (-Wall -Wextra -Werror) in each mode
+  1. SOURCE.c compiles (-Wall -Wextra -Werror) in each mode
      of the real headers (MODES below: default, per-thread default stream,
      legacy ABI versions);
-  2. every function cuda_api.h declares is declared by the real headers in
+  2. every function the header declares is declared by the real headers in
      at least one mode (otherwise 1 checks nothing about it).
 """
 import argparse
@@ -39,9 +42,9 @@ def banner(args, what):
             f"cucache compat check FAILED: {args.header}\n"
             f"disagrees with the real CUDA headers in {args.cuda_include}\n"
             f"({what}).\n"
-            "Fix the declaration in include/cucache/cuda_api.h (or in the simulator's\n"
-            "subprojects/cusim/include/cusim/, as the compiler names it).  This check is tests/compat\n"
-            "(check_prototypes.py); rerun it with `meson test -C build --suite compat`.\n" + "=" * 78)
+            "Fix the declaration in that header (or in the header the compiler names).\n"
+            "This check is tests/compat (check_prototypes.py); rerun it with\n"
+            "`meson test -C build --suite compat`.\n" + "=" * 78)
 
 
 def compile_mode(args, cc, name, defines):
@@ -103,7 +106,7 @@ def main():
         print("\n".join("  " + m for m in missing))
         ok = False
     elif not args.stamp:
-        print(f"ok - all {len(functions)} functions of cuda_api.h are declared by the real headers")
+        print(f"ok - all {len(functions)} functions of {args.header} are declared by the real headers")
 
     if not ok:
         sys.exit(1)

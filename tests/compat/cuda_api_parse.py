@@ -1,16 +1,18 @@
-"""Parser of include/cucache/cuda_api.h for the compat checks (python3 only).
+"""Parser of the CUDA declarations for the compat checks (python3 only):
+cucache's include/cucache/cuda_api.h and the simulator's
+subprojects/cusim/include/cusim/cuda_api.h, which have the same form.
 
 The header has three sections (see its top comment).  Section 2, between
-`#ifndef CUCACHE_CUDA_CHECK_AGAINST_REAL` and its `#endif`, holds the enum and
-struct bodies; section 3, after it, the function prototypes.  The parser
+`#ifndef <PREFIX>_CUDA_CHECK_AGAINST_REAL` (CUCACHE_ or CUSIM_) and its
+`#endif /* <PREFIX>_CUDA_CHECK_AGAINST_REAL */`, holds the enum and struct
+bodies; section 3, after it, the function prototypes.  The parser
 understands exactly the forms the header uses and stops with an error on
 anything else, so that a declaration it cannot read is never silently left
 unchecked.
 """
 import re
 
-GUARD_BEGIN = "#ifndef CUCACHE_CUDA_CHECK_AGAINST_REAL"
-GUARD_END = "#endif /* CUCACHE_CUDA_CHECK_AGAINST_REAL */"
+GUARD_BEGIN = re.compile(r"^#ifndef ([A-Z]+_CUDA_CHECK_AGAINST_REAL)$", re.M)
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
 
@@ -25,11 +27,14 @@ def strip_comments(text):
 
 def split_sections(text):
     """(section 2, section 3) of the header, comments removed."""
-    begin = text.find(GUARD_BEGIN)
-    end = text.find(GUARD_END)
-    if begin < 0 or end < 0 or end < begin:
-        raise ParseError(f"cannot find section 2: expected '{GUARD_BEGIN}' ... '{GUARD_END}'")
-    return strip_comments(text[begin + len(GUARD_BEGIN):end]), strip_comments(text[end + len(GUARD_END):])
+    m = GUARD_BEGIN.search(text)
+    if not m:
+        raise ParseError("cannot find section 2: expected '#ifndef <PREFIX>_CUDA_CHECK_AGAINST_REAL'")
+    guard_end = f"#endif /* {m.group(1)} */"
+    end = text.find(guard_end, m.end())
+    if end < 0:
+        raise ParseError(f"cannot find the end of section 2: expected '{guard_end}'")
+    return strip_comments(text[m.end():end]), strip_comments(text[end + len(guard_end):])
 
 
 def parse_enum_body(tag, body):

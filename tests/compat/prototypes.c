@@ -10,9 +10,8 @@
  * which declares the _ptsz/_ptds entry points; and the driver's internal
  * mode, which declares older ABI versions such as cuCtxCreate_v2).  Enum
  * values and struct layouts are compared by gen_layout.py/diff_layout.py.
- * The simulator's cusim/sim.h follows, with the cusim/cuda_api.h it
- * includes in the same check mode: its extensions and its own copy of the
- * declarations are checked the same way.
+ * The simulator's declarations are checked the same way, in a file of their
+ * own (prototypes_sim.c): the two headers never meet in one file.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -21,5 +20,3 @@
 
 #define CUCACHE_CUDA_CHECK_AGAINST_REAL 1
 #include "cucache/cuda_api.h"
-#define CUSIM_CUDA_CHECK_AGAINST_REAL 1
-#include "cusim/sim.h"
