@@ -27,7 +27,7 @@
  * A plain CUDA program: linked against libcudart.so.13 by SONAME like
  * bench_preload, run with or without LD_PRELOAD=libcucache.so.
  */
-#include "cucache/cuda_api.h"
+#include "cusim/cuda_api.h"
 
 #include <errno.h>
 #include <stdbool.h>

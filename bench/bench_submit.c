@@ -46,7 +46,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "cucache/cuda_api.h"
+#include "cusim/cuda_api.h"
 
 enum {
     MAX_THREADS = 256,

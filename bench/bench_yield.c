@@ -32,7 +32,7 @@
  * (all neighbours' timings together).
  */
 #include "cucache/cucache.h"
-#include "cucache/cuda_api.h"
+#include "cusim/cuda_api.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

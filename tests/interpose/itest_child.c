@@ -27,7 +27,7 @@
  * The live modes need cucache (they check that it holds the memory) and exit
  * 2 when its API is absent.  Exit 0: every check passed; 1: a check failed.
  */
-#include "cucache/cuda_api.h"
+#include "cusim/cuda_api.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

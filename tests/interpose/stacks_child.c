@@ -10,7 +10,7 @@
  *
  * Exit 0 when forward failed and everything else was served, 1 otherwise.
  */
-#include "cucache/cuda_api.h"
+#include "cusim/cuda_api.h"
 
 #include <stdio.h>
 #include <stdlib.h>

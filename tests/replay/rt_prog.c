@@ -55,7 +55,7 @@
  * Usage: rt_prog SEED STEPS [oom|handouts|handouts-late]
  */
 #include "cucache/cucache.h"
-#include "cucache/cuda_api.h"
+#include "cusim/cuda_api.h"
 
 #include <stdbool.h>
 #include <dlfcn.h>

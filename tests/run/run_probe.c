@@ -17,7 +17,7 @@
 #include <string.h>
 
 #ifdef RUN_PROBE_CUDA
-#include "cucache/cuda_api.h"
+#include "cusim/cuda_api.h"
 #endif
 
 static void print_var(const char *name)

@@ -22,7 +22,7 @@
  * Exit 0 when every call that should succeed did, 1 otherwise, 2 for a bad
  * command line or (pools) a missing cucache API.
  */
-#include "cucache/cuda_api.h"
+#include "cusim/cuda_api.h"
 
 #include <dlfcn.h>
 #include <stdbool.h>
