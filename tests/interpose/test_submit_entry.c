@@ -29,9 +29,15 @@
 #include "real.h"
 #include "submit.h"
 
-/* An exported trampoline cuda_api.h does not declare (its prototype does
- * not matter to the trampoline). */
+/* Exported trampolines under test.  cucache's cuda_api.h declares none of
+ * them (a trampoline needs its name only, and takes any prototype): each
+ * is called through a function type of this file. */
+extern char cuLaunchKernel[];
+extern char cuLaunchKernelEx[];
 extern char cuLaunchGrid[];
+
+/* A kernel's handle, as cuda.h declares it (cucache never uses one). */
+typedef struct CUfunc_st *CUfunction;
 
 /* ------------------------------------------------------------------------
  * The driver, as submit.c finds it
@@ -107,6 +113,11 @@ void *hook_real_driver_sym(const char *name)
  * The trampolines
  * ---------------------------------------------------------------------- */
 
+/* cuLaunchKernel's prototype. */
+typedef CUresult launch_fn(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
+                           void **, void **);
+/* cuLaunchKernelEx's: a launch configuration, the function, its arguments. */
+typedef CUresult launch_ex_fn(const void *config, CUfunction f, void **params, void **extra);
 typedef CUresult vectors_fn(double, double, double, double, double, double, double, double, int, int, int, int, int,
                             int, int);
 typedef CUresult variadic_fn(int n, ...);
@@ -127,8 +138,7 @@ static void *pool_for(void *fn)
     return t;
 }
 
-static void launch_and_check(CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                                unsigned, CUstream, void **, void **))
+static void launch_and_check(launch_fn *launch)
 {
     int calls = seen.calls;
     uint64_t n = hook_submit_count();
@@ -165,7 +175,6 @@ static void variadic_and_check(variadic_fn *fn)
 static void test_arguments_arrive_untouched(void **state)
 {
     (void)state;
-    typedef __typeof__(cuLaunchKernel) launch_fn;
     launch_fn *pool_launch = (launch_fn *)(uintptr_t)pool_for((void *)(uintptr_t)fake_launch);
     vectors_fn *vectors = (vectors_fn *)(uintptr_t)pool_for((void *)(uintptr_t)fake_vectors);
     variadic_fn *variadic = (variadic_fn *)(uintptr_t)pool_for((void *)(uintptr_t)fake_variadic);
@@ -173,7 +182,7 @@ static void test_arguments_arrive_untouched(void **state)
     for (int round = 0; round < 4; round++) {
         if (round % 2)
             core_epoch_note(&hook_submit_epoch); /* odd: the first call moves it on */
-        launch_and_check(cuLaunchKernel);
+        launch_and_check((launch_fn *)(uintptr_t)cuLaunchKernel);
         launch_and_check(pool_launch);
         if (round % 2)
             core_epoch_note(&hook_submit_epoch);
@@ -210,7 +219,8 @@ static void test_missing_function_answers_not_initialized(void **state)
 {
     (void)state;
     uint64_t n = hook_submit_count();
-    assert_int_equal(cuLaunchKernelEx(NULL, NULL, NULL, NULL), CUDA_ERROR_NOT_INITIALIZED);
+    launch_ex_fn *launch_ex = (launch_ex_fn *)(uintptr_t)cuLaunchKernelEx;
+    assert_int_equal(launch_ex(NULL, NULL, NULL, NULL), CUDA_ERROR_NOT_INITIALIZED);
     assert_int_equal(hook_submit_count(), n + 1);
 }
 

@@ -5,10 +5,11 @@
  * The build never needs the CUDA toolkit: the simulated driver and runtimes
  * (src/) and the programs of its tests are compiled against this header.
  * The types, constants and signatures below are ABI facts of the real
- * toolkit (values as in CUDA 13.0).  cucache declares what it uses in a
- * header of its own (include/cucache/cuda_api.h); its compat suite reads
- * both in one file in check mode (hence this header's own include guard and
- * check macro) and so checks this one's typedefs, macros and prototypes
+ * toolkit (values as in CUDA 13.0).  cucache declares only what it hooks
+ * or calls, in a header of its own (include/cucache/cuda_api.h), never
+ * included in one file with this one (hence this header's own include
+ * guard and check macro).  cucache's compat suite (tests/compat) checks
+ * this one's typedefs, macros, prototypes, enum values and struct layouts
  * against the real cuda.h and cuda_runtime_api.h whenever a toolkit is
  * found.
  *
@@ -25,6 +26,10 @@
  */
 #ifndef CUSIM_CUDA_API_H
 #define CUSIM_CUDA_API_H
+
+#ifdef CUCACHE_CUDA_API_H
+#error "include one of cucache/cuda_api.h (cucache's code) and cusim/cuda_api.h (CUDA programs), never both"
+#endif
 
 #include <stddef.h>
 #include <stdint.h>
