@@ -6,7 +6,7 @@
  *   real_toolkit_ptds   the same with CUDA_API_PER_THREAD_DEFAULT_STREAM, so
  *                       the real header routes calls to the _ptsz/_ptds
  *                       exports;
- *   real_toolkit_static cucache's cuda_api.h, linked with the simulated
+ *   real_toolkit_static cusim/cuda_api.h, linked with the simulated
  *                       libcudart_static.a (it dlopens libcuda.so.1).
  * It proves it runs on the simulated device (not a real GPU, not the real
  * runtime), that every device attribute of the headers it was built with

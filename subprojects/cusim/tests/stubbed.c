@@ -6,7 +6,7 @@
  * time that function is called.  cudaCreateChannelDesc, a call that is not
  * an error, must give back its fields.
  *
- * Built twice by meson: `sim_stubbed` on cucache's cuda_api.h, linked with
+ * Built twice by meson: `sim_stubbed` on the simulator's cusim/cuda_api.h, linked with
  * the simulated libraries; `sim_stubbed_real` on the real headers, linked
  * with the real libcudart.so and the driver stub (run with LD_LIBRARY_PATH
  * on the simulator, which once made it exit 127 on an undefined symbol).
