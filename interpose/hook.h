@@ -108,6 +108,7 @@
  *   submit.h       the submissions counted, the work epoch (submit.c, submit_entry.S)
  *   recorder.h     the trace recorder (trace.c)
  *   log.h          the output sink, rate-limited warnings (log.c)
+ *   framework.h    frameworks' own caches, one row each: cucache-run turns them off, framework.c says once when one is on
  *   diag.h         reports, snapshots, allocation sites (diag.c, signal.c)
  *   nvml_procs.h   who holds a device's memory (nvml.c)
  *   env.h          every CUCACHE_* variable (env.c)

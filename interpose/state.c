@@ -18,6 +18,7 @@
 #include "contexts.h"
 #include "diag.h"
 #include "env.h"
+#include "framework.h"
 #include "hook.h"
 #include "ipc.h"
 #include "log.h"
@@ -171,6 +172,7 @@ hook_dev_t *hook_dev_open(int ordinal)
     pthread_mutex_unlock(&open_lock);
     if (second)
         hook_second_context(); /* the program uses two devices: no hand-outs (hook_ctx.c) */
+    hook_framework_check();    /* once: a framework's own cache in front of cucache */
     return hook_dev_core(hd) ? hd : NULL;
 }
 

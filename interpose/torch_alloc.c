@@ -46,6 +46,7 @@
 #include "cucache/cucache.h"
 #include "diag.h"
 #include "fail.h"
+#include "framework.h"
 #include "hook.h"
 #include "hostalloc.h"
 #include "log.h"
@@ -62,6 +63,7 @@
  * does not exist or cucache is off. */
 static core_dev_t *torch_device(int device, hook_dev_t **hd)
 {
+    hook_framework_pluggable();
     if (hook_bypass() || (*hd = hook_dev_open(device)) == NULL)
         return NULL;
     return hook_dev_core(*hd);
@@ -323,6 +325,7 @@ CUCACHE_EXPORT void cucache_torch_free(void *ptr, size_t size, int device, void 
 CUCACHE_EXPORT void cucache_torch_init(int device_count)
 {
     (void)device_count; /* devices open at their first allocation */
+    hook_framework_pluggable();
 }
 
 CUCACHE_EXPORT void cucache_torch_record_stream(void *ptr, void *stream)

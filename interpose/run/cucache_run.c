@@ -15,7 +15,11 @@
  *                         CUCACHE_CONF of the environment);
  *   CUCACHE_REPORT=exit   --report;
  *   CUCACHE_TRACE, CUCACHE_SNAPSHOT  --trace FILE, --snapshot FILE;
- *   CUCACHE_SNAPSHOT_ON   --snapshot-on WHEN.
+ *   CUCACHE_SNAPSHOT_ON   --snapshot-on WHEN;
+ *   a framework's variable that turns its own cache off (interpose/
+ *                         framework.h: PYTORCH_NO_CUDA_MEMORY_CACHING=1),
+ *                         unless the environment sets it already or the
+ *                         row's option keeps the cache (--keep-torch-cache).
  *
  * libcucache.so is looked for next to this executable first (an installed
  * pair, or the build directory), then at the build-tree path compiled in
@@ -44,7 +48,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "conf.h" /* conf_read_size: the sizes every cucache program reads; conf_show */
+#include "conf.h"      /* conf_read_size: the sizes every cucache program reads; conf_show */
+#include "framework.h" /* frameworks' own caches: turned off unless kept */
 
 #ifndef CUCACHE_VERSION
 #define CUCACHE_VERSION "unknown"
@@ -75,17 +80,18 @@ enum {
 #define RUN_SIM_CAPACITY_MAX ((uint64_t)1 << 44)
 
 typedef struct run_opts_s {
-    bool sim;                  /* --sim */
-    const char *capacity;      /* --sim=CAPACITY, or NULL */
-    char *conf;                /* the --conf values joined with ',', or NULL (malloc'ed) */
-    bool report;               /* --report */
-    const char *leak_exitcode; /* --leak-exitcode N, or NULL */
-    const char *stacks;        /* CUCACHE_STACKS from --stacks[=DEPTH|MODE[:DEPTH]]; NULL: none */
-    const char *trace;         /* --trace FILE, or NULL */
-    const char *snapshot;      /* --snapshot FILE, or NULL */
-    const char *snapshot_on;   /* --snapshot-on WHEN, or NULL */
-    bool print_env;            /* --print-env: print the changes, run nothing */
-    char **command;            /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
+    bool sim;                    /* --sim */
+    const char *capacity;        /* --sim=CAPACITY, or NULL */
+    char *conf;                  /* the --conf values joined with ',', or NULL (malloc'ed) */
+    bool report;                 /* --report */
+    const char *leak_exitcode;   /* --leak-exitcode N, or NULL */
+    const char *stacks;          /* CUCACHE_STACKS from --stacks[=DEPTH|MODE[:DEPTH]]; NULL: none */
+    const char *trace;           /* --trace FILE, or NULL */
+    const char *snapshot;        /* --snapshot FILE, or NULL */
+    const char *snapshot_on;     /* --snapshot-on WHEN, or NULL */
+    bool print_env;              /* --print-env: print the changes, run nothing */
+    bool keep[HOOK_NFRAMEWORKS]; /* hook_frameworks[i].keep_option: leave that framework's cache on */
+    char **command;              /* COMMAND [ARGS...], NULL-terminated; NULL when absent */
 } run_opts_t;
 
 typedef struct env_change_s {
@@ -140,6 +146,9 @@ static void run_usage(FILE *f)
           "                     opens, and JSON beside it (CUCACHE_SNAPSHOT)\n"
           "  --snapshot-on WHEN when to write one: oom (the default), exit, signal\n"
           "                     (SIGUSR1), comma-separated (CUCACHE_SNAPSHOT_ON)\n"
+          "  --keep-torch-cache leave PyTorch's own caching allocator on; by default\n"
+          "                     cucache-run sets PYTORCH_NO_CUDA_MEMORY_CACHING=1 (unless it\n"
+          "                     is set), so that cucache serves PyTorch's tensors\n"
           "  --print-env        print the environment changes, run nothing\n"
           "  -h, --help         this text\n"
           "  --version          cucache's version\n"
@@ -251,6 +260,17 @@ static bool run_opt_value(char **argv, int argc, int *i, const char *name, const
     return true;
 }
 
+/* If a is a framework's keep option (framework.h), marks it and returns true. */
+static bool run_keep_option(const char *a, run_opts_t *o)
+{
+    for (size_t k = 0; k < HOOK_NFRAMEWORKS; k++)
+        if (strcmp(a, hook_frameworks[k].keep_option) == 0) {
+            o->keep[k] = true;
+            return true;
+        }
+    return false;
+}
+
 static void run_parse_args(int argc, char **argv, run_opts_t *o)
 {
     memset(o, 0, sizeof *o);
@@ -288,6 +308,8 @@ static void run_parse_args(int argc, char **argv, run_opts_t *o)
             o->report = true;
         } else if (strcmp(a, "--print-env") == 0) {
             o->print_env = true;
+        } else if (run_keep_option(a, o)) {
+            /* a framework's cache kept */
         } else if (run_opt_value(argv, argc, &i, "--conf", &v)) {
             char *joined = o->conf ? run_join(o->conf, ',', v) : run_dup(v);
             free(o->conf);
@@ -425,6 +447,9 @@ static void run_plan(const run_opts_t *o, env_plan_t *plan)
         plan_set(plan, "CUCACHE_SNAPSHOT", run_dup(o->snapshot));
     if (o->snapshot_on)
         plan_set(plan, "CUCACHE_SNAPSHOT_ON", run_dup(o->snapshot_on));
+    for (size_t k = 0; k < HOOK_NFRAMEWORKS; k++)
+        if (!o->keep[k] && !secure_getenv(hook_frameworks[k].off_var))
+            plan_set(plan, hook_frameworks[k].off_var, run_dup(hook_frameworks[k].off_value));
 }
 
 int main(int argc, char **argv)

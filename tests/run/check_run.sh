@@ -57,13 +57,16 @@ err_has() {
 
 # The variables a test controls, cleared so that the caller's do not leak in.
 clean_env=(env -u LD_PRELOAD -u LD_LIBRARY_PATH -u CUCACHE_CONF -u CUCACHE_REPORT -u CUCACHE_TRACE
-           -u CUCACHE_SNAPSHOT -u CUCACHE_SIM_CAPACITY)
+           -u CUCACHE_SNAPSHOT -u CUCACHE_SIM_CAPACITY -u PYTORCH_NO_CUDA_MEMORY_CACHING)
+# PyTorch's own cache turned off, last (interpose/framework.h)
+torch_off=PYTORCH_NO_CUDA_MEMORY_CACHING=1
 
 case $case_name in
 print-env)
     # the changes, in order, and nothing else
     expect 0 "${clean_env[@]}" "$CUCACHE_RUN" --print-env
-    out_is "LD_PRELOAD=$lib"
+    out_is "LD_PRELOAD=$lib
+$torch_off"
     expect 0 "${clean_env[@]}" "$CUCACHE_RUN" --sim=8G --conf reuse:fenced --conf=max_split_size_mb:64 --report \
         --trace "$tmp/t.%p" --snapshot "$tmp/s.json" --snapshot-on oom,exit --print-env
     out_is "LD_PRELOAD=$lib
@@ -73,15 +76,18 @@ CUCACHE_CONF=reuse:fenced,max_split_size_mb:64
 CUCACHE_REPORT=exit
 CUCACHE_TRACE=$tmp/t.%p
 CUCACHE_SNAPSHOT=$tmp/s.json
-CUCACHE_SNAPSHOT_ON=oom,exit"
+CUCACHE_SNAPSHOT_ON=oom,exit
+$torch_off"
     # --sim alone leaves the capacity to the simulator
     expect 0 "${clean_env[@]}" "$CUCACHE_RUN" --sim --print-env
     out_is "LD_PRELOAD=$lib
-LD_LIBRARY_PATH=$sim_dir"
+LD_LIBRARY_PATH=$sim_dir
+$torch_off"
     # what was there is kept, after ours
     expect 0 "${clean_env[@]}" LD_PRELOAD=libm.so.6 LD_LIBRARY_PATH=/opt/x:/opt/y "$CUCACHE_RUN" --sim --print-env
     out_is "LD_PRELOAD=$lib:libm.so.6
-LD_LIBRARY_PATH=$sim_dir:/opt/x:/opt/y"
+LD_LIBRARY_PATH=$sim_dir:/opt/x:/opt/y
+$torch_off"
     # --conf replaces CUCACHE_CONF; without --conf it is left alone
     expect 0 "${clean_env[@]}" CUCACHE_CONF=reuse:sync "$CUCACHE_RUN" --conf reuse:stream --print-env
     out_has "CUCACHE_CONF=reuse:stream"
@@ -90,6 +96,13 @@ LD_LIBRARY_PATH=$sim_dir:/opt/x:/opt/y"
     out_lacks "CUCACHE_CONF"
     # with a command, the command is not run
     expect 0 "${clean_env[@]}" "$CUCACHE_RUN" --print-env "$RUN_PROBE" 3
+    out_is "LD_PRELOAD=$lib
+$torch_off"
+    # PyTorch's cache: off unless the environment says otherwise (any value:
+    # PyTorch reads only whether the variable is set) or it is kept
+    expect 0 "${clean_env[@]}" PYTORCH_NO_CUDA_MEMORY_CACHING=0 "$CUCACHE_RUN" --print-env
+    out_is "LD_PRELOAD=$lib"
+    expect 0 "${clean_env[@]}" "$CUCACHE_RUN" --keep-torch-cache --print-env
     out_is "LD_PRELOAD=$lib"
     # the capacity forms the simulator reads
     for c in 4M 16T 1.5G 512MiB 64mb 80g 8388608 0.5GB; do
@@ -190,10 +203,12 @@ lookup)
     inst=$(cd "$tmp/inst" && pwd -P)
     expect 0 "${clean_env[@]}" "$tmp/inst/cucache-run" --sim --print-env
     out_is "LD_PRELOAD=$inst/libcucache.so
-LD_LIBRARY_PATH=$inst/$RUN_SIM_BUILD_REL"
+LD_LIBRARY_PATH=$inst/$RUN_SIM_BUILD_REL
+$torch_off"
     expect 0 "${clean_env[@]}" "$tmp/bare/cucache-run" --sim --print-env
     out_is "LD_PRELOAD=$lib
-LD_LIBRARY_PATH=$sim_dir"
+LD_LIBRARY_PATH=$sim_dir
+$torch_off"
     # none: a clear error naming the places, status 125
     nowhere_dir=$(cd "$(dirname "$RUN_NOWHERE")" && pwd -P)
     expect 125 "$RUN_NOWHERE" "$RUN_PROBE"
@@ -210,7 +225,8 @@ LD_LIBRARY_PATH=$sim_dir"
         p=$(cd "$tmp/$where" && pwd -P)
         expect 0 "${clean_env[@]}" "$tmp/$where/$RUN_BINDIR/cucache-run" --sim --print-env
         out_is "LD_PRELOAD=$p/$RUN_LIBDIR/libcucache.so.0
-LD_LIBRARY_PATH=$p/$RUN_LIBDIR/cucache/sim"
+LD_LIBRARY_PATH=$p/$RUN_LIBDIR/cucache/sim
+$torch_off"
     done
     # installed without the library: all three places named
     rm "$tmp/moved/$RUN_LIBDIR/libcucache.so.0"

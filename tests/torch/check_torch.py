@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Real PyTorch on the simulated GPU (suite 'torch'): one case per test.
+
+    check_torch.py BUILD_DIR CASE
+
+Each case runs Debian's unmodified PyTorch (the root scripts/torch-env
+makes) on the simulator built in BUILD_DIR, with the race detector fatal
+(CUCACHE_SIM_RACE_FATAL=1: a race aborts the run), and checks what it can:
+
+    alone-W       workload W (mlp, gpt, cnn) with PyTorch's own allocator
+                  and nothing of cucache: its steps run, PyTorch counts
+                  its memory
+    preload-W     W under cucache-run --sim, as a user runs it: cucache-run
+                  turns PyTorch's cache off, cucache serves every tensor
+                  (allocations and hits counted)
+    pluggable-W   W through cucache.torch.enable() under cucache-run
+    snapshot      PyTorch's _record_memory_history/_dump_snapshot on its
+                  own allocator: the pickle holds the segments and events
+    keep-cache    cucache-run --keep-torch-cache: PyTorch's cache stays on,
+                  and cucache says once what that means
+    oom           an allocation larger than the device: PyTorch's own
+                  OutOfMemoryError and message, alone and under cucache
+    expandable    PyTorch's own expandable_segments:True runs the MLP
+    async         PyTorch's own backend:cudaMallocAsync runs the MLP
+
+Exit 77 (skipped) when not root or when the root is missing or stale:
+scripts/torch-check makes it and runs this suite.
+"""
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+TORCH_ENV = os.path.join(REPO, "scripts", "torch-env")
+WORKLOADS = os.path.join(HERE, "workloads.py")
+CACHE_ON = "PyTorch's own caching allocator is on"  # interpose/framework.c's line
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+class Env:
+    def __init__(self, build):
+        self.build = os.path.abspath(build)
+        self.simlib = os.path.join(self.build, "subprojects", "cusim", "lib")
+        self.run_bin = os.path.join(self.build, "cucache-run")
+        self.python_dir = os.path.join(REPO, "python")
+
+    def run(self, argv, env=None, cucache=False, timeout=900):
+        """Runs argv inside the root on the simulator; returns (rc, stdout, stderr)."""
+        base = {
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": "/root",
+            "PYTHONPATH": self.python_dir,
+            "CUCACHE_SIM_RACE_FATAL": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        base.update(env or {})
+        if cucache:
+            cmd = [self.run_bin, "--sim"] + argv
+        else:
+            base["LD_LIBRARY_PATH"] = self.simlib
+            cmd = argv
+        full = [TORCH_ENV, "run", "env", "-i"] + [f"{k}={v}" for k, v in base.items()] + cmd
+        p = subprocess.run(full, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return p.returncode, p.stdout, p.stderr
+
+    def workload(self, name, route, cucache, env=None, extra=()):
+        rc, out, err = self.run(["python3", WORKLOADS, name, "--route", route] + list(extra), env=env, cucache=cucache)
+        if rc != 0:
+            fail(f"{name} ({route}) exited {rc}:\n{err[-4000:]}")
+        lines = [l for l in out.splitlines() if l.startswith("{")]
+        if not lines:
+            fail(f"{name} ({route}) printed no result:\n{out[-2000:]}\n{err[-2000:]}")
+        res = json.loads(lines[-1])
+        print(json.dumps(res))
+        return res, err
+
+
+def check_steps(res, steps=3):
+    if res["steps"] != steps:
+        fail(f"{res['workload']}: {res['steps']} steps ran, expected {steps}")
+
+
+def case_alone(e, w):
+    res, _ = e.workload(w, "torch", cucache=False)
+    check_steps(res)
+    if res["cucache"] is not None:
+        fail("cucache is loaded in a run without it")
+    t = res["torch"]
+    if "unavailable" in t or t["reserved_bytes.all.peak"] <= 0 or t["allocated_bytes.all.peak"] <= 0:
+        fail(f"PyTorch's allocator counted nothing: {t}")
+    if t["num_ooms"] != 0:
+        fail(f"PyTorch counted {t['num_ooms']} OOMs")
+
+
+def check_cucache_served(res, what):
+    c = res["cucache"]
+    if not c:
+        fail(f"{what}: cucache is not loaded in the process")
+    if c.get("allocation.all.allocated", 0) <= 0:
+        fail(f"{what}: cucache served no allocation: {c}")
+    if c.get("num_ooms", 0) != 0:
+        fail(f"{what}: cucache counted {c['num_ooms']} OOMs")
+
+
+def case_preload(e, w):
+    res, _ = e.workload(w, "preload", cucache=True)
+    check_steps(res)
+    if res["no_caching"] != "1":
+        fail(f"cucache-run left PyTorch's cache on (PYTORCH_NO_CUDA_MEMORY_CACHING={res['no_caching']!r})")
+    check_cucache_served(res, f"{w} (preload)")
+    # every tensor is a cudaMalloc: far more allocations than segments,
+    # the rest served from cucache's cache
+    c = res["cucache"]
+    if c["allocation.all.allocated"] <= 4 * c["segment.all.allocated"]:
+        fail(f"{w} (preload): {c['allocation.all.allocated']} allocations over {c['segment.all.allocated']} segments: "
+             "PyTorch's cache is still in front of cucache")
+
+
+def case_pluggable(e, w):
+    res, err = e.workload(w, "pluggable", cucache=True)
+    check_steps(res)
+    check_cucache_served(res, f"{w} (pluggable)")
+    if CACHE_ON in err:
+        fail(f"{w} (pluggable): cucache said PyTorch's cache is on, where cucache is PyTorch's allocator")
+
+
+def case_snapshot(e):
+    path = os.path.join(e.build, "torch-snapshot.pickle")
+    if os.path.exists(path):
+        os.unlink(path)
+    res, _ = e.workload("mlp", "torch", cucache=False, extra=["--snapshot", path])
+    check_steps(res)
+    with open(path, "rb") as f:
+        snap = pickle.load(f)
+    segs = snap.get("segments", [])
+    traces = snap.get("device_traces", [[]])
+    if not segs or sum(s["total_size"] for s in segs) <= 0:
+        fail(f"PyTorch's snapshot holds no segment: {list(snap)}")
+    actions = {ev["action"] for ev in traces[0]}
+    if not {"alloc", "free_completed"} <= actions:
+        fail(f"PyTorch's snapshot has no alloc/free events: {sorted(actions)}")
+    print(f"snapshot: {len(segs)} segments, {len(traces[0])} events")
+
+
+def case_keep_cache(e):
+    res, err = e.workload("mlp", "preload", cucache=True)
+    if res["no_caching"] != "1":
+        fail("cucache-run did not turn PyTorch's cache off by default")
+    if CACHE_ON in err:
+        fail("cucache said PyTorch's cache is on, with it off")
+    rc, out, err = e.run(["--keep-torch-cache", "python3", WORKLOADS, "mlp", "--route", "preload"], cucache=True)
+    if rc != 0:
+        fail(f"--keep-torch-cache run exited {rc}:\n{err[-3000:]}")
+    res = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    if res["no_caching"] is not None:
+        fail(f"--keep-torch-cache still set PYTORCH_NO_CUDA_MEMORY_CACHING={res['no_caching']}")
+    if CACHE_ON not in err:
+        fail(f"cucache did not say that PyTorch's cache is on:\n{err[-3000:]}")
+    if err.count(CACHE_ON) != 1:
+        fail("cucache said more than once that PyTorch's cache is on")
+
+
+OOM_PROG = r"""
+import sys, torch
+try:
+    x = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError as e:
+    print("OOM:" + str(e).splitlines()[0])
+    sys.exit(0)
+print("no OOM")
+sys.exit(1)
+"""
+
+
+def case_oom(e):
+    for cucache in (False, True):
+        rc, out, err = e.run(["python3", "-c", OOM_PROG], env={"CUCACHE_SIM_CAPACITY": "2G"}, cucache=cucache)
+        line = next((l for l in out.splitlines() if l.startswith("OOM:")), None)
+        if rc != 0 or not line:
+            fail(f"no OutOfMemoryError ({'cucache' if cucache else 'alone'}), exit {rc}:\n{out[-1000:]}\n{err[-3000:]}")
+        if "CUDA out of memory. Tried to allocate 3.00 GiB" not in line:
+            fail(f"not PyTorch's message: {line}")
+        if "INTERNAL ASSERT" in out + err:
+            fail(f"PyTorch asserted:\n{err[-3000:]}")
+        print(("cucache: " if cucache else "alone: ") + line[4:200])
+
+
+def case_conf(e, conf):
+    res, _ = e.workload("mlp", "torch", cucache=False, env={"PYTORCH_CUDA_ALLOC_CONF": conf})
+    check_steps(res)
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__)
+        return 2
+    build, case = sys.argv[1], sys.argv[2]
+    if os.geteuid() != 0:
+        print("SKIP: the PyTorch root is entered with chroot: run as root")
+        return 77
+    if subprocess.run([TORCH_ENV, "check"]).returncode != 0:
+        print("SKIP: the PyTorch root is missing or stale: scripts/torch-check makes it (scripts/torch-env)")
+        return 77
+    e = Env(build)
+    kind, _, w = case.partition("-")
+    if kind == "alone":
+        case_alone(e, w)
+    elif kind == "preload":
+        case_preload(e, w)
+    elif kind == "pluggable":
+        case_pluggable(e, w)
+    elif case == "snapshot":
+        case_snapshot(e)
+    elif case == "keep-cache":
+        case_keep_cache(e)
+    elif case == "oom":
+        case_oom(e)
+    elif case == "expandable":
+        case_conf(e, "expandable_segments:True")
+    elif case == "async":
+        case_conf(e, "backend:cudaMallocAsync")
+    else:
+        print(f"unknown case {case}")
+        return 2
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Real PyTorch training steps for the simulated GPU: a fixed-shape MLP, a
+small GPT-like decoder and a small CNN, each a few steps of forward,
+backward and AdamW.  Seeded; the shapes never depend on values (the
+simulated device computes none).
+
+    python3 workloads.py WORKLOAD [--steps N] [--route ROUTE] [--snapshot FILE]
+
+WORKLOAD: mlp, gpt or cnn.  ROUTE says who serves PyTorch's tensors, and
+what the program does about it:
+    torch      PyTorch's own caching allocator (no cucache: run it plain)
+    preload    cucache through LD_PRELOAD (cucache-run) under PyTorch's
+               allocator with its cache off (PYTORCH_NO_CUDA_MEMORY_CACHING)
+    pluggable  cucache.torch.enable(): cucache is PyTorch's allocator
+--snapshot FILE: PyTorch's own memory history (_record_memory_history),
+dumped to FILE after the steps (PyTorch's allocator only).
+
+Prints one line of JSON: what ran, PyTorch's counters where its allocator
+has them, cucache's where cucache is loaded, and the time per step.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Mlp(nn.Module):
+    def __init__(self, width=2048, depth=4, dim=512):
+        super().__init__()
+        layers = [nn.Linear(dim, width), nn.GELU()]
+        for _ in range(depth - 2):
+            layers += [nn.Linear(width, width), nn.GELU()]
+        layers.append(nn.Linear(width, dim))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (y.view(b, t, self.heads, d // self.heads).transpose(1, 2) for y in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab=8192, dim=384, heads=6, layers=4, ctx=256):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(ctx, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok(idx) + self.pos(pos)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln(x))
+
+
+class Cnn(nn.Module):
+    def __init__(self, classes=100):
+        super().__init__()
+        chans = [3, 32, 64, 128, 256]
+        layers = []
+        for cin, cout in zip(chans, chans[1:]):
+            layers += [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(2)]
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(chans[-1], classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean(dim=(2, 3)))
+
+
+def make(name, dev):
+    """The model, and a function that makes one step's batch and loss."""
+    if name == "mlp":
+        model = Mlp().to(dev)
+        x = torch.randn(256, 512, device=dev)
+        y = torch.randn(256, 512, device=dev)
+        return model, lambda: F.mse_loss(model(x), y)
+    if name == "gpt":
+        model = Decoder().to(dev)
+        idx = torch.randint(0, 8192, (8, 256), device=dev)
+        tgt = torch.randint(0, 8192, (8, 256), device=dev)
+        return model, lambda: F.cross_entropy(model(idx).view(-1, 8192), tgt.view(-1))
+    if name == "cnn":
+        model = Cnn().to(dev)
+        x = torch.randn(32, 3, 64, 64, device=dev)
+        y = torch.randint(0, 100, (32,), device=dev)
+        return model, lambda: F.cross_entropy(model(x), y)
+    raise SystemExit(f"workloads.py: unknown workload '{name}' (mlp, gpt, cnn)")
+
+
+def torch_counters():
+    """PyTorch's own allocator's counters, or why there are none."""
+    try:
+        s = torch.cuda.memory_stats()
+    except Exception as e:  # the pluggable allocator has none in PyTorch 2.6
+        return {"unavailable": str(e).splitlines()[0]}
+    return {k: s.get(k, 0) for k in ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "num_alloc_retries",
+                                     "num_ooms", "allocation.all.allocated", "segment.all.allocated")}
+
+
+def cucache_counters():
+    """cucache's counters (the cucache Python package) when libcucache.so
+    is in the process, else None."""
+    try:
+        import cucache
+    except ImportError:
+        return None
+    if not cucache.available():
+        return None
+    s = cucache.memory_stats()
+    keys = ("allocation.all.allocated", "segment.all.allocated", "allocated_bytes.all.peak",
+            "reserved_bytes.all.peak", "num_alloc_retries", "num_ooms", "num_hits")
+    return {k: s[k] for k in keys if k in s}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("workload")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--route", choices=("torch", "preload", "pluggable"), default="torch")
+    ap.add_argument("--snapshot")
+    ap.add_argument("--cudnn", choices=("on", "off"), default="off")
+    a = ap.parse_args()
+
+    if a.route == "pluggable":
+        import cucache.torch
+        cucache.torch.enable()
+    torch.backends.cudnn.enabled = a.cudnn == "on"
+    torch.manual_seed(0)
+    if a.snapshot:
+        torch.cuda.memory._record_memory_history(max_entries=100000)
+    dev = torch.device("cuda")
+    model, loss_fn = make(a.workload, dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    times = []
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    if a.snapshot:
+        torch.cuda.memory._dump_snapshot(a.snapshot)
+        torch.cuda.memory._record_memory_history(enabled=None)
+    out = {
+        "workload": a.workload,
+        "route": a.route,
+        "steps": len(times),
+        "step_s": sorted(times)[len(times) // 2],
+        "torch": torch_counters(),
+        "cucache": cucache_counters(),
+        "no_caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING"),
+        "torch_version": torch.__version__,
+    }
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
