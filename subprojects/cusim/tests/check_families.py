@@ -5,9 +5,9 @@ family changes."""
 import subprocess
 import sys
 
-gen, libcudart, libcuda, doc = sys.argv[1:5]
-want = subprocess.run([sys.executable, gen, "families", libcudart, libcuda], check=True, capture_output=True,
-                      text=True).stdout.strip()
+gen, libcudart, libcuda, libcudart12, doc = sys.argv[1:6]
+want = subprocess.run([sys.executable, gen, "families", libcudart, libcuda, libcudart12], check=True,
+                      capture_output=True, text=True).stdout.strip()
 text = open(doc).read()
 if want not in text:
     print(f"check_families: {doc}'s family tables differ from the built libraries; replace them with:")
