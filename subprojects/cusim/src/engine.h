@@ -118,11 +118,15 @@
  *                    runtime_func.c (attributes, occupancy, launch
  *                    variants), runtime_symbol.c (variables),
  *                    runtime_array.c (arrays, textures), runtime_misc.c;
- *                    runtime_stub.c the runtime's "not supported"
+ *                    runtime_stub.c the runtime's "not supported";
+ *                    runtime12.c, runtime13.c each major's exports of
+ *                    the calls CUDA 13 changed (runtime_major.h; CUDA
+ *                    12.4's declarations: runtime12.h)
  *   stub.h           the generated weak stubs of every real entry point
- *                    not simulated (exports/cuda.txt, cudart.txt list all,
- *                    gen-exports writes the stubs; the driver's answer is
- *                    in driver.c)
+ *                    not simulated (exports/cuda.txt, cudart.txt,
+ *                    cudart12.txt list all, gen-exports writes the stubs
+ *                    and the runtimes' version scripts; the driver's
+ *                    answer is in driver.c)
  *   errors.h         the error codes, names and texts the driver and the
  *                    runtime share
  *   nvml.c           the simulated NVML, libnvidia-ml.so.1 (nvml.h: its ABI):

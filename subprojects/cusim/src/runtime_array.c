@@ -13,6 +13,7 @@
 
 #include "array_format.h"
 #include "runtime_internal.h"
+#include "runtime_major.h"
 
 /* ------------------------------------------------------------------------
  * Channel descriptors
@@ -502,8 +503,12 @@ RT_STREAM_API(cudaMemcpy3DAsync, cudaMemcpy3DAsync_ptsz, rt_memcpy3d_async,
  * Texture and surface objects
  * ---------------------------------------------------------------------- */
 
-static cudaError_t rt_res_to_cu(const struct cudaResourceDesc *in, CUDA_RESOURCE_DESC *out)
+/* The caller's resource description has rt_abi.resource_desc bytes. */
+static cudaError_t rt_res_to_cu(const struct cudaResourceDesc *caller, CUDA_RESOURCE_DESC *out)
 {
+    struct cudaResourceDesc whole = {0};
+    const struct cudaResourceDesc *in = &whole;
+    memcpy(&whole, caller, rt_abi.resource_desc);
     memset(out, 0, sizeof *out);
     out->resType = (CUresourcetype)in->resType;
     out->flags = in->flags;
@@ -630,8 +635,9 @@ RT_API cudaError_t cudaCreateTextureObject(cudaTextureObject_t *pTexObject, cons
     cudaError_t e = rt_res_to_cu(pResDesc, &r);
     if (e == cudaSuccess)
         e = rt_tex_to_cu(pTexDesc, &t);
+    memset(&v, 0, sizeof v);
     if (pResViewDesc)
-        memcpy(&v, pResViewDesc, sizeof v);
+        memcpy(&v, pResViewDesc, rt_abi.resource_view_desc);
     if (e == cudaSuccess)
         e = RT_FORWARD(RT_DRV->cuTexObjectCreate(&o, &r, &t, pResViewDesc ? &v : NULL));
     if (e == cudaSuccess)
@@ -654,8 +660,11 @@ static cudaError_t rt_object_res_desc(struct cudaResourceDesc *out, unsigned lon
         return rt_ret(cudaErrorInvalidValue);
     cudaError_t e = RT_FORWARD(
         (surface ? RT_DRV->cuSurfObjectGetResourceDesc : RT_DRV->cuTexObjectGetResourceDesc)(&r, h));
-    if (e == cudaSuccess)
-        rt_res_from_cu(&r, out);
+    if (e == cudaSuccess) {
+        struct cudaResourceDesc whole;
+        rt_res_from_cu(&r, &whole);
+        memcpy(out, &whole, rt_abi.resource_desc);
+    }
     return rt_ret(e);
 }
 
@@ -683,7 +692,7 @@ RT_API cudaError_t cudaGetTextureObjectResourceViewDesc(struct cudaResourceViewD
         return rt_ret(cudaErrorInvalidValue);
     cudaError_t e = RT_FORWARD(RT_DRV->cuTexObjectGetResourceViewDesc(&v, texObject));
     if (e == cudaSuccess)
-        memcpy(pResViewDesc, &v, sizeof v);
+        memcpy(pResViewDesc, &v, rt_abi.resource_view_desc);
     return rt_ret(e);
 }
 

@@ -13,6 +13,7 @@
 
 #include "errors.h"
 #include "runtime_internal.h"
+#include "runtime_major.h"
 
 /* ------------------------------------------------------------------------
  * Driver loading
@@ -554,16 +555,9 @@ static cudaError_t rt_props_fill(struct cudaDeviceProp *p, CUdevice dev)
     return rt_err(r);
 }
 
-/* Bytes of struct cudaDeviceProp that CUDA 11, 12 and 13 lay out alike:
- * name .. maxGridSize.  CUDA 12 (and 11) had clockRate next and a different
- * total size, so libcudart.so.12 writes this prefix only and never past it;
- * the CUDA 13 layout below it is not the caller's. */
-#define RT_PROP_COMMON_BYTES                                                                                           \
-    (offsetof(struct cudaDeviceProp, maxGridSize) + sizeof(((struct cudaDeviceProp *)0)->maxGridSize))
-
-/* Fills `bytes` bytes of the caller's struct (all of it in the CUDA 13
- * layout, or the common prefix for CUDA 12). */
-static cudaError_t rt_props(void *prop, int device, size_t bytes)
+/* The device's properties in the CUDA 13 layout; *prop is written only
+ * on success.  The exports are each runtime's (runtime12.c, runtime13.c). */
+RT_HIDDEN cudaError_t rt_props(struct cudaDeviceProp *prop, int device)
 {
     struct cudaDeviceProp p;
     CUdevice dev;
@@ -575,30 +569,9 @@ static cudaError_t rt_props(void *prop, int device, size_t bytes)
     memset(&p, 0, sizeof p);
     e = rt_props_fill(&p, dev);
     if (e == cudaSuccess)
-        memcpy(prop, &p, bytes);
+        *prop = p;
     return e;
 }
-
-#if SIM_CUDART_MAJOR == 12
-/* CUDA 12's headers map cudaGetDeviceProperties to this name (new layout);
- * the CUDA 13 headers no longer declare it. */
-RT_API cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device);
-
-RT_API cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device)
-{
-    return rt_ret(rt_props(prop, device, RT_PROP_COMMON_BYTES));
-}
-
-RT_API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
-{
-    return rt_ret(rt_props(prop, device, RT_PROP_COMMON_BYTES));
-}
-#else
-RT_API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
-{
-    return rt_ret(rt_props(prop, device, sizeof(struct cudaDeviceProp)));
-}
-#endif
 
 /* ------------------------------------------------------------------------
  * Driver entry points

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime_internal.h"
+#include "runtime_major.h"
 
 RT_API cudaError_t cudaGetFuncBySymbol(cudaFunction_t *functionPtr, const void *symbolPtr);
 
@@ -429,8 +430,8 @@ RT_API cudaError_t cudaGraphGetRootNodes(cudaGraph_t graph, cudaGraphNode_t *pRo
     return FWD(RT_DRV->cuGraphGetRootNodes(graph, pRootNodes, pNumRootNodes));
 }
 
-RT_API cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGraphNode_t *to,
-                                     cudaGraphEdgeData *edgeData, size_t *numEdges)
+RT_HIDDEN cudaError_t rt_graph_get_edges(cudaGraph_t graph, cudaGraphNode_t *from, cudaGraphNode_t *to,
+                                         cudaGraphEdgeData *edgeData, size_t *numEdges)
 {
     cudaError_t e = rt_enter();
     NEWER(fn, cuGraphGetEdges_v2, "cuGraphGetEdges", false);
@@ -439,8 +440,8 @@ RT_API cudaError_t cudaGraphGetEdges(cudaGraph_t graph, cudaGraphNode_t *from, c
     return rt_ret(e);
 }
 
-RT_API cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies,
-                                                cudaGraphEdgeData *edgeData, size_t *pNumDependencies)
+RT_HIDDEN cudaError_t rt_graph_node_get_dependencies(cudaGraphNode_t node, cudaGraphNode_t *pDependencies,
+                                                     cudaGraphEdgeData *edgeData, size_t *pNumDependencies)
 {
     cudaError_t e = rt_enter();
     NEWER(fn, cuGraphNodeGetDependencies_v2, "cuGraphNodeGetDependencies", false);
@@ -449,8 +450,8 @@ RT_API cudaError_t cudaGraphNodeGetDependencies(cudaGraphNode_t node, cudaGraphN
     return rt_ret(e);
 }
 
-RT_API cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGraphNode_t *pDependentNodes,
-                                                  cudaGraphEdgeData *edgeData, size_t *pNumDependentNodes)
+RT_HIDDEN cudaError_t rt_graph_node_get_dependent_nodes(cudaGraphNode_t node, cudaGraphNode_t *pDependentNodes,
+                                                        cudaGraphEdgeData *edgeData, size_t *pNumDependentNodes)
 {
     cudaError_t e = rt_enter();
     NEWER(fn, cuGraphNodeGetDependentNodes_v2, "cuGraphNodeGetDependentNodes", false);
@@ -460,8 +461,9 @@ RT_API cudaError_t cudaGraphNodeGetDependentNodes(cudaGraphNode_t node, cudaGrap
     return rt_ret(e);
 }
 
-RT_API cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNode_t *from, const cudaGraphNode_t *to,
-                                            const cudaGraphEdgeData *edgeData, size_t numDependencies)
+RT_HIDDEN cudaError_t rt_graph_add_dependencies(cudaGraph_t graph, const cudaGraphNode_t *from,
+                                                const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData,
+                                                size_t numDependencies)
 {
     cudaError_t e = rt_enter();
     NEWER(fn, cuGraphAddDependencies_v2, "cuGraphAddDependencies", false);
@@ -471,9 +473,9 @@ RT_API cudaError_t cudaGraphAddDependencies(cudaGraph_t graph, const cudaGraphNo
     return rt_ret(e);
 }
 
-RT_API cudaError_t cudaGraphRemoveDependencies(cudaGraph_t graph, const cudaGraphNode_t *from,
-                                               const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData,
-                                               size_t numDependencies)
+RT_HIDDEN cudaError_t rt_graph_remove_dependencies(cudaGraph_t graph, const cudaGraphNode_t *from,
+                                                   const cudaGraphNode_t *to, const cudaGraphEdgeData *edgeData,
+                                                   size_t numDependencies)
 {
     cudaError_t e = rt_enter();
     NEWER(fn, cuGraphRemoveDependencies_v2, "cuGraphRemoveDependencies", false);
@@ -637,10 +639,10 @@ RT_STREAM_API(cudaStreamBeginCaptureToGraph, cudaStreamBeginCaptureToGraph_ptsz,
                const cudaGraphEdgeData *dependencyData, size_t numDependencies, enum cudaStreamCaptureMode mode),
               stream, graph, dependencies, dependencyData, numDependencies, mode)
 
-static cudaError_t rt_get_capture_info(const rt_driver_t *d, cudaStream_t stream,
-                                       enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out,
-                                       cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out,
-                                       const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
+RT_HIDDEN cudaError_t rt_get_capture_info(const rt_driver_t *d, cudaStream_t stream,
+                                          enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out,
+                                          cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out,
+                                          const cudaGraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
     if (!captureStatus_out)
         return cudaErrorInvalidValue;
@@ -656,15 +658,9 @@ static cudaError_t rt_get_capture_info(const rt_driver_t *d, cudaStream_t stream
     return e;
 }
 
-RT_STREAM_API(cudaStreamGetCaptureInfo, cudaStreamGetCaptureInfo_ptsz, rt_get_capture_info,
-              (cudaStream_t stream, enum cudaStreamCaptureStatus *captureStatus_out, unsigned long long *id_out,
-               cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out, const cudaGraphEdgeData **edgeData_out,
-               size_t *numDependencies_out),
-              stream, captureStatus_out, id_out, graph_out, dependencies_out, edgeData_out, numDependencies_out)
-
-static cudaError_t rt_update_capture_deps(const rt_driver_t *d, cudaStream_t stream, cudaGraphNode_t *dependencies,
-                                          const cudaGraphEdgeData *dependencyData, size_t numDependencies,
-                                          unsigned int flags)
+RT_HIDDEN cudaError_t rt_update_capture_deps(const rt_driver_t *d, cudaStream_t stream, cudaGraphNode_t *dependencies,
+                                             const cudaGraphEdgeData *dependencyData, size_t numDependencies,
+                                             unsigned int flags)
 {
     cudaError_t e = rt_enter();
     NEWER(fn, cuStreamUpdateCaptureDependencies_v2, "cuStreamUpdateCaptureDependencies", d == &rt_drv[RT_PTDS]);
@@ -673,11 +669,6 @@ static cudaError_t rt_update_capture_deps(const rt_driver_t *d, cudaStream_t str
                : cudaErrorNotSupported;
     return e;
 }
-
-RT_STREAM_API(cudaStreamUpdateCaptureDependencies, cudaStreamUpdateCaptureDependencies_ptsz, rt_update_capture_deps,
-              (cudaStream_t stream, cudaGraphNode_t *dependencies, const cudaGraphEdgeData *dependencyData,
-               size_t numDependencies, unsigned int flags),
-              stream, dependencies, dependencyData, numDependencies, flags)
 
 /* ------------------------------------------------------------------------
  * Generic node parameters and conditional nodes
@@ -776,9 +767,9 @@ static cudaError_t node_params(const struct cudaGraphNodeParams *p, CUgraphNodeP
     return e;
 }
 
-RT_API cudaError_t cudaGraphAddNode(cudaGraphNode_t *pGraphNode, cudaGraph_t graph, const cudaGraphNode_t *pDependencies,
-                                    const cudaGraphEdgeData *dependencyData, size_t numDependencies,
-                                    struct cudaGraphNodeParams *nodeParams)
+RT_HIDDEN cudaError_t rt_graph_add_node(cudaGraphNode_t *pGraphNode, cudaGraph_t graph,
+                                        const cudaGraphNode_t *pDependencies, const cudaGraphEdgeData *dependencyData,
+                                        size_t numDependencies, struct cudaGraphNodeParams *nodeParams)
 {
     cudaError_t e = rt_enter();
     CUgraphNodeParams d;

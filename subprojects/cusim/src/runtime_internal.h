@@ -28,6 +28,9 @@
  *                     memory hints
  *   runtime_stub.c    the answer of the functions not simulated (stub.h;
  *                     shared runtimes only)
+ *   runtime12.c       libcudart.so.12's forms of the calls CUDA 13 changed
+ *   runtime13.c       libcudart.so.13's (and the static archive's); both
+ *                     over runtime_major.h, CUDA 12.4's ABI in runtime12.h
  *
  * Every runtime call with a _ptsz/_ptds twin is implemented once, taking the
  * driver table to use: rt_drv[RT_LEGACY] (entry points looked up with

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime_internal.h"
+#include "runtime_major.h"
 
 /* Device pointer to the runtime's void * and back. */
 static void *rt_host_ptr(CUdeviceptr p)
@@ -196,7 +197,9 @@ RT_API cudaError_t cudaIpcCloseMemHandle(void *devPtr)
 /* The driver answers zeros for memory it does not know: that is plain
  * (unregistered) host memory, which the real runtime reports with device -2
  * and the pointer itself as host pointer. */
-RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
+/* Fills CUDA 13's struct; the caller's has rt_abi.pointer_attributes bytes
+ * of it (CUDA 12's ends before the reserved words). */
+static cudaError_t rt_pointer_attributes(struct cudaPointerAttributes *attributes, const void *ptr)
 {
     unsigned int type = 0, managed = 0;
     int ordinal = 0;
@@ -206,13 +209,11 @@ RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrib
                                    CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
                                    CU_POINTER_ATTRIBUTE_IS_MANAGED};
     void *data[] = {&type, &ordinal, &dptr, &hptr, &managed};
-    if (!attributes)
-        return rt_ret(cudaErrorInvalidValue);
     cudaError_t e = rt_enter();
     if (e == cudaSuccess)
         e = rt_err(RT_DRV->cuPointerGetAttributes(5, which, data, rt_dptr(ptr)));
     if (e != cudaSuccess)
-        return rt_ret(e);
+        return e;
     *attributes = (struct cudaPointerAttributes){0};
     if (managed) {
         attributes->type = cudaMemoryTypeManaged;
@@ -230,6 +231,17 @@ RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrib
     attributes->devicePointer = rt_host_ptr(dptr);
     attributes->hostPointer = hptr;
     return cudaSuccess;
+}
+
+RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes, const void *ptr)
+{
+    struct cudaPointerAttributes a;
+    if (!attributes)
+        return rt_ret(cudaErrorInvalidValue);
+    cudaError_t e = rt_pointer_attributes(&a, ptr);
+    if (e == cudaSuccess)
+        memcpy(attributes, &a, rt_abi.pointer_attributes);
+    return rt_ret(e);
 }
 
 /* ------------------------------------------------------------------------

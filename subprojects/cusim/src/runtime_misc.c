@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runtime_internal.h"
+#include "runtime_major.h"
 
 /* The current device's driver handle, without making its context. */
 static cudaError_t rt_current_device(CUdevice *dev)
@@ -193,82 +194,19 @@ static CUmemLocation rt_location(struct cudaMemLocation l)
     return (CUmemLocation){(CUmemLocationType)l.type, l.id};
 }
 
-static cudaError_t rt_prefetch(const rt_driver_t *d, const void *devPtr, size_t count,
-                               struct cudaMemLocation location, unsigned flags, cudaStream_t stream)
+RT_HIDDEN cudaError_t rt_prefetch(const rt_driver_t *d, const void *devPtr, size_t count,
+                                  struct cudaMemLocation location, unsigned flags, cudaStream_t stream)
 {
     return RT_FORWARD(
         d->cuMemPrefetchAsync_v2((CUdeviceptr)(uintptr_t)devPtr, count, rt_location(location), flags, stream));
 }
 
-static cudaError_t rt_advise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice,
-                             struct cudaMemLocation location)
+RT_HIDDEN cudaError_t rt_advise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice,
+                                struct cudaMemLocation location)
 {
     return RT_FORWARD(
         RT_DRV->cuMemAdvise_v2((CUdeviceptr)(uintptr_t)devPtr, count, (CUmem_advise)advice, rt_location(location)));
 }
-
-#if SIM_CUDART_MAJOR == 12
-/* CUDA 12 exports the 12.0 forms (a device) under the plain names and the
- * location forms as _v2; CUDA 13 only the location forms, plainly named.
- * cuda_api.h declares the CUDA 13 forms, so the 12.0 ones are defined
- * under other C names with the exported symbol's name as assembler name. */
-RT_API cudaError_t rt12_prefetch(const void *devPtr, size_t count, int dstDevice, cudaStream_t stream)
-    __asm__("cudaMemPrefetchAsync");
-RT_API cudaError_t rt12_prefetch_ptsz(const void *devPtr, size_t count, int dstDevice, cudaStream_t stream)
-    __asm__("cudaMemPrefetchAsync_ptsz");
-RT_API cudaError_t rt12_advise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice, int device)
-    __asm__("cudaMemAdvise");
-RT_API cudaError_t cudaMemPrefetchAsync_v2(const void *devPtr, size_t count, struct cudaMemLocation location,
-                                           unsigned int flags, cudaStream_t stream);
-RT_API cudaError_t cudaMemPrefetchAsync_v2_ptsz(const void *devPtr, size_t count, struct cudaMemLocation location,
-                                                unsigned int flags, cudaStream_t stream);
-RT_API cudaError_t cudaMemAdvise_v2(const void *devPtr, size_t count, enum cudaMemoryAdvise advice,
-                                    struct cudaMemLocation location);
-
-/* The CUDA 12.0 forms' device: cudaCpuDeviceId is the host. */
-static struct cudaMemLocation rt_location_of_device(int device)
-{
-    return device == cudaCpuDeviceId ? (struct cudaMemLocation){cudaMemLocationTypeHost, 0}
-                                     : (struct cudaMemLocation){cudaMemLocationTypeDevice, device};
-}
-
-RT_API cudaError_t rt12_prefetch(const void *devPtr, size_t count, int dstDevice, cudaStream_t stream)
-{
-    return rt_ret(rt_prefetch(&rt_drv[RT_LEGACY], devPtr, count, rt_location_of_device(dstDevice), 0, stream));
-}
-
-RT_API cudaError_t rt12_prefetch_ptsz(const void *devPtr, size_t count, int dstDevice, cudaStream_t stream)
-{
-    return rt_ret(rt_prefetch(&rt_drv[RT_PTDS], devPtr, count, rt_location_of_device(dstDevice), 0, stream));
-}
-
-RT_STREAM_API(cudaMemPrefetchAsync_v2, cudaMemPrefetchAsync_v2_ptsz, rt_prefetch,
-              (const void *devPtr, size_t count, struct cudaMemLocation location, unsigned int flags,
-               cudaStream_t stream),
-              devPtr, count, location, flags, stream)
-
-RT_API cudaError_t rt12_advise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice, int device)
-{
-    return rt_ret(rt_advise(devPtr, count, advice, rt_location_of_device(device)));
-}
-
-RT_API cudaError_t cudaMemAdvise_v2(const void *devPtr, size_t count, enum cudaMemoryAdvise advice,
-                                    struct cudaMemLocation location)
-{
-    return rt_ret(rt_advise(devPtr, count, advice, location));
-}
-#else
-RT_STREAM_API(cudaMemPrefetchAsync, cudaMemPrefetchAsync_ptsz, rt_prefetch,
-              (const void *devPtr, size_t count, struct cudaMemLocation location, unsigned int flags,
-               cudaStream_t stream),
-              devPtr, count, location, flags, stream)
-
-RT_API cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice,
-                                 struct cudaMemLocation location)
-{
-    return rt_ret(rt_advise(devPtr, count, advice, location));
-}
-#endif
 
 RT_API cudaError_t cudaMemRangeGetAttributes(void **data, size_t *dataSizes, enum cudaMemRangeAttribute *attributes,
                                              size_t numAttributes, const void *devPtr, size_t count)
