@@ -25,35 +25,88 @@ RT_HIDDEN const rt_abi_t rt_abi = {
  * ---------------------------------------------------------------------- */
 
 /* The fields CUDA 12 and 13 both have, copied from CUDA 13's struct. */
+/* clang-format off */
 #define RT12_PROP_COMMON(X)                                                                                            \
     X(name)                                                                                                            \
-    X(uuid) X(luid) X(luidDeviceNodeMask) X(totalGlobalMem) X(sharedMemPerBlock) X(regsPerBlock) X(warpSize)           \
-        X(memPitch) X(maxThreadsPerBlock) X(maxThreadsDim) X(maxGridSize) X(totalConstMem) X(major) X(minor) X(        \
-            textureAlignment) X(texturePitchAlignment) X(multiProcessorCount) X(integrated) X(canMapHostMemory)        \
-            X(maxTexture1D) X(maxTexture1DMipmap) X(maxTexture2D) X(maxTexture2DMipmap) X(maxTexture2DLinear) X(       \
-                maxTexture2DGather) X(maxTexture3D) X(maxTexture3DAlt) X(maxTextureCubemap) X(maxTexture1DLayered)     \
-                X(maxTexture2DLayered) X(maxTextureCubemapLayered) X(maxSurface1D) X(maxSurface2D) X(maxSurface3D)     \
-                    X(maxSurface1DLayered) X(maxSurface2DLayered) X(maxSurfaceCubemap) X(maxSurfaceCubemapLayered) X(  \
-                        surfaceAlignment) X(concurrentKernels) X(ECCEnabled) X(pciBusID) X(pciDeviceID) X(pciDomainID) \
-                        X(tccDriver) X(asyncEngineCount) X(unifiedAddressing) X(memoryBusWidth) X(l2CacheSize)         \
-                            X(persistingL2CacheMaxSize) X(maxThreadsPerMultiProcessor) X(streamPrioritiesSupported)    \
-                                X(globalL1CacheSupported) X(localL1CacheSupported) X(sharedMemPerMultiprocessor) X(    \
-                                    regsPerMultiprocessor) X(managedMemory) X(isMultiGpuBoard) X(multiGpuBoardGroupID) \
-                                    X(hostNativeAtomicSupported) X(pageableMemoryAccess) X(concurrentManagedAccess) X( \
-                                        computePreemptionSupported) X(canUseHostPointerForRegisteredMem)               \
-                                        X(cooperativeLaunch) X(sharedMemPerBlockOptin) X(                              \
-                                            pageableMemoryAccessUsesHostPageTables) X(directManagedMemAccessFromHost)  \
-                                            X(maxBlocksPerMultiProcessor) X(accessPolicyMaxWindowSize)                 \
-                                                X(reservedSharedMemPerBlock) X(hostRegisterSupported)                  \
-                                                    X(sparseCudaArraySupported) X(hostRegisterReadOnlySupported)       \
-                                                        X(timelineSemaphoreInteropSupported) X(memoryPoolsSupported)   \
-                                                            X(gpuDirectRDMASupported)                                  \
-                                                                X(gpuDirectRDMAFlushWritesOptions)                     \
-                                                                    X(gpuDirectRDMAWritesOrdering)                     \
-                                                                        X(memoryPoolSupportedHandleTypes)              \
-                                                                            X(deferredMappingCudaArraySupported)       \
-                                                                                X(ipcEventSupported) X(clusterLaunch)  \
-                                                                                    X(unifiedFunctionPointers)
+    X(uuid)                                                                                                            \
+    X(luid)                                                                                                            \
+    X(luidDeviceNodeMask)                                                                                              \
+    X(totalGlobalMem)                                                                                                  \
+    X(sharedMemPerBlock)                                                                                               \
+    X(regsPerBlock)                                                                                                    \
+    X(warpSize)                                                                                                        \
+    X(memPitch)                                                                                                        \
+    X(maxThreadsPerBlock)                                                                                              \
+    X(maxThreadsDim)                                                                                                   \
+    X(maxGridSize)                                                                                                     \
+    X(totalConstMem)                                                                                                   \
+    X(major)                                                                                                           \
+    X(minor)                                                                                                           \
+    X(textureAlignment)                                                                                                \
+    X(texturePitchAlignment)                                                                                           \
+    X(multiProcessorCount)                                                                                             \
+    X(integrated)                                                                                                      \
+    X(canMapHostMemory)                                                                                                \
+    X(maxTexture1D)                                                                                                    \
+    X(maxTexture2D)                                                                                                    \
+    X(maxTexture2DMipmap)                                                                                              \
+    X(maxTexture2DLinear)                                                                                              \
+    X(maxTexture2DGather)                                                                                              \
+    X(maxTexture3D)                                                                                                    \
+    X(maxTexture3DAlt)                                                                                                 \
+    X(maxTextureCubemap)                                                                                               \
+    X(maxTexture1DLayered)                                                                                             \
+    X(maxTexture2DLayered)                                                                                             \
+    X(maxTextureCubemapLayered)                                                                                        \
+    X(maxSurface1D)                                                                                                    \
+    X(maxSurface2D)                                                                                                    \
+    X(maxSurface3D)                                                                                                    \
+    X(maxSurface1DLayered)                                                                                             \
+    X(maxSurface2DLayered)                                                                                             \
+    X(maxSurfaceCubemap)                                                                                               \
+    X(maxSurfaceCubemapLayered)                                                                                        \
+    X(surfaceAlignment)                                                                                                \
+    X(ECCEnabled)                                                                                                      \
+    X(pciBusID)                                                                                                        \
+    X(pciDeviceID)                                                                                                     \
+    X(pciDomainID)                                                                                                     \
+    X(tccDriver)                                                                                                       \
+    X(asyncEngineCount)                                                                                                \
+    X(unifiedAddressing)                                                                                               \
+    X(memoryBusWidth)                                                                                                  \
+    X(l2CacheSize)                                                                                                     \
+    X(maxThreadsPerMultiProcessor)                                                                                     \
+    X(streamPrioritiesSupported)                                                                                       \
+    X(globalL1CacheSupported)                                                                                          \
+    X(localL1CacheSupported)                                                                                           \
+    X(sharedMemPerMultiprocessor)                                                                                      \
+    X(managedMemory)                                                                                                   \
+    X(isMultiGpuBoard)                                                                                                 \
+    X(multiGpuBoardGroupID)                                                                                            \
+    X(hostNativeAtomicSupported)                                                                                       \
+    X(pageableMemoryAccess)                                                                                            \
+    X(concurrentManagedAccess)                                                                                         \
+    X(canUseHostPointerForRegisteredMem)                                                                               \
+    X(cooperativeLaunch)                                                                                               \
+    X(sharedMemPerBlockOptin)                                                                                          \
+    X(directManagedMemAccessFromHost)                                                                                  \
+    X(maxBlocksPerMultiProcessor)                                                                                      \
+    X(accessPolicyMaxWindowSize)                                                                                       \
+    X(reservedSharedMemPerBlock)                                                                                       \
+    X(hostRegisterSupported)                                                                                           \
+    X(sparseCudaArraySupported)                                                                                        \
+    X(hostRegisterReadOnlySupported)                                                                                   \
+    X(timelineSemaphoreInteropSupported)                                                                               \
+    X(memoryPoolsSupported)                                                                                            \
+    X(gpuDirectRDMASupported)                                                                                          \
+    X(gpuDirectRDMAFlushWritesOptions)                                                                                 \
+    X(gpuDirectRDMAWritesOrdering)                                                                                     \
+    X(memoryPoolSupportedHandleTypes)                                                                                  \
+    X(deferredMappingCudaArraySupported)                                                                               \
+    X(ipcEventSupported)                                                                                               \
+    X(clusterLaunch)                                                                                                   \
+    X(unifiedFunctionPointers)
+/* clang-format on */
 
 /* The fields CUDA 13 removed: each is a device attribute, one row each. */
 static const struct {
