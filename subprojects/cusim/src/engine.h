@@ -64,7 +64,7 @@
  *
  * Files (sim_ throughout; the exported CUDA names, cucacheSim* and the
  * NVML's nvml* are the only symbols the libraries export: libcuda.map,
- * libcudart.map.in, libnvidia-ml.map):
+ * libnvidia-ml.map; the runtimes' are made from exports/ by gen-exports):
  *   config.c         the CUCACHE_SIM_* variables (config.h; the NVML reads
  *                    them too): their readers (sizes: parse_size) and how
  *                    a refusal shows a value (show)
@@ -123,8 +123,8 @@
  *                    the calls CUDA 13 changed (runtime_major.h; CUDA
  *                    12.4's declarations: runtime12.h)
  *   stub.h           the generated weak stubs of every real entry point
- *                    not simulated (exports/cuda.txt, cudart.txt,
- *                    cudart12.txt list all, gen-exports writes the stubs
+ *                    not simulated (exports/cuda.txt, exports/cudart.txt,
+ *                    exports/cudart12.txt list all, gen-exports writes the stubs
  *                    and the runtimes' version scripts; the driver's
  *                    answer is in driver.c)
  *   errors.h         the error codes, names and texts the driver and the
