@@ -16,6 +16,10 @@
 int sim_stub_runtime(atomic_flag *once, const char *name);
 /* The driver's answer (driver.c): CUDA_ERROR_NOT_SUPPORTED. */
 int sim_stub_driver(atomic_flag *once, const char *name);
+/* The cuDNN's (dnn.c): CUDNN_STATUS_NOT_SUPPORTED. */
+int sim_stub_dnn(atomic_flag *once, const char *name);
+/* The NVML's (nvml.c): NVML_ERROR_NOT_SUPPORTED. */
+int sim_stub_nvml(atomic_flag *once, const char *name);
 
 #define SIM_STUB(name, helper)                                                                                         \
     __attribute__((weak, visibility("default"))) int name(void);                                                       \
