@@ -125,7 +125,26 @@ DNN_API cudnnStatus_t cudnnCreate(dnn_handle_t **handle);
 DNN_API cudnnStatus_t cudnnDestroy(dnn_handle_t *handle);
 DNN_API cudnnStatus_t cudnnSetStream(dnn_handle_t *handle, void *stream);
 DNN_API cudnnStatus_t cudnnGetStream(dnn_handle_t *handle, void **stream);
-/* dnn_desc.c */
+/* dnn_desc.c: cudnnCreateXDescriptor and cudnnDestroyXDescriptor of every kind */
+#define DNN_DESC_DECLARE(X)                                                                                            \
+    DNN_API cudnnStatus_t cudnnCreate##X##Descriptor(void **d);                                                        \
+    DNN_API cudnnStatus_t cudnnDestroy##X##Descriptor(void *d);
+DNN_DESC_DECLARE(Tensor)
+DNN_DESC_DECLARE(Filter)
+DNN_DESC_DECLARE(Convolution)
+DNN_DESC_DECLARE(Activation)
+DNN_DESC_DECLARE(Pooling)
+DNN_DESC_DECLARE(Dropout)
+DNN_DESC_DECLARE(RNN)
+DNN_DESC_DECLARE(RNNData)
+DNN_DESC_DECLARE(CTCLoss)
+DNN_DESC_DECLARE(SpatialTransformer)
+DNN_DESC_DECLARE(LRN)
+DNN_DESC_DECLARE(OpTensor)
+DNN_DESC_DECLARE(ReduceTensor)
+DNN_DESC_DECLARE(TensorTransform)
+DNN_DESC_DECLARE(SeqData)
+DNN_DESC_DECLARE(Attn)
 DNN_API cudnnStatus_t cudnnSetTensorNdDescriptor(void *desc, int dataType, int nbDims, const int dimA[],
                                                  const int strideA[]);
 DNN_API cudnnStatus_t cudnnSetTensorNdDescriptorEx(void *desc, int format, int dataType, int nbDims, const int dimA[]);

@@ -65,12 +65,10 @@ static cudnnStatus_t desc_destroy(dnn_kind_t k, void *d)
 
 /* One row per kind: cudnnCreateXDescriptor and cudnnDestroyXDescriptor. */
 #define DNN_DESC_KIND(X, kind)                                                                                         \
-    DNN_API cudnnStatus_t cudnnCreate##X##Descriptor(void **d);                                                        \
     DNN_API cudnnStatus_t cudnnCreate##X##Descriptor(void **d)                                                         \
     {                                                                                                                  \
         return desc_create(kind, d);                                                                                   \
     }                                                                                                                  \
-    DNN_API cudnnStatus_t cudnnDestroy##X##Descriptor(void *d);                                                        \
     DNN_API cudnnStatus_t cudnnDestroy##X##Descriptor(void *d)                                                         \
     {                                                                                                                  \
         return desc_destroy(kind, d);                                                                                  \
