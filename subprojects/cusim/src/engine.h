@@ -132,6 +132,12 @@
  *   nvml.c           the simulated NVML, libnvidia-ml.so.1 (nvml.h: its ABI):
  *                    the devices of the same settings, their memory and
  *                    processes read from the shared table
+ *   nvml_query.c     the NVML's device and system queries (PCI, clocks,
+ *                    versions, no NvLink)
+ *   nvml_seam.h,     the NVML's one call into the driver of its process:
+ *   driver_nvml.c    a device of the process's own lists the process
+ *   dnn.c, dnn_desc.c the cuDNN stand-in, libcudnn.so.9 (dnn.h): handles,
+ *                    versions, descriptors; computing calls are stubs
  */
 #ifndef CUCACHE_SIM_ENGINE_H
 #define CUCACHE_SIM_ENGINE_H
