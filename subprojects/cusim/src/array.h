@@ -1,6 +1,7 @@
 /*
- * The simulator's growable, sorted arrays (engine.c implements the
- * three functions).  Included by engine.h.
+ * The simulator's host memory: allocations that abort when the host is out
+ * of memory, and growable, sorted arrays (array.c implements them).
+ * Included by engine.h.
  */
 #ifndef CUCACHE_SIM_ARRAY_H
 #define CUCACHE_SIM_ARRAY_H
@@ -8,6 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+
+/* malloc and calloc that log and abort when the host is out of memory. */
+void *sim_xmalloc(size_t n);
+void *sim_xcalloc(size_t n, size_t m);
 
 /* The growable arrays (the allocation table, free extents, small pages,
  * reservations, IPC records, race records), each a base, a count n and a

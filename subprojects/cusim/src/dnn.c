@@ -30,18 +30,6 @@ int sim_stub_dnn(atomic_flag *once, const char *name)
     return CUDNN_STATUS_NOT_SUPPORTED;
 }
 
-/* handles.c's allocation, as the driver has it: the table is this
- * library's own. */
-void *sim_xcalloc(size_t n, size_t m)
-{
-    void *p = calloc(n ? n : 1, m ? m : 1);
-    if (!p) {
-        sim_log("out of host memory (%zu x %zu bytes)", n, m);
-        abort();
-    }
-    return p;
-}
-
 /* ------------------------------------------------------------------------
  * Versions and errors
  * ---------------------------------------------------------------------- */

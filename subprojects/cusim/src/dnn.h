@@ -106,8 +106,6 @@ extern pthread_mutex_t dnn_lock;
 /* True when h is a live handle (takes dnn_lock). */
 int dnn_handle_live(const void *h);
 
-/* handles.c's allocator: this library's own (dnn.c). */
-void *sim_xcalloc(size_t n, size_t m);
 
 /* The entry points (the stubs are dnn_stubs.c's). */
 /* dnn.c */

@@ -69,9 +69,10 @@
  *                    them too): their readers (sizes: parse_size) and how
  *                    a refusal shows a value (show)
  *   log.c            sim_log, the one message sink (the NVML's too)
+ *   array.c          host memory that aborts when out, the sorted
+ *                    arrays (array.h; the cuDNN stand-in's too)
  *   engine.c         initialisation, vector
- *                    clocks, host threads, contexts, the sorted arrays
- *                    (array.h)
+ *                    clocks, host threads, contexts
  *   engine_stream.c  streams and their workers, CUDA's implicit
  *                    dependencies, host waits, stream-ordered frees
  *   engine_mem.c     pages and addresses, the live-allocation table, host
@@ -1043,7 +1044,5 @@ void sim_wait_until_ns(uint64_t t);
 uint64_t sim_kernel_ns(const char *name);
 void sim_sleep_us(unsigned us);
 const char *sim_stream_name(const struct CUstream_st *s, char *buf, size_t len);
-void *sim_xmalloc(size_t n);
-void *sim_xcalloc(size_t n, size_t m);
 
 #endif
