@@ -107,6 +107,8 @@ def check_cucache_served(res, what):
         fail(f"{what}: cucache served no allocation: {c}")
     if c.get("num_ooms", 0) != 0:
         fail(f"{what}: cucache counted {c['num_ooms']} OOMs")
+    if c.get("num_cache_hits", 0) <= 0:
+        fail(f"{what}: no allocation was served from cucache's cache: {c}")
 
 
 def case_preload(e, w):

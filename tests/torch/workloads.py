@@ -134,7 +134,7 @@ def cucache_counters():
         return None
     s = cucache.memory_stats()
     keys = ("allocation.all.allocated", "segment.all.allocated", "allocated_bytes.all.peak",
-            "reserved_bytes.all.peak", "num_alloc_retries", "num_ooms", "num_hits")
+            "reserved_bytes.all.peak", "num_alloc_retries", "num_ooms", "num_cache_hits")
     return {k: s[k] for k in keys if k in s}
 
 
