@@ -20,6 +20,8 @@ int sim_stub_driver(atomic_flag *once, const char *name);
 int sim_stub_dnn(atomic_flag *once, const char *name);
 /* The NVML's (nvml.c): NVML_ERROR_NOT_SUPPORTED. */
 int sim_stub_nvml(atomic_flag *once, const char *name);
+/* cuBLAS's and cuBLASLt's answer (blas_device.c): CUBLAS_STATUS_NOT_SUPPORTED. */
+int sim_stub_blas(atomic_flag *once, const char *name);
 
 #define SIM_STUB(name, helper)                                                                                         \
     __attribute__((weak, visibility("default"))) int name(void);                                                       \
