@@ -53,10 +53,17 @@ static void drv_resolve(void)
     drv_ok = ok;
 }
 
-CUcontext blas_context(void)
+/* Each library resolves its own table: a handle one library made may be
+ * used by the other (a cuBLAS handle cast to a cuBLASLt one). */
+static bool drv_ready(void)
 {
     pthread_once(&drv_once, drv_resolve);
-    if (!drv_ok || drv.cuInit(0) != CUDA_SUCCESS)
+    return drv_ok;
+}
+
+CUcontext blas_context(void)
+{
+    if (!drv_ready() || drv.cuInit(0) != CUDA_SUCCESS)
         return NULL;
     CUcontext ctx = NULL;
     if (drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
@@ -236,6 +243,8 @@ static bool report_bad_range(const blas_kernel_t *k)
 
 cublasStatus_t blas_kernel_launch(blas_kernel_t *k, CUcontext ctx)
 {
+    if (!drv_ready())
+        return CUBLAS_STATUS_NOT_INITIALIZED;
     CUcontext cur = NULL;
     if (drv.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && !cur)
         drv.cuCtxSetCurrent(ctx); /* a thread that has not used the device yet: the handle's */
@@ -249,6 +258,8 @@ cublasStatus_t blas_kernel_launch(blas_kernel_t *k, CUcontext ctx)
 
 cublasStatus_t blas_stream_wait(CUstream stream)
 {
+    if (!drv_ready())
+        return CUBLAS_STATUS_NOT_INITIALIZED;
     return drv.cuStreamSynchronize(stream) == CUDA_SUCCESS ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 

@@ -96,7 +96,7 @@ static cublasStatus_t gemm_run(cublasHandle_t handle, const blas_gemm_t *g)
     k.flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch * (blas_type_complex(g->ta) ? 4 : 1);
     bool tf32 = ((unsigned)h->math & 0xfu) == CUBLAS_TF32_TENSOR_OP_MATH || g->fast;
     k.tflops = blas_tflops(g->ta, tf32);
-    return blas_kernel_launch(&k, h->ctx);
+    return blas_kernel_launch(&k, h->lt.ctx);
 }
 
 /* The scale type of a compute type (or of the cudaDataType older callers
@@ -419,7 +419,7 @@ static cublasStatus_t gemv(cublasHandle_t handle, const char *call, cublasOperat
     kernel_workspace(&k, h);
     k.flops = 2.0 * m * n * (blas_type_complex(t) ? 4 : 1);
     k.tflops = blas_tflops(t, false);
-    return blas_kernel_launch(&k, h->ctx);
+    return blas_kernel_launch(&k, h->lt.ctx);
 }
 
 BLAS_API cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float *alpha,
@@ -478,7 +478,7 @@ static cublasStatus_t dot(cublasHandle_t handle, const char *call, int n, const 
     kernel_workspace(&k, h);
     k.flops = 2.0 * (n > 0 ? n : 0) * (blas_type_complex(tx) ? 4 : 1);
     k.tflops = blas_tflops(tx, false);
-    cublasStatus_t s = blas_kernel_launch(&k, h->ctx);
+    cublasStatus_t s = blas_kernel_launch(&k, h->lt.ctx);
     if (s == CUBLAS_STATUS_SUCCESS && !device)
         s = blas_stream_wait(k.stream);
     return s;
@@ -558,7 +558,7 @@ static cublasStatus_t trsm(cublasHandle_t handle, const char *call, cublasSideMo
     kernel_workspace(&k, h);
     k.flops = (double)m * n * ka * (blas_type_complex(t) ? 4 : 1);
     k.tflops = blas_tflops(t, false);
-    return blas_kernel_launch(&k, h->ctx);
+    return blas_kernel_launch(&k, h->lt.ctx);
 }
 
 BLAS_API cublasStatus_t cublasStrsm_v2(cublasHandle_t handle, cublasSideMode_t side, cublasFillMode_t uplo,

@@ -6,10 +6,10 @@
 
 #include "blas_internal.h"
 
-/* A cuBLAS handle. */
+/* A cuBLAS handle: a cuBLASLt handle first (blas_internal.h). */
 typedef struct cublasContext {
+    struct cublasLtContext lt;        /* lt.ctx: current at cublasCreate_v2, where its work runs */
     uint32_t magic;                   /* BLAS_HANDLE_MAGIC while alive, 0 once destroyed */
-    CUcontext ctx;                    /* current at cublasCreate_v2: where its work runs */
     cudaStream_t stream;              /* cublasSetStream_v2; 0: the legacy default stream */
     void *workspace;                  /* cublasSetWorkspace_v2, 256-byte aligned; NULL: none */
     size_t workspace_bytes;           /* 0 when workspace is NULL */

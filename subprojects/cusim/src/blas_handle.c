@@ -24,8 +24,8 @@ BLAS_API cublasStatus_t cublasCreate_v2(cublasHandle_t *handle)
     blas_handle_t *h = calloc(1, sizeof *h);
     if (!h)
         return CUBLAS_STATUS_ALLOC_FAILED;
+    h->lt = (struct cublasLtContext){BLAS_LT_MAGIC, ctx};
     h->magic = BLAS_HANDLE_MAGIC;
-    h->ctx = ctx;
     h->math = CUBLAS_DEFAULT_MATH;
     h->pointer_mode = CUBLAS_POINTER_MODE_HOST;
     h->atomics = CUBLAS_ATOMICS_NOT_ALLOWED;
@@ -39,6 +39,7 @@ BLAS_API cublasStatus_t cublasDestroy_v2(cublasHandle_t handle)
     if (!h)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     h->magic = 0;
+    h->lt.magic = 0;
     free(h);
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -39,6 +39,15 @@
  * 12.4 libraries carry */
 #define BLAS_CUDART_VERSION 12040
 
+/* A cuBLASLt handle.  A cuBLAS handle begins with one, so that a
+ * cublasHandle_t cast to cublasLtHandle_t is a valid cuBLASLt handle, as
+ * cuBLAS documents (PyTorch passes its cuBLAS handle to cuBLASLt). */
+#define BLAS_LT_MAGIC 0x634c5448u /* "cLTH" */
+struct cublasLtContext {
+    uint32_t magic; /* BLAS_LT_MAGIC while alive */
+    CUcontext ctx;  /* current at creation: where its work runs */
+};
+
 /* ---- the driver (blas_device.c) ---------------------------------------- */
 
 /* The context current on this thread, made current from device 0's primary

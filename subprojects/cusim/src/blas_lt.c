@@ -13,16 +13,10 @@
 
 #include "blas_internal.h"
 
-#define LT_HANDLE_MAGIC 0x634c5448u  /* "cLTH" */
 #define LT_DESC_MAGIC 0x634c5444u    /* "cLTD" */
 #define LT_LAYOUT_MAGIC 0x634c544cu  /* "cLTL" */
 #define LT_PREF_MAGIC 0x634c5450u    /* "cLTP" */
 #define LT_ALGO_ID 0x6375736d0001ull /* data[0] of the one algorithm: "cusm", 1 */
-
-struct cublasLtContext {
-    uint32_t magic; /* LT_HANDLE_MAGIC while alive */
-    CUcontext ctx;  /* current at cublasLtCreate: where its work runs */
-};
 
 struct cublasLtMatmulDescOpaque_s {
     uint32_t magic;
@@ -182,14 +176,14 @@ BLAS_API cublasStatus_t cublasLtCreate(cublasLtHandle_t *lightHandle)
     struct cublasLtContext *h = calloc(1, sizeof *h);
     if (!h)
         return CUBLAS_STATUS_ALLOC_FAILED;
-    *h = (struct cublasLtContext){LT_HANDLE_MAGIC, ctx};
+    *h = (struct cublasLtContext){BLAS_LT_MAGIC, ctx};
     *lightHandle = h;
     return CUBLAS_STATUS_SUCCESS;
 }
 
 static struct cublasLtContext *lt_handle(cublasLtHandle_t h)
 {
-    return h && h->magic == LT_HANDLE_MAGIC ? h : NULL;
+    return h && h->magic == BLAS_LT_MAGIC ? h : NULL;
 }
 
 BLAS_API cublasStatus_t cublasLtDestroy(cublasLtHandle_t lightHandle)

@@ -1,7 +1,8 @@
 /*
  * Proves the simulated cuBLAS and cuBLASLt (src/blas_*.c): handles keep
  * their settings and refuse bad ones; GEMMs of every type and batch form,
- * GEMV, DOT, TRSM and cublasLtMatmul run as timed kernels on the handle's
+ * GEMV, DOT, TRSM and cublasLtMatmul (on a cuBLASLt handle or a cuBLAS
+ * handle cast to one) run as timed kernels on the handle's
  * (or the given) stream, after what the stream holds, for the time their
  * flops and bytes give; their operands' ranges reach the race detector (a
  * GEMM writing C on one stream while a kernel on another reads it, with no
@@ -366,6 +367,30 @@ static void test_lt(void **state)
     BLAS_OK(cublasLtDestroy(lt));
 }
 
+/* A cuBLAS handle is a cuBLASLt handle too, as PyTorch uses it: run first,
+ * before any cublasLtCreate, so that nothing of cuBLASLt is set up yet. */
+static void test_lt_on_cublas_handle(void **state)
+{
+    (void)state;
+    cublasLtHandle_t cast = (cublasLtHandle_t)handle;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t l;
+    cublasLtMatmulPreference_t pref;
+    BLAS_OK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F));
+    BLAS_OK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, N, N, N));
+    BLAS_OK(cublasLtMatmulPreferenceCreate(&pref));
+    cublasLtMatmulHeuristicResult_t res;
+    int count = 0;
+    BLAS_OK(cublasLtMatmulAlgoGetHeuristic(cast, desc, l, l, l, l, pref, 1, &res, &count));
+    assert_int_equal(count, 1);
+    assert_int_equal(res.workspaceSize, 0); /* the preference allows none */
+    BLAS_OK(cublasLtMatmul(cast, desc, &one, A, l, B, l, &zero, C, l, C, l, &res.algo, NULL, 0, sa));
+    SIM_OK(cudaStreamSynchronize(sa));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(l);
+    cublasLtMatmulDescDestroy(desc);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -444,6 +469,7 @@ static void test_stubs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        SIMTEST(test_lt_on_cublas_handle),
         SIMTEST(test_handle_settings),
         SIMTEST(test_stream_order_and_time),
         SIMTEST(test_race_planted_and_ordered),
