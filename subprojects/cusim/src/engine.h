@@ -139,6 +139,10 @@
  *   driver_nvml.c    a device of the process's own lists the process
  *   dnn.c, dnn_desc.c the cuDNN stand-in, libcudnn.so.9 (dnn.h): handles,
  *                    versions, descriptors; computing calls are stubs
+ *   blas_*.c         the simulated cuBLAS and cuBLASLt, libcublas.so.12 and
+ *                    libcublasLt.so.12 (blas_internal.h: their map; blas.h:
+ *                    their API): no engine state, the driver by dlopen, each
+ *                    BLAS call one cucacheSimLaunchTimed
  */
 #ifndef CUCACHE_SIM_ENGINE_H
 #define CUCACHE_SIM_ENGINE_H
