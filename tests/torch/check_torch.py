@@ -19,7 +19,10 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
     keep-cache    cucache-run --keep-torch-cache: PyTorch's cache stays on,
                   and cucache says once what that means
     oom           an allocation larger than the device: PyTorch's own
-                  OutOfMemoryError and message, alone and under cucache
+                  OutOfMemoryError and message with its allocator; under
+                  cucache-run (its cache off) what PyTorch raises with its
+                  cache off without cucache, and cucache's report; with
+                  backend:cudaMallocAsync under cucache, OutOfMemoryError
     expandable    PyTorch's own expandable_segments:True runs the MLP
     async         PyTorch's own backend:cudaMallocAsync runs the MLP
 
@@ -173,25 +176,46 @@ OOM_PROG = r"""
 import sys, torch
 try:
     x = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
-except torch.OutOfMemoryError as e:
-    print("OOM:" + str(e).splitlines()[0])
+except Exception as e:
+    print("RAISED:" + type(e).__name__ + ":" + str(e).splitlines()[0])
     sys.exit(0)
-print("no OOM")
+print("RAISED:nothing")
 sys.exit(1)
 """
 
 
+def oom_run(e, cucache, env):
+    """What an allocation of 3 GiB on a 2 GiB device raises: (type name,
+    first line of the message, stderr)."""
+    env = dict(env, CUCACHE_SIM_CAPACITY="2G")
+    rc, out, err = e.run(["python3", "-c", OOM_PROG], env=env, cucache=cucache)
+    line = next((l for l in out.splitlines() if l.startswith("RAISED:")), None)
+    if rc != 0 or not line:
+        fail(f"no exception (cucache={cucache}, {env}), exit {rc}:\n{out[-1000:]}\n{err[-3000:]}")
+    if "INTERNAL ASSERT" in out + err:
+        fail(f"PyTorch asserted:\n{err[-3000:]}")
+    kind, _, msg = line[len("RAISED:"):].partition(":")
+    print(f"cucache={cucache} {env}: {kind}: {msg[:160]}")
+    return kind, msg, err
+
+
 def case_oom(e):
-    for cucache in (False, True):
-        rc, out, err = e.run(["python3", "-c", OOM_PROG], env={"CUCACHE_SIM_CAPACITY": "2G"}, cucache=cucache)
-        line = next((l for l in out.splitlines() if l.startswith("OOM:")), None)
-        if rc != 0 or not line:
-            fail(f"no OutOfMemoryError ({'cucache' if cucache else 'alone'}), exit {rc}:\n{out[-1000:]}\n{err[-3000:]}")
-        if "CUDA out of memory. Tried to allocate 3.00 GiB" not in line:
-            fail(f"not PyTorch's message: {line}")
-        if "INTERNAL ASSERT" in out + err:
-            fail(f"PyTorch asserted:\n{err[-3000:]}")
-        print(("cucache: " if cucache else "alone: ") + line[4:200])
+    # PyTorch's own allocator: its OutOfMemoryError and message
+    kind, msg, _ = oom_run(e, False, {})
+    if kind != "OutOfMemoryError" or "CUDA out of memory. Tried to allocate 3.00 GiB" not in msg:
+        fail(f"PyTorch's allocator: not PyTorch's OOM: {kind}: {msg}")
+    # cucache-run's default (PyTorch's cache off): what PyTorch raises with
+    # its cache off, with or without cucache, and cucache's report
+    plain = oom_run(e, False, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+    under = oom_run(e, True, {})
+    if plain[:2] != under[:2]:
+        fail(f"under cucache-run PyTorch raised {under[:2]}, without cucache (its cache off) {plain[:2]}")
+    if "cucache: CUDA out of memory. Tried to allocate 3.00 GiB" not in under[2]:
+        fail(f"no cucache report:\n{under[2][-3000:]}")
+    # PyTorch's cudaMallocAsync backend served by cucache: OutOfMemoryError
+    kind, msg, err = oom_run(e, True, {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+    if kind != "OutOfMemoryError":
+        fail(f"backend:cudaMallocAsync under cucache: {kind}: {msg}")
 
 
 def case_conf(e, conf):
