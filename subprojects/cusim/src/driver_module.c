@@ -51,8 +51,9 @@ static const char *name_intern(const char *p, size_t len)
 }
 
 /* The distinct kernel names of an image with what it states about each,
- * and its variables, pointing into it (interned under sim.lock once the
- * image is read: parsing runs without the lock). */
+ * and its variables, copied (the reader's pointers last only the call: a
+ * compressed entry's bytes go once read); interned under sim.lock once
+ * the image is read: parsing runs without the lock. */
 typedef struct name_set_s {
     struct {
         const char *p;
@@ -62,9 +63,20 @@ typedef struct name_set_s {
     size_t n;
     sim_global_info_t *g;
     size_t ng;
-    bool open; /* no name could be read: every entry was compressed */
-    char *buf; /* a file's bytes, which v points into, or NULL */
+    bool open; /* no name could be read: every entry was compressed in a form not decoded */
+    char *buf; /* a file's bytes, or NULL */
 } name_set_t;
+
+/* A copy of bytes p[0, len) (NUL-terminated), or NULL for NULL. */
+static void *bytes_copy(const void *p, size_t len)
+{
+    if (!p)
+        return NULL;
+    char *c = sim_xmalloc(len + 1);
+    memcpy(c, p, len);
+    c[len] = 0;
+    return c;
+}
 
 /* A kernel name again (a fatbin's cubin and PTX of the same kernel): what
  * a cubin states wins over PTX. */
@@ -80,7 +92,7 @@ static void name_set_add(void *arg, const char *p, size_t len, const sim_kernel_
     set->v = realloc(set->v, (set->n + 1) * sizeof *set->v);
     if (!set->v)
         abort();
-    set->v[set->n].p = p;
+    set->v[set->n].p = bytes_copy(p, len);
     set->v[set->n].len = len;
     memset(&set->v[set->n].info, 0, sizeof set->v[set->n].info);
     if (ki)
@@ -96,29 +108,39 @@ static void name_set_global(void *arg, const sim_global_info_t *g)
     for (size_t i = 0; i < set->ng; i++)
         if (set->g[i].len == g->len && memcmp(set->g[i].name, g->name, g->len) == 0) {
             if (!set->g[i].init && g->init && g->size == set->g[i].size)
-                set->g[i] = *g;
+                set->g[i].init = bytes_copy(g->init, (size_t)g->size);
             return;
         }
     set->g = realloc(set->g, (set->ng + 1) * sizeof *set->g);
     if (!set->g)
         abort();
-    set->g[set->ng++] = *g;
+    set->g[set->ng] = *g;
+    set->g[set->ng].name = bytes_copy(g->name, g->len);
+    set->g[set->ng].init = bytes_copy(g->init, (size_t)g->size);
+    set->ng++;
 }
 
 static void name_set_free(name_set_t *set)
 {
+    for (size_t i = 0; i < set->n; i++)
+        free((void *)set->v[i].p);
+    for (size_t i = 0; i < set->ng; i++) {
+        free((void *)set->g[i].name);
+        free((void *)set->g[i].init);
+    }
     free(set->v);
     free(set->g);
     free(set->buf);
 }
 
-/* Said once per process: a fatbin whose every entry was compressed. */
+/* Said once per process: a fatbin whose every entry was compressed in a
+ * form not decoded here. */
 static void open_image(void)
 {
     static int said;
     if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-        sim_log("module image: every entry of this fatbin is compressed and the simulated device does not inflate "
-                "them; any kernel name is taken to be in it");
+        sim_log("module image: every entry of this fatbin is compressed in a form the simulated device cannot "
+                "decompress (zstd needs libzstd.so.1); any kernel name is taken to be in it");
 }
 
 /* Reads an image of len bytes (a wrapper already followed) into its kernel
@@ -131,6 +153,8 @@ static CUresult image_names(const void *image, size_t len, name_set_t *set)
     set->open = r == CUDA_SUCCESS && info.entries && info.compressed == info.entries;
     if (set->open)
         open_image();
+    if (r != CUDA_SUCCESS && info.error[0])
+        sim_log("module image refused: %s", info.error);
     return r;
 }
 

@@ -2,14 +2,18 @@
  * Reading module images for their kernel names, what they state about each
  * kernel and their variables (module_image.h).  Every
  * read goes through img_u16/u32/u64 or img_span, which check it against
- * the image's length; nothing here allocates, so the parser runs alone
- * under a fuzzer (tests/fuzz_image.c).
+ * the image's length; nothing here allocates but a compressed fatbin
+ * entry's decompressed bytes, freed once the entry is read, so the parser
+ * runs alone under a fuzzer (tests/fuzz_image.c).
  */
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cusim/sim.h"
+#include "fatbin_decompress.h"
 #include "module_image.h"
 
 /* ------------------------------------------------------------------------
@@ -37,20 +41,20 @@ enum {
     FATBIN_ENTRY_MIN = SIM_FATBIN_ENTRY_SIZE, /* the entry header's fixed part */
     FATBIN_KIND_PTX = SIM_FATBIN_KIND_PTX,
     FATBIN_KIND_ELF = SIM_FATBIN_KIND_ELF,
+    FATBIN_ENTRY_PACKED = 16,   /* u32 compressed bytes of the payload (the rest is padding) */
+    FATBIN_ENTRY_ARCH = 28,     /* u32 sm (90) */
+    FATBIN_ENTRY_UNPACKED = 56, /* u64 bytes the payload decompresses to */
 
     /* .nv.info records: u8 format, u8 attribute, then a u16 value, or for
      * EIFMT_SVAL a u16 size and that many bytes */
     EIFMT_SVAL = 4,
-    EIATTR_MAX_THREADS = 0x05,       /* SVAL: u32 x, y, z */
-    EIATTR_REQNTID = 0x10,           /* SVAL: u32 x, y, z */
-    EIATTR_FRAME_SIZE = 0x11,        /* SVAL in .nv.info: u32 symbol, u32 bytes */
-    EIATTR_CBANK_PARAM_SIZE = 0x19,  /* u16 bytes */
-    EIATTR_REGCOUNT = 0x2f,          /* SVAL in .nv.info: u32 symbol, u32 registers */
-    SM80_RESERVED_SHARED = 1024,     /* what .nv.shared.<name> holds before the kernel's own (sm_80 on) */
+    EIATTR_MAX_THREADS = 0x05,      /* SVAL: u32 x, y, z */
+    EIATTR_REQNTID = 0x10,          /* SVAL: u32 x, y, z */
+    EIATTR_FRAME_SIZE = 0x11,       /* SVAL in .nv.info: u32 symbol, u32 bytes */
+    EIATTR_CBANK_PARAM_SIZE = 0x19, /* u16 bytes */
+    EIATTR_REGCOUNT = 0x2f,         /* SVAL in .nv.info: u32 symbol, u32 registers */
+    SM80_RESERVED_SHARED = 1024,    /* what .nv.shared.<name> holds before the kernel's own (sm_80 on) */
 };
-
-/* Entry flags that mean the payload is compressed (LZ-style and zstd). */
-static const uint64_t fatbin_compressed_flags = 0x1000u | 0x2000u | 0x8000u;
 
 /* ------------------------------------------------------------------------
  * Bounded reads (little-endian, any alignment)
@@ -186,10 +190,11 @@ static bool elf_find(const elf_t *e, const char *prefix, const char *suffix, siz
 
 /* Calls fn for each record of the .nv.info section sh: its attribute, the
  * offset of its value and the value's size (a u16 value: 2 at offset+0). */
-static void nvinfo_each(const elf_t *e, const elf_shdr_t *sh, void (*fn)(const img_t *im, unsigned attr, uint64_t at,
-                                                                         unsigned size, void *arg),
-                        void *arg)
+static void nvinfo_each(const elf_t *e, const elf_shdr_t *sh,
+                        void (*fn)(const img_t *im, unsigned attr, uint64_t at, unsigned size, void *arg), void *arg)
 {
+    if (sh->type == ELF_SHT_NOBITS || !img_span(e->im, sh->offset, sh->size))
+        return; /* no bytes in the image (elf_shdr lets a NOBITS section point anywhere) */
     for (uint64_t at = sh->offset, end = sh->offset + sh->size; at + 4 <= end;) {
         uint8_t fmt = e->im->p[at], attr = e->im->p[at + 1];
         uint16_t v;
@@ -464,9 +469,8 @@ static unsigned ptx_type_size(const uint8_t *t, size_t len)
         const char *name;
         unsigned size;
     } types[] = {
-        {".b8", 1},  {".u8", 1},  {".s8", 1},  {".b16", 2}, {".u16", 2},  {".s16", 2}, {".f16", 2},
-        {".bf16", 2}, {".b32", 4}, {".u32", 4}, {".s32", 4}, {".f32", 4}, {".b64", 8}, {".u64", 8},
-        {".s64", 8}, {".f64", 8},
+        {".b8", 1},  {".u8", 1},  {".s8", 1},  {".b16", 2}, {".u16", 2}, {".s16", 2}, {".f16", 2}, {".bf16", 2},
+        {".b32", 4}, {".u32", 4}, {".s32", 4}, {".f32", 4}, {".b64", 8}, {".u64", 8}, {".s64", 8}, {".f64", 8},
     };
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++)
         if (strlen(types[k].name) == len && memcmp(types[k].name, t, len) == 0)
@@ -590,36 +594,106 @@ static bool fatbin_is(const img_t *im)
     return img_u32(im, 0, &magic) && magic == FATBIN_MAGIC;
 }
 
-/* Entries one after another: u16 kind, u16 version, u32 header size, u64
- * payload size, ..., u64 flags at 40; the payload follows the header.  A
- * compressed payload is skipped (the device does not inflate it); a
- * cubin or PTX payload is read like an image of its own. */
+/* One entry's header: u16 kind, u16 version, u32 header size, u64 payload
+ * size, ..., u64 flags at 40; the payload follows the header. */
+typedef struct fb_entry_s {
+    uint64_t at; /* the header's offset in the image */
+    uint16_t kind;
+    uint32_t hsize;
+    uint64_t psize, flags;
+} fb_entry_t;
+
+/* The entry at `at`, whose header and payload lie before end. */
+static bool fatbin_entry(const img_t *im, uint64_t at, uint64_t end, fb_entry_t *e)
+{
+    img_t body = {im->p, (size_t)end};
+    e->at = at;
+    return img_u16(&body, at, &e->kind) && img_u32(&body, at + 4, &e->hsize) && img_u64(&body, at + 8, &e->psize) &&
+           img_u64(&body, at + 40, &e->flags) && e->hsize >= FATBIN_ENTRY_MIN &&
+           img_span(&body, at + e->hsize, e->psize);
+}
+
+/* Says in error why entry `index` cannot be read. */
+static void entry_error(char *error, size_t size, const img_t *im, const fb_entry_t *e, unsigned index, const char *why)
+{
+    uint32_t arch = 0;
+    img_u32(im, e->at + FATBIN_ENTRY_ARCH, &arch);
+    const char *codec = sim_fatbin_codec(e->flags);
+    snprintf(error, size, "fatbin entry %u (%s for sm_%u at byte %llu of the image%s%s): %s", index,
+             e->kind == FATBIN_KIND_ELF ? "cubin" : "PTX", arch, (unsigned long long)e->at,
+             codec ? ", compressed with " : "", codec ? codec : "", why);
+}
+
+/* The entry's payload as its kind reads it: the bytes in the image, or
+ * decompressed into *buf (the caller frees it).  SIM_DECOMP_UNAVAILABLE:
+ * left compressed; SIM_DECOMP_CORRUPT: error names the entry and the
+ * fault. */
+static sim_decomp_t entry_payload(const img_t *im, const fb_entry_t *e, unsigned index, img_t *payload, uint8_t **buf,
+                                  char *error, size_t size)
+{
+    *buf = NULL;
+    *payload = (img_t){im->p + e->at + e->hsize, (size_t)e->psize};
+    if (!(e->flags & sim_fatbin_compressed_flags()))
+        return SIM_DECOMP_OK;
+    if (!sim_fatbin_codec_available(e->flags))
+        return SIM_DECOMP_UNAVAILABLE;
+    uint32_t packed = 0;
+    uint64_t unpacked = 0;
+    img_u32(im, e->at + FATBIN_ENTRY_PACKED, &packed); /* inside the header: hsize >= FATBIN_ENTRY_MIN */
+    img_u64(im, e->at + FATBIN_ENTRY_UNPACKED, &unpacked);
+    const char *why = NULL;
+    if (packed == 0 || packed > e->psize)
+        why = "its compressed size is not within its payload";
+    else if (unpacked == 0 || unpacked > sim_fatbin_inflate_bound(e->flags, packed))
+        why = "its declared size is 0 or more than its stream could hold";
+    else if (!(*buf = malloc((size_t)unpacked)))
+        why = "no memory for its declared size";
+    else if (sim_fatbin_decompress(e->flags, payload->p, packed, *buf, (size_t)unpacked, &why) == SIM_DECOMP_OK)
+        why = NULL;
+    if (why) {
+        entry_error(error, size, im, e, index, why);
+        free(*buf);
+        *buf = NULL;
+        return SIM_DECOMP_CORRUPT;
+    }
+    *payload = (img_t){*buf, (size_t)unpacked};
+    return SIM_DECOMP_OK;
+}
+
+/* Each entry's payload (a compressed one decompressed) is read like an
+ * image of its own; an entry compressed in a form not decoded here is
+ * skipped and counted. */
 static CUresult fatbin_parse(const img_t *im, parse_t *ps)
 {
     uint16_t hsize;
     uint64_t body;
     if (!img_u16(im, 6, &hsize) || !img_u64(im, 8, &body) || hsize < FATBIN_HEADER_SIZE || !img_span(im, hsize, body))
         return CUDA_ERROR_INVALID_IMAGE;
-    for (uint64_t at = hsize, end = hsize + body; at < end;) {
-        uint16_t kind;
-        uint32_t ehsize;
-        uint64_t psize, flags;
-        img_t entry = {im->p, (size_t)end};
-        if (!img_u16(&entry, at, &kind) || !img_u32(&entry, at + 4, &ehsize) || !img_u64(&entry, at + 8, &psize) ||
-            !img_u64(&entry, at + 40, &flags) || ehsize < FATBIN_ENTRY_MIN || !img_span(&entry, at + ehsize, psize))
+    fb_entry_t e;
+    for (uint64_t at = hsize, end = hsize + body; at < end; at += e.hsize + e.psize) {
+        if (!fatbin_entry(im, at, end, &e))
             return CUDA_ERROR_INVALID_IMAGE;
-        img_t payload = {im->p + at + ehsize, (size_t)psize};
-        at += ehsize + psize;
-        if (kind != FATBIN_KIND_PTX && kind != FATBIN_KIND_ELF)
+        if (e.kind != FATBIN_KIND_PTX && e.kind != FATBIN_KIND_ELF)
             continue; /* other kinds (LTO IR, ...) name no kernel the device could load */
-        ps->info.entries++;
-        if (flags & fatbin_compressed_flags) {
+        unsigned index = ps->info.entries++;
+        img_t payload;
+        uint8_t *buf;
+        sim_decomp_t d = entry_payload(im, &e, index, &payload, &buf, ps->info.error, sizeof ps->info.error);
+        if (d == SIM_DECOMP_CORRUPT)
+            return CUDA_ERROR_INVALID_IMAGE;
+        if (d == SIM_DECOMP_UNAVAILABLE) {
             ps->info.compressed++;
             continue;
         }
-        CUresult r = kind == FATBIN_KIND_ELF ? elf_parse(&payload, ps) : ptx_parse(&payload, ps);
-        if (r != CUDA_SUCCESS)
+        ps->info.inflated += buf != NULL;
+        CUresult r = e.kind == FATBIN_KIND_ELF ? elf_parse(&payload, ps) : ptx_parse(&payload, ps);
+        free(buf);
+        if (r != CUDA_SUCCESS) {
+            if (buf)
+                entry_error(ps->info.error, sizeof ps->info.error, im, &e, index,
+                            "what it decompresses to is no image of its kind");
             return r;
+        }
     }
     return CUDA_SUCCESS;
 }
@@ -710,13 +784,13 @@ static CUresult image_parse(const void *image, size_t len, parse_t *ps, sim_imag
 
 CUresult sim_image_parse(const void *image, size_t len, sim_image_name_fn fn, void *arg, sim_image_info_t *info)
 {
-    parse_t ps = {fn, NULL, arg, {0, 0, 0}};
+    parse_t ps = {fn, NULL, arg, {0}};
     return image_parse(image, len, &ps, info);
 }
 
 CUresult sim_image_read(const void *image, size_t len, const sim_image_sink_t *sink, void *arg, sim_image_info_t *info)
 {
-    parse_t ps = {NULL, sink, arg, {0, 0, 0}};
+    parse_t ps = {NULL, sink, arg, {0}};
     return image_parse(image, len, &ps, info);
 }
 
@@ -739,18 +813,19 @@ CUresult sim_image_entries(const void *image, size_t len, sim_image_entry_fn fn,
     uint64_t body = 0;
     img_u16(&im, 6, &hsize);
     img_u64(&im, 8, &body);
-    for (uint64_t at = hsize, end = hsize + body; at < end;) {
-        uint16_t kind = 0;
-        uint32_t ehsize = 0;
-        uint64_t psize = 0, flags = 0;
-        img_t entry = {im.p, (size_t)end};
-        img_u16(&entry, at, &kind);
-        img_u32(&entry, at + 4, &ehsize);
-        img_u64(&entry, at + 8, &psize);
-        img_u64(&entry, at + 40, &flags); /* all checked by the parse above */
-        if (kind == FATBIN_KIND_PTX || kind == FATBIN_KIND_ELF)
-            fn(arg, kind, flags, im.p + at + ehsize, (size_t)psize);
-        at += ehsize + psize;
+    fb_entry_t e;
+    unsigned index = 0;
+    for (uint64_t at = hsize, end = hsize + body; at < end && fatbin_entry(&im, at, end, &e); at += e.hsize + e.psize) {
+        if (e.kind != FATBIN_KIND_PTX && e.kind != FATBIN_KIND_ELF)
+            continue;
+        img_t payload;
+        uint8_t *buf;
+        char error[sizeof((sim_image_info_t *)0)->error];
+        sim_decomp_t d = entry_payload(&im, &e, index++, &payload, &buf, error, sizeof error);
+        if (d == SIM_DECOMP_CORRUPT)
+            return CUDA_ERROR_INVALID_IMAGE; /* only when memory ran out: the parse above read it */
+        fn(arg, e.kind, buf ? e.flags & ~sim_fatbin_compressed_flags() : e.flags, payload.p, payload.len);
+        free(buf);
     }
     return CUDA_SUCCESS;
 }

@@ -13,6 +13,8 @@
  *
  * The bytes are untrusted: every read is checked against the image's
  * length, and a corrupt or truncated image is CUDA_ERROR_INVALID_IMAGE.
+ * A compressed fatbin entry (LZ4 or zstd: fatbin_decompress.h) is
+ * decompressed into a buffer of its own and read like an uncompressed one.
  * Besides the names, sim_image_read reports what a kernel's image states
  * about it (registers, shared, local and parameter bytes, thread limits)
  * and the module's __device__ and __constant__ variables with their
@@ -31,12 +33,16 @@
 /* What parsing found besides the names. */
 typedef struct sim_image_info_s {
     unsigned entries;    /* fatbin: code entries (cubin or PTX) */
-    unsigned compressed; /* fatbin: entries skipped, their payload compressed */
+    unsigned inflated;   /* fatbin: compressed entries decompressed and read */
+    unsigned compressed; /* fatbin: entries skipped, compressed in a form not decoded here */
     unsigned names;      /* names reported (repeats included) */
+    char error[256];     /* why the image was refused, naming the entry, when known; else "" */
 } sim_image_info_t;
 
 /* Called once per kernel name found (a name may repeat: a fatbin holds the
- * same kernels as cubin and PTX).  name is not NUL-terminated. */
+ * same kernels as cubin and PTX).  name is not NUL-terminated, and valid
+ * during the call only (a compressed entry's bytes are freed after it is
+ * read). */
 typedef void (*sim_image_name_fn)(void *arg, const char *name, size_t len);
 
 /* What an image states about one kernel; 0 where it says nothing (PTX
@@ -54,7 +60,8 @@ typedef struct sim_kernel_info_s {
     bool cubin;              /* read from a cubin (a fatbin's PTX of the same kernel says less) */
 } sim_kernel_info_t;
 
-/* A __device__ or __constant__ variable the image defines. */
+/* A __device__ or __constant__ variable the image defines (its name and
+ * bytes valid during the call only, as above). */
 typedef struct sim_global_info_s {
     const char *name; /* not NUL-terminated */
     size_t len;
@@ -91,8 +98,9 @@ CUresult sim_image_parse(const void *image, size_t len, sim_image_name_fn fn, vo
 CUresult sim_image_read(const void *image, size_t len, const sim_image_sink_t *sink, void *arg, sim_image_info_t *info);
 
 /* Each code entry of an image, as it would be put in a fatbin: a cubin or
- * PTX text is one entry (kind 2 or 1), a fatbin its cubin and PTX entries
- * (flags say whether compressed).  For the linker (driver_link.c).
+ * PTX text is one entry (kind 2 or 1), a fatbin its cubin and PTX entries,
+ * a compressed one decompressed (its flags then mark none) unless its
+ * codec is not decoded here.  For the linker (driver_link.c).
  * CUDA_ERROR_INVALID_IMAGE as sim_image_parse. */
 typedef void (*sim_image_entry_fn)(void *arg, unsigned kind, uint64_t flags, const void *payload, size_t size);
 CUresult sim_image_entries(const void *image, size_t len, sim_image_entry_fn fn, void *arg);
