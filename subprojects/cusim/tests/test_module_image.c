@@ -6,7 +6,9 @@
  * truncation of the PTX gives a subset of its names; no single corrupted
  * byte makes the reader read outside the image (each case is parsed from
  * a buffer of exactly its length, so AddressSanitizer builds catch a
- * stray read); a compressed fatbin entry is skipped and counted.
+ * stray read); a fatbin entry compressed in a form not decoded is skipped
+ * and counted, and one falsely marked compressed is refused, named.
+ * (tests/test_fatbin_decompress.c proves the decompression itself.)
  *
  * Meson sets SIMTEST_MODULES to the fixture directory.
  */
@@ -22,6 +24,7 @@
 #include <cmocka.h>
 
 #include "cusim/sim.h"
+#include "fatbin_decompress.h"
 #include "module_image.h"
 
 static unsigned char *fixture(const char *name, size_t *len)
@@ -75,13 +78,14 @@ static CUresult parse_exact(const unsigned char *image, size_t len, found_t *fou
  * truncation answers. */
 static const struct {
     const char *file;
-    const char *names;   /* in the order reported */
-    unsigned entries;    /* fatbin code entries */
-    bool truncation_bad; /* every shorter prefix is CUDA_ERROR_INVALID_IMAGE */
+    const char *names;      /* in the order reported */
+    const char *names_zstd; /* the same where zstd is decoded (its PTX entry is) */
+    unsigned entries;       /* fatbin code entries */
+    bool truncation_bad;    /* every shorter prefix is CUDA_ERROR_INVALID_IMAGE */
 } fixtures[] = {
-    {"kernels.sm_90.cubin", "_Z5scalePffi,add_one,", 0, true},
-    {"kernels.fatbin", "_Z5scalePffi,add_one,", 2, true},
-    {"kernels.ptx", "add_one,_Z5scalePffi,", 0, false},
+    {"kernels.sm_90.cubin", "_Z5scalePffi,add_one,", NULL, 0, true},
+    {"kernels.fatbin", "_Z5scalePffi,add_one,", "add_one,_Z5scalePffi,_Z5scalePffi,add_one,", 2, true},
+    {"kernels.ptx", "add_one,_Z5scalePffi,", NULL, 0, false},
 };
 
 static void test_names(void **state)
@@ -94,7 +98,8 @@ static void test_names(void **state)
         sim_image_info_t info;
         /* the PTX's NUL is part of the text cuModuleLoadData gets */
         assert_int_equal(parse_exact(b, len + 1, &found, &info), CUDA_SUCCESS);
-        assert_string_equal(found.text, fixtures[i].names);
+        bool zstd = fixtures[i].names_zstd && sim_fatbin_codec_available(0x8000);
+        assert_string_equal(found.text, zstd ? fixtures[i].names_zstd : fixtures[i].names);
         assert_int_equal(info.entries, fixtures[i].entries);
         free(b);
     }
@@ -142,27 +147,43 @@ static void test_corrupt_bytes(void **state)
     }
 }
 
-/* The fatbin with its cubin entry marked compressed (the zstd flag): the
- * entry is skipped and counted, the PTX entry (compressed by nvcc) too,
- * and no name is read. */
+/* The fatbin with both entries marked compressed in the older LZ format,
+ * which is not decoded: both are skipped and counted, and no name is
+ * read.  Its uncompressed cubin marked LZ4 instead (no compressed size in
+ * its header): the image is refused, and the error names the entry. */
 static void test_compressed(void **state)
 {
     (void)state;
     size_t len;
     unsigned char *b = fixture("kernels.fatbin", &len);
     uint32_t ehsize;
-    uint64_t psize;
+    uint64_t psize, flags;
+    size_t cubin = 0;
     for (size_t at = 16; at + 64 <= len; at += ehsize + psize) {
         memcpy(&ehsize, b + at + 4, 4);
         memcpy(&psize, b + at + 8, 8);
-        b[at + 41] |= 0x80; /* flags bit 15 */
+        memcpy(&flags, b + at + 40, 8);
+        cubin = b[at] == 2 ? at : cubin;
+        flags = (flags & ~(uint64_t)0xa000) | 0x1000;
+        memcpy(b + at + 40, &flags, 8);
     }
     found_t found;
     sim_image_info_t info;
     assert_int_equal(parse_exact(b, len, &found, &info), CUDA_SUCCESS);
     assert_int_equal(info.entries, 2);
     assert_int_equal(info.compressed, 2);
+    assert_int_equal(info.inflated, 0);
     assert_string_equal(found.text, "");
+
+    assert_int_not_equal(cubin, 0);
+    memcpy(&flags, b + cubin + 40, 8);
+    flags = (flags & ~(uint64_t)0x1000) | 0x2000;
+    memcpy(b + cubin + 40, &flags, 8);
+    assert_int_equal(parse_exact(b, len, &found, &info), CUDA_ERROR_INVALID_IMAGE);
+    char want[64];
+    snprintf(want, sizeof want, "fatbin entry 1 (cubin for sm_90 at byte %zu", cubin);
+    if (strncmp(info.error, want, strlen(want)) != 0)
+        fail_msg("error \"%s\" does not start \"%s\"", info.error, want);
     free(b);
 }
 
