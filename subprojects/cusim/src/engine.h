@@ -102,7 +102,9 @@
  *                    processes and pool access; driver_module.c modules,
  *                    libraries, their variables and timed kernels
  *                    (module_image.c reads the images: cubin, fatbin, PTX,
- *                    with kernel attributes and variables); driver_func.c
+ *                    with kernel attributes and variables;
+ *                    fatbin_decompress.c its compressed entries);
+ *                    driver_func.c
  *                    kernel attributes and the occupancy calculator;
  *                    driver_link.c the JIT linker; driver_array.c
  *                    arrays and mipmapped arrays (array_format.h: the

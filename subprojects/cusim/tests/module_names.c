@@ -46,8 +46,10 @@ int main(int argc, char **argv)
     if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n)
         return 2;
     fclose(f);
-    if (sim_image_parse(buf, (size_t)n + 1, add, NULL, NULL) != CUDA_SUCCESS) {
-        fprintf(stderr, "module_names: %s is not an image the simulated device reads\n", argv[1]);
+    sim_image_info_t info;
+    if (sim_image_parse(buf, (size_t)n + 1, add, NULL, &info) != CUDA_SUCCESS) {
+        fprintf(stderr, "module_names: %s is not an image the simulated device reads%s%s\n", argv[1],
+                info.error[0] ? ": " : "", info.error);
         free(buf);
         return 1;
     }

@@ -219,10 +219,11 @@ static const struct {
 
 #define NPACKED (sizeof packed / sizeof packed[0])
 
-/* The rows this process can decode, else a note that they are skipped. */
+/* The rows this process can decode (LZ4 always), else a note that they
+ * are skipped. */
 static bool decodable(size_t i)
 {
-    if (sim_fatbin_codec_available(packed[i].codec))
+    if (packed[i].codec == LZ4 || sim_fatbin_codec_available(packed[i].codec))
         return true;
     printf("%s: no libzstd.so.1 here, not read\n", packed[i].file);
     return false;
@@ -232,7 +233,7 @@ static void test_fixtures(void **state)
 {
     (void)state;
     for (size_t i = 0; i < NPACKED; i++) {
-        if (!decodable(i) || !sim_fatbin_codec_available(ZSTD)) /* the plain one's PTX is zstd */
+        if (!decodable(i))
             continue;
         size_t len, plen;
         unsigned char *b = fixture(packed[i].file, &len), *p = fixture(packed[i].plain, &plen);
@@ -243,7 +244,8 @@ static void test_fixtures(void **state)
         assert_int_equal(info.entries, 2);
         assert_int_equal(info.inflated, 2); /* fails when decompression is off */
         assert_int_equal(info.compressed, 0);
-        assert_string_equal(seen.text, want.text);
+        if (sim_fatbin_codec_available(ZSTD)) /* the plain one's PTX is zstd */
+            assert_string_equal(seen.text, want.text);
         assert_non_null(strstr(seen.text, "(cubin)")); /* the attributes come from a cubin */
         free(b);
         free(p);

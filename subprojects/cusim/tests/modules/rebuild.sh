@@ -1,7 +1,7 @@
 #!/bin/sh
-# Rebuilds the module fixtures from kernels.cu with nvcc (the commands in
-# README.md) and checks that each rebuilt image names the same kernels as
-# the committed one (module_names reads both).  Exit 77 (skipped) without
+# Rebuilds the module fixtures from kernels.cu and symbols.cu with nvcc
+# (the commands in README.md) and checks that each rebuilt image names the
+# same kernels as the committed one (module_names reads both).  Exit 77 (skipped) without
 # nvcc: CI has no CUDA toolkit.
 #   rebuild.sh NVCC MODULE_NAMES FIXTURE_DIR
 set -eu
@@ -15,9 +15,14 @@ for m in kernels symbols; do
     "$nvcc" -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
         -o "$tmp/$m.fatbin" "$dir/$m.cu"
     "$nvcc" -ptx -arch=sm_90 -o "$tmp/$m.ptx" "$dir/$m.cu"
+    "$nvcc" -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+        -Xfatbin=-compress-all --compress-mode=speed -o "$tmp/$m.lz4.fatbin" "$dir/$m.cu"
+    "$nvcc" -fatbin -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+        -Xfatbin=-compress-all -o "$tmp/$m.zstd.fatbin" "$dir/$m.cu"
 done
 status=0
-for f in kernels.sm_90.cubin kernels.fatbin kernels.ptx symbols.sm_90.cubin symbols.fatbin symbols.ptx; do
+for f in kernels.sm_90.cubin kernels.fatbin kernels.ptx symbols.sm_90.cubin symbols.fatbin symbols.ptx \
+    kernels.lz4.fatbin kernels.zstd.fatbin symbols.lz4.fatbin symbols.zstd.fatbin; do
     "$names" "$dir/$f" >"$tmp/$f.committed"
     "$names" "$tmp/$f" >"$tmp/$f.rebuilt"
     if ! diff -u "$tmp/$f.committed" "$tmp/$f.rebuilt"; then
