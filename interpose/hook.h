@@ -9,7 +9,8 @@
  *                 │  hook_ptr.c (pointer questions), hook_ipc.c (IPC),
  *                 │  hook_peer.c (peer access: the mappings of expandable
  *                 │  segments follow it), torch_alloc.c (PyTorch's
- *                 │  pluggable allocator),
+ *                 │  pluggable allocator: a failure thrown to PyTorch as a
+ *                 │  C++ exception by cxx_throw.c),
  *                 │  cucache.c (the public API), hook_lookup.c and
  *                 │  dlsym_entry.S (dlsym, cuGetProcAddress)
  *                 │  bypass? (re-entry guard, cucache off) ──► real entry point (real.c)
@@ -110,6 +111,7 @@
  *   log.h          the output sink, rate-limited warnings (log.c)
  *   framework.h    frameworks' own caches, one row each: cucache-run turns them off, framework.c says once when one is on
  *   diag.h         reports, snapshots, allocation sites (diag.c, signal.c)
+ *   cxx_throw.h    std::runtime_error thrown from C through the process's libstdc++ (cxx_throw.c)
  *   nvml_procs.h   who holds a device's memory (nvml.c)
  *   env.h          every CUCACHE_* variable (env.c)
  *   submit_table.h and submit_sim.h: the entry points that submit work

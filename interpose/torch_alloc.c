@@ -20,6 +20,14 @@
  * These run in the process whether or not libcucache.so was preloaded
  * (PyTorch dlopens it by path): the allocator starts at the first call.
  *
+ * A failure is thrown, never returned: PyTorch's CUDAPluggableAllocator
+ * stores what malloc returns without a check, so a NULL would become a
+ * tensor at address 0 and the program would go on.  cucache_torch_malloc
+ * reports it, then throws std::runtime_error (cxx_throw.c) with no lock
+ * held; PyTorch's Python binding raises it as RuntimeError, its message
+ * starting with PyTorch's own OOM words.  Only a process without a C++
+ * library (a C program) gets NULL.
+ *
  * Private pools: PyTorch's begin_allocate_to_pool(device, MempoolId_t,
  * std::function<bool(cudaStream_t)> filter), end_allocate_to_pool(device,
  * MempoolId_t) and release_pool(device, MempoolId_t), which CUDA graph
@@ -44,17 +52,20 @@
  * does, from C++.
  */
 #include "cucache/cucache.h"
+#include "cxx_throw.h"
 #include "diag.h"
 #include "fail.h"
 #include "framework.h"
 #include "hook.h"
 #include "hostalloc.h"
 #include "log.h"
+#include "st.h"
 #include "state.h"
 #include "streams.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #define CUCACHE_EXPORT __attribute__((visibility("default")))
@@ -105,9 +116,9 @@ typedef struct torch_pool_s {
 } torch_pool_t;
 
 static pthread_mutex_t torch_pools_lock = PTHREAD_MUTEX_INITIALIZER;
-static torch_pool_t *torch_pools;                  /* under torch_pools_lock */
+static torch_pool_t *torch_pools;                   /* under torch_pools_lock */
 static _Atomic int torch_routing[HOOK_MAX_DEVICES]; /* pools routing, per device: the malloc fast path's test */
-static _Atomic bool torch_hooks_used;              /* a pool was ever begun: allocations bypass the interposer's
+static _Atomic bool torch_hooks_used;               /* a pool was ever begun: allocations bypass the interposer's
                                                     * own capture routing (PyTorch decides the pools) */
 
 static torch_pool_t *torch_pool_find(int device, cucache_torch_pool_id_t id)
@@ -177,8 +188,8 @@ CUCACHE_EXPORT void cucache_torch_begin_allocate_to_pool(int device, cucache_tor
     hook_dev_t *hd;
     core_dev_t *d = torch_device(device, &hd);
     if (!d) {
-        hook_warn(HOOK_WARN_BACKEND, "cucache_torch_begin_allocate_to_pool(device %d): no such device, or cucache is off",
-                  device);
+        hook_warn(HOOK_WARN_BACKEND,
+                  "cucache_torch_begin_allocate_to_pool(device %d): no such device, or cucache is off", device);
         return;
     }
     /* a copy of PyTorch's filter, made before any lock (the argument is the
@@ -290,22 +301,46 @@ static inline int torch_pool_of(int device, void *stream)
     return HOOK_POOL_ROUTE;
 }
 
+/* A request not served, already said or reported: thrown to the C++
+ * caller (PyTorch), or NULL where the process has no C++ library. */
+static __attribute__((noinline, cold)) void *torch_refuse(const char *what)
+{
+    hook_cxx_throw(what);
+    return NULL;
+}
+
+/* Out of memory: the report, then PyTorch's OOM words and the sizes of the
+ * report's first sentence in the exception. */
+static __attribute__((noinline, cold)) void *torch_oom(hook_dev_t *hd, const hook_fail_t *f)
+{
+    hook_report_oom(hd, f);
+    char rounded[32], requested[32], what[256];
+    st_fmt_size(rounded, sizeof rounded, f->oom.rounded);
+    st_fmt_size(requested, sizeof requested, f->oom.requested);
+    snprintf(what, sizeof what,
+             "CUDA out of memory. Tried to allocate %s (%s requested). GPU %d: cucache, PyTorch's allocator "
+             "(cucache.torch.enable()), could not serve it: its report (stderr, or CUCACHE_LOG's file) says why.",
+             rounded, requested, hd->ordinal);
+    return torch_refuse(what);
+}
+
 CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
 {
     hook_dev_t *hd;
     core_dev_t *d = torch_device(device, &hd);
     if (!d) {
-        hook_warn(HOOK_WARN_BACKEND, "cucache_torch_malloc(%zu, device %d): no such device, or cucache is off", size,
-                  device);
-        return NULL;
+        char what[128];
+        snprintf(what, sizeof what, "cucache_torch_malloc(%zu, device %d): no such device, or cucache is off", size,
+                 device);
+        hook_warn(HOOK_WARN_BACKEND, "%s", what);
+        return torch_refuse(what);
     }
     hook_fail_t f;
     hook_req_t r = {hd, d, size, hook_stream_key((CUstream)stream, false), hook_site(), torch_pool_of(device, stream)};
     uintptr_t p = hook_alloc(&r, &f);
     if (HOOK_LIKELY(p != 0))
         return (void *)p;
-    hook_report_oom(hd, &f); /* PyTorch raises its OutOfMemoryError on NULL */
-    return NULL;
+    return torch_oom(hd, &f);
 }
 
 CUCACHE_EXPORT void cucache_torch_free(void *ptr, size_t size, int device, void *stream)
