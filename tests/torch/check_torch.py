@@ -23,6 +23,11 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
                   cucache-run (its cache off) what PyTorch raises with its
                   cache off without cucache, and cucache's report; with
                   backend:cudaMallocAsync under cucache, OutOfMemoryError
+    pluggable-oom the MLP through cucache.torch.enable() on a device too
+                  small for it: the step that fails raises RuntimeError
+                  with PyTorch's OOM words (never a null tensor: no step
+                  completes after cucache's OOM report), and the program
+                  that catches it frees its model and allocates again
     expandable    PyTorch's own expandable_segments:True runs the MLP
     async         PyTorch's own backend:cudaMallocAsync runs the MLP
 
@@ -218,6 +223,78 @@ def case_oom(e):
         fail(f"backend:cudaMallocAsync under cucache: {kind}: {msg}")
 
 
+PLUGGABLE_OOM_PROG = r"""
+import gc, json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import workloads
+import cucache, cucache.torch
+cucache.torch.enable()
+torch.backends.cudnn.enabled = False
+torch.manual_seed(0)
+dev = torch.device("cuda")
+model, loss_fn = workloads.make("mlp", dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+out = {"steps": 0, "raised": None}
+for i in range(3):
+    try:
+        opt.zero_grad(set_to_none=True)
+        loss_fn().backward()
+        opt.step()
+        torch.cuda.synchronize()
+    except Exception as e:
+        out["raised"] = {"step": i, "type": type(e).__name__, "message": str(e).splitlines()[0]}
+        out["held_at_oom"] = cucache.memory_stats()["allocated_bytes.all.current"]
+        break
+    out["steps"] += 1
+    print(f"STEP {i} done", file=sys.stderr, flush=True)
+del model, opt, loss_fn
+gc.collect()
+out["held_after_free"] = cucache.memory_stats()["allocated_bytes.all.current"]
+x = torch.empty(SMALLER, dtype=torch.uint8, device=dev)
+out["smaller_ptr"] = x.data_ptr()
+out["held_smaller"] = cucache.memory_stats()["allocated_bytes.all.current"]
+out["num_ooms"] = cucache.memory_stats()["num_ooms"]
+print(json.dumps(out), flush=True)
+"""
+REPORT = "cucache: CUDA out of memory"  # every OOM report's first line, the first or a later one
+
+
+def case_pluggable_oom(e):
+    capacity, smaller = 200 << 20, 64 << 20
+    prog = PLUGGABLE_OOM_PROG.replace("SMALLER", str(smaller))
+    rc, out, err = e.run(["python3", "-c", prog, HERE], env={"CUCACHE_SIM_CAPACITY": str(capacity)}, cucache=True)
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if rc != 0 or not lines:
+        fail(f"the program exited {rc}:\n{out[-2000:]}\n{err[-4000:]}")
+    res = json.loads(lines[-1])
+    print(json.dumps(res))
+    raised = res["raised"]
+    if raised is None:
+        fail(f"{res['steps']} steps ran on a {capacity >> 20} MiB device and nothing was raised:\n{err[-3000:]}")
+    if raised["type"] != "RuntimeError" or not raised["message"].startswith("CUDA out of memory. Tried to allocate "):
+        fail(f"step {raised['step']} raised {raised['type']}: {raised['message']}")
+    if "cucache" not in raised["message"]:
+        fail(f"the message does not name cucache: {raised['message']}")
+    # no step completes after an OOM report: the report, then the exception
+    reports = [i for i, l in enumerate(err.splitlines()) if l.startswith(REPORT)]
+    done = [i for i, l in enumerate(err.splitlines()) if l.startswith("STEP ") and l.endswith(" done")]
+    if not reports:
+        fail(f"no OOM report from cucache:\n{err[-3000:]}")
+    if done and done[-1] > reports[0]:
+        fail(f"a step completed after cucache's OOM report (null tensors reached PyTorch):\n{err[-3000:]}")
+    if len(reports) != 1 or res["num_ooms"] != 1:
+        fail(f"{len(reports)} OOM reports, num_ooms {res['num_ooms']}: the program went on after the first")
+    if raised["step"] != res["steps"]:
+        fail(f"step {raised['step']} raised after {res['steps']} steps completed")
+    # the program that caught it frees its model and goes on: the smaller
+    # tensor fits only because the model's memory went back
+    if not (res["held_at_oom"] + smaller > capacity and res["held_after_free"] + smaller <= capacity):
+        fail(f"held {res['held_at_oom']} bytes at the OOM, {res['held_after_free']} after freeing: "
+             "the smaller allocation proves nothing")
+    if not res["smaller_ptr"] or res["held_smaller"] < res["held_after_free"] + smaller:
+        fail(f"the smaller tensor after the OOM: at {res['smaller_ptr']:#x}, cucache holds {res['held_smaller']}")
+
+
 def case_conf(e, conf):
     res, _ = e.workload("mlp", "torch", cucache=False, env={"PYTORCH_CUDA_ALLOC_CONF": conf})
     check_steps(res)
@@ -240,6 +317,8 @@ def main():
         case_alone(e, w)
     elif kind == "preload":
         case_preload(e, w)
+    elif case == "pluggable-oom":
+        case_pluggable_oom(e)
     elif kind == "pluggable":
         case_pluggable(e, w)
     elif case == "snapshot":
