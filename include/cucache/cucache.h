@@ -81,7 +81,9 @@ int cucache_record_memory_history_stacks(size_t max_entries, const char *stacks)
 
 /* PyTorch's pluggable allocator (torch.cuda.memory.CUDAPluggableAllocator:
  * its MallocFuncType and FreeFuncType; stream is a cudaStream_t): allocate
- * for `stream` on `device` (NULL and an OOM report when it cannot), free as
+ * for `stream` on `device` (when it cannot: an OOM report, then a C++
+ * std::runtime_error thrown to the caller, PyTorch; NULL only in a process
+ * without libstdc++ loaded), free as
  * PyTorch's allocator does (reusable at once on the block's own stream;
  * after an event on another).  The optional ones: init, record_stream (the
  * block is also used on `stream`: its free waits for the device-wide
