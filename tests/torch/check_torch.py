@@ -23,11 +23,13 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
                   cucache-run (its cache off) what PyTorch raises with its
                   cache off without cucache, and cucache's report; with
                   backend:cudaMallocAsync under cucache, OutOfMemoryError
-    pluggable-oom the MLP through cucache.torch.enable() on a device too
-                  small for it: the step that fails raises RuntimeError
-                  with PyTorch's OOM words (never a null tensor: no step
+    pluggable-oom the MLP through cucache.torch.enable() on devices too
+                  small for it (its backward pass fails; AdamW's step
+                  fails): the step that fails raises RuntimeError with
+                  PyTorch's OOM words (never a null tensor: no step
                   completes after cucache's OOM report), and the program
-                  that catches it frees its model and allocates again
+                  that catches it frees its model and allocates more than
+                  was free at the OOM
     expandable    PyTorch's own expandable_segments:True runs the MLP
     async         PyTorch's own backend:cudaMallocAsync runs the MLP
 
@@ -250,7 +252,9 @@ for i in range(3):
 del model, opt, loss_fn
 gc.collect()
 out["held_after_free"] = cucache.memory_stats()["allocated_bytes.all.current"]
-x = torch.empty(SMALLER, dtype=torch.uint8, device=dev)
+# more than was free at the OOM: it fits only because the model went back
+out["smaller"] = smaller = (int(sys.argv[2]) - out["held_at_oom"] + (3 << 20)) & ~((2 << 20) - 1)
+x = torch.empty(smaller, dtype=torch.uint8, device=dev)
 out["smaller_ptr"] = x.data_ptr()
 out["held_smaller"] = cucache.memory_stats()["allocated_bytes.all.current"]
 out["num_ooms"] = cucache.memory_stats()["num_ooms"]
@@ -260,9 +264,15 @@ REPORT = "cucache: CUDA out of memory"  # every OOM report's first line, the fir
 
 
 def case_pluggable_oom(e):
-    capacity, smaller = 200 << 20, 64 << 20
-    prog = PLUGGABLE_OOM_PROG.replace("SMALLER", str(smaller))
-    rc, out, err = e.run(["python3", "-c", prog, HERE], env={"CUCACHE_SIM_CAPACITY": str(capacity)}, cucache=True)
+    # 120 MiB: the backward pass fails (in autograd's thread); 200 MiB:
+    # AdamW's first step, making its state
+    for capacity in (120 << 20, 200 << 20):
+        pluggable_oom_run(e, capacity)
+
+
+def pluggable_oom_run(e, capacity):
+    rc, out, err = e.run(["python3", "-c", PLUGGABLE_OOM_PROG, HERE, str(capacity)],
+                         env={"CUCACHE_SIM_CAPACITY": str(capacity)}, cucache=True)
     lines = [l for l in out.splitlines() if l.startswith("{")]
     if rc != 0 or not lines:
         fail(f"the program exited {rc}:\n{out[-2000:]}\n{err[-4000:]}")
@@ -287,9 +297,10 @@ def case_pluggable_oom(e):
     if raised["step"] != res["steps"]:
         fail(f"step {raised['step']} raised after {res['steps']} steps completed")
     # the program that caught it frees its model and goes on: the smaller
-    # tensor fits only because the model's memory went back
-    if not (res["held_at_oom"] + smaller > capacity and res["held_after_free"] + smaller <= capacity):
-        fail(f"held {res['held_at_oom']} bytes at the OOM, {res['held_after_free']} after freeing: "
+    # tensor is more than was free at the OOM
+    smaller = res["smaller"]
+    if not (res["held_at_oom"] + smaller > capacity and res["held_after_free"] < res["held_at_oom"]):
+        fail(f"held {res['held_at_oom']} bytes at the OOM, {res['held_after_free']} after freeing, then {smaller}: "
              "the smaller allocation proves nothing")
     if not res["smaller_ptr"] or res["held_smaller"] < res["held_after_free"] + smaller:
         fail(f"the smaller tensor after the OOM: at {res['smaller_ptr']:#x}, cucache holds {res['held_smaller']}")
