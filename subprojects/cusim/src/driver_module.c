@@ -78,8 +78,9 @@ static void *bytes_copy(const void *p, size_t len)
     return c;
 }
 
-/* A kernel name again (a fatbin's cubin and PTX of the same kernel): what
- * a cubin states wins over PTX. */
+/* A kernel name again (two entries the device loads, sm_90 and sm_90a;
+ * a fatbin's cubin and PTX read for no device): what a cubin states wins
+ * over PTX. */
 static void name_set_add(void *arg, const char *p, size_t len, const sim_kernel_info_t *ki)
 {
     name_set_t *set = arg;
@@ -143,13 +144,27 @@ static void open_image(void)
                 "decompress (zstd needs libzstd.so.1); any kernel name is taken to be in it");
 }
 
+/* The SM of the current context's device (90): which entry of a fatbin
+ * it loads (sim_arch_use); 0, every entry, before cuInit. */
+static unsigned device_sm(void)
+{
+    CUdevice dev;
+    int major, minor;
+    if (cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+        dev = 0;
+    if (cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+        cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS)
+        return 0;
+    return (unsigned)(10 * major + minor);
+}
+
 /* Reads an image of len bytes (a wrapper already followed) into its kernel
- * names. */
+ * names, as the current context's device loads it. */
 static CUresult image_names(const void *image, size_t len, name_set_t *set)
 {
     sim_image_info_t info;
     static const sim_image_sink_t sink = {name_set_add, name_set_global};
-    CUresult r = sim_image_read(image, len, &sink, set, &info);
+    CUresult r = sim_image_read_for(image, len, device_sm(), &sink, set, &info);
     set->open = r == CUDA_SUCCESS && info.entries && info.compressed == info.entries;
     if (set->open)
         open_image();

@@ -16,6 +16,8 @@
     X(CUDA_ERROR_NO_DEVICE, cudaErrorNoDevice, "no CUDA-capable device is detected")                                   \
     X(CUDA_ERROR_INVALID_DEVICE, cudaErrorInvalidDevice, "invalid device ordinal")                                     \
     X(CUDA_ERROR_INVALID_IMAGE, cudaErrorInvalidKernelImage, "device kernel image is invalid")                          \
+    X(CUDA_ERROR_NO_BINARY_FOR_GPU, cudaErrorNoKernelImageForDevice,                                                   \
+      "no kernel image is available for execution on the device")                                                      \
     X(CUDA_ERROR_INVALID_CONTEXT, cudaErrorDeviceUninitialized, "invalid device context")                              \
     X(CUDA_ERROR_FILE_NOT_FOUND, cudaErrorFileNotFound, "file not found")                                              \
     X(CUDA_ERROR_INVALID_HANDLE, cudaErrorInvalidResourceHandle, "invalid resource handle")                            \

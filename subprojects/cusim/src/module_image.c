@@ -3,8 +3,9 @@
  * kernel and their variables (module_image.h).  Every
  * read goes through img_u16/u32/u64 or img_span, which check it against
  * the image's length; nothing here allocates but a compressed fatbin
- * entry's decompressed bytes, freed once the entry is read, so the parser
- * runs alone under a fuzzer (tests/fuzz_image.c).
+ * entry's decompressed bytes and a cubin's index of its sections, each
+ * freed once its entry is read, so the parser runs alone under a fuzzer
+ * (tests/fuzz_image.c).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -115,6 +116,7 @@ typedef struct parse_s {
     sim_image_name_fn fn;         /* or NULL */
     const sim_image_sink_t *sink; /* or NULL */
     void *arg;
+    unsigned sm; /* the device's SM the image is read for (sim_arch_use), or 0: every entry */
     sim_image_info_t info;
 } parse_t;
 
@@ -158,13 +160,28 @@ static bool elf_shdr(const img_t *im, uint64_t shoff, uint16_t shentsize, uint32
            (sh->type == ELF_SHT_NOBITS || img_span(im, sh->offset, sh->size));
 }
 
-/* An ELF image's section headers, checked. */
+/* A named section, a row of the index sorted by name. */
+typedef struct elf_sec_s {
+    const char *name; /* in the image's section name table, not NUL-terminated */
+    size_t len;
+    uint32_t i; /* its index: of two of one name, the lower sorts first */
+    elf_shdr_t sh;
+} elf_sec_t;
+
+/* An ELF image's section headers, checked, and what is looked up per
+ * kernel, indexed once per image: reading a cubin is n log n in its
+ * sections and linear in its .nv.info records. */
 typedef struct elf_s {
     const img_t *im;
     uint64_t shoff;
     uint16_t shentsize, shnum;
     elf_shdr_t shstr;
-    unsigned sm; /* the cubin's sm: 90 */
+    unsigned sm;       /* the cubin's sm: 90 */
+    elf_sec_t *byname; /* the sections the headers and name table let us read, sorted by name */
+    uint32_t nbyname;
+    uint32_t nsyms;  /* entries of the largest symbol table: the bound of the two below */
+    uint32_t *regs;  /* by symbol index: .nv.info's EIATTR_REGCOUNT, the last one; 0 if none */
+    uint32_t *frame; /* by symbol index: .nv.info's EIATTR_FRAME_SIZE, the same */
 } elf_t;
 
 /* The name of section sh (NULL when out of the image). */
@@ -173,19 +190,47 @@ static const char *elf_sname(const elf_t *e, const elf_shdr_t *sh, size_t *len)
     return img_str(e->im, e->shstr.offset, e->shstr.offset + e->shstr.size, e->shstr.offset + sh->name, len);
 }
 
-/* The section named prefix + suffix, if any. */
+/* Names in memcmp's order, a shorter one first where one begins the
+ * other; equal names by section index. */
+static int elf_sec_cmp(const void *pa, const void *pb)
+{
+    const elf_sec_t *a = pa, *b = pb;
+    int c = memcmp(a->name, b->name, a->len < b->len ? a->len : b->len);
+    if (c)
+        return c;
+    if (a->len != b->len)
+        return a->len < b->len ? -1 : 1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+/* prefix + suffix against a name, in elf_sec_cmp's order. */
+static int elf_key_cmp(const char *prefix, size_t plen, const char *suffix, size_t slen, const elf_sec_t *sec)
+{
+    int c = memcmp(prefix, sec->name, plen < sec->len ? plen : sec->len);
+    if (c || sec->len < plen)
+        return c ? c : 1;
+    size_t rest = sec->len - plen;
+    c = memcmp(suffix, sec->name + plen, slen < rest ? slen : rest);
+    if (c)
+        return c;
+    return (slen > rest) - (slen < rest);
+}
+
+/* The first section named prefix + suffix, if any (binary search). */
 static bool elf_find(const elf_t *e, const char *prefix, const char *suffix, size_t slen, elf_shdr_t *out)
 {
-    size_t plen = strlen(prefix);
-    for (uint32_t i = 0; i < e->shnum; i++) {
-        size_t len;
-        const char *n;
-        if (!elf_shdr(e->im, e->shoff, e->shentsize, i, out) || !(n = elf_sname(e, out, &len)))
-            continue;
-        if (len == plen + slen && memcmp(n, prefix, plen) == 0 && memcmp(n + plen, suffix, slen) == 0)
-            return true;
+    size_t plen = strlen(prefix), lo = 0, hi = e->nbyname;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (elf_key_cmp(prefix, plen, suffix, slen, &e->byname[mid]) > 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return false;
+    if (lo == e->nbyname || elf_key_cmp(prefix, plen, suffix, slen, &e->byname[lo]) != 0)
+        return false;
+    *out = e->byname[lo].sh;
+    return true;
 }
 
 /* Calls fn for each record of the .nv.info section sh: its attribute, the
@@ -212,35 +257,31 @@ static void nvinfo_each(const elf_t *e, const elf_shdr_t *sh,
     }
 }
 
-typedef struct kinfo_arg_s {
-    sim_kernel_info_t *ki;
-    uint32_t sym; /* the kernel's symbol index (module-wide records name it) */
-} kinfo_arg_t;
-
-/* .nv.info: the module's records, each naming its function's symbol. */
+/* .nv.info: the module's records, each naming its function's symbol,
+ * into e->regs and e->frame. */
 static void nvinfo_module(const img_t *im, unsigned attr, uint64_t at, unsigned size, void *arg)
 {
-    kinfo_arg_t *ka = arg;
+    elf_t *e = arg;
     uint32_t sym, v;
-    if (size < 8 || !img_u32(im, at, &sym) || !img_u32(im, at + 4, &v) || sym != ka->sym)
+    if (size < 8 || !img_u32(im, at, &sym) || !img_u32(im, at + 4, &v) || sym >= e->nsyms)
         return;
     if (attr == EIATTR_REGCOUNT)
-        ka->ki->regs = v;
+        e->regs[sym] = v;
     else if (attr == EIATTR_FRAME_SIZE)
-        ka->ki->local_bytes = v;
+        e->frame[sym] = v;
 }
 
-/* .nv.info.<kernel>: the kernel's own records. */
+/* .nv.info.<kernel>: the kernel's own records, into the sim_kernel_info_t arg. */
 static void nvinfo_kernel(const img_t *im, unsigned attr, uint64_t at, unsigned size, void *arg)
 {
-    kinfo_arg_t *ka = arg;
+    sim_kernel_info_t *ki = arg;
     uint32_t x, y, z;
     uint16_t v;
     if ((attr == EIATTR_MAX_THREADS || attr == EIATTR_REQNTID) && size >= 12 && img_u32(im, at, &x) &&
         img_u32(im, at + 4, &y) && img_u32(im, at + 8, &z) && (uint64_t)x * y * z <= 1024)
-        ka->ki->max_threads = x * y * z;
+        ki->max_threads = x * y * z;
     else if (attr == EIATTR_CBANK_PARAM_SIZE && size == 2 && img_u16(im, at, &v))
-        ka->ki->param_bytes = v;
+        ki->param_bytes = v;
 }
 
 /* What the cubin states about the kernel of symbol index sym. */
@@ -249,12 +290,13 @@ static void elf_kernel_info(const elf_t *e, uint32_t sym, const char *name, size
     memset(ki, 0, sizeof *ki);
     ki->cubin = true;
     ki->binary_version = ki->ptx_version = e->sm;
-    kinfo_arg_t ka = {ki, sym};
     elf_shdr_t sh;
-    if (elf_find(e, ".nv.info", "", 0, &sh))
-        nvinfo_each(e, &sh, nvinfo_module, &ka);
+    if (sym < e->nsyms) {
+        ki->regs = e->regs[sym];
+        ki->local_bytes = e->frame[sym];
+    }
     if (elf_find(e, ".nv.info.", name, len, &sh))
-        nvinfo_each(e, &sh, nvinfo_kernel, &ka);
+        nvinfo_each(e, &sh, nvinfo_kernel, ki);
     if (elf_find(e, ".nv.shared.", name, len, &sh) && sh.size <= UINT32_MAX) {
         uint64_t reserve = e->sm >= 80 && sh.size >= SM80_RESERVED_SHARED ? SM80_RESERVED_SHARED : 0;
         ki->shared_bytes = (unsigned)(sh.size - reserve);
@@ -289,39 +331,74 @@ static CUresult elf_global(const elf_t *e, parse_t *ps, const char *name, size_t
     return CUDA_SUCCESS;
 }
 
-/* Kernels: the symbols of type STT_FUNC marked STO_CUDA_ENTRY whose section
- * is ".text.<their name>" (a __device__ function has a .text section of
- * its own too, but no entry mark).  Variables: elf_global. */
-static CUresult elf_parse(const img_t *im, parse_t *ps)
+/* The ELF header and section headers of a cubin, checked, into e. */
+static CUresult elf_header(const img_t *im, elf_t *e)
 {
-    elf_t e = {im, 0, 0, 0, {0, 0, 0, 0, 0}, 0};
     uint16_t shstrndx;
     if (!elf_is(im) || !img_span(im, 0, ELF_EHDR_SIZE) || im->p[4] != ELF_CLASS64 || im->p[5] != ELF_DATA_LSB)
         return CUDA_ERROR_INVALID_IMAGE;
     uint16_t machine;
     uint32_t flags;
-    if (!img_u16(im, 18, &machine) || machine != ELF_EM_CUDA || !img_u64(im, 40, &e.shoff) ||
-        !img_u32(im, 48, &flags) || !img_u16(im, 58, &e.shentsize) || !img_u16(im, 60, &e.shnum) ||
+    if (!img_u16(im, 18, &machine) || machine != ELF_EM_CUDA || !img_u64(im, 40, &e->shoff) ||
+        !img_u32(im, 48, &flags) || !img_u16(im, 58, &e->shentsize) || !img_u16(im, 60, &e->shnum) ||
         !img_u16(im, 62, &shstrndx))
         return CUDA_ERROR_INVALID_IMAGE;
-    e.sm = im->p[8] >= ELF_ABI_FLAGS_V8 ? (flags >> 8) & 0xff : flags & 0xff;
-    if (e.shentsize < ELF_SHDR_SIZE || shstrndx >= e.shnum || !img_span(im, e.shoff, (uint64_t)e.shnum * e.shentsize))
+    e->sm = im->p[8] >= ELF_ABI_FLAGS_V8 ? (flags >> 8) & 0xff : flags & 0xff;
+    if (e->shentsize < ELF_SHDR_SIZE || shstrndx >= e->shnum ||
+        !img_span(im, e->shoff, (uint64_t)e->shnum * e->shentsize))
         return CUDA_ERROR_INVALID_IMAGE;
     uint64_t phoff;
     uint16_t phentsize, phnum;
     if (!img_u64(im, 32, &phoff) || !img_u16(im, 54, &phentsize) || !img_u16(im, 56, &phnum) ||
         !img_span(im, phoff, (uint64_t)phnum * phentsize))
         return CUDA_ERROR_INVALID_IMAGE; /* the program headers: the image ends no sooner */
-    if (!elf_shdr(im, e.shoff, e.shentsize, shstrndx, &e.shstr))
+    if (!elf_shdr(im, e->shoff, e->shentsize, shstrndx, &e->shstr))
         return CUDA_ERROR_INVALID_IMAGE;
-    for (uint32_t i = 0; i < e.shnum; i++) {
+    return CUDA_SUCCESS;
+}
+
+/* Indexes e's sections by name and the module's .nv.info records by
+ * symbol (free e->byname, e->regs, e->frame).  CUDA_ERROR_INVALID_IMAGE
+ * for a section header out of the image, CUDA_ERROR_OUT_OF_MEMORY. */
+static CUresult elf_index(elf_t *e)
+{
+    e->byname = malloc(((size_t)e->shnum + 1) * sizeof *e->byname);
+    if (!e->byname)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint32_t i = 0; i < e->shnum; i++) {
+        elf_sec_t *sec = &e->byname[e->nbyname];
+        if (!elf_shdr(e->im, e->shoff, e->shentsize, i, &sec->sh))
+            return CUDA_ERROR_INVALID_IMAGE;
+        if (sec->sh.type == ELF_SHT_SYMTAB && sec->sh.size / ELF_SYM_SIZE > e->nsyms)
+            e->nsyms = (uint32_t)(sec->sh.size / ELF_SYM_SIZE); /* in the image: fewer than 2^32 */
+        if (!(sec->name = elf_sname(e, &sec->sh, &sec->len)))
+            continue; /* a name out of the table: no lookup finds it */
+        sec->i = i;
+        e->nbyname++;
+    }
+    qsort(e->byname, e->nbyname, sizeof *e->byname, elf_sec_cmp);
+    e->regs = calloc((size_t)e->nsyms + 1, sizeof *e->regs);
+    e->frame = calloc((size_t)e->nsyms + 1, sizeof *e->frame);
+    if (!e->regs || !e->frame)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    elf_shdr_t sh;
+    if (elf_find(e, ".nv.info", "", 0, &sh))
+        nvinfo_each(e, &sh, nvinfo_module, e);
+    return CUDA_SUCCESS;
+}
+
+/* Kernels and variables, from each symbol table. */
+static CUresult elf_symbols(const elf_t *e, parse_t *ps)
+{
+    const img_t *im = e->im;
+    for (uint32_t i = 0; i < e->shnum; i++) {
         elf_shdr_t sym;
-        if (!elf_shdr(im, e.shoff, e.shentsize, i, &sym))
+        if (!elf_shdr(im, e->shoff, e->shentsize, i, &sym))
             return CUDA_ERROR_INVALID_IMAGE;
         if (sym.type != ELF_SHT_SYMTAB)
             continue;
         elf_shdr_t str;
-        if (sym.link >= e.shnum || !elf_shdr(im, e.shoff, e.shentsize, sym.link, &str) || sym.size % ELF_SYM_SIZE)
+        if (sym.link >= e->shnum || !elf_shdr(im, e->shoff, e->shentsize, sym.link, &str) || sym.size % ELF_SYM_SIZE)
             return CUDA_ERROR_INVALID_IMAGE;
         for (uint64_t at = sym.offset; at < sym.offset + sym.size; at += ELF_SYM_SIZE) {
             uint32_t st_name;
@@ -339,25 +416,47 @@ static CUresult elf_parse(const img_t *im, parse_t *ps)
             if (!name)
                 return CUDA_ERROR_INVALID_IMAGE;
             if (!kernel) {
-                CUresult r = elf_global(&e, ps, name, nlen, st_shndx, st_value, st_size);
+                CUresult r = elf_global(e, ps, name, nlen, st_shndx, st_value, st_size);
                 if (r != CUDA_SUCCESS)
                     return r;
                 continue;
             }
             elf_shdr_t text;
-            if (st_shndx >= e.shnum || !elf_shdr(im, e.shoff, e.shentsize, st_shndx, &text))
+            if (st_shndx >= e->shnum || !elf_shdr(im, e->shoff, e->shentsize, st_shndx, &text))
                 return CUDA_ERROR_INVALID_IMAGE;
-            const char *sname = elf_sname(&e, &text, &slen);
+            const char *sname = elf_sname(e, &text, &slen);
             if (!sname)
                 return CUDA_ERROR_INVALID_IMAGE;
             if (nlen && slen == nlen + 6 && memcmp(sname, ".text.", 6) == 0 && memcmp(sname + 6, name, nlen) == 0) {
                 sim_kernel_info_t ki;
-                elf_kernel_info(&e, (uint32_t)((at - sym.offset) / ELF_SYM_SIZE), name, nlen, &ki);
+                elf_kernel_info(e, (uint32_t)((at - sym.offset) / ELF_SYM_SIZE), name, nlen, &ki);
                 report(ps, name, nlen, &ki);
             }
         }
     }
     return CUDA_SUCCESS;
+}
+
+/* Kernels: the symbols of type STT_FUNC marked STO_CUDA_ENTRY whose section
+ * is ".text.<their name>" (a __device__ function has a .text section of
+ * its own too, but no entry mark).  Variables: elf_global. */
+static CUresult elf_parse(const img_t *im, parse_t *ps)
+{
+    elf_t e = {.im = im};
+    CUresult r = elf_header(im, &e);
+    if (r == CUDA_SUCCESS && ps->sm && sim_arch_use(FATBIN_KIND_ELF, e.sm, false, ps->sm) == SIM_ARCH_NONE) {
+        snprintf(ps->info.error, sizeof ps->info.error, "a cubin for sm_%u: no code a device of sm_%u runs", e.sm,
+                 ps->sm);
+        return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    }
+    if (r == CUDA_SUCCESS)
+        r = elf_index(&e);
+    if (r == CUDA_SUCCESS)
+        r = elf_symbols(&e, ps);
+    free(e.byname);
+    free(e.regs);
+    free(e.frame);
+    return r;
 }
 
 /* The furthest byte the header's tables reach (section and program
@@ -532,7 +631,7 @@ static CUresult ptx_parse(const img_t *im, parse_t *ps)
     if (!ptx_is(im, &n))
         return CUDA_ERROR_INVALID_IMAGE;
     const uint8_t *t = im->p;
-    sim_kernel_info_t base = {0};
+    sim_kernel_info_t base = {.binary_version = ps->sm}; /* compiled at load for the device, if read for one */
     for (size_t i = 0; i + 7 < n; i++)
         if (t[i] == '.' && ptx_at(t, n, i, ".target")) {
             size_t j = i + 7;
@@ -582,6 +681,56 @@ static CUresult ptx_parse(const img_t *im, parse_t *ps)
         }
     }
     return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------
+ * Architectures: which entry a device loads
+ * ---------------------------------------------------------------------- */
+
+/* No SM stated: the simulator's linker output (driver_link.c), one
+ * program whose every entry loads; CUDA's own fatbins state one. */
+static bool arch_unstated(unsigned arch, bool specific, unsigned dev)
+{
+    (void)specific, (void)dev;
+    return arch == 0;
+}
+
+static bool arch_exact(unsigned arch, bool specific, unsigned dev)
+{
+    (void)specific;
+    return arch == dev;
+}
+
+/* Binary compatibility: a cubin runs on its major's later minors. */
+static bool arch_minor(unsigned arch, bool specific, unsigned dev)
+{
+    return !specific && arch / 10 == dev / 10 && arch < dev;
+}
+
+/* PTX compiles for its virtual architecture and every later one. */
+static bool arch_not_above(unsigned arch, bool specific, unsigned dev)
+{
+    return specific ? arch == dev : arch <= dev;
+}
+
+/* CUDA's rule, one row per case, best first (the enum's order). */
+static const struct {
+    sim_arch_use_t use;
+    unsigned kind; /* SIM_FATBIN_KIND_*, or 0: either */
+    bool (*fits)(unsigned arch, bool specific, unsigned dev);
+} arch_rules[] = {
+    {SIM_ARCH_LINKED, 0, arch_unstated},
+    {SIM_ARCH_EXACT, FATBIN_KIND_ELF, arch_exact},
+    {SIM_ARCH_MINOR, FATBIN_KIND_ELF, arch_minor},
+    {SIM_ARCH_JIT, FATBIN_KIND_PTX, arch_not_above},
+};
+
+sim_arch_use_t sim_arch_use(unsigned kind, unsigned arch, bool specific, unsigned dev)
+{
+    for (size_t i = 0; i < sizeof arch_rules / sizeof arch_rules[0]; i++)
+        if ((arch_rules[i].kind == kind || !arch_rules[i].kind) && arch_rules[i].fits(arch, specific, dev))
+            return arch_rules[i].use;
+    return SIM_ARCH_NONE;
 }
 
 /* ------------------------------------------------------------------------
@@ -660,22 +809,75 @@ static sim_decomp_t entry_payload(const img_t *im, const fb_entry_t *e, unsigned
     return SIM_DECOMP_OK;
 }
 
+/* An entry's use on a device of SM dev and the SM it is for. */
+typedef struct fb_use_s {
+    sim_arch_use_t use;
+    unsigned arch;
+} fb_use_t;
+
+static fb_use_t entry_use(const img_t *im, const fb_entry_t *e, unsigned dev)
+{
+    uint32_t arch = 0;
+    img_u32(im, e->at + FATBIN_ENTRY_ARCH, &arch); /* inside the header: hsize >= FATBIN_ENTRY_MIN */
+    return (fb_use_t){sim_arch_use(e->kind, arch, e->flags & SIM_FATBIN_ARCH_SPECIFIC, dev), arch};
+}
+
+/* The entries [at, end) a device of SM dev loads: the best case of
+ * sim_arch_use, the highest SM of it; use SIM_ARCH_NONE when none fits
+ * (error then lists what the fatbin holds). */
+static CUresult fatbin_choose(const img_t *im, uint64_t at, uint64_t end, unsigned dev, fb_use_t *best, char *error,
+                              size_t size)
+{
+    *best = (fb_use_t){SIM_ARCH_NONE, 0};
+    int w = snprintf(error, size, "no entry of the fatbin runs on a device of sm_%u; it holds", dev);
+    fb_entry_t e;
+    for (; at < end; at += e.hsize + e.psize) {
+        if (!fatbin_entry(im, at, end, &e))
+            return CUDA_ERROR_INVALID_IMAGE;
+        if (e.kind != FATBIN_KIND_PTX && e.kind != FATBIN_KIND_ELF)
+            continue;
+        fb_use_t u = entry_use(im, &e, dev);
+        if (w >= 0 && (size_t)w < size)
+            w += snprintf(error + w, size - (size_t)w, " %s_%u%s", e.kind == FATBIN_KIND_ELF ? "sm" : "compute", u.arch,
+                          e.flags & SIM_FATBIN_ARCH_SPECIFIC ? "a" : "");
+        if (u.use != SIM_ARCH_NONE &&
+            (best->use == SIM_ARCH_NONE || u.use < best->use || (u.use == best->use && u.arch > best->arch)))
+            *best = u;
+    }
+    if (best->use != SIM_ARCH_NONE)
+        error[0] = 0;
+    return CUDA_SUCCESS;
+}
+
 /* Each entry's payload (a compressed one decompressed) is read like an
- * image of its own; an entry compressed in a form not decoded here is
- * skipped and counted. */
+ * image of its own, of those a device loads when read for one; an entry
+ * compressed in a form not decoded here is skipped and counted. */
 static CUresult fatbin_parse(const img_t *im, parse_t *ps)
 {
     uint16_t hsize;
     uint64_t body;
     if (!img_u16(im, 6, &hsize) || !img_u64(im, 8, &body) || hsize < FATBIN_HEADER_SIZE || !img_span(im, hsize, body))
         return CUDA_ERROR_INVALID_IMAGE;
+    fb_use_t best = {SIM_ARCH_NONE, 0};
+    if (ps->sm) {
+        CUresult r = fatbin_choose(im, hsize, hsize + body, ps->sm, &best, ps->info.error, sizeof ps->info.error);
+        if (r != CUDA_SUCCESS || best.use == SIM_ARCH_NONE)
+            return r != CUDA_SUCCESS ? r : CUDA_ERROR_NO_BINARY_FOR_GPU;
+    }
     fb_entry_t e;
+    unsigned code = 0; /* code entries met */
     for (uint64_t at = hsize, end = hsize + body; at < end; at += e.hsize + e.psize) {
         if (!fatbin_entry(im, at, end, &e))
             return CUDA_ERROR_INVALID_IMAGE;
         if (e.kind != FATBIN_KIND_PTX && e.kind != FATBIN_KIND_ELF)
             continue; /* other kinds (LTO IR, ...) name no kernel the device could load */
-        unsigned index = ps->info.entries++;
+        unsigned index = code++;
+        fb_use_t u = entry_use(im, &e, ps->sm);
+        if (ps->sm && (u.use != best.use || u.arch != best.arch)) {
+            ps->info.other_arch++;
+            continue;
+        }
+        ps->info.entries++;
         img_t payload;
         uint8_t *buf;
         sim_decomp_t d = entry_payload(im, &e, index, &payload, &buf, ps->info.error, sizeof ps->info.error);
@@ -784,13 +986,20 @@ static CUresult image_parse(const void *image, size_t len, parse_t *ps, sim_imag
 
 CUresult sim_image_parse(const void *image, size_t len, sim_image_name_fn fn, void *arg, sim_image_info_t *info)
 {
-    parse_t ps = {fn, NULL, arg, {0}};
+    parse_t ps = {fn, NULL, arg, 0, {0}};
     return image_parse(image, len, &ps, info);
 }
 
 CUresult sim_image_read(const void *image, size_t len, const sim_image_sink_t *sink, void *arg, sim_image_info_t *info)
 {
-    parse_t ps = {NULL, sink, arg, {0}};
+    parse_t ps = {NULL, sink, arg, 0, {0}};
+    return image_parse(image, len, &ps, info);
+}
+
+CUresult sim_image_read_for(const void *image, size_t len, unsigned sm, const sim_image_sink_t *sink, void *arg,
+                            sim_image_info_t *info)
+{
+    parse_t ps = {NULL, sink, arg, sm, {0}};
     return image_parse(image, len, &ps, info);
 }
 

@@ -35,6 +35,7 @@ typedef struct sim_image_info_s {
     unsigned entries;    /* fatbin: code entries (cubin or PTX) */
     unsigned inflated;   /* fatbin: compressed entries decompressed and read */
     unsigned compressed; /* fatbin: entries skipped, compressed in a form not decoded here */
+    unsigned other_arch; /* fatbin: entries left for another device (sim_image_read_for) */
     unsigned names;      /* names reported (repeats included) */
     char error[256];     /* why the image was refused, naming the entry, when known; else "" */
 } sim_image_info_t;
@@ -55,7 +56,7 @@ typedef struct sim_kernel_info_s {
     unsigned local_bytes;    /* local memory a thread: EIATTR_FRAME_SIZE */
     unsigned param_bytes;    /* the parameters' bytes: EIATTR_CBANK_PARAM_SIZE */
     unsigned const_bytes;    /* the module's __constant__ bytes (.nv.constant3) */
-    unsigned binary_version; /* 10 * major + minor of the cubin's sm (90); 0 for PTX */
+    unsigned binary_version; /* 10 * major + minor of the cubin's sm (90); PTX: the device's, or 0 */
     unsigned ptx_version;    /* the same of the PTX .target or the cubin's virtual architecture */
     bool cubin;              /* read from a cubin (a fatbin's PTX of the same kernel says less) */
 } sim_kernel_info_t;
@@ -97,6 +98,29 @@ CUresult sim_image_parse(const void *image, size_t len, sim_image_name_fn fn, vo
  * variables. */
 CUresult sim_image_read(const void *image, size_t len, const sim_image_sink_t *sink, void *arg, sim_image_info_t *info);
 
+/* What a device of SM `dev` (90) does with a code entry of kind `kind`
+ * (SIM_FATBIN_KIND_*) for SM `arch`, CUDA's rule, best case first: a
+ * fatbin's entry of the best case is loaded, the highest arch of it.
+ * `specific`: an arch-specific entry (sm_90a), which runs on its own SM
+ * alone.  docs/simulator.md, "Modules". */
+typedef enum sim_arch_use_e {
+    SIM_ARCH_NONE,   /* not on this device */
+    SIM_ARCH_LINKED, /* no SM stated: an entry of the simulator's linker output, which loads whole */
+    SIM_ARCH_EXACT,  /* a cubin for the device's SM */
+    SIM_ARCH_MINOR,  /* a cubin of the same major, of a lower minor: binary compatible */
+    SIM_ARCH_JIT,    /* PTX of a virtual architecture not above the device's, compiled at load */
+} sim_arch_use_t;
+sim_arch_use_t sim_arch_use(unsigned kind, unsigned arch, bool specific, unsigned dev);
+
+/* sim_image_read as a device of SM `sm` loads the image: of a fatbin, the
+ * entries sim_arch_use picks (the others counted in other_arch); a cubin
+ * only if the device can run it.  A kernel read from PTX states the
+ * device's SM as its binary version.  CUDA_ERROR_NO_BINARY_FOR_GPU when
+ * the image has no code for the device, CUDA_ERROR_OUT_OF_MEMORY; else as
+ * sim_image_read. */
+CUresult sim_image_read_for(const void *image, size_t len, unsigned sm, const sim_image_sink_t *sink, void *arg,
+                            sim_image_info_t *info);
+
 /* Each code entry of an image, as it would be put in a fatbin: a cubin or
  * PTX text is one entry (kind 2 or 1), a fatbin its cubin and PTX entries,
  * a compressed one decompressed (its flags then mark none) unless its
@@ -113,6 +137,7 @@ enum {
     SIM_FATBIN_ENTRY_SIZE = 64,  /* u16 kind, u16 version, u32 header size, u64 payload size, ..., u64 flags at 40 */
     SIM_FATBIN_KIND_PTX = 1,
     SIM_FATBIN_KIND_ELF = 2,
+    SIM_FATBIN_ARCH_SPECIFIC = 0x100000, /* entry flag: an arch-specific entry (sm_90a) */
 };
 
 #endif

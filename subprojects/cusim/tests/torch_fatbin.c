@@ -21,19 +21,20 @@
 
 #define TORCH_CUDA "/var/cache/cucache/torch-root/usr/lib/x86_64-linux-gnu/libtorch_cuda.so.2.6.0"
 
-/* The names of one container, counted once each. */
+/* Names, each as often as reported until unique() (sorting: linear
+ * scans for repeats would cost more than reading the images). */
 typedef struct names_s {
     char **v;
-    size_t n;
+    size_t n, cap;
 } names_t;
 
 static void add(void *arg, const char *name, size_t len)
 {
     names_t *ns = arg;
-    for (size_t i = ns->n; i-- > 0;)
-        if (strlen(ns->v[i]) == len && memcmp(ns->v[i], name, len) == 0)
-            return;
-    ns->v = realloc(ns->v, (ns->n + 1) * sizeof *ns->v);
+    if (ns->n == ns->cap) {
+        ns->cap = ns->cap ? 2 * ns->cap : 256;
+        ns->v = realloc(ns->v, ns->cap * sizeof *ns->v);
+    }
     if (!ns->v || !(ns->v[ns->n] = strndup(name, len)))
         abort();
     ns->n++;
@@ -42,6 +43,20 @@ static void add(void *arg, const char *name, size_t len)
 static int by_name(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Sorts the names and keeps one of each. */
+static void unique(names_t *ns)
+{
+    qsort(ns->v, ns->n, sizeof *ns->v, by_name);
+    size_t k = 0;
+    for (size_t i = 0; i < ns->n; i++) {
+        if (k && strcmp(ns->v[k - 1], ns->v[i]) == 0)
+            free(ns->v[i]);
+        else
+            ns->v[k++] = ns->v[i];
+    }
+    ns->n = k;
 }
 
 /* The section named `want` of the ELF file p[0, len): its bytes. */
@@ -131,6 +146,7 @@ int main(int argc, char **argv)
                     info.inflated, info.compressed);
             failed++;
         }
+        unique(&ns);
         names += ns.n;
         for (size_t i = 0; i < ns.n; i++)
             add(&all, ns.v[i], strlen(ns.v[i]));
@@ -139,8 +155,8 @@ int main(int argc, char **argv)
         free(ns.v);
         at += hsize + body;
     }
+    unique(&all);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    qsort(all.v, all.n, sizeof *all.v, by_name);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("%s: %u containers, %u entries, %u decompressed, %zu kernel names (%zu distinct), %.2f s\n", path,
            containers, entries, inflated, names, all.n, s);
