@@ -4,8 +4,12 @@
  * module image reader: each container must parse, and each of its
  * compressed entries must decompress to a cubin or PTX its kind's reader
  * accepts (none left compressed).  Prints the containers, entries and
- * kernel names found, and the time taken.  Exit 77 (skipped) when the
- * library is not there.  Usage: torch_fatbin [LIBRARY]
+ * kernel names found, and the time taken.  Then loads the container of
+ * PyTorch's float add kernel (torch.add's vectorized_elementwise_kernel)
+ * on the simulated 9.0 device: cuFuncGetAttribute must answer its sm_90
+ * cubin's binary version and registers, not those of the container's
+ * first cubin (sm_50).  Exit 77 (skipped) when the library is not
+ * there.  Usage: torch_fatbin [LIBRARY]
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -20,6 +24,7 @@
 #include "module_image.h"
 
 #define TORCH_CUDA "/var/cache/cucache/torch-root/usr/lib/x86_64-linux-gnu/libtorch_cuda.so.2.6.0"
+#define TORCH_ADD "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIfEESt5arrayIPcLm3EEEEviT0_T1_"
 
 /* Names, each as often as reported until unique() (sorting: linear
  * scans for repeats would cost more than reading the images). */
@@ -38,6 +43,53 @@ static void add(void *arg, const char *name, size_t len)
     if (!ns->v || !(ns->v[ns->n] = strndup(name, len)))
         abort();
     ns->n++;
+}
+
+/* What each entry of a container states about TORCH_ADD: the first
+ * cubin's and the sm_90 cubin's. */
+typedef struct add_seen_s {
+    sim_kernel_info_t first, sm90;
+} add_seen_t;
+
+static void add_seen(void *arg, const char *name, size_t len, const sim_kernel_info_t *ki)
+{
+    add_seen_t *a = arg;
+    if (len != strlen(TORCH_ADD) || memcmp(name, TORCH_ADD, len) != 0 || !ki->cubin)
+        return;
+    if (!a->first.cubin)
+        a->first = *ki;
+    if (ki->binary_version == 90)
+        a->sm90 = *ki;
+}
+
+/* The add kernel of the container at fb as the driver loads it. */
+static int check_add(const uint8_t *fb, size_t len)
+{
+    add_seen_t seen = {0};
+    static const sim_image_sink_t sink = {add_seen, NULL};
+    sim_image_read(fb, len, &sink, &seen, NULL);
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule m;
+    CUfunction f;
+    int binary = 0, ptx = 0, regs = 0;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS ||
+        cuModuleLoadData(&m, fb) != CUDA_SUCCESS || cuModuleGetFunction(&f, m, TORCH_ADD) != CUDA_SUCCESS ||
+        cuFuncGetAttribute(&binary, CU_FUNC_ATTRIBUTE_BINARY_VERSION, f) != CUDA_SUCCESS ||
+        cuFuncGetAttribute(&ptx, CU_FUNC_ATTRIBUTE_PTX_VERSION, f) != CUDA_SUCCESS ||
+        cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f) != CUDA_SUCCESS) {
+        fprintf(stderr, "torch_fatbin: the add kernel's container does not load on the simulated device\n");
+        return 1;
+    }
+    printf("add kernel: binary version %d, PTX version %d, %d registers (its sm_%u cubin, the first: %u registers)\n",
+           binary, ptx, regs, seen.first.binary_version, seen.first.regs);
+    cuModuleUnload(m);
+    if (binary != 90 || ptx != 90 || !seen.sm90.cubin || (unsigned)regs != seen.sm90.regs) {
+        fprintf(stderr, "torch_fatbin: the add kernel is not its sm_90 cubin's (%u registers)\n", seen.sm90.regs);
+        return 1;
+    }
+    return 0;
 }
 
 static int by_name(const void *a, const void *b)
@@ -119,6 +171,8 @@ int main(int argc, char **argv)
     unsigned containers = 0, entries = 0, inflated = 0, failed = 0;
     size_t names = 0;
     names_t all = {0};
+    const uint8_t *add_at = NULL; /* the container of TORCH_ADD */
+    size_t add_len = 0;
     for (uint64_t at = 0; at + 16 <= size;) {
         uint32_t magic;
         uint16_t hsize;
@@ -148,8 +202,13 @@ int main(int argc, char **argv)
         }
         unique(&ns);
         names += ns.n;
-        for (size_t i = 0; i < ns.n; i++)
+        for (size_t i = 0; i < ns.n; i++) {
             add(&all, ns.v[i], strlen(ns.v[i]));
+            if (!add_at && strcmp(ns.v[i], TORCH_ADD) == 0) {
+                add_at = fb + at;
+                add_len = hsize + body;
+            }
+        }
         for (size_t i = 0; i < ns.n; i++)
             free(ns.v[i]);
         free(ns.v);
@@ -163,6 +222,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < all.n; i++)
         free(all.v[i]);
     free(all.v);
+    if (!add_at)
+        fprintf(stderr, "torch_fatbin: no container holds %s\n", TORCH_ADD);
+    int add_failed = !add_at || check_add(add_at, add_len);
     munmap((void *)p, (size_t)st.st_size);
-    return failed || !containers || !names ? 1 : 0;
+    return failed || !containers || !names || add_failed ? 1 : 0;
 }
