@@ -102,7 +102,8 @@
  *                    processes and pool access; driver_module.c modules,
  *                    libraries, their variables and timed kernels
  *                    (module_image.c reads the images: cubin, fatbin, PTX,
- *                    with kernel attributes and variables;
+ *                    with kernel attributes and variables, a fatbin's
+ *                    entries those the device's SM loads;
  *                    fatbin_decompress.c its compressed entries);
  *                    driver_func.c
  *                    kernel attributes and the occupancy calculator;
