@@ -1,7 +1,10 @@
 /*
  * The module image reader (src/module_image.c) under libFuzzer: any bytes
  * are parsed as an image of exactly their length, and the answer is a
- * success or CUDA_ERROR_INVALID_IMAGE, never a read outside them.  Inputs
+ * success or CUDA_ERROR_INVALID_IMAGE, never a read outside them; read
+ * again as devices of sm_90 and sm_86 load it (a fatbin's entry chosen),
+ * also CUDA_ERROR_NO_BINARY_FOR_GPU or, for a cubin's index,
+ * CUDA_ERROR_OUT_OF_MEMORY.  Inputs
  * whose first byte is odd are instead the payload of one compressed fatbin
  * entry (src/fatbin_decompress.c), wrapped in a container: that byte
  * picks the codec (LZ4, zstd) and the kind, the next 12 give the declared
@@ -24,11 +27,32 @@ static void ignore(void *arg, const char *name, size_t len)
     (void)c;
 }
 
+static void kernel(void *arg, const char *name, size_t len, const sim_kernel_info_t *ki)
+{
+    (void)ki;
+    ignore(arg, name, len);
+}
+
+static void global(void *arg, const sim_global_info_t *g)
+{
+    ignore(arg, g->name, g->len);
+    volatile uint8_t c = g->init && g->size ? ((const uint8_t *)g->init)[g->size - 1] : 0; /* in the image */
+    (void)c;
+}
+
 static void parse(const uint8_t *image, size_t len)
 {
     CUresult r = sim_image_parse(image, len, ignore, NULL, NULL);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_IMAGE)
         abort();
+    static const sim_image_sink_t sink = {kernel, global};
+    static const unsigned devices[] = {90, 86};
+    for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++) {
+        r = sim_image_read_for(image, len, devices[i], &sink, NULL, NULL);
+        if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_IMAGE && r != CUDA_ERROR_NO_BINARY_FOR_GPU &&
+            r != CUDA_ERROR_OUT_OF_MEMORY)
+            abort();
+    }
 }
 
 /* data = [pick][u64 declared size][u32 compressed size][payload]: a
