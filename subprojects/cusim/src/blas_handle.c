@@ -3,7 +3,10 @@
  * A handle belongs to the context current when it was made; its work goes
  * to its stream (the legacy default stream until cublasSetStream_v2).
  */
+#include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "blas_gemm.h"
 
@@ -111,93 +114,92 @@ BLAS_API cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *works
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* A mode: one of the four in its low bits, and the reduction flag. */
-BLAS_API cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode)
+/* ------------------------------------------------------------------------
+ * Settings: one row each, an int-sized field and the values it takes.
+ * ---------------------------------------------------------------------- */
+
+typedef struct handle_setting_s {
+    size_t offset;  /* of its field in blas_handle_t */
+    int min, max;   /* the values it takes, flag bits cleared */
+    unsigned flags; /* bits a value may carry beside it */
+} handle_setting_t;
+
+typedef enum { SETTING_MATH, SETTING_POINTER_MODE, SETTING_ATOMICS, SETTING_SM_COUNT_TARGET } handle_setting_id_t;
+
+static const handle_setting_t handle_settings[] = {
+    /* a mode: one of the four in its low bits, and the reduction flag */
+    [SETTING_MATH] = {offsetof(blas_handle_t, math), CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH,
+                      CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION},
+    [SETTING_POINTER_MODE] = {offsetof(blas_handle_t, pointer_mode), CUBLAS_POINTER_MODE_HOST,
+                              CUBLAS_POINTER_MODE_DEVICE, 0},
+    [SETTING_ATOMICS] = {offsetof(blas_handle_t, atomics), CUBLAS_ATOMICS_NOT_ALLOWED, CUBLAS_ATOMICS_ALLOWED, 0},
+    [SETTING_SM_COUNT_TARGET] = {offsetof(blas_handle_t, sm_count_target), 0, INT_MAX, 0}, /* 0: every SM */
+};
+
+_Static_assert(sizeof(cublasMath_t) == sizeof(int) && sizeof(cublasPointerMode_t) == sizeof(int) &&
+                   sizeof(cublasAtomicsMode_t) == sizeof(int),
+               "each setting is an int-sized field");
+
+static cublasStatus_t setting_set(cublasHandle_t handle, handle_setting_id_t id, int value)
 {
     blas_handle_t *h = blas_handle(handle);
     if (!h)
         return CUBLAS_STATUS_NOT_INITIALIZED;
-    unsigned m = (unsigned)mode & ~(unsigned)CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
-    if (m > CUBLAS_TF32_TENSOR_OP_MATH)
+    const handle_setting_t *s = &handle_settings[id];
+    int v = (int)((unsigned)value & ~s->flags);
+    if (v < s->min || v > s->max)
         return CUBLAS_STATUS_INVALID_VALUE;
-    h->math = mode;
+    memcpy((char *)h + s->offset, &value, sizeof value);
     return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t setting_get(cublasHandle_t handle, handle_setting_id_t id, void *value)
+{
+    blas_handle_t *h = blas_handle(handle);
+    if (!h)
+        return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!value)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(value, (const char *)h + handle_settings[id].offset, sizeof(int));
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+BLAS_API cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode)
+{
+    return setting_set(handle, SETTING_MATH, (int)mode);
 }
 
 BLAS_API cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t *mode)
 {
-    blas_handle_t *h = blas_handle(handle);
-    if (!h)
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!mode)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *mode = h->math;
-    return CUBLAS_STATUS_SUCCESS;
+    return setting_get(handle, SETTING_MATH, mode);
 }
 
 BLAS_API cublasStatus_t cublasSetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t mode)
 {
-    blas_handle_t *h = blas_handle(handle);
-    if (!h)
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (mode != CUBLAS_POINTER_MODE_HOST && mode != CUBLAS_POINTER_MODE_DEVICE)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    h->pointer_mode = mode;
-    return CUBLAS_STATUS_SUCCESS;
+    return setting_set(handle, SETTING_POINTER_MODE, (int)mode);
 }
 
 BLAS_API cublasStatus_t cublasGetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t *mode)
 {
-    blas_handle_t *h = blas_handle(handle);
-    if (!h)
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!mode)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *mode = h->pointer_mode;
-    return CUBLAS_STATUS_SUCCESS;
+    return setting_get(handle, SETTING_POINTER_MODE, mode);
 }
 
 BLAS_API cublasStatus_t cublasSetAtomicsMode(cublasHandle_t handle, cublasAtomicsMode_t mode)
 {
-    blas_handle_t *h = blas_handle(handle);
-    if (!h)
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (mode != CUBLAS_ATOMICS_NOT_ALLOWED && mode != CUBLAS_ATOMICS_ALLOWED)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    h->atomics = mode;
-    return CUBLAS_STATUS_SUCCESS;
+    return setting_set(handle, SETTING_ATOMICS, (int)mode);
 }
 
 BLAS_API cublasStatus_t cublasGetAtomicsMode(cublasHandle_t handle, cublasAtomicsMode_t *mode)
 {
-    blas_handle_t *h = blas_handle(handle);
-    if (!h)
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!mode)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *mode = h->atomics;
-    return CUBLAS_STATUS_SUCCESS;
+    return setting_get(handle, SETTING_ATOMICS, mode);
 }
 
-/* 0: every multiprocessor */
 BLAS_API cublasStatus_t cublasSetSmCountTarget(cublasHandle_t handle, int smCountTarget)
 {
-    blas_handle_t *h = blas_handle(handle);
-    if (!h)
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (smCountTarget < 0)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    h->sm_count_target = smCountTarget;
-    return CUBLAS_STATUS_SUCCESS;
+    return setting_set(handle, SETTING_SM_COUNT_TARGET, smCountTarget);
 }
 
 BLAS_API cublasStatus_t cublasGetSmCountTarget(cublasHandle_t handle, int *smCountTarget)
 {
-    blas_handle_t *h = blas_handle(handle);
-    if (!h)
-        return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (!smCountTarget)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    *smCountTarget = h->sm_count_target;
-    return CUBLAS_STATUS_SUCCESS;
+    return setting_get(handle, SETTING_SM_COUNT_TARGET, smCountTarget);
 }
