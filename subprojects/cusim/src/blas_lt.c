@@ -222,162 +222,174 @@ BLAS_API cublasStatus_t cublasLtGetProperty(libraryPropertyType type, int *value
 }
 
 /* ------------------------------------------------------------------------
- * Descriptors
+ * Descriptors: three kinds, one row each; every object opens with its
+ * kind's magic.
  * ---------------------------------------------------------------------- */
 
-BLAS_API cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type, uint64_t rows,
-                                                   uint64_t cols, int64_t ld)
+typedef struct lt_kind_s {
+    uint32_t magic;         /* while alive; 0 once destroyed */
+    size_t size;            /* of its object */
+    const lt_attr_t *attrs; /* its attribute table */
+    size_t count;           /* rows in attrs */
+} lt_kind_t;
+
+typedef enum { LT_KIND_LAYOUT, LT_KIND_DESC, LT_KIND_PREF } lt_kind_id_t;
+
+static const lt_kind_t lt_kinds[] = {
+    [LT_KIND_LAYOUT] = {LT_LAYOUT_MAGIC, sizeof(struct cublasLtMatrixLayoutOpaque_s), layout_attrs,
+                        LT_COUNT(layout_attrs)},
+    [LT_KIND_DESC] = {LT_DESC_MAGIC, sizeof(struct cublasLtMatmulDescOpaque_s), desc_attrs, LT_COUNT(desc_attrs)},
+    [LT_KIND_PREF] = {LT_PREF_MAGIC, sizeof(struct cublasLtMatmulPreferenceOpaque_s), pref_attrs, LT_COUNT(pref_attrs)},
+};
+
+_Static_assert(offsetof(struct cublasLtMatrixLayoutOpaque_s, magic) == 0 &&
+                   offsetof(struct cublasLtMatmulDescOpaque_s, magic) == 0 &&
+                   offsetof(struct cublasLtMatmulPreferenceOpaque_s, magic) == 0,
+               "every descriptor opens with its magic");
+
+/* The live object of that kind, or NULL (a null, destroyed or other one). */
+static void *lt_object(const void *obj, lt_kind_id_t kind)
 {
-    if (!matLayout)
+    return obj && *(const uint32_t *)obj == lt_kinds[kind].magic ? (void *)obj : NULL;
+}
+
+/* A new object holding init, with its kind's magic. */
+static cublasStatus_t lt_create(lt_kind_id_t kind, const void *init, void **out)
+{
+    if (!out)
         return CUBLAS_STATUS_INVALID_VALUE;
-    struct cublasLtMatrixLayoutOpaque_s *l = calloc(1, sizeof *l);
-    if (!l)
+    void *obj = calloc(1, lt_kinds[kind].size);
+    if (!obj)
         return CUBLAS_STATUS_ALLOC_FAILED;
-    *l = (struct cublasLtMatrixLayoutOpaque_s){.magic = LT_LAYOUT_MAGIC,
-                                               .type = type,
-                                               .order = CUBLASLT_ORDER_COL,
-                                               .rows = rows,
-                                               .cols = cols,
-                                               .ld = ld,
-                                               .batch = 1};
-    *matLayout = l;
+    memcpy(obj, init, lt_kinds[kind].size);
+    *(uint32_t *)obj = lt_kinds[kind].magic;
+    *out = obj;
     return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t lt_destroy(void *obj, lt_kind_id_t kind)
+{
+    if (!lt_object(obj, kind))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *(uint32_t *)obj = 0;
+    free(obj);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static cublasStatus_t lt_set(void *obj, lt_kind_id_t kind, int attr, const void *buf, size_t size)
+{
+    if (!lt_object(obj, kind))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return attr_set(obj, lt_kinds[kind].attrs, lt_kinds[kind].count, attr, buf, size);
+}
+
+static cublasStatus_t lt_get(const void *obj, lt_kind_id_t kind, int attr, void *buf, size_t size, size_t *written)
+{
+    if (!lt_object(obj, kind))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return attr_get(obj, lt_kinds[kind].attrs, lt_kinds[kind].count, attr, buf, size, written);
 }
 
 static struct cublasLtMatrixLayoutOpaque_s *lt_layout(cublasLtMatrixLayout_t l)
 {
-    return l && l->magic == LT_LAYOUT_MAGIC ? l : NULL;
+    return lt_object(l, LT_KIND_LAYOUT);
+}
+
+static struct cublasLtMatmulDescOpaque_s *lt_desc(cublasLtMatmulDesc_t d)
+{
+    return lt_object(d, LT_KIND_DESC);
+}
+
+static struct cublasLtMatmulPreferenceOpaque_s *lt_pref(cublasLtMatmulPreference_t p)
+{
+    return lt_object(p, LT_KIND_PREF);
+}
+
+BLAS_API cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *matLayout, cudaDataType type, uint64_t rows,
+                                                   uint64_t cols, int64_t ld)
+{
+    struct cublasLtMatrixLayoutOpaque_s init = {
+        .type = type, .order = CUBLASLT_ORDER_COL, .rows = rows, .cols = cols, .ld = ld, .batch = 1};
+    return lt_create(LT_KIND_LAYOUT, &init, (void **)matLayout);
 }
 
 BLAS_API cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout)
 {
-    if (!lt_layout(matLayout))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    matLayout->magic = 0;
-    free(matLayout);
-    return CUBLAS_STATUS_SUCCESS;
+    return lt_destroy(matLayout, LT_KIND_LAYOUT);
 }
 
 BLAS_API cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t matLayout,
                                                          cublasLtMatrixLayoutAttribute_t attr, const void *buf,
                                                          size_t sizeInBytes)
 {
-    if (!lt_layout(matLayout))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    return attr_set(matLayout, layout_attrs, LT_COUNT(layout_attrs), attr, buf, sizeInBytes);
+    return lt_set(matLayout, LT_KIND_LAYOUT, attr, buf, sizeInBytes);
 }
 
 BLAS_API cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t matLayout,
                                                          cublasLtMatrixLayoutAttribute_t attr, void *buf,
                                                          size_t sizeInBytes, size_t *sizeWritten)
 {
-    if (!lt_layout(matLayout))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    return attr_get(matLayout, layout_attrs, LT_COUNT(layout_attrs), attr, buf, sizeInBytes, sizeWritten);
+    return lt_get(matLayout, LT_KIND_LAYOUT, attr, buf, sizeInBytes, sizeWritten);
 }
 
 BLAS_API cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *matmulDesc, cublasComputeType_t computeType,
                                                  cudaDataType_t scaleType)
 {
-    if (!matmulDesc)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    struct cublasLtMatmulDescOpaque_s *d = calloc(1, sizeof *d);
-    if (!d)
-        return CUBLAS_STATUS_ALLOC_FAILED;
-    *d = (struct cublasLtMatmulDescOpaque_s){.magic = LT_DESC_MAGIC,
-                                             .compute = computeType,
-                                             .scale = scaleType,
-                                             .pointer_mode = CUBLAS_POINTER_MODE_HOST,
-                                             .transa = CUBLAS_OP_N,
-                                             .transb = CUBLAS_OP_N,
-                                             .transc = CUBLAS_OP_N,
-                                             .fill = CUBLAS_FILL_MODE_FULL,
-                                             .epilogue = CUBLASLT_EPILOGUE_DEFAULT,
-                                             .bias_type = -1};
-    *matmulDesc = d;
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-static struct cublasLtMatmulDescOpaque_s *lt_desc(cublasLtMatmulDesc_t d)
-{
-    return d && d->magic == LT_DESC_MAGIC ? d : NULL;
+    struct cublasLtMatmulDescOpaque_s init = {.compute = computeType,
+                                              .scale = scaleType,
+                                              .pointer_mode = CUBLAS_POINTER_MODE_HOST,
+                                              .transa = CUBLAS_OP_N,
+                                              .transb = CUBLAS_OP_N,
+                                              .transc = CUBLAS_OP_N,
+                                              .fill = CUBLAS_FILL_MODE_FULL,
+                                              .epilogue = CUBLASLT_EPILOGUE_DEFAULT,
+                                              .bias_type = -1};
+    return lt_create(LT_KIND_DESC, &init, (void **)matmulDesc);
 }
 
 BLAS_API cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc)
 {
-    if (!lt_desc(matmulDesc))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    matmulDesc->magic = 0;
-    free(matmulDesc);
-    return CUBLAS_STATUS_SUCCESS;
+    return lt_destroy(matmulDesc, LT_KIND_DESC);
 }
 
 BLAS_API cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc,
                                                        cublasLtMatmulDescAttributes_t attr, const void *buf,
                                                        size_t sizeInBytes)
 {
-    if (!lt_desc(matmulDesc))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    return attr_set(matmulDesc, desc_attrs, LT_COUNT(desc_attrs), attr, buf, sizeInBytes);
+    return lt_set(matmulDesc, LT_KIND_DESC, attr, buf, sizeInBytes);
 }
 
 BLAS_API cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t matmulDesc,
                                                        cublasLtMatmulDescAttributes_t attr, void *buf,
                                                        size_t sizeInBytes, size_t *sizeWritten)
 {
-    if (!lt_desc(matmulDesc))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    return attr_get(matmulDesc, desc_attrs, LT_COUNT(desc_attrs), attr, buf, sizeInBytes, sizeWritten);
+    return lt_get(matmulDesc, LT_KIND_DESC, attr, buf, sizeInBytes, sizeWritten);
 }
 
 BLAS_API cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref)
 {
-    if (!pref)
-        return CUBLAS_STATUS_INVALID_VALUE;
-    struct cublasLtMatmulPreferenceOpaque_s *p = calloc(1, sizeof *p);
-    if (!p)
-        return CUBLAS_STATUS_ALLOC_FAILED;
-    *p = (struct cublasLtMatmulPreferenceOpaque_s){.magic = LT_PREF_MAGIC,
-                                                   .reduction = 0x7,
-                                                   .align_a = 256,
-                                                   .align_b = 256,
-                                                   .align_c = 256,
-                                                   .align_d = 256,
-                                                   .impl = UINT64_MAX};
-    *pref = p;
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-static struct cublasLtMatmulPreferenceOpaque_s *lt_pref(cublasLtMatmulPreference_t p)
-{
-    return p && p->magic == LT_PREF_MAGIC ? p : NULL;
+    struct cublasLtMatmulPreferenceOpaque_s init = {
+        .reduction = 0x7, .align_a = 256, .align_b = 256, .align_c = 256, .align_d = 256, .impl = UINT64_MAX};
+    return lt_create(LT_KIND_PREF, &init, (void **)pref);
 }
 
 BLAS_API cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref)
 {
-    if (!lt_pref(pref))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    pref->magic = 0;
-    free(pref);
-    return CUBLAS_STATUS_SUCCESS;
+    return lt_destroy(pref, LT_KIND_PREF);
 }
 
 BLAS_API cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                              cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
                                                              size_t sizeInBytes)
 {
-    if (!lt_pref(pref))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    return attr_set(pref, pref_attrs, LT_COUNT(pref_attrs), attr, buf, sizeInBytes);
+    return lt_set(pref, LT_KIND_PREF, attr, buf, sizeInBytes);
 }
 
 BLAS_API cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t pref,
                                                              cublasLtMatmulPreferenceAttributes_t attr, void *buf,
                                                              size_t sizeInBytes, size_t *sizeWritten)
 {
-    if (!lt_pref(pref))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    return attr_get(pref, pref_attrs, LT_COUNT(pref_attrs), attr, buf, sizeInBytes, sizeWritten);
+    return lt_get(pref, LT_KIND_PREF, attr, buf, sizeInBytes, sizeWritten);
 }
 
 /* ------------------------------------------------------------------------
