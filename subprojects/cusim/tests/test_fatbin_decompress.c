@@ -26,29 +26,10 @@
 #include <cmocka.h>
 
 #include "fatbin_decompress.h"
+#include "fixture.h"
 #include "module_image.h"
 
 enum { LZ4 = 0x2000, ZSTD = 0x8000 };
-
-static unsigned char *fixture(const char *name, size_t *len)
-{
-    const char *dir = getenv("SIMTEST_MODULES");
-    assert_non_null(dir);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    b[n] = 0;
-    *len = (size_t)n;
-    return b;
-}
 
 /* ------------------------------------------------------------------------
  * LZ4 streams made by hand
@@ -229,30 +210,45 @@ static bool decodable(size_t i)
     return false;
 }
 
-static void test_fixtures(void **state)
+/* Calls check on each compressed fixture this process can decode, read
+ * into a buffer of its own that check may change. */
+static void each_packed(void (*check)(size_t i, unsigned char *b, size_t len))
 {
-    (void)state;
     for (size_t i = 0; i < NPACKED; i++) {
         if (!decodable(i))
             continue;
-        size_t len, plen;
-        unsigned char *b = fixture(packed[i].file, &len), *p = fixture(packed[i].plain, &plen);
-        seen_t seen, want;
-        sim_image_info_t info, pinfo;
-        assert_int_equal(read_exact(b, len, &seen, &info), CUDA_SUCCESS);
-        assert_int_equal(read_exact(p, plen, &want, &pinfo), CUDA_SUCCESS);
-        assert_int_equal(info.entries, 2);
-        assert_int_equal(info.inflated, 2); /* fails when decompression is off */
-        assert_int_equal(info.compressed, 0);
-        if (sim_fatbin_codec_available(ZSTD)) /* the plain one's PTX is zstd */
-            assert_string_equal(seen.text, want.text);
-        assert_non_null(strstr(seen.text, "(cubin)")); /* the attributes come from a cubin */
+        size_t len;
+        unsigned char *b = simtest_fixture(packed[i].file, &len);
+        check(i, b, len);
         free(b);
-        free(p);
     }
+}
+
+/* The same kernels, attributes and variables as the uncompressed one. */
+static void reads_as_plain(size_t i, unsigned char *b, size_t len)
+{
+    size_t plen;
+    unsigned char *p = simtest_fixture(packed[i].plain, &plen);
+    seen_t seen, want;
+    sim_image_info_t info, pinfo;
+    assert_int_equal(read_exact(b, len, &seen, &info), CUDA_SUCCESS);
+    assert_int_equal(read_exact(p, plen, &want, &pinfo), CUDA_SUCCESS);
+    assert_int_equal(info.entries, 2);
+    assert_int_equal(info.inflated, 2); /* fails when decompression is off */
+    assert_int_equal(info.compressed, 0);
+    if (sim_fatbin_codec_available(ZSTD)) /* the plain one's PTX is zstd */
+        assert_string_equal(seen.text, want.text);
+    assert_non_null(strstr(seen.text, "(cubin)")); /* the attributes come from a cubin */
+    free(p);
+}
+
+static void test_fixtures(void **state)
+{
+    (void)state;
+    each_packed(reads_as_plain);
     /* what ptxas said of symbols.cu, read through LZ4 */
     size_t len;
-    unsigned char *b = fixture("symbols.lz4.fatbin", &len);
+    unsigned char *b = simtest_fixture("symbols.lz4.fatbin", &len);
     seen_t seen;
     assert_int_equal(read_exact(b, len, &seen, NULL), CUDA_SUCCESS);
     assert_non_null(strstr(seen.text, "lookup(cubin) regs=17 threads=128 shared=512"));
@@ -262,51 +258,49 @@ static void test_fixtures(void **state)
     free(b);
 }
 
+/* Every truncation is CUDA_ERROR_INVALID_IMAGE. */
+static void truncations(size_t i, unsigned char *b, size_t len)
+{
+    for (size_t k = 0; k < len; k++) {
+        seen_t seen;
+        CUresult r = read_exact(b, k, &seen, NULL);
+        if (r != CUDA_ERROR_INVALID_IMAGE)
+            fail_msg("%s cut to %zu bytes: %d, not CUDA_ERROR_INVALID_IMAGE", packed[i].file, k, r);
+    }
+}
+
 static void test_truncations(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < NPACKED; i++) {
-        if (!decodable(i))
-            continue;
-        size_t len;
-        unsigned char *b = fixture(packed[i].file, &len);
-        for (size_t k = 0; k < len; k++) {
+    each_packed(truncations);
+}
+
+/* Every corrupted byte is a success or CUDA_ERROR_INVALID_IMAGE. */
+static void corrupt_bytes(size_t i, unsigned char *b, size_t len)
+{
+    (void)i;
+    static const unsigned char flips[] = {0xff, 0x80, 0x01};
+    for (size_t at = 0; at < len; at++)
+        for (size_t f = 0; f < sizeof flips; f++) {
+            b[at] ^= flips[f];
             seen_t seen;
-            CUresult r = read_exact(b, k, &seen, NULL);
-            if (r != CUDA_ERROR_INVALID_IMAGE)
-                fail_msg("%s cut to %zu bytes: %d, not CUDA_ERROR_INVALID_IMAGE", packed[i].file, k, r);
+            sim_image_info_t info;
+            CUresult r = read_exact(b, len, &seen, &info);
+            assert_true(r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_IMAGE);
+            b[at] ^= flips[f];
         }
-        free(b);
-    }
 }
 
 static void test_corrupt_bytes(void **state)
 {
     (void)state;
-    static const unsigned char flips[] = {0xff, 0x80, 0x01};
-    for (size_t i = 0; i < NPACKED; i++) {
-        if (!decodable(i))
-            continue;
-        size_t len;
-        unsigned char *b = fixture(packed[i].file, &len);
-        for (size_t at = 0; at < len; at++)
-            for (size_t f = 0; f < sizeof flips; f++) {
-                b[at] ^= flips[f];
-                seen_t seen;
-                sim_image_info_t info;
-                CUresult r = read_exact(b, len, &seen, &info);
-                assert_true(r == CUDA_SUCCESS || r == CUDA_ERROR_INVALID_IMAGE);
-                b[at] ^= flips[f];
-            }
-        free(b);
-    }
+    each_packed(corrupt_bytes);
 }
 
 /* The size fields of each entry made to lie, one at a time: refused, and
  * the error names the entry. */
-static void test_lying_sizes(void **state)
+static void lying_sizes(size_t i, unsigned char *b, size_t len)
 {
-    (void)state;
     static const struct {
         size_t at, width; /* the field in the entry header */
         int64_t delta;    /* added to it; 0: set to `value` */
@@ -321,35 +315,34 @@ static void test_lying_sizes(void **state)
         {56, 8, 0, (uint64_t)1 << 40}, /* beyond any sane size */
         {56, 8, 0, UINT64_MAX},
     };
-    for (size_t i = 0; i < NPACKED; i++) {
-        if (!decodable(i))
-            continue;
-        size_t len;
-        unsigned char *b = fixture(packed[i].file, &len);
-        uint32_t ehsize;
-        uint64_t psize;
-        unsigned index = 0;
-        for (size_t e = 16; e + 64 <= len; e += ehsize + psize, index++) {
-            memcpy(&ehsize, b + e + 4, 4);
-            memcpy(&psize, b + e + 8, 8);
-            for (size_t l = 0; l < sizeof lies / sizeof lies[0]; l++) {
-                uint64_t was = 0, v;
-                memcpy(&was, b + e + lies[l].at, lies[l].width);
-                v = lies[l].delta ? was + (uint64_t)lies[l].delta : lies[l].value;
-                memcpy(b + e + lies[l].at, &v, lies[l].width);
-                seen_t seen;
-                sim_image_info_t info;
-                CUresult r = read_exact(b, len, &seen, &info);
-                char want[64];
-                snprintf(want, sizeof want, "fatbin entry %u (", index);
-                if (r != CUDA_ERROR_INVALID_IMAGE || strncmp(info.error, want, strlen(want)) != 0)
-                    fail_msg("%s entry %u, field %zu %s: %d \"%s\"", packed[i].file, index, lies[l].at,
-                             lies[l].delta ? "moved" : "set", r, info.error);
-                memcpy(b + e + lies[l].at, &was, lies[l].width);
-            }
+    uint32_t ehsize;
+    uint64_t psize;
+    unsigned index = 0;
+    for (size_t e = 16; e + 64 <= len; e += ehsize + psize, index++) {
+        memcpy(&ehsize, b + e + 4, 4);
+        memcpy(&psize, b + e + 8, 8);
+        for (size_t l = 0; l < sizeof lies / sizeof lies[0]; l++) {
+            uint64_t was = 0, v;
+            memcpy(&was, b + e + lies[l].at, lies[l].width);
+            v = lies[l].delta ? was + (uint64_t)lies[l].delta : lies[l].value;
+            memcpy(b + e + lies[l].at, &v, lies[l].width);
+            seen_t seen;
+            sim_image_info_t info;
+            CUresult r = read_exact(b, len, &seen, &info);
+            char want[64];
+            snprintf(want, sizeof want, "fatbin entry %u (", index);
+            if (r != CUDA_ERROR_INVALID_IMAGE || strncmp(info.error, want, strlen(want)) != 0)
+                fail_msg("%s entry %u, field %zu %s: %d \"%s\"", packed[i].file, index, lies[l].at,
+                         lies[l].delta ? "moved" : "set", r, info.error);
+            memcpy(b + e + lies[l].at, &was, lies[l].width);
         }
-        free(b);
     }
+}
+
+static void test_lying_sizes(void **state)
+{
+    (void)state;
+    each_packed(lying_sizes);
 }
 
 /* What sim_image_entries hands the linker: the payloads decompressed, their
@@ -368,19 +361,18 @@ static void entry_seen(void *arg, unsigned kind, uint64_t flags, const void *pay
     (*n)++;
 }
 
+static void entries_for_linker(size_t i, unsigned char *b, size_t len)
+{
+    (void)i;
+    unsigned n = 0;
+    assert_int_equal(sim_image_entries(b, len, entry_seen, &n), CUDA_SUCCESS);
+    assert_int_equal(n, 2);
+}
+
 static void test_entries_for_linker(void **state)
 {
     (void)state;
-    for (size_t i = 0; i < NPACKED; i++) {
-        if (!decodable(i))
-            continue;
-        size_t len;
-        unsigned char *b = fixture(packed[i].file, &len);
-        unsigned n = 0;
-        assert_int_equal(sim_image_entries(b, len, entry_seen, &n), CUDA_SUCCESS);
-        assert_int_equal(n, 2);
-        free(b);
-    }
+    each_packed(entries_for_linker);
 }
 
 int main(void)

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixture.h"
 #include "module_image.h"
 
 enum { ELF = SIM_FATBIN_KIND_ELF, PTX = SIM_FATBIN_KIND_PTX };
@@ -50,23 +51,6 @@ static void test_rule(void **state)
             fail_msg("kind %u for sm_%u%s on sm_%u: use %d, expected %d", rule_cases[i].kind, rule_cases[i].arch,
                      rule_cases[i].specific ? "a" : "", rule_cases[i].dev, got, rule_cases[i].use);
     }
-}
-
-static unsigned char *fixture(const char *name, size_t *len)
-{
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", getenv("SIMTEST_MODULES"), name);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
 }
 
 typedef struct seen_s {
@@ -119,7 +103,7 @@ static void test_read_for(void **state)
     static const sim_image_sink_t sink = {seen_kernel, NULL};
     for (size_t i = 0; i < sizeof read_cases / sizeof read_cases[0]; i++) {
         size_t len;
-        unsigned char *image = fixture(read_cases[i].file, &len);
+        unsigned char *image = simtest_fixture(read_cases[i].file, &len);
         seen_t seen = {0};
         sim_image_info_t info;
         CUresult r = sim_image_read_for(image, len, read_cases[i].dev, &sink, &seen, &info);
@@ -148,7 +132,7 @@ static void test_read_all(void **state)
     (void)state;
     static const sim_image_sink_t sink = {seen_kernel, NULL};
     size_t len;
-    unsigned char *image = fixture("arches.fatbin", &len);
+    unsigned char *image = simtest_fixture("arches.fatbin", &len);
     seen_t seen = {0};
     sim_image_info_t info;
     assert_int_equal(sim_image_read(image, len, &sink, &seen, &info), CUDA_SUCCESS);
@@ -165,13 +149,6 @@ static int attr(CUfunction f, CUfunction_attribute a)
     return v;
 }
 
-static char *fixture_path(const char *name)
-{
-    static char path[4096];
-    snprintf(path, sizeof path, "%s/%s", getenv("SIMTEST_MODULES"), name);
-    return path;
-}
-
 /* The simulated device is 9.0: the sm_90 cubin, fourth of five entries. */
 static void test_driver_cubin(void **state)
 {
@@ -182,7 +159,7 @@ static void test_driver_cubin(void **state)
     assert_int_equal(10 * major + minor, 90);
     CUmodule m;
     CUfunction f;
-    CU_OK(cuModuleLoad(&m, fixture_path("arches.fatbin")));
+    CU_OK(cuModuleLoad(&m, simtest_fixture_path("arches.fatbin")));
     CU_OK(cuModuleGetFunction(&f, m, "arch_probe"));
     assert_int_equal(attr(f, CU_FUNC_ATTRIBUTE_BINARY_VERSION), 90);
     assert_int_equal(attr(f, CU_FUNC_ATTRIBUTE_PTX_VERSION), 90);
@@ -198,7 +175,7 @@ static void test_driver_ptx(void **state)
 {
     (void)state;
     size_t len;
-    unsigned char *image = fixture("arches_ptx.fatbin", &len);
+    unsigned char *image = simtest_fixture("arches_ptx.fatbin", &len);
     CUmodule m;
     CUfunction f;
     CU_OK(cuModuleLoadData(&m, image));
@@ -216,9 +193,9 @@ static void test_driver_none(void **state)
 {
     (void)state;
     size_t len;
-    unsigned char *image = fixture("arches_none.fatbin", &len);
+    unsigned char *image = simtest_fixture("arches_none.fatbin", &len);
     CUmodule m = NULL;
-    CU_EXPECT(cuModuleLoad(&m, fixture_path("arches_none.fatbin")), CUDA_ERROR_NO_BINARY_FOR_GPU);
+    CU_EXPECT(cuModuleLoad(&m, simtest_fixture_path("arches_none.fatbin")), CUDA_ERROR_NO_BINARY_FOR_GPU);
     CU_EXPECT(cuModuleLoadData(&m, image), CUDA_ERROR_NO_BINARY_FOR_GPU);
     CU_EXPECT(cuModuleLoadFatBinary(&m, image), CUDA_ERROR_NO_BINARY_FOR_GPU);
     CUlibrary lib;

@@ -25,27 +25,8 @@
 
 #include "cusim/sim.h"
 #include "fatbin_decompress.h"
+#include "fixture.h"
 #include "module_image.h"
-
-static unsigned char *fixture(const char *name, size_t *len)
-{
-    const char *dir = getenv("SIMTEST_MODULES");
-    assert_non_null(dir);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    b[n] = 0;
-    *len = (size_t)n;
-    return b;
-}
 
 /* The names found, as one text "a,b," in the order reported. */
 typedef struct found_s {
@@ -93,7 +74,7 @@ static void test_names(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
         size_t len;
-        unsigned char *b = fixture(fixtures[i].file, &len);
+        unsigned char *b = simtest_fixture(fixtures[i].file, &len);
         found_t found;
         sim_image_info_t info;
         /* the PTX's NUL is part of the text cuModuleLoadData gets */
@@ -110,7 +91,7 @@ static void test_truncations(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
         size_t len;
-        unsigned char *b = fixture(fixtures[i].file, &len);
+        unsigned char *b = simtest_fixture(fixtures[i].file, &len);
         for (size_t k = 0; k < len; k++) {
             found_t found;
             CUresult r = parse_exact(b, k, &found, NULL);
@@ -134,7 +115,7 @@ static void test_corrupt_bytes(void **state)
     static const unsigned char flips[] = {0xff, 0x80, 0x01};
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
         size_t len;
-        unsigned char *b = fixture(fixtures[i].file, &len);
+        unsigned char *b = simtest_fixture(fixtures[i].file, &len);
         for (size_t at = 0; at < len; at++)
             for (size_t f = 0; f < sizeof flips; f++) {
                 b[at] ^= flips[f];
@@ -155,7 +136,7 @@ static void test_compressed(void **state)
 {
     (void)state;
     size_t len;
-    unsigned char *b = fixture("kernels.fatbin", &len);
+    unsigned char *b = simtest_fixture("kernels.fatbin", &len);
     uint32_t ehsize;
     uint64_t psize, flags;
     size_t cubin = 0;
@@ -194,7 +175,7 @@ static void test_extent_and_wrapper(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
         size_t len;
-        unsigned char *b = fixture(fixtures[i].file, &len);
+        unsigned char *b = simtest_fixture(fixtures[i].file, &len);
         size_t want = strstr(fixtures[i].file, ".ptx") ? len + 1 : len;
         assert_int_equal(sim_image_extent(b), want);
         struct {
