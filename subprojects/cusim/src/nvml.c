@@ -146,6 +146,15 @@ nvmlReturn_t nvml_check(nvmlDevice_t d)
     return NVML_SUCCESS;
 }
 
+/* nvml_check, then NVML_ERROR_INVALID_ARGUMENT when out is NULL. */
+nvmlReturn_t nvml_check_out(nvmlDevice_t d, const void *out)
+{
+    nvmlReturn_t r = nvml_check(d);
+    if (r != NVML_SUCCESS)
+        return r;
+    return out ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+}
+
 /* ------------------------------------------------------------------------
  * Devices
  * ---------------------------------------------------------------------- */
@@ -271,11 +280,9 @@ static void memory(nvmlDevice_t d, unsigned long long *total, unsigned long long
 
 NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvml_memory_t *m)
 {
-    nvmlReturn_t r = nvml_check(device);
+    nvmlReturn_t r = nvml_check_out(device, m);
     if (r != NVML_SUCCESS)
         return r;
-    if (!m)
-        return NVML_ERROR_INVALID_ARGUMENT;
     memory(device, &m->total, &m->used);
     m->free = m->total - m->used;
     return NVML_SUCCESS;
@@ -283,11 +290,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvml_memory_t
 
 NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvml_memory_v2_t *m)
 {
-    nvmlReturn_t r = nvml_check(device);
+    nvmlReturn_t r = nvml_check_out(device, m);
     if (r != NVML_SUCCESS)
         return r;
-    if (!m)
-        return NVML_ERROR_INVALID_ARGUMENT;
     if (m->version != NVML_MEMORY_V2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     memory(device, &m->total, &m->used);
@@ -302,11 +307,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvml_memor
  * NVML_ERROR_INSUFFICIENT_SIZE (NVML_SUCCESS when there are none). */
 static nvmlReturn_t processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, size_t size)
 {
-    nvmlReturn_t r = nvml_check(device);
+    nvmlReturn_t r = nvml_check_out(device, infoCount);
     if (r != NVML_SUCCESS)
         return r;
-    if (!infoCount)
-        return NVML_ERROR_INVALID_ARGUMENT;
     static sim_shared_proc_t procs[SIM_SHARED_PROCS]; /* under nvml.lock */
     static nvml_process_v2_t found[SIM_SHARED_PROCS];
     pthread_mutex_lock(&nvml.lock);

@@ -85,8 +85,10 @@ typedef nvml_device_t *nvmlDevice_t;
 #define NVML_PCI_BUS(i) (0x18u + (unsigned)(i))
 
 /* Between nvml.c and nvml_query.c: NVML_SUCCESS when initialised and d is
- * one of the devices; a string copied into a caller's buffer. */
+ * one of the devices (nvml_check_out: and out is not NULL); a string
+ * copied into a caller's buffer. */
 nvmlReturn_t nvml_check(nvmlDevice_t d);
+nvmlReturn_t nvml_check_out(nvmlDevice_t d, const void *out);
 nvmlReturn_t nvml_copy_string(const char *s, char *buf, unsigned int length);
 
 NVML_API const char *nvmlErrorString(nvmlReturn_t result);

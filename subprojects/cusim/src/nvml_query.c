@@ -32,11 +32,9 @@ static const struct {
 /* One answer: the device is checked, then out must not be NULL. */
 static nvmlReturn_t answer_uint(nvmlDevice_t device, unsigned int *out, unsigned int value)
 {
-    nvmlReturn_t r = nvml_check(device);
+    nvmlReturn_t r = nvml_check_out(device, out);
     if (r != NVML_SUCCESS)
         return r;
-    if (!out)
-        return NVML_ERROR_INVALID_ARGUMENT;
     *out = value;
     return NVML_SUCCESS;
 }
@@ -68,11 +66,9 @@ static void pci_of(int ordinal, nvml_pci_t *p)
 
 NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvml_pci_t *pci)
 {
-    nvmlReturn_t r = nvml_check(device);
+    nvmlReturn_t r = nvml_check_out(device, pci);
     if (r != NVML_SUCCESS)
         return r;
-    if (!pci)
-        return NVML_ERROR_INVALID_ARGUMENT;
     pci_of(device->ordinal, pci);
     return NVML_SUCCESS;
 }
@@ -107,11 +103,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int
 
 NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvml_utilization_t *utilization)
 {
-    nvmlReturn_t r = nvml_check(device);
+    nvmlReturn_t r = nvml_check_out(device, utilization);
     if (r != NVML_SUCCESS)
         return r;
-    if (!utilization)
-        return NVML_ERROR_INVALID_ARGUMENT;
     *utilization = (nvml_utilization_t){0, 0};
     return NVML_SUCCESS;
 }
@@ -155,10 +149,10 @@ NVML_API nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned in
 
 static nvmlReturn_t no_link(nvmlDevice_t device, unsigned int link, const void *out)
 {
-    nvmlReturn_t r = nvml_check(device);
+    nvmlReturn_t r = nvml_check_out(device, out);
     if (r != NVML_SUCCESS)
         return r;
-    if (!out || link >= NVML_NVLINK_MAX_LINKS)
+    if (link >= NVML_NVLINK_MAX_LINKS)
         return NVML_ERROR_INVALID_ARGUMENT;
     return NVML_ERROR_NOT_SUPPORTED;
 }
