@@ -45,20 +45,24 @@ static void kernel_scalars(blas_kernel_t *k, const blas_handle_t *h, const void 
  * GEMM
  * ---------------------------------------------------------------------- */
 
+/* A matrix operand: where, its type, its leading dimension and the
+ * stride between a batch's matrices (elements). */
+typedef struct gemm_operand_s {
+    const void *ptr; /* C is written through it */
+    cudaDataType type;
+    int64_t ld, stride;
+} gemm_operand_t;
+
 typedef struct blas_gemm_s {
     const char *call;
     cublasOperation_t transa, transb;
     int64_t m, n, k; /* op(A) m x k, op(B) k x n, C m x n */
     const void *alpha, *beta;
-    cudaDataType scale;      /* alpha's and beta's type */
-    cudaDataType ta, tb, tc; /* the matrices' types */
-    const void *A, *B;
-    void *C;
-    int64_t lda, ldb, ldc;
-    int64_t sa, sb, sc; /* strides between a batch's matrices, elements */
-    int64_t batch;      /* matrices of each operand */
-    bool arrays;        /* A, B and C are device arrays of batch pointers */
-    bool fast;          /* 32-bit floats may use TF32 */
+    cudaDataType scale;     /* alpha's and beta's type */
+    gemm_operand_t a, b, c; /* A, B, C */
+    int64_t batch;          /* matrices of each operand */
+    bool arrays;            /* a, b and c point to device arrays of batch pointers */
+    bool fast;              /* 32-bit floats may use TF32 */
 } blas_gemm_t;
 
 static cublasStatus_t gemm_run(cublasHandle_t handle, const blas_gemm_t *g)
@@ -69,10 +73,10 @@ static cublasStatus_t gemm_run(cublasHandle_t handle, const blas_gemm_t *g)
     int64_t arows = g->transa == CUBLAS_OP_N ? g->m : g->k, acols = g->transa == CUBLAS_OP_N ? g->k : g->m;
     int64_t brows = g->transb == CUBLAS_OP_N ? g->k : g->n, bcols = g->transb == CUBLAS_OP_N ? g->n : g->k;
     if (!op_ok(g->transa) || !op_ok(g->transb) || g->m < 0 || g->n < 0 || g->k < 0 || g->batch < 0 ||
-        g->lda < max1(arows) || g->ldb < max1(brows) || g->ldc < max1(g->m) || !g->alpha || !g->beta)
+        g->a.ld < max1(arows) || g->b.ld < max1(brows) || g->c.ld < max1(g->m) || !g->alpha || !g->beta)
         return CUBLAS_STATUS_INVALID_VALUE;
-    size_t ea = blas_type_bytes(g->ta), eb = blas_type_bytes(g->tb), ec = blas_type_bytes(g->tc);
-    if (!ea || !eb || !ec || !blas_type_bytes(g->scale) || g->ta != g->tb)
+    size_t ea = blas_type_bytes(g->a.type), eb = blas_type_bytes(g->b.type), ec = blas_type_bytes(g->c.type);
+    if (!ea || !eb || !ec || !blas_type_bytes(g->scale) || g->a.type != g->b.type)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (g->m == 0 || g->n == 0 || g->batch == 0)
         return CUBLAS_STATUS_SUCCESS;
@@ -80,22 +84,23 @@ static cublasStatus_t gemm_run(cublasHandle_t handle, const blas_gemm_t *g)
     blas_kernel_t k = kernel_of(h, g->call);
     kernel_scalars(&k, h, g->alpha, g->beta, g->scale);
     if (g->arrays) { /* the matrices are behind pointers in device memory: the arrays only */
-        blas_kernel_range(&k, "Aarray", g->A, (uint64_t)g->batch * sizeof(void *), false);
-        blas_kernel_range(&k, "Barray", g->B, (uint64_t)g->batch * sizeof(void *), false);
-        blas_kernel_range(&k, "Carray", g->C, (uint64_t)g->batch * sizeof(void *), false);
+        blas_kernel_range(&k, "Aarray", g->a.ptr, (uint64_t)g->batch * sizeof(void *), false);
+        blas_kernel_range(&k, "Barray", g->b.ptr, (uint64_t)g->batch * sizeof(void *), false);
+        blas_kernel_range(&k, "Carray", g->c.ptr, (uint64_t)g->batch * sizeof(void *), false);
     } else {
         if (g->k > 0) {
-            blas_kernel_matrix(&k, "A", g->A, arows, acols, g->lda, g->sa, g->batch, ea, false);
-            blas_kernel_matrix(&k, "B", g->B, brows, bcols, g->ldb, g->sb, g->batch, eb, false);
+            blas_kernel_matrix(&k, "A", g->a.ptr, arows, acols, g->a.ld, g->a.stride, g->batch, ea, false);
+            blas_kernel_matrix(&k, "B", g->b.ptr, brows, bcols, g->b.ld, g->b.stride, g->batch, eb, false);
         }
         /* C is written; read first when beta is not zero, which a written
          * range covers for the race detector */
-        blas_kernel_matrix(&k, "C", g->C, g->m, g->n, g->ldc, g->sc, g->batch, ec, true);
+        blas_kernel_matrix(&k, "C", g->c.ptr, g->m, g->n, g->c.ld, g->c.stride, g->batch, ec, true);
     }
     kernel_workspace(&k, h);
-    k.flops = 2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch * (blas_type_complex(g->ta) ? 4 : 1);
+    k.flops =
+        2.0 * (double)g->m * (double)g->n * (double)g->k * (double)g->batch * (blas_type_complex(g->a.type) ? 4 : 1);
     bool tf32 = ((unsigned)h->math & 0xfu) == CUBLAS_TF32_TENSOR_OP_MATH || g->fast;
-    k.tflops = blas_tflops(g->ta, tf32);
+    k.tflops = blas_tflops(g->a.type, tf32);
     return blas_kernel_launch(&k, h->lt.ctx);
 }
 
@@ -140,7 +145,7 @@ static bool algo_ok(cublasGemmAlgo_t algo)
 static cublasStatus_t gemm_ex(cublasHandle_t handle, blas_gemm_t *g, cublasComputeType_t ct, cublasGemmAlgo_t algo)
 {
     bool ok;
-    g->scale = compute_scale(ct, g->tc, &ok, &g->fast);
+    g->scale = compute_scale(ct, g->c.type, &ok, &g->fast);
     if (!blas_handle(handle))
         return CUBLAS_STATUS_NOT_INITIALIZED;
     if (!algo_ok(algo))
@@ -165,18 +170,9 @@ static cublasStatus_t gemm_typed(cublasHandle_t handle, const char *call, cublas
                      .alpha = alpha,
                      .beta = beta,
                      .scale = t,
-                     .ta = t,
-                     .tb = t,
-                     .tc = t,
-                     .A = A,
-                     .B = B,
-                     .C = C,
-                     .lda = lda,
-                     .ldb = ldb,
-                     .ldc = ldc,
-                     .sa = sa,
-                     .sb = sb,
-                     .sc = sc,
+                     .a = {A, t, lda, sa},
+                     .b = {B, t, ldb, sb},
+                     .c = {C, t, ldc, sc},
                      .batch = batch};
     return gemm_run(handle, &g);
 }
@@ -294,15 +290,9 @@ BLAS_API cublasStatus_t cublasSgemmEx(cublasHandle_t handle, cublasOperation_t t
                      .alpha = alpha,
                      .beta = beta,
                      .scale = CUDA_R_32F,
-                     .ta = Atype,
-                     .tb = Btype,
-                     .tc = Ctype,
-                     .A = A,
-                     .B = B,
-                     .C = C,
-                     .lda = lda,
-                     .ldb = ldb,
-                     .ldc = ldc,
+                     .a = {A, Atype, lda, 0},
+                     .b = {B, Btype, ldb, 0},
+                     .c = {C, Ctype, ldc, 0},
                      .batch = 1};
     return gemm_run(handle, &g);
 }
@@ -321,15 +311,9 @@ BLAS_API cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t tr
                      .k = k,
                      .alpha = alpha,
                      .beta = beta,
-                     .ta = Atype,
-                     .tb = Btype,
-                     .tc = Ctype,
-                     .A = A,
-                     .B = B,
-                     .C = C,
-                     .lda = lda,
-                     .ldb = ldb,
-                     .ldc = ldc,
+                     .a = {A, Atype, lda, 0},
+                     .b = {B, Btype, ldb, 0},
+                     .c = {C, Ctype, ldc, 0},
                      .batch = 1};
     return gemm_ex(handle, &g, computeType, algo);
 }
@@ -350,18 +334,9 @@ BLAS_API cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublas
                      .k = k,
                      .alpha = alpha,
                      .beta = beta,
-                     .ta = Atype,
-                     .tb = Btype,
-                     .tc = Ctype,
-                     .A = A,
-                     .B = B,
-                     .C = C,
-                     .lda = lda,
-                     .ldb = ldb,
-                     .ldc = ldc,
-                     .sa = strideA,
-                     .sb = strideB,
-                     .sc = strideC,
+                     .a = {A, Atype, lda, strideA},
+                     .b = {B, Btype, ldb, strideB},
+                     .c = {C, Ctype, ldc, strideC},
                      .batch = batchCount};
     return gemm_ex(handle, &g, computeType, algo);
 }
@@ -381,15 +356,9 @@ BLAS_API cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperati
                      .k = k,
                      .alpha = alpha,
                      .beta = beta,
-                     .ta = Atype,
-                     .tb = Btype,
-                     .tc = Ctype,
-                     .A = Aarray,
-                     .B = Barray,
-                     .C = (void *)Carray,
-                     .lda = lda,
-                     .ldb = ldb,
-                     .ldc = ldc,
+                     .a = {Aarray, Atype, lda, 0},
+                     .b = {Barray, Btype, ldb, 0},
+                     .c = {Carray, Ctype, ldc, 0},
                      .batch = batchCount,
                      .arrays = true};
     return gemm_ex(handle, &g, computeType, algo);
