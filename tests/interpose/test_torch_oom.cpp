@@ -31,6 +31,8 @@
 #include <stddef.h>
 extern "C" { // Debian's cmocka.h has no C++ guard
 #include <cmocka.h>
+
+#include "stderr_capture.hpp"
 }
 
 typedef struct CUstream_st *cudaStream_t;
@@ -92,36 +94,6 @@ class Pluggable
 
 Pluggable *torch;
 
-// What cucache says on stderr during a few calls
-class Stderr
-{
-  public:
-    Stderr()
-    {
-        fflush(stderr);
-        file_ = tmpfile();
-        saved_ = dup(2);
-        dup2(fileno(file_), 2);
-    }
-    std::string end()
-    {
-        fflush(stderr);
-        dup2(saved_, 2);
-        close(saved_);
-        std::string text;
-        rewind(file_);
-        char buf[1024];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof buf, file_)) > 0)
-            text.append(buf, n);
-        fclose(file_);
-        return text;
-    }
-
-  private:
-    FILE *file_;
-    int saved_;
-};
 
 // A frame of PyTorch's between the binding and the allocator: its
 // destructor must run as the exception passes.

@@ -38,6 +38,8 @@
 #include <stddef.h>
 extern "C" {  // Debian's cmocka.h has no C++ guard
 #include <cmocka.h>
+
+#include "stderr_capture.hpp"
 }
 
 // The few runtime calls it makes, declared as CUDA's headers do
@@ -81,35 +83,6 @@ bool overlap(const void *a, size_t na, const void *b, size_t nb)
     return x < y + nb && y < x + na;
 }
 
-// What cucache says on stderr during a few calls
-class Stderr {
-  public:
-    Stderr()
-    {
-        fflush(stderr);
-        file_ = tmpfile();
-        saved_ = dup(2);
-        dup2(fileno(file_), 2);
-    }
-    std::string end()
-    {
-        fflush(stderr);
-        dup2(saved_, 2);
-        close(saved_);
-        std::string text;
-        rewind(file_);
-        char buf[1024];
-        size_t n;
-        while ((n = fread(buf, 1, sizeof buf, file_)) > 0)
-            text.append(buf, n);
-        fclose(file_);
-        return text;
-    }
-
-  private:
-    FILE *file_;
-    int saved_;
-};
 
 cudaStream_t streams[8];
 int nstreams;
