@@ -8,7 +8,9 @@
  * GEMM writing C on one stream while a kernel on another reads it, with no
  * event between them, is reported; ordered by an event it is not), and
  * those ranges are exactly the operands' (a strided batch one matrix
- * longer than its buffer is refused); bad arguments get cuBLAS's statuses,
+ * longer than its buffer is refused; with m, n and k, every leading
+ * dimension and stride distinct, each operand of each GEMM form is its own
+ * range, from its first byte to its last); bad arguments get cuBLAS's statuses,
  * a bad pointer one line naming the operand; the functions not simulated
  * answer CUBLAS_STATUS_NOT_SUPPORTED with one line, once.
  *
@@ -302,6 +304,104 @@ static void test_types_and_batches(void **state)
     cudaFree(ws);
 }
 
+/* ------------------------------------------------------------------------
+ * Each operand of each GEMM form reaches the race detector as exactly its
+ * own range.  m, n and k differ, as do every leading dimension and stride,
+ * and each operand is alone in an allocation of exactly its bytes: a range
+ * longer than its operand is refused, and one writing kernel on another
+ * stream on the operand's first or on its last byte races with the call
+ * only when the call's range covers that byte.
+ * ---------------------------------------------------------------------- */
+
+enum { GM = 5, GN = 7, GK = 3, GBATCH = 3 };
+
+/* Elements a column-major batch spans: up to the last matrix's last one. */
+#define SPAN(rows, cols, ld, stride, batch) (((batch)-1) * (stride) + ((cols)-1) * (ld) + (rows))
+
+/* Each call on the handle's stream, A, B and C its three operands. */
+static cublasStatus_t sgemm_nt(char *a, char *b, char *c)
+{
+    return cublasSgemm_v2(handle, CUBLAS_OP_N, CUBLAS_OP_T, GM, GN, GK, &one, (float *)a, 6, (float *)b, 8, &zero,
+                          (float *)c, 9);
+}
+
+static cublasStatus_t gemm_ex_nn(char *a, char *b, char *c)
+{
+    return cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, GM, GN, GK, &one, a, CUDA_R_16F, 6, b, CUDA_R_16F, 4, &zero,
+                        c, CUDA_R_32F, 9, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+static cublasStatus_t sgemm_strided_tn(char *a, char *b, char *c)
+{
+    return cublasSgemmStridedBatched(handle, CUBLAS_OP_T, CUBLAS_OP_N, GM, GN, GK, &one, (float *)a, 4, 20, (float *)b,
+                                     5, 40, &zero, (float *)c, 11, 80, GBATCH);
+}
+
+static cublasStatus_t gemm_strided_ex_nt(char *a, char *b, char *c)
+{
+    return cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, GM, GN, GK, &one, a, CUDA_R_16BF, 7, 25, b,
+                                      CUDA_R_16BF, 9, 30, &zero, c, CUDA_R_16BF, 6, 45, GBATCH, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT);
+}
+
+static cublasStatus_t gemm_batched_ex(char *a, char *b, char *c)
+{
+    return cublasGemmBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, GM, GN, GK, &one, (const void *const *)a, CUDA_R_32F,
+                               GM, (const void *const *)b, CUDA_R_32F, GK, &zero, (void *const *)c, CUDA_R_32F, GM,
+                               GBATCH, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+/* One row per call: its operands' exact bytes. */
+static const struct {
+    const char *name;
+    cublasStatus_t (*call)(char *a, char *b, char *c);
+    size_t bytes[3]; /* A, B, C */
+} gemm_cases[] = {
+    {"cublasSgemm_v2", sgemm_nt, {SPAN(GM, GK, 6, 0, 1) * 4, SPAN(GN, GK, 8, 0, 1) * 4, SPAN(GM, GN, 9, 0, 1) * 4}},
+    {"cublasGemmEx", gemm_ex_nn, {SPAN(GM, GK, 6, 0, 1) * 2, SPAN(GK, GN, 4, 0, 1) * 2, SPAN(GM, GN, 9, 0, 1) * 4}},
+    {"cublasSgemmStridedBatched",
+     sgemm_strided_tn,
+     {SPAN(GK, GM, 4, 20, GBATCH) * 4, SPAN(GK, GN, 5, 40, GBATCH) * 4, SPAN(GM, GN, 11, 80, GBATCH) * 4}},
+    {"cublasGemmStridedBatchedEx",
+     gemm_strided_ex_nt,
+     {SPAN(GM, GK, 7, 25, GBATCH) * 2, SPAN(GN, GK, 9, 30, GBATCH) * 2, SPAN(GM, GN, 6, 45, GBATCH) * 2}},
+    /* the pointer arrays only */
+    {"cublasGemmBatchedEx",
+     gemm_batched_ex,
+     {GBATCH * sizeof(void *), GBATCH * sizeof(void *), GBATCH * sizeof(void *)}},
+};
+
+static void test_gemm_operand_ranges(void **state)
+{
+    (void)state;
+    static const char *const names[3] = {"A", "B", "C"};
+    BLAS_OK(cublasSetStream_v2(handle, sb));
+    for (size_t i = 0; i < sizeof gemm_cases / sizeof gemm_cases[0]; i++) {
+        char *op[3];
+        for (int o = 0; o < 3; o++)
+            SIM_OK(cudaMalloc((void **)&op[o], gemm_cases[i].bytes[o]));
+        SIM_OK(cudaDeviceSynchronize());
+        unsigned long races = cucacheSimRaceCount();
+        simtest_expect_rc(gemm_cases[i].call(op[0], op[1], op[2]), CUBLAS_STATUS_SUCCESS, gemm_cases[i].name, __FILE__,
+                          __LINE__);
+        SIM_OK(cudaDeviceSynchronize());
+        assert_int_equal(cucacheSimRaceCount(), races);
+        for (int o = 0; o < 3; o++)
+            for (int last = 0; last < 2; last++) {
+                struct cucache_sim_access end = {op[o] + (last ? gemm_cases[i].bytes[o] - 1 : 0), 1, 1};
+                CU_OK(cucacheSimLaunchTimed(sa, 2000, NULL, NULL, &end, 1));
+                BLAS_OK(gemm_cases[i].call(op[0], op[1], op[2]));
+                SIM_OK(cudaDeviceSynchronize());
+                if (cucacheSimRaceCount() != ++races)
+                    fail_msg("%s: %s's %s byte is not in the range the race detector saw", gemm_cases[i].name, names[o],
+                             last ? "last" : "first");
+            }
+        for (int o = 0; o < 3; o++)
+            cudaFree(op[o]);
+    }
+    BLAS_OK(cublasSetStream_v2(handle, NULL));
+}
+
 /* cuBLASLt: descriptors keep their attributes at their exact sizes; the
  * heuristic gives one algorithm within the workspace; the matmul runs. */
 static void test_lt(void **state)
@@ -474,6 +574,7 @@ int main(void)
         SIMTEST(test_stream_order_and_time),
         SIMTEST(test_race_planted_and_ordered),
         SIMTEST(test_types_and_batches),
+        SIMTEST(test_gemm_operand_ranges),
         SIMTEST(test_lt),
         SIMTEST(test_bad_arguments),
         SIMTEST(test_bad_pointer),
