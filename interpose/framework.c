@@ -15,9 +15,12 @@
 static _Atomic bool pluggable; /* cucache is the framework's allocator */
 static atomic_flag checked = ATOMIC_FLAG_INIT;
 
+/* Called on every allocation of the pluggable route: a load of a line that
+ * is written once, not a store each time. */
 void hook_framework_pluggable(void)
 {
-    atomic_store_explicit(&pluggable, true, memory_order_relaxed);
+    if (!atomic_load_explicit(&pluggable, memory_order_relaxed))
+        atomic_store_explicit(&pluggable, true, memory_order_relaxed);
 }
 
 static int find_library(struct dl_phdr_info *info, size_t size, void *arg)
