@@ -23,10 +23,11 @@
  * A failure is thrown, never returned: PyTorch's CUDAPluggableAllocator
  * stores what malloc returns without a check, so a NULL would become a
  * tensor at address 0 and the program would go on.  cucache_torch_malloc
- * reports it, then throws std::runtime_error (cxx_throw.c) with no lock
- * held; PyTorch's Python binding raises it as RuntimeError, its message
- * starting with PyTorch's own OOM words.  Only a process without a C++
- * library (a C program) gets NULL.
+ * reports it, then throws PyTorch's c10::OutOfMemoryError (cxx_throw.c)
+ * with no lock held; PyTorch's Python binding raises it as
+ * torch.OutOfMemoryError, its message starting with PyTorch's own OOM
+ * words.  A C++ program without PyTorch gets std::runtime_error; only a
+ * process without a C++ library (a C program) gets NULL.
  *
  * Private pools: PyTorch's begin_allocate_to_pool(device, MempoolId_t,
  * std::function<bool(cudaStream_t)> filter), end_allocate_to_pool(device,
@@ -303,9 +304,9 @@ static inline int torch_pool_of(int device, void *stream)
 
 /* A request not served, already said or reported: thrown to the C++
  * caller (PyTorch), or NULL where the process has no C++ library. */
-static __attribute__((noinline, cold)) void *torch_refuse(const char *what)
+static __attribute__((noinline, cold)) void *torch_refuse(hook_cxx_failure_t failure, const char *what)
 {
-    hook_cxx_throw(what);
+    hook_cxx_throw(failure, what);
     return NULL;
 }
 
@@ -321,7 +322,7 @@ static __attribute__((noinline, cold)) void *torch_oom(hook_dev_t *hd, const hoo
              "CUDA out of memory. Tried to allocate %s (%s requested). GPU %d: cucache, PyTorch's allocator "
              "(cucache.torch.enable()), could not serve it: its report (stderr, or CUCACHE_LOG's file) says why.",
              rounded, requested, hd->ordinal);
-    return torch_refuse(what);
+    return torch_refuse(HOOK_CXX_OUT_OF_MEMORY, what);
 }
 
 CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
@@ -333,7 +334,7 @@ CUCACHE_EXPORT void *cucache_torch_malloc(size_t size, int device, void *stream)
         snprintf(what, sizeof what, "cucache_torch_malloc(%zu, device %d): no such device, or cucache is off", size,
                  device);
         hook_warn(HOOK_WARN_BACKEND, "%s", what);
-        return torch_refuse(what);
+        return torch_refuse(HOOK_CXX_ERROR, what);
     }
     hook_fail_t f;
     hook_req_t r = {hd, d, size, hook_stream_key((CUstream)stream, false), hook_site(), torch_pool_of(device, stream)};

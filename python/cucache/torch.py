@@ -14,13 +14,12 @@ PyTorch's tensors.  The library must be loaded in the process already
 (cucache-run, or LD_PRELOAD): enable() hands PyTorch that same file.
 PyTorch allows this once per process, before its allocator has been used.
 
-An allocation cucache cannot serve raises RuntimeError in the operation
-that asked for it ("CUDA out of memory. Tried to allocate ...", after
-cucache's OOM report on stderr), not torch.OutOfMemoryError: PyTorch's
-pluggable allocator has no out-of-memory error of its own, so cucache
-throws a C++ std::runtime_error, which PyTorch raises as RuntimeError
-(docs/pytorch.md, "Out of memory").  Catch RuntimeError and look for
-"out of memory" in its message; the program may then free memory and go on.
+An allocation cucache cannot serve raises torch.OutOfMemoryError in the
+operation that asked for it ("CUDA out of memory. Tried to allocate ...",
+after cucache's OOM report on stderr), as PyTorch's own allocator does:
+cucache throws PyTorch's C++ c10::OutOfMemoryError (docs/pytorch.md, "Out
+of memory"; a PyTorch without the constructor it needs gets RuntimeError
+with the same words).  The program may then free memory and go on.
 """
 import ctypes
 

@@ -25,7 +25,7 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
                   backend:cudaMallocAsync under cucache, OutOfMemoryError
     pluggable-oom the MLP through cucache.torch.enable() on devices too
                   small for it (its backward pass fails; AdamW's step
-                  fails): the step that fails raises RuntimeError with
+                  fails): the step that fails raises OutOfMemoryError with
                   PyTorch's OOM words (never a null tensor: no step
                   completes after cucache's OOM report), and the program
                   that catches it frees its model and allocates more than
@@ -281,7 +281,7 @@ def pluggable_oom_run(e, capacity):
     raised = res["raised"]
     if raised is None:
         fail(f"{res['steps']} steps ran on a {capacity >> 20} MiB device and nothing was raised:\n{err[-3000:]}")
-    if raised["type"] != "RuntimeError" or not raised["message"].startswith("CUDA out of memory. Tried to allocate "):
+    if raised["type"] != "OutOfMemoryError" or not raised["message"].startswith("CUDA out of memory. Tried to allocate "):
         fail(f"step {raised['step']} raised {raised['type']}: {raised['message']}")
     if "cucache" not in raised["message"]:
         fail(f"the message does not name cucache: {raised['message']}")
