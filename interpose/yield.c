@@ -166,6 +166,7 @@ static void yield_init(void)
 {
     for (int i = 0; i < HOOK_MAX_DEVICES; i++)
         ydev[i].slot = -1;
+    st_reg_sweep(); /* the files of processes that died before they could leave */
     pthread_atfork(NULL, NULL, yield_atfork_child);
     atexit(yield_exit);
 }

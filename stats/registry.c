@@ -3,6 +3,7 @@
  */
 #include "registry.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -221,6 +222,18 @@ static void reap(st_reg_slot_t *s)
         atomic_compare_exchange_strong(&s->pid, &pid, 0);
 }
 
+/* Whether no process lives in the registry: every slot free once the
+ * dead are cleared. */
+static bool reg_empty(st_reg_t *r)
+{
+    for (unsigned i = 0; i < ST_REG_SLOTS; i++) {
+        reap(&r->f->slot[i]);
+        if (atomic_load(&r->f->slot[i].pid) != 0)
+            return false;
+    }
+    return true;
+}
+
 int st_reg_claim(st_reg_t *r)
 {
     int32_t me = (int32_t)getpid();
@@ -258,13 +271,35 @@ void st_reg_leave(st_reg_t *r, int slot)
     atomic_store(&s->answered, atomic_load(&s->asks)); /* no asker waits on a process that left */
     futex_wake(&s->answered);
     atomic_compare_exchange_strong(&s->pid, &me, 0);
-    for (unsigned i = 0; i < ST_REG_SLOTS; i++) {
-        reap(&r->f->slot[i]);
-        if (atomic_load(&r->f->slot[i].pid) != 0)
-            return;
-    }
-    if (st_reg_current(r))
+    if (reg_empty(r) && st_reg_current(r))
         unlink(r->path);
+}
+
+size_t st_reg_sweep(void)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s%u-", ST_REG_PREFIX, (unsigned)geteuid());
+    size_t plen = strlen(prefix), removed = 0;
+    DIR *d = opendir(ST_REG_DIR);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, plen) != 0 || (len > 4 && strcmp(e->d_name + len - 4, ".tmp") == 0))
+            continue;
+        char path[sizeof ((st_reg_t *)0)->path], why[320];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", ST_REG_DIR, e->d_name) >= sizeof path)
+            continue;
+        st_reg_t r;
+        if (st_reg_open(path, e->d_name + plen, 0, false, &r, why, sizeof why) != 0)
+            continue; /* gone meanwhile, or refused: its reader says why */
+        if (reg_empty(&r) && st_reg_current(&r) && unlink(path) == 0)
+            removed++;
+        st_reg_close(&r);
+    }
+    closedir(d);
+    return removed;
 }
 
 bool st_reg_current(const st_reg_t *r)

@@ -132,6 +132,14 @@ void st_reg_leave(st_reg_t *r, int slot);
  * may have removed it just before this one claimed its slot: then leave
  * and open again). */
 bool st_reg_current(const st_reg_t *r);
+/* Removes this user's registry files in which no process lives (every
+ * slot free once the dead are cleared): those of processes killed before
+ * they could leave, and of GPUs that exist no more (each private simulated
+ * device has a UUID of its own).  Safe as the last leaver's removal is: a
+ * process that mapped such a file and claims a slot after finds its path
+ * gone (st_reg_current) and opens again.  Files refused by st_reg_open are
+ * left as they are.  Returns how many were removed. */
+size_t st_reg_sweep(void);
 /* Publishes this process's figures in its slot. */
 void st_reg_publish(st_reg_t *r, int slot, const st_reg_figs_t *figs);
 

@@ -214,6 +214,7 @@ static bool registry_read(top_gpu_t *g, const char *path)
  * view yet: every one when all, else those with processes or refused. */
 static void registry_others(top_view_t *v, bool all)
 {
+    st_reg_sweep(); /* no process lives in them: nothing to show */
     char prefix[64];
     snprintf(prefix, sizeof prefix, "%s%u-", ST_REG_PREFIX, (unsigned)geteuid());
     DIR *d = opendir(ST_REG_DIR);

@@ -342,6 +342,51 @@ static void *owner_main(void *arg)
     return NULL;
 }
 
+/* st_reg_sweep: a file whose only process died without leaving, and one
+ * no process ever claimed, are removed; one with a live process and one
+ * refused (mode 0644) stay. */
+static void test_sweep(void **state)
+{
+    (void)state;
+    enum { DEAD, EMPTY, LIVE, REFUSED, NFILES };
+    char uuid[NFILES][48], at[NFILES][160], why[320];
+    for (int i = 0; i < NFILES; i++) {
+        snprintf(uuid[i], sizeof uuid[i], "GPU-5eeb%04x-0000-0000-0000-%012d", i, (int)getpid());
+        st_reg_path(uuid[i], at[i], sizeof at[i]);
+        unlink(at[i]);
+    }
+    pid_t child = fork();
+    if (child == 0) {
+        st_reg_t c;
+        if (st_reg_open(at[DEAD], uuid[DEAD], TOTAL, true, &c, why, sizeof why) != 0 || st_reg_claim(&c) < 0)
+            _exit(1);
+        _exit(0); /* without leaving */
+    }
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    st_reg_t r[NFILES];
+    for (int i = EMPTY; i < NFILES; i++)
+        assert_int_equal(st_reg_open(at[i], uuid[i], TOTAL, true, &r[i], why, sizeof why), 0);
+    int slot = st_reg_claim(&r[LIVE]);
+    assert_true(slot >= 0);
+    assert_int_equal(chmod(at[REFUSED], 0644), 0);
+
+    assert_true(st_reg_sweep() >= 2);
+    struct stat st;
+    assert_int_equal(stat(at[DEAD], &st), -1);
+    assert_int_equal(stat(at[EMPTY], &st), -1);
+    assert_int_equal(stat(at[LIVE], &st), 0);
+    assert_int_equal(stat(at[REFUSED], &st), 0);
+    assert_true(st_reg_current(&r[LIVE]));
+
+    st_reg_leave(&r[LIVE], slot); /* the last to leave removes it */
+    assert_int_equal(stat(at[LIVE], &st), -1);
+    for (int i = EMPTY; i < NFILES; i++)
+        st_reg_close(&r[i]);
+    unlink(at[REFUSED]);
+}
+
 static void test_ask_answered(void **state)
 {
     (void)state;
@@ -443,6 +488,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_other_user_shut_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_publish_leave, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_reused_and_torn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_answered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_unanswered, setup, teardown),
     };
