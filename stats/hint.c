@@ -204,13 +204,24 @@ static void hint_limit(const rep_t *r, st_sink_fn sink, void *ctx)
                  sz(o->device_free).s, sz(r->shortfall).s);
 }
 
+/* Where the user finds who holds it: the report's own list when NVML gave
+ * one, the host's nvidia-smi when NVML here listed nobody. */
+static const char *outside_who(const rep_t *r)
+{
+    const st_gpu_procs_t *g = r->in->gpu;
+    if (!g || g->unavailable)
+        return "nvidia-smi lists the processes";
+    if (!g->n)
+        return "NVML lists no process here; nvidia-smi on the host lists them";
+    return "the processes are listed above";
+}
+
 static void hint_outside(const rep_t *r, st_sink_fn sink, void *ctx)
 {
     st_linef(sink, ctx,
              "hint: memory held outside cucache (%s) is more than what was missing (%s): other processes on GPU %d, or "
-             "this process through paths cucache does not cache; no CUCACHE_CONF setting frees it (nvidia-smi lists "
-             "the processes)",
-             sz(r->outside).s, sz(r->shortfall).s, r->in->device);
+             "this process through paths cucache does not cache; no CUCACHE_CONF setting frees it (%s)",
+             sz(r->outside).s, sz(r->shortfall).s, r->in->device, outside_who(r));
 }
 
 /* The largest divisions in use (roundup_power2_divisions), 0 or 1 when off. */

@@ -248,7 +248,10 @@ static void rep_procs(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, 
  * With NVML's list of processes it is split into the other processes' sum
  * and this process's own use beyond what cucache reserved (its context and
  * what it allocated through paths cucache does not cache), then the
- * processes are listed.  Without NVML, one line says why it is not split.
+ * processes are listed.  Without NVML, one line says why it is not split;
+ * where NVML's list cannot hold cucache's own figure (no process listed,
+ * this one missing or below what cucache reserved) the report says that
+ * instead of a share.
  */
 /* What the other cucache processes on the GPU gave back for this request
  * (CUCACHE_YIELD). */
@@ -268,6 +271,48 @@ static void rep_yield(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, 
              g->asked, sz(g->given).s, waited);
 }
 
+/* NVML answered but listed no process on the device: the figure stays
+ * whole, and when cucache holds memory for this process the list is
+ * plainly incomplete (NVML sees no pid of another PID namespace, as in a
+ * container), so nothing is split. */
+static void rep_outside_unlisted(const rep_t *r, st_sink_fn sink, void *ctx)
+{
+    st_linef(sink, ctx,
+             "outside cucache: %s (device total - device free - cucache reserved: other processes, or this "
+             "process through paths cucache does not cache)",
+             sz(r->outside).s);
+    if (r->oom->reserved)
+        st_linef(sink, ctx,
+                 "processes on GPU %d (NVML): none listed, not even this one, which cucache holds %s for: NVML's "
+                 "list is incomplete here (it sees no process of another PID namespace), so this is not split",
+                 r->in->device, sz(r->oom->reserved).s);
+    else
+        st_linef(sink, ctx, "processes on GPU %d (NVML): none listed, so this is not split", r->in->device);
+}
+
+/* This process's share of the memory outside cucache: NVML's figure for
+ * it less what cucache reserved, said only when NVML's figure covers
+ * cucache's; otherwise what is known, never a figure clamped at 0. */
+static void rep_outside_self(const rep_t *r, bool listed, size_t bytes, st_sink_fn sink, void *ctx)
+{
+    size_t reserved = r->oom->reserved;
+    if (!listed && !reserved)
+        st_linef(sink, ctx, "  this process: not in NVML's list, and cucache holds nothing for it");
+    else if (!listed)
+        st_linef(sink, ctx,
+                 "  this process: not in NVML's list, though cucache holds %s for it: NVML's list is incomplete "
+                 "here, so its use outside cucache is not known",
+                 sz(reserved).s);
+    else if (bytes < reserved)
+        st_linef(sink, ctx,
+                 "  this process: NVML's figure for it (%s) is below what cucache holds (%s): NVML does not count "
+                 "all of its memory here, so its use outside cucache is not known",
+                 sz(bytes).s, sz(reserved).s);
+    else
+        st_linef(sink, ctx, "  this process, outside cucache: %s (its %s in use less the %s cucache reserved)",
+                 sz(bytes - reserved).s, sz(bytes).s, sz(reserved).s);
+}
+
 static void rep_outside(const rep_t *r, st_sink_fn sink, void *ctx)
 {
     const st_gpu_procs_t *g = r->in->gpu;
@@ -283,10 +328,16 @@ static void rep_outside(const rep_t *r, st_sink_fn sink, void *ctx)
                      g->unavailable);
         return;
     }
+    if (!g->n) {
+        rep_outside_unlisted(r, sink, ctx);
+        return;
+    }
     size_t others = 0, other_bytes = 0, self_bytes = 0;
+    bool self_listed = false;
     for (size_t i = 0; i < g->n; i++) {
         if (g->procs[i].pid == g->self_pid) {
             self_bytes += g->procs[i].bytes;
+            self_listed = true;
         } else {
             others++;
             other_bytes += g->procs[i].bytes;
@@ -296,8 +347,7 @@ static void rep_outside(const rep_t *r, st_sink_fn sink, void *ctx)
              "outside cucache: %s (device total - device free - cucache reserved), by NVML:", sz(r->outside).s);
     st_linef(sink, ctx, "  other processes: %s in %zu %s", sz(other_bytes).s, others,
              plural(others, "process", "processes"));
-    st_linef(sink, ctx, "  this process, outside cucache: %s (its %s in use less the %s cucache reserved)",
-             sz(sub0(self_bytes, r->oom->reserved)).s, sz(self_bytes).s, sz(r->oom->reserved).s);
+    rep_outside_self(r, self_listed, self_bytes, sink, ctx);
     rep_procs(r, g, sink, ctx);
 }
 

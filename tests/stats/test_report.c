@@ -740,11 +740,13 @@ static void test_outside_processes(void **state)
     assert_string_equal(text_after(&t, "  Process 776 "), "  Process 777 has 8.00 MiB memory in use (?)");
     text_free(&t);
 
-    /* this process not listed (it holds nothing NVML sees): 0 outside */
+    /* this process not listed though cucache holds 16 MiB for it: no share */
     st_gpu_procs_t alone = {.unavailable = NULL, .self_pid = 99, .procs = procs + 2, .n = 1};
     report_with_gpu(&c, &alone, &t);
     assert_string_equal(text_after(&t, "outside cucache: "), "  other processes: 60.00 MiB in 1 process");
-    assert_true(text_starts(&t, "  this process, outside cucache: 0 bytes (its 0 bytes in use"));
+    assert_string_equal(text_after(&t, "  other processes: "),
+                        "  this process: not in NVML's list, though cucache holds 16.00 MiB for it: NVML's list is "
+                        "incomplete here, so its use outside cucache is not known");
     text_free(&t);
 
     /* more processes than rows: the largest, then the rest in one line */
@@ -769,6 +771,85 @@ static void test_outside_processes(void **state)
                         "processes on GPU 0: not known (NVML: libnvidia-ml.so.1 cannot be loaded), so this is not "
                         "split");
     assert_int_equal(t.n, c.text.n + 1);
+    text_free(&t);
+
+    oomcase_free(&c);
+    fx_free(&f, p, CORE_FREE_NOW, 0);
+    be.seg_free(be.ctx, 0, other, 80 * MiB);
+    fx_close(&f);
+}
+
+/* NVML's list beside cucache's own figure (16 MiB reserved): NVML absent,
+ * listing nothing, listing this process below what cucache holds, and
+ * above it; no line ever gives a share clamped at 0 ("its 0 bytes in use
+ * less ..."), and only the last gives this process's share. */
+static void test_outside_nvml_incomplete(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_open(&f, 128 * MiB, "");
+    core_backend_t be = mem_backend_vtable(&f.m);
+    uintptr_t other;
+    assert_int_equal(be.seg_alloc(be.ctx, 0, 80 * MiB, &other), CORE_OK);
+    uintptr_t p = fx_alloc(&f, 16 * MiB, 0);
+    oomcase_t c;
+    fail_and_report(&f, &c, 48 * MiB, "");
+    assert_int_equal(c.oom.reserved, 16 * MiB);
+    text_t t = {0};
+
+    /* absent: the unsplit line and why */
+    st_gpu_procs_t absent = {.unavailable = "NVML: nvmlInit_v2 failed", .self_pid = 100};
+    report_with_gpu(&c, &absent, &t);
+    assert_string_equal(text_after(&t, "outside cucache: "),
+                        "processes on GPU 0: not known (NVML: nvmlInit_v2 failed), so this is not split");
+    assert_false(text_has(&t, "  this process"));
+    text_free(&t);
+
+    /* lists nothing, not even this process: said, not split */
+    st_gpu_procs_t nothing = {.unavailable = NULL, .self_pid = 100, .procs = NULL, .n = 0};
+    report_with_gpu(&c, &nothing, &t);
+    golden("outside_nvml_empty", &t);
+    assert_string_equal(text_line(&t, "outside cucache: "), text_line(&c.text, "outside cucache: "));
+    assert_string_equal(text_after(&t, "outside cucache: "),
+                        "processes on GPU 0 (NVML): none listed, not even this one, which cucache holds 16.00 MiB "
+                        "for: NVML's list is incomplete here (it sees no process of another PID namespace), so this "
+                        "is not split");
+    assert_false(text_has(&t, "this process, outside cucache"));
+    assert_false(text_has(&t, "  other processes: "));
+    char hints[4096];
+    text_hints(&t, hints, sizeof hints);
+    assert_non_null(strstr(hints, "(NVML lists no process here; nvidia-smi on the host lists them)"));
+    text_free(&t);
+
+    /* lists this process below what cucache holds */
+    st_gpu_proc_t less[] = {
+        {.pid = 100, .bytes = 12 * MiB, .comm = "train.py"},
+        {.pid = 4242, .bytes = 60 * MiB, .comm = "ipc_peer"},
+    };
+    st_gpu_procs_t below = {.unavailable = NULL, .self_pid = 100, .procs = less, .n = 2};
+    report_with_gpu(&c, &below, &t);
+    golden("outside_nvml_below", &t);
+    assert_string_equal(text_after(&t, "outside cucache: "), "  other processes: 60.00 MiB in 1 process");
+    assert_string_equal(text_after(&t, "  other processes: "),
+                        "  this process: NVML's figure for it (12.00 MiB) is below what cucache holds (16.00 MiB): "
+                        "NVML does not count all of its memory here, so its use outside cucache is not known");
+    assert_false(text_has(&t, "this process, outside cucache"));
+    text_free(&t);
+
+    /* exactly what cucache holds: nothing outside, said as a share */
+    less[0].bytes = 16 * MiB;
+    report_with_gpu(&c, &below, &t);
+    assert_string_equal(text_after(&t, "  other processes: "),
+                        "  this process, outside cucache: 0 bytes (its 16.00 MiB in use less the 16.00 MiB cucache "
+                        "reserved)");
+    text_free(&t);
+
+    /* more than cucache holds: the share */
+    less[0].bytes = 20 * MiB;
+    report_with_gpu(&c, &below, &t);
+    assert_string_equal(text_after(&t, "  other processes: "),
+                        "  this process, outside cucache: 4.00 MiB (its 20.00 MiB in use less the 16.00 MiB cucache "
+                        "reserved)");
     text_free(&t);
 
     oomcase_free(&c);
@@ -1129,6 +1210,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_limit_and_device),
         cmocka_unit_test(test_outside),
         cmocka_unit_test(test_outside_processes),
+        cmocka_unit_test(test_outside_nvml_incomplete),
         cmocka_unit_test(test_outside_neighbours),
         cmocka_unit_test(test_private_pools),
         cmocka_unit_test(test_pending),
