@@ -11,6 +11,8 @@
  *   summary.c   the exit summary in torch.cuda.memory_summary()'s layout
  *   ring.c      the bounded ring of recent events for snapshots
  *   stack.c     call stacks of allocations: captured, interned, symbolised
+ *   kept.c      memory a library keeps for the life of the process, told
+ *               from a leak by its call stack (one row per library call)
  *   pystack.c   their Python frames: the interpreter found in the process,
  *               bound at run time, its frames read under its GIL
  *   intern.c    the lock-free interning tables stacks and frames use
@@ -131,7 +133,10 @@ void st_summary(int device, const core_stats_t *s, st_sink_fn sink, void *ctx);
  * number of its first allocation (allocations are numbered 1, 2, ... on the
  * device; `allocs` is how many there were): "leak check: GPU 0: 660.00 MiB
  * in 220 allocations still live at exit, by requested size:", then a row a
- * size.  Nothing when none is live.  Returns the live allocations. */
+ * size.  With call stacks, by call site, and the allocations a library
+ * keeps for the life of the process (kept.c) apart, as not leaks.  Nothing
+ * when none is live.  Returns the leaks: the live allocations less those
+ * kept. */
 size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_sink_fn sink, void *ctx);
 
 /* ------------------------------------------------------------------------
@@ -381,6 +386,25 @@ size_t st_group_by_site(const core_layout_t *l, st_site_group_t **out);
  * F of ALLOCS], at" and its innermost frames, one a line; then one line for
  * the rest.  `allocs` 0 leaves the first allocation out. */
 void st_site_lines(const st_site_group_t *g, size_t ng, size_t rows, uint64_t allocs, st_sink_fn sink, void *ctx);
+
+/* ------------------------------------------------------------------------
+ * kept.c: memory kept for the life of the process
+ * ---------------------------------------------------------------------- */
+
+/* A library call that allocates device memory it keeps until exit. */
+typedef struct st_kept_s {
+    const char *module;   /* the object's file name starts with this ("libtorch_cuda.so") */
+    const char *function; /* the frame's name holds this; NULL: any frame of the module */
+    const char *owner;    /* who keeps it, for the report ("PyTorch") */
+    const char *what;     /* what it is and how long it lives */
+} st_kept_t;
+
+/* The row a stack's native frames pass through, NULL when none does
+ * (Python frames have no module: they match no row). */
+const st_kept_t *st_kept_frames(const st_frame_t *f, size_t n);
+/* The same for a kept stack's id; *native (when not NULL) says whether the
+ * stack has native frames at all (without them nothing can be told). */
+const st_kept_t *st_kept_site(uint32_t site, bool *native);
 
 /* ------------------------------------------------------------------------
  * file.c

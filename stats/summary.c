@@ -281,6 +281,92 @@ static int leak_by_total(const void *a, const void *b)
 
 enum { LEAK_ROWS = 10 };
 
+/* The groups whose call stacks pass through a kept_rules row (kept.c)
+ * moved after the others: returns how many come first (the leaks); kept[i]
+ * is the row of group i after the move.  *no_native: a leak's stack has no
+ * native frames, so whether a library keeps it is not known. */
+static size_t leak_split(st_site_group_t *g, size_t ng, const st_kept_t **kept, bool *no_native)
+{
+    size_t nleak = 0, nkept = 0;
+    st_site_group_t *held = hostalloc_malloc(ng * sizeof *held);
+    if (!held)
+        return ng; /* no host memory: every group listed as live, as before */
+    *no_native = false;
+    for (size_t i = 0; i < ng; i++) {
+        bool native = false;
+        const st_kept_t *k = st_kept_site(g[i].site, &native);
+        if (k) {
+            kept[nkept] = k;
+            held[nkept++] = g[i];
+        } else {
+            *no_native |= !native && g[i].site >= ST_STACK_FIRST;
+            g[nleak++] = g[i];
+        }
+    }
+    memcpy(g + nleak, held, nkept * sizeof *held);
+    memmove(kept + nleak, kept, nkept * sizeof *kept);
+    hostalloc_free(held);
+    return nleak;
+}
+
+/* The groups a library keeps for the life of the process: not leaks. */
+static void leak_kept_lines(const st_site_group_t *g, const st_kept_t *const *kept, size_t ng, uint64_t allocs,
+                            st_sink_fn sink, void *ctx)
+{
+    for (size_t i = 0; i < ng; i++) {
+        char total[32], first[96] = "", frame[512] = "";
+        st_fmt_size(total, sizeof total, g[i].bytes);
+        if (allocs)
+            st_fmt_first(first, sizeof first, g[i].first, allocs, g[i].born);
+        st_frame_t f[ST_STACK_FRAMES_MAX];
+        size_t nf = st_stack_frames(g[i].site, f, ST_STACK_FRAMES_MAX);
+        for (size_t k = 0; k < nf && !frame[0]; k++)
+            if (st_kept_frames(&f[k], 1) == kept[i])
+                st_frame_text(&f[k], frame, sizeof frame);
+        st_linef(sink, ctx, "  %zu %s = %s%s: kept by %s, %s; allocated in %s", g[i].count,
+                 plural(g[i].count, "allocation", "allocations"), total, first, kept[i]->owner, kept[i]->what, frame);
+    }
+}
+
+/* Returns the leaks listed (the allocations no kept_rules row claims). */
+static size_t leak_by_site(int device, st_site_group_t *g, size_t ng, uint64_t allocs, st_sink_fn sink, void *ctx)
+{
+    const st_kept_t **kept = hostalloc_malloc(ng * sizeof *kept);
+    bool no_native = false;
+    size_t nleak = kept ? leak_split(g, ng, kept, &no_native) : ng;
+    size_t n = 0, bytes = 0, kn = 0, kbytes = 0;
+    for (size_t i = 0; i < ng; i++) {
+        if (i < nleak)
+            n += g[i].count, bytes += g[i].bytes;
+        else
+            kn += g[i].count, kbytes += g[i].bytes;
+    }
+    char b[32];
+    if (nleak) {
+        if (no_native)
+            st_linef(sink, ctx,
+                     "leak check: GPU %d: call stacks of Python frames only cannot tell memory a library keeps for the "
+                     "life of the process (PyTorch's cuBLAS workspaces) from a leak; CUCACHE_STACKS=python+native "
+                     "tells",
+                     device);
+        st_fmt_size(b, sizeof b, bytes);
+        st_linef(sink, ctx, "leak check: GPU %d: %s in %zu %s still live at exit, by call site:", device, b, n,
+                 plural(n, "allocation", "allocations"));
+        st_site_lines(g, nleak, LEAK_ROWS, allocs, sink, ctx);
+    }
+    if (nleak < ng) {
+        st_fmt_size(b, sizeof b, kbytes);
+        st_linef(sink, ctx,
+                 "leak check: GPU %d: %s%s in %zu %s still live at exit, kept for the life of the process "
+                 "by the library that made %s, not leaks:",
+                 device, nleak ? "" : "no leaks; ", b, kn, plural(kn, "allocation", "allocations"),
+                 plural(kn, "it", "them"));
+        leak_kept_lines(g + nleak, kept + nleak, ng - nleak, allocs, sink, ctx);
+    }
+    hostalloc_free(kept);
+    return n;
+}
+
 size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_sink_fn sink, void *ctx)
 {
     size_t n = 0, bytes = 0;
@@ -294,12 +380,14 @@ size_t st_leak_report(int device, const core_layout_t *l, uint64_t allocs, st_si
     st_site_group_t *sites;
     size_t nsites = st_group_by_site(l, &sites);
     if (nsites) {
-        st_linef(sink, ctx, "leak check: GPU %d: %s in %zu %s still live at exit, by call site:", device, b, n,
-                 plural(n, "allocation", "allocations"));
-        st_site_lines(sites, nsites, LEAK_ROWS, allocs, sink, ctx);
+        size_t leaks = leak_by_site(device, sites, nsites, allocs, sink, ctx);
         hostalloc_free(sites);
-        return n;
+        return leaks;
     }
+    st_linef(sink, ctx,
+             "leak check: GPU %d: without call stacks cucache cannot tell memory a library keeps for the life of the "
+             "process (PyTorch's cuBLAS workspaces) from a leak; CUCACHE_STACKS=native tells",
+             device);
     st_linef(sink, ctx, "leak check: GPU %d: %s in %zu %s still live at exit, by requested size:", device, b, n,
              plural(n, "allocation", "allocations"));
     const core_block_info_t **live = st_live_blocks(l, n, leak_by_size);

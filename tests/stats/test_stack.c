@@ -274,6 +274,40 @@ static void test_python_frames(void **state)
     hostalloc_free(g);
 }
 
+/* The rows of memory kept for the life of the process (stats/kept.c): a
+ * stack through PyTorch's cuBLAS handle pool or inside libcublas is kept;
+ * the same function name in another library, a Python frame of that name,
+ * or an ordinary program's stack is not. */
+static void test_kept_rows(void **state)
+{
+    (void)state;
+    st_frame_t torch[] = {
+        {.name = "??", .module = "/usr/lib/x86_64-linux-gnu/libc10_cuda.so.2.6.0"},
+        {.name = "at::cuda::getCurrentCUDABlasHandle()", .module = "/usr/lib/x86_64-linux-gnu/libtorch_cuda.so.2.6.0"},
+        {.name = "main", .module = "/usr/bin/python3.13"},
+    };
+    const st_kept_t *k = st_kept_frames(torch, 3);
+    assert_non_null(k);
+    assert_string_equal(k->owner, "PyTorch");
+    assert_non_null(strstr(k->what, "cuBLAS workspace"));
+    assert_null(st_kept_frames(torch, 1)); /* the allocator's frame alone says nothing */
+
+    st_frame_t cublas[] = {{.name = "??", .module = "libcublas.so.12"}, {.name = "main", .module = "prog"}};
+    k = st_kept_frames(cublas, 2);
+    assert_non_null(k);
+    assert_string_equal(k->owner, "libcublas");
+
+    st_frame_t elsewhere[] = {{.name = "getCurrentCUDABlasHandle", .module = "/opt/app/libmine.so"},
+                              {.name = "getCurrentCUDABlasHandle", .file = "x.py", .python = true},
+                              {.name = "main", .module = "leaky_prog"}};
+    assert_null(st_kept_frames(elsewhere, 3));
+    assert_null(st_kept_frames(NULL, 0));
+    assert_null(st_kept_site(0, NULL)); /* no stack taken */
+    bool native = true;
+    assert_null(st_kept_site(ST_STACK_NO_PYTHON, &native));
+    assert_false(native);
+}
+
 int main(void)
 {
     char err[256];
@@ -286,7 +320,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_site_one_id),   cmocka_unit_test(test_threads),
         cmocka_unit_test(test_unknown_addresses), cmocka_unit_test(test_group_by_site),
-        cmocka_unit_test(test_python_frames),
+        cmocka_unit_test(test_python_frames),  cmocka_unit_test(test_kept_rows),
     };
     return cmocka_run_group_tests_name("stats_stack", tests, NULL, NULL);
 }
