@@ -30,6 +30,13 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
                   completes after cucache's OOM report), and the program
                   that catches it frees its model and allocates more than
                   was free at the OOM
+    api-R         cucache.torch's statistics on route R (preload,
+                  pluggable): equal to the tensors' sizes rounded as
+                  cucache rounds, to cucache's own statistics, and, once
+                  installed, behind torch.cuda's calls (api_prog.py)
+    leak          the leak check at exit with native stacks: PyTorch's
+                  cuBLAS workspace kept for the life of the process, not
+                  a leak; a cudaMalloc never freed still one
     expandable    PyTorch's own expandable_segments:True runs the MLP
     async         PyTorch's own backend:cudaMallocAsync runs the MLP
 
@@ -306,6 +313,40 @@ def pluggable_oom_run(e, capacity):
         fail(f"the smaller tensor after the OOM: at {res['smaller_ptr']:#x}, cucache holds {res['held_smaller']}")
 
 
+API_PROG = os.path.join(HERE, "api_prog.py")
+
+
+def case_api(e, route):
+    rc, out, err = e.run(["python3", API_PROG, "api", route], cucache=True)
+    if rc != 0:
+        fail(f"api_prog.py api {route} exited {rc}:\n{out[-3000:]}\n{err[-3000:]}")
+    print(out.strip())
+
+
+def leak_run(e, leaky):
+    env = {"CUCACHE_STACKS": "native", "CUCACHE_LEAK_EXITCODE": "9"}
+    argv = ["python3", API_PROG, "leak", "preload"] + (["--leak"] if leaky else [])
+    return e.run(argv, env=env, cucache=True)
+
+
+def case_leak(e):
+    kept = "still live at exit, kept for the life of the process by the library that made it, not leaks:"
+    rc, out, err = leak_run(e, False)
+    lines = [l for l in err.splitlines() if "leak check" in l or "kept by" in l]
+    print("\n".join(lines))
+    if rc != 0 or "leak check: GPU 0: no leaks; " not in err or kept not in err:
+        fail(f"without a leak: exit {rc}, the workspace not told apart:\n{err[-3000:]}")
+    if "kept by PyTorch, its cuBLAS workspace" not in err or "getCurrentCUDABlasHandle" not in err:
+        fail(f"the workspace's line:\n{err[-3000:]}")
+    rc, out, err = leak_run(e, True)
+    lines = [l for l in err.splitlines() if "leak check" in l or "kept by" in l or "exit status" in l]
+    print("\n".join(lines))
+    if rc != 9 or "leak check: GPU 0: 3.00 MiB in 1 allocation still live at exit, by call site:" not in err:
+        fail(f"the cudaMalloc never freed is not reported as the one leak (exit {rc}):\n{err[-3000:]}")
+    if "1 allocation still live at exit" not in err.split("CUCACHE_LEAK_EXITCODE")[-1] or kept not in err:
+        fail(f"the exit status counts the workspace, or it is no longer told apart:\n{err[-3000:]}")
+
+
 def case_conf(e, conf):
     res, _ = e.workload("mlp", "torch", cucache=False, env={"PYTORCH_CUDA_ALLOC_CONF": conf})
     check_steps(res)
@@ -338,6 +379,10 @@ def main():
         case_keep_cache(e)
     elif case == "oom":
         case_oom(e)
+    elif kind == "api":
+        case_api(e, w)
+    elif case == "leak":
+        case_leak(e)
     elif case == "expandable":
         case_conf(e, "expandable_segments:True")
     elif case == "async":
