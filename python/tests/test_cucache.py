@@ -188,9 +188,12 @@ def test_torch_enable_sets_every_hook(monkeypatch):
                                    change_current_allocator=lambda a: calls.append(("current", a)))
     fake = types.ModuleType("torch")
     fake.cuda = types.SimpleNamespace(memory=memory)
+    fake._C = types.SimpleNamespace()  # the binding whose stats entry points enable() replaces
     monkeypatch.setitem(sys.modules, "torch", fake)
 
     alloc = cucache.torch.enable()
+    for name in ("_cuda_memoryStats", "_cuda_resetPeakMemoryStats", "_cuda_resetAccumulatedMemoryStats"):
+        assert callable(getattr(fake._C, name)), name
     path = cucache.torch.library_path()
     lib = ctypes.CDLL(path)
     address = {sym: ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value for _, sym in cucache.torch.HOOKS}
