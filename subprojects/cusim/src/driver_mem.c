@@ -264,22 +264,96 @@ SIM_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned 
  * Stream-ordered allocation
  * ---------------------------------------------------------------------- */
 
-/* A freed block of `pool` that stream s may take for `len` bytes: one whose
- * free is ordered before s (same stream, events, legacy-stream order), or,
- * when opportunistic reuse is on, one whose free has completed.  Best fit,
- * and never more than twice the request. */
-static sim_alloc_t *pool_find(struct CUmemPoolHandle_st *pool, struct CUstream_st *s, size_t len)
+/* CUDA's reuse rules (CUDA Programming Guide, "Memory Reuse Policies" and
+ * "Synchronization API Actions"), one row each, cheapest first: the pool
+ * attribute that enables it (0: always on), whether a free of the pool may
+ * serve stream s by it, whether it is tried only once the device has no
+ * room for a new block, and how s is then ordered after the free. */
+typedef enum reuse_order_e {
+    REUSE_ORDERED, /* s's next work is ordered after the free already */
+    REUSE_JOIN,    /* the free completed: s joins its clock, nothing waits */
+    REUSE_WAIT,    /* the free is pending: s waits for it on the device */
+} reuse_order_t;
+
+/* The free is on s itself: stream order. */
+static bool free_on_stream(const sim_alloc_t *a, const struct CUstream_st *s)
 {
-    sim_alloc_t *best = NULL;
+    return a->free_slot == s->slot;
+}
+
+/* The host observed the free complete (a synchronisation): s's next work
+ * joins the host's clock. */
+static bool free_observed(const sim_alloc_t *a, const struct CUstream_st *s)
+{
+    (void)s;
+    return vc_get(sim.host_vc, a->free_slot) >= a->free_seq;
+}
+
+/* s waits for the free through events. */
+static bool free_before(const sim_alloc_t *a, const struct CUstream_st *s)
+{
+    return vc_get(s->vc, a->free_slot) >= a->free_seq;
+}
+
+/* The free's stream has passed it. */
+static bool free_completed(const sim_alloc_t *a, const struct CUstream_st *s)
+{
+    (void)s;
+    return sim.completed[a->free_slot] >= a->free_seq;
+}
+
+/* Any free, pending or not. */
+static bool free_any(const sim_alloc_t *a, const struct CUstream_st *s)
+{
+    (void)a;
+    (void)s;
+    return true;
+}
+
+static const struct reuse_rule_s {
+    int attr; /* CU_MEMPOOL_ATTR_REUSE_* that enables it; 0: always on */
+    bool (*applies)(const sim_alloc_t *a, const struct CUstream_st *s);
+    bool out_of_memory; /* tried only when a new block does not fit */
+    reuse_order_t order;
+} reuse_rules[] = {
+    {0, free_on_stream, false, REUSE_ORDERED},
+    {0, free_observed, false, REUSE_ORDERED},
+    {CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, free_before, false, REUSE_ORDERED},
+    {CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, free_completed, false, REUSE_JOIN},
+    {CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, free_any, true, REUSE_WAIT},
+};
+
+static bool pool_flag(const struct CUmemPoolHandle_st *pool, int attr);
+
+/* Test hook (cucacheSimPlantReuseWithoutWait): reuse by an inserted
+ * dependency without inserting it. */
+static bool plant_reuse_without_wait;
+
+/* A freed block of `pool` and the rule by which stream s may take it for
+ * `len` bytes (rules of the out-of-memory stage too when out_of_memory);
+ * block NULL when none.  Best fit, never more than twice the request; of
+ * equal blocks, the cheapest rule. */
+typedef struct reuse_s {
+    sim_alloc_t *block;
+    const struct reuse_rule_s *rule;
+} reuse_t;
+
+static reuse_t pool_find(struct CUmemPoolHandle_st *pool, struct CUstream_st *s, size_t len, bool out_of_memory)
+{
+    reuse_t best = {NULL, NULL};
     for (size_t i = 0; i < sim.nallocs; i++) {
         sim_alloc_t *a = &sim.allocs[i];
         if (a->kind != SIM_ALLOC_POOL || a->pool != pool || !a->pool_free || a->reserved < len || a->reserved > 2 * len)
             continue;
-        bool ordered =
-            vc_get(s->vc, a->free_slot) >= a->free_seq && (pool->reuse_follow_events || a->free_slot == s->slot);
-        bool completed = pool->reuse_opportunistic && sim.completed[a->free_slot] >= a->free_seq;
-        if ((ordered || completed) && (!best || a->reserved < best->reserved))
-            best = a;
+        const struct reuse_rule_s *rule = NULL;
+        for (size_t k = 0; !rule && k < sizeof reuse_rules / sizeof reuse_rules[0]; k++) {
+            const struct reuse_rule_s *r = &reuse_rules[k];
+            if ((!r->out_of_memory || out_of_memory) && (!r->attr || pool_flag(pool, r->attr)) && r->applies(a, s))
+                rule = r;
+        }
+        if (rule && (!best.block || a->reserved < best.block->reserved ||
+                     (a->reserved == best.block->reserved && rule->order < best.rule->order)))
+            best = (reuse_t){a, rule};
     }
     return best;
 }
@@ -292,6 +366,44 @@ static void pool_account(struct CUmemPoolHandle_st *pool, size_t used_delta, siz
         pool->used_high = pool->used_cur;
     if (pool->reserved_cur > pool->reserved_high)
         pool->reserved_high = pool->reserved_cur;
+}
+
+/* Hands u's block to s for `size` bytes, ordering s after its free as u's
+ * rule says. */
+static CUresult pool_take(reuse_t u, struct CUstream_st *s, size_t size, CUdeviceptr *dptr)
+{
+    sim_alloc_t *a = u.block;
+    if (u.rule->order == REUSE_JOIN) {
+        vc_join(&s->vc, a->free_vc);
+    } else if (u.rule->order == REUSE_WAIT && !plant_reuse_without_wait) {
+        uintptr_t addr = a->addr;
+        CUresult r = sim_stream_wait_for(s, a->free_slot, a->free_seq, a->free_vc,
+                                         "cuMemAllocAsync (reuse after a pending free)");
+        if (r != CUDA_SUCCESS)
+            return r;
+        a = sim_alloc_exact(addr);
+    }
+    vc_release(a->free_vc);
+    a->free_vc = NULL;
+    a->pool_free = false;
+    a->size = size;
+    a->ctx = s->ctx;
+    pool_account(a->pool, a->reserved, 0);
+    *dptr = a->addr;
+    return CUDA_SUCCESS;
+}
+
+/* A new block of `size` bytes from the device for pool. */
+static CUresult pool_grow(struct CUmemPoolHandle_st *pool, struct CUctx_st *ctx, size_t size, CUdeviceptr *dptr)
+{
+    sim_alloc_t *a;
+    CUresult r = sim_dev_alloc(ctx->dev, size, SIM_ALLOC_POOL, ctx, &a);
+    if (r != CUDA_SUCCESS)
+        return r;
+    a->pool = pool;
+    pool_account(pool, a->reserved, a->reserved);
+    *dptr = a->addr;
+    return CUDA_SUCCESS;
 }
 
 static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream h, bool ptds)
@@ -321,30 +433,20 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, C
             return drv_leave(CUDA_ERROR_NOT_SUPPORTED); /* explicit pools under capture are not modelled */
         return drv_leave(drv_graph_capture_alloc(s, size, dptr));
     }
-    sim_alloc_t *a = pool_find(pool, s, len);
-    if (a) {
-        if (vc_get(s->vc, a->free_slot) < a->free_seq)
-            vc_join(&s->vc, a->free_vc); /* reuse of a completed free: now ordered */
-        vc_release(a->free_vc);
-        a->free_vc = NULL;
-        a->pool_free = false;
-        a->size = size;
-        a->ctx = ctx;
-        pool_account(pool, a->reserved, 0);
-        *dptr = a->addr;
-        return drv_leave(CUDA_SUCCESS);
-    }
-    r = sim_dev_alloc(ctx->dev, size, SIM_ALLOC_POOL, ctx, &a);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-        sim_pool_trim(pool, 0);
-        r = sim_dev_alloc(ctx->dev, size, SIM_ALLOC_POOL, ctx, &a);
-    }
-    if (r != CUDA_SUCCESS)
+    reuse_t u = pool_find(pool, s, len, false);
+    if (u.block)
+        return drv_leave(pool_take(u, s, size, dptr));
+    r = pool_grow(pool, ctx, size, dptr);
+    if (r != CUDA_ERROR_OUT_OF_MEMORY)
         return drv_leave(r);
-    a->pool = pool;
-    pool_account(pool, a->reserved, a->reserved);
-    *dptr = a->addr;
-    return drv_leave(CUDA_SUCCESS);
+    /* Out of memory: a pending free by an inserted dependency, as CUDA
+     * does; else the pool's completed frees go back to the device (never a
+     * pending one) and the device is asked again. */
+    u = pool_find(pool, s, len, true);
+    if (u.block)
+        return drv_leave(pool_take(u, s, size, dptr));
+    sim_pool_trim(pool, 0);
+    return drv_leave(pool_grow(pool, ctx, size, dptr));
 }
 
 static CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptds)
@@ -507,16 +609,36 @@ static const struct pool_attr_s {
     {CU_MEMPOOL_ATTR_USED_MEM_HIGH, POOL_FIELD(used_high), false, POOL_RESET, POOL_FIELD(used_cur)},
 };
 
+/* The row of attr, or NULL. */
+static const struct pool_attr_s *pool_attr_row(int attr)
+{
+    for (size_t i = 0; i < sizeof pool_attrs / sizeof pool_attrs[0]; i++)
+        if (pool_attrs[i].attr == attr)
+            return &pool_attrs[i];
+    return NULL;
+}
+
 /* The row of attr, for a live pool and a value to read or write; NULL
  * otherwise. */
 static const struct pool_attr_s *pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, const void *value)
 {
     if (!handle_is(pool, SIM_MAGIC_POOL) || !value)
         return NULL;
-    for (size_t i = 0; i < sizeof pool_attrs / sizeof pool_attrs[0]; i++)
-        if (pool_attrs[i].attr == (int)attr)
-            return &pool_attrs[i];
-    return NULL;
+    return pool_attr_row((int)attr);
+}
+
+/* Whether the flag attribute attr is on in pool (the reuse rules). */
+static bool pool_flag(const struct CUmemPoolHandle_st *pool, int attr)
+{
+    const struct pool_attr_s *a = pool_attr_row(attr);
+    return a && a->flag && *(const int *)((const char *)pool + a->field) != 0;
+}
+
+SIM_API void cucacheSimPlantReuseWithoutWait(int on)
+{
+    sim_lock();
+    plant_reuse_without_wait = on != 0;
+    sim_unlock();
 }
 
 SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)

@@ -141,10 +141,7 @@ static CUresult stream_wait_event(CUstream h, CUevent e, unsigned flags, bool pt
     }
     if (!e->recorded || s->capture)
         return drv_leave(CUDA_SUCCESS);
-    sim_op_t *op = sim_op_new(SIM_OP_WAIT, "cuStreamWaitEvent");
-    sim_op_add_dep(op, e->slot, e->seq);
-    vc_join(&op->vc, e->vc);
-    return drv_leave(sim_enqueue(s, op));
+    return drv_leave(sim_stream_wait_for(s, e->slot, e->seq, e->vc, "cuStreamWaitEvent"));
 }
 
 /* What cuStreamGet{Flags,Ctx,Priority} read. */

@@ -795,6 +795,10 @@ sim_op_t *sim_op_new(sim_op_kind_t kind, const char *what);
 /* A copy of op's payload (for graphs), without clock or dependencies. */
 sim_op_t *sim_op_clone(const sim_op_t *op);
 void sim_op_add_dep(sim_op_t *op, int slot, uint64_t seq);
+/* Queues on s a device-side wait for (slot, seq), whose clock is vc: s's
+ * later work starts after it and is ordered after it (cuStreamWaitEvent,
+ * and a pool's inserted dependency).  what names the op in reports. */
+CUresult sim_stream_wait_for(struct CUstream_st *s, int slot, uint64_t seq, const sim_vc_t *vc, const char *what);
 /* Which device, if any, owns the address (inside its region). */
 sim_device_t *sim_device_of(uintptr_t addr);
 void sim_event_free(struct CUevent_st *e);

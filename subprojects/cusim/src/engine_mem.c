@@ -514,7 +514,10 @@ void sim_pool_maybe_release(struct CUmemPoolHandle_st *pool)
 }
 
 /* Releases freed blocks whose free has completed until the pool holds at
- * most `keep` bytes. */
+ * most `keep` bytes; a pending free's block stays, whatever keep says, as
+ * nothing orders its next owner after the free.  A released block's next
+ * owner is ordered after its completed free by the release itself, which
+ * the race detector cannot see: the range's records go. */
 void sim_pool_trim(struct CUmemPoolHandle_st *pool, size_t keep)
 {
     for (size_t i = sim.nallocs; i-- > 0 && pool->reserved_cur > keep;) {
@@ -524,6 +527,7 @@ void sim_pool_trim(struct CUmemPoolHandle_st *pool, size_t keep)
         if (sim.completed[a->free_slot] < a->free_seq)
             continue;
         pool->reserved_cur -= a->reserved;
+        race_forget(a->addr, a->addr + a->reserved);
         sim_dev_free(a);
     }
     sim_pool_maybe_release(pool);

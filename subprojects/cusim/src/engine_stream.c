@@ -184,6 +184,14 @@ void sim_op_add_dep(sim_op_t *op, int slot, uint64_t seq)
     op->deps[op->ndeps++] = (sim_dep_t){slot, seq};
 }
 
+CUresult sim_stream_wait_for(struct CUstream_st *s, int slot, uint64_t seq, const sim_vc_t *vc, const char *what)
+{
+    sim_op_t *op = sim_op_new(SIM_OP_WAIT, what);
+    sim_op_add_dep(op, slot, seq);
+    vc_join(&op->vc, vc);
+    return sim_enqueue(s, op);
+}
+
 static bool op_ready(const sim_op_t *op)
 {
     for (uint32_t i = 0; i < op->ndeps; i++)

@@ -93,6 +93,13 @@ void cucacheSimVmmFail(enum cucache_sim_vmm_call call, unsigned after, CUresult 
  * allocations (created or imported, not yet given back) and mappings. */
 void cucacheSimVmmCounts(size_t *reservations, size_t *allocations, size_t *mappings);
 
+/* Test only: plants a bug in the stream-ordered pools.  While on, a block
+ * reused by an inserted dependency (CUDA's ReuseAllowInternalDependencies,
+ * once the device is out of memory) is handed over without the inserted
+ * wait, so a test can prove the race detector catches what that wait
+ * prevents.  Never set by anything but such a test. */
+void cucacheSimPlantReuseWithoutWait(int on);
+
 #ifdef __cplusplus
 }
 #endif
