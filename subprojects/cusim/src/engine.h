@@ -74,7 +74,8 @@
  *   engine.c         initialisation, vector
  *                    clocks, host threads, contexts
  *   engine_stream.c  streams and their workers, CUDA's implicit
- *                    dependencies, host waits, stream-ordered frees
+ *                    dependencies, device-side waits, host waits,
+ *                    stream-ordered frees
  *   engine_mem.c     pages and addresses, the live-allocation table, host
  *                    and managed memory, memory pools; an array's bytes
  *                    are an allocation of their own (SIM_ALLOC_ARRAY)
@@ -1033,8 +1034,9 @@ void race_init(void);
 void race_check_and_add(const sim_op_t *op);
 void race_gc(void);
 /* Device memory [lo, hi) went back to the device when a stream-ordered
- * free ran: whoever is handed it next is ordered after that free, so its
- * records go (sim.lock held). */
+ * free ran, or when a pool released a completed free's block: whoever is
+ * handed it next is ordered after that free, so its records go (sim.lock
+ * held). */
 void race_forget(uintptr_t lo, uintptr_t hi);
 /* The host takes [lo, hi) of physical memory, mapped at va, away
  * (cuMemUnmap): reports a race with the first operation on it, through
