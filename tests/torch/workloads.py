@@ -6,7 +6,18 @@ simulated device computes none).
 
     python3 workloads.py WORKLOAD [--steps N] [--route ROUTE] [--snapshot FILE]
 
-WORKLOAD: mlp, gpt or cnn.  ROUTE says who serves PyTorch's tensors, and
+WORKLOAD: fixed shapes, the same every step: mlp, gpt, cnn; shapes that
+change every step (seeded: the same sequence in every run), where caching
+allocators differ most:
+    packed     the decoder on batches packed by length: about 2048 tokens
+               a batch, its sequence length drawn from 32 to 256
+    generate   the decoder generating: each step a batch of prompts of a
+               drawn length, then 32 tokens one at a time, keys and values
+               of every layer kept in a cache that grows by one position a
+               token (no gradient, no optimizer)
+    mixres     the CNN on images of a drawn resolution (32 to 128 pixels),
+               about 128K pixels a batch
+ROUTE says who serves PyTorch's tensors, and
 what the program does about it:
     torch      PyTorch's own caching allocator (no cucache: run it plain)
     preload    cucache through LD_PRELOAD (cucache-run) under PyTorch's
@@ -93,24 +104,101 @@ class Cnn(nn.Module):
         return self.fc(self.features(x).mean(dim=(2, 3)))
 
 
+def draws(seed, n, choices):
+    """n values drawn from choices, seeded: the same in every run."""
+    g = torch.Generator().manual_seed(seed)
+    return [choices[int(i)] for i in torch.randint(0, len(choices), (n,), generator=g)]
+
+
+def generate(model, prompt, new_tokens):
+    """Greedy generation with a key/value cache that grows by one position
+    a token, as an inference server's does (values are not computed on the
+    simulated device: the shapes are what matter)."""
+    b = prompt.shape[0]
+    caches = [None] * len(model.blocks)
+    idx = prompt
+    start = 0
+    for _ in range(new_tokens):
+        pos = torch.arange(start, start + idx.shape[1], device=idx.device)
+        x = model.tok(idx) + model.pos(pos)
+        for i, blk in enumerate(model.blocks):
+            d = x.shape[2]
+            q, k, v = blk.qkv(blk.ln1(x)).split(d, dim=2)
+            q, k, v = (y.view(b, -1, blk.heads, d // blk.heads).transpose(1, 2) for y in (q, k, v))
+            if caches[i] is not None:
+                k = torch.cat([caches[i][0], k], dim=2)
+                v = torch.cat([caches[i][1], v], dim=2)
+            caches[i] = (k, v)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=caches[i][0].shape[2] == q.shape[2])
+            x = x + blk.proj(a.transpose(1, 2).reshape(b, -1, d))
+            x = x + blk.down(F.gelu(blk.up(blk.ln2(x))))
+        logits = model.head(model.ln(x[:, -1:, :]))
+        start += idx.shape[1]
+        idx = logits.argmax(dim=-1)
+    return start
+
+
+STEPS_DRAWN = 64  # the shapes drawn for the changing workloads: more than any run's steps
+
+
 def make(name, dev):
-    """The model, and a function that makes one step's batch and loss."""
+    """The model, a function of the step's index that makes its batch and
+    returns its loss (None: the step is inference and did its work), and
+    whether the step trains (backward and AdamW)."""
     if name == "mlp":
         model = Mlp().to(dev)
         x = torch.randn(256, 512, device=dev)
         y = torch.randn(256, 512, device=dev)
-        return model, lambda: F.mse_loss(model(x), y)
+        return model, lambda i: F.mse_loss(model(x), y), True
     if name == "gpt":
         model = Decoder().to(dev)
         idx = torch.randint(0, 8192, (8, 256), device=dev)
         tgt = torch.randint(0, 8192, (8, 256), device=dev)
-        return model, lambda: F.cross_entropy(model(idx).view(-1, 8192), tgt.view(-1))
+        return model, lambda i: F.cross_entropy(model(idx).view(-1, 8192), tgt.view(-1)), True
     if name == "cnn":
         model = Cnn().to(dev)
         x = torch.randn(32, 3, 64, 64, device=dev)
         y = torch.randint(0, 100, (32,), device=dev)
-        return model, lambda: F.cross_entropy(model(x), y)
-    raise SystemExit(f"workloads.py: unknown workload '{name}' (mlp, gpt, cnn)")
+        return model, lambda i: F.cross_entropy(model(x), y), True
+    if name == "packed":
+        model = Decoder().to(dev)
+        lengths = draws(1, STEPS_DRAWN, [32, 48, 64, 96, 128, 160, 192, 256])
+
+        def packed(i):
+            t = lengths[i % STEPS_DRAWN]
+            b = 2048 // t
+            idx = torch.randint(0, 8192, (b, t), device=dev)
+            tgt = torch.randint(0, 8192, (b, t), device=dev)
+            return F.cross_entropy(model(idx).view(-1, 8192), tgt.view(-1))
+
+        return model, packed, True
+    if name == "generate":
+        model = Decoder().to(dev).eval()
+        prompts = draws(2, STEPS_DRAWN, [16, 32, 48, 64, 96, 128, 160, 192])
+
+        def gen(i):
+            with torch.no_grad():
+                prompt = torch.randint(0, 8192, (8, prompts[i % STEPS_DRAWN]), device=dev)
+                generate(model, prompt, 32)
+            return None
+
+        return model, gen, False
+    if name == "mixres":
+        model = Cnn().to(dev)
+        sizes = draws(3, STEPS_DRAWN, [32, 48, 64, 80, 96, 112, 128])
+
+        def mixres(i):
+            r = sizes[i % STEPS_DRAWN]
+            b = max(1, (128 * 1024) // (r * r))
+            x = torch.randn(b, 3, r, r, device=dev)
+            y = torch.randint(0, 100, (b,), device=dev)
+            return F.cross_entropy(model(x), y)
+
+        return model, mixres, True
+    raise SystemExit(f"workloads.py: unknown workload '{name}' ({', '.join(WORKLOADS)})")
+
+
+WORKLOADS = ("mlp", "gpt", "cnn", "packed", "generate", "mixres")
 
 
 def torch_counters():
@@ -134,17 +222,18 @@ def cucache_counters():
         return None
     s = cucache.memory_stats()
     keys = ("allocation.all.allocated", "segment.all.allocated", "allocated_bytes.all.peak",
-            "reserved_bytes.all.peak", "num_alloc_retries", "num_ooms", "num_cache_hits")
+            "reserved_bytes.all.peak", "num_alloc_retries", "num_ooms", "num_cache_hits", "num_device_alloc")
     return {k: s[k] for k in keys if k in s}
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("workload")
+    ap.add_argument("workload", choices=WORKLOADS)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--route", choices=("torch", "preload", "pluggable"), default="torch")
     ap.add_argument("--snapshot")
     ap.add_argument("--cudnn", choices=("on", "off"), default="off")
+    ap.add_argument("--progress", action="store_true", help="a line on stderr after each step")
     a = ap.parse_args()
 
     if a.route == "pluggable":
@@ -155,17 +244,21 @@ def main():
     if a.snapshot:
         torch.cuda.memory._record_memory_history(max_entries=100000)
     dev = torch.device("cuda")
-    model, loss_fn = make(a.workload, dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, step_fn, trains = make(a.workload, dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3) if trains else None
     times = []
-    for _ in range(a.steps):
+    for i in range(a.steps):
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn()
-        loss.backward()
-        opt.step()
+        if trains:
+            opt.zero_grad(set_to_none=True)
+            step_fn(i).backward()
+            opt.step()
+        else:
+            step_fn(i)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        if a.progress:
+            print(f"STEP {i} done", file=sys.stderr, flush=True)
     if a.snapshot:
         torch.cuda.memory._dump_snapshot(a.snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
