@@ -37,6 +37,11 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
     leak          the leak check at exit with native stacks: PyTorch's
                   cuBLAS workspace kept for the life of the process, not
                   a leak; a cudaMalloc never freed still one
+    graphs        torch.cuda.graph capture and replay and
+                  make_graphed_callables (graph_prog.py) run on every
+                  route; through cucache.torch each graph allocates to a
+                  private pool of cucache's, as many as PyTorch's own
+                  allocator makes, and the peak reserved is PyTorch's own
     expandable    PyTorch's own expandable_segments:True runs the MLP
     async         PyTorch's own backend:cudaMallocAsync runs the MLP
 
@@ -347,6 +352,40 @@ def case_leak(e):
         fail(f"the exit status counts the workspace, or it is no longer told apart:\n{err[-3000:]}")
 
 
+GRAPH_PROG = os.path.join(HERE, "graph_prog.py")
+
+
+def graph_run(e, route):
+    rc, out, err = e.run(["python3", GRAPH_PROG, route], cucache=route != "torch")
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if rc != 0 or not lines:
+        fail(f"graph_prog.py {route} exited {rc}:\n{out[-2000:]}\n{err[-4000:]}")
+    res = json.loads(lines[-1])
+    print(json.dumps(res))
+    if not res["graph"] or not res["graphed"]:
+        fail(f"{route}: a capture or its replay did not give its outputs: {res}")
+    return res
+
+
+def case_graphs(e):
+    alone = graph_run(e, "torch")
+    for route in ("pluggable", "preload"):
+        res = graph_run(e, route)
+        c = res["cucache"]
+        if c["allocation.all.allocated"] <= 0 or c["num_cache_hits"] <= 0:
+            fail(f"{route}: cucache served nothing from its cache: {c}")
+        if route == "pluggable":
+            # the captures allocate to private pools, one per graph as in
+            # PyTorch's own run, and the peak is PyTorch's own
+            private = [p for p in res["pools"] if tuple(p) != (0, 0)]
+            theirs = [p for p in alone["pools"] if tuple(p) != (0, 0)]
+            if len(private) != len(theirs) or not private:
+                fail(f"pluggable: private pools {private}, PyTorch's own allocator {theirs}")
+            if c["reserved_bytes.all.peak"] != alone["torch"]["reserved_bytes.all.peak"]:
+                fail(f"pluggable: peak reserved {c['reserved_bytes.all.peak']}, PyTorch's own "
+                     f"{alone['torch']['reserved_bytes.all.peak']}")
+
+
 def case_conf(e, conf):
     res, _ = e.workload("mlp", "torch", cucache=False, env={"PYTORCH_CUDA_ALLOC_CONF": conf})
     check_steps(res)
@@ -383,6 +422,8 @@ def main():
         case_api(e, w)
     elif case == "leak":
         case_leak(e)
+    elif case == "graphs":
+        case_graphs(e)
     elif case == "expandable":
         case_conf(e, "expandable_segments:True")
     elif case == "async":
