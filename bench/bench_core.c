@@ -299,9 +299,9 @@ typedef struct opts_s {
 
 static size_t cached_blocks(core_dev_t *d)
 {
-    pthread_mutex_lock(&d->lock);
-    size_t n = rb_count(&d->defaults.small.free) + rb_count(&d->defaults.large.free);
-    pthread_mutex_unlock(&d->lock);
+    dev_lock(d);
+    size_t n = pool_free_count(&d->defaults.small) + pool_free_count(&d->defaults.large);
+    dev_unlock(d);
     return n;
 }
 

@@ -55,11 +55,12 @@ static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t 
     }
     seg_t *s = hostalloc_calloc(1, sizeof *s);
     block_t *b = block_new(d);
+    pool_bins_t *bins = pool_bins_get(pool, stream);
     uintptr_t addr = 0;
-    int r = s && b ? d->be.seg_alloc(d->be.ctx, d->device, size, &addr) : CORE_EFAIL;
+    int r = s && b && bins ? d->be.seg_alloc(d->be.ctx, d->device, size, &addr) : CORE_EFAIL;
     if (r != CORE_OK)
         return seg_refused(d, s, b, r, why);
-    seg_link(d, s, b, pool, stream, addr, size, BLOCK_FREE);
+    seg_link(d, s, b, pool, bins, addr, size, BLOCK_FREE);
     s->oversize = size >= d->conf.max_split_size;
     s->direct = direct;
     s->site = d->site_now; /* a segment is made on an allocation's slow path */
@@ -79,10 +80,13 @@ seg_t *seg_refused(core_dev_t *d, seg_t *s, block_t *b, int r, seg_failure_t *wh
     return NULL;
 }
 
-void seg_link(core_dev_t *d, seg_t *s, block_t *b, pool_t *pool, core_stream_t stream, uintptr_t addr, size_t size,
+void seg_link(core_dev_t *d, seg_t *s, block_t *b, pool_t *pool, pool_bins_t *bins, uintptr_t addr, size_t size,
               block_state_t state)
 {
-    *s = (seg_t){.addr = addr, .size = size, .pool = pool, .stream = stream, .first = b, .free_since = d->alloc_clock};
+    core_stream_t stream = bins->stream;
+    *s = (seg_t){.addr = addr, .size = size, .pool = pool, .bins = bins, .stream = stream, .first = b,
+                 .free_since = d->alloc_clock};
+    bins->segs++;
     *b = (block_t){.addr = addr, .size = size, .seg = s, .pool = pool, .stream = stream, .state = state};
     s->prev = NULL;
     s->next = d->segs;
@@ -101,6 +105,7 @@ void seg_unlink_free(core_dev_t *d, seg_t *s)
     if (s->next)
         s->next->prev = s->prev;
     ppool_t *pp = s->pool->owner;
+    pool_bins_unref(s->pool, s->bins);
     hostalloc_free(s);
     if (--pp->segments == 0 && pp->destroyed)
         ppool_unlink_free(d, pp);

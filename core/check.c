@@ -48,6 +48,11 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
     } else if (!s->page || s->size % s->page) {
         return fail(why, len, "expandable segment 0x%lx: page %zu does not tile it", (unsigned long)s->addr, s->page);
     }
+    const pool_bins_t *e = s->pool->bins;
+    while (e && e != s->bins)
+        e = e->next;
+    if (!e || e->stream != s->stream)
+        return fail(why, len, "segment 0x%lx: its bins are not its pool's for its stream", (unsigned long)s->addr);
     size_t mapped = 0, aliased = 0;
     if (!s->first || s->first->prev || s->first->addr != s->addr)
         return fail(why, len, "segment 0x%lx: first block does not start it", (unsigned long)s->addr);
@@ -149,18 +154,60 @@ static int check_segment(const core_dev_t *d, const seg_t *s, tally_t *t, char *
     return 0;
 }
 
-/* Every node of the pool's tree is a FREE block of that pool. */
-static int check_pool(const pool_t *p, size_t *nodes, char *why, size_t len)
+/* One stream's bins of pool p: every tree in (size, address) order, every
+ * node a FREE block of that pool and stream in the tree of its class, the
+ * bitmap naming exactly the classes that hold blocks, segs the segments
+ * that point here. */
+static int check_bins(const core_dev_t *d, const pool_t *p, const pool_bins_t *e, size_t *nodes, char *why,
+                      size_t len)
 {
     const char *reason = NULL;
-    if (rb_check(&p->free, block_tree_cmp, &reason) < 0)
-        return fail(why, len, "free tree of pool %d (%s): %s", p->owner->id, p->small ? "small" : "large", reason);
-    for (const rb_node_t *n = rb_first(&p->free); n; n = rb_next(n)) {
-        const block_t *b = rb_entry(n, block_t, node);
-        if (b->state != BLOCK_FREE || b->pool != p)
-            return fail(why, len, "free tree of pool %d holds block 0x%lx in state %d of another pool", p->owner->id,
-                        (unsigned long)b->addr, (int)b->state);
-        (*nodes)++;
+    const char *cls = p->small ? "small" : "large";
+    uint64_t words = 0;
+    for (unsigned c = 0; c < POOL_BINS; c++) {
+        const rb_tree_t *t = &e->bin[c];
+        if (rb_check(t, block_bin_cmp, &reason) < 0)
+            return fail(why, len, "free bin %u of pool %d (%s): %s", c, p->owner->id, cls, reason);
+        bool bit = e->map[c / 64] >> (c % 64) & 1;
+        if (bit != !rb_empty(t))
+            return fail(why, len, "free bins of pool %d (%s): class %u's bit is %d, its tree %s", p->owner->id, cls, c,
+                        (int)bit, rb_empty(t) ? "empty" : "not empty");
+        if (bit)
+            words |= 1ull << (c / 64);
+        for (const rb_node_t *n = rb_first(t); n; n = rb_next(n)) {
+            const block_t *b = rb_entry(n, block_t, node);
+            if (b->state != BLOCK_FREE || b->pool != p)
+                return fail(why, len, "free bins of pool %d hold block 0x%lx in state %d of another pool",
+                            p->owner->id, (unsigned long)b->addr, (int)b->state);
+            if (b->stream != e->stream || b->seg->bins != e || pool_bin_of(b->size) != c)
+                return fail(why, len, "free bins of pool %d: block 0x%lx (%zu bytes) is in class %u of another stream's "
+                            "or another class's bins",
+                            p->owner->id, (unsigned long)b->addr, b->size, c);
+            (*nodes)++;
+        }
+    }
+    if (words != e->words)
+        return fail(why, len, "free bins of pool %d (%s): the word summary is 0x%llx, the bitmap says 0x%llx",
+                    p->owner->id, cls, (unsigned long long)e->words, (unsigned long long)words);
+    size_t segs = 0;
+    for (const seg_t *s = d->segs; s; s = s->next)
+        segs += s->bins == e;
+    if (segs != e->segs)
+        return fail(why, len, "free bins of pool %d (%s): %zu segments point at them, they count %zu", p->owner->id,
+                    cls, segs, e->segs);
+    return 0;
+}
+
+/* Every stream's bins of the pool: at most one per stream. */
+static int check_pool(const core_dev_t *d, const pool_t *p, size_t *nodes, char *why, size_t len)
+{
+    for (const pool_bins_t *e = p->bins; e; e = e->next) {
+        for (const pool_bins_t *o = e->next; o; o = o->next)
+            if (o->stream == e->stream)
+                return fail(why, len, "pool %d has two bins for stream 0x%llx", p->owner->id,
+                            (unsigned long long)e->stream);
+        if (check_bins(d, p, e, nodes, why, len) < 0)
+            return -1;
     }
     return 0;
 }
@@ -229,10 +276,11 @@ int core_check_locked(const core_dev_t *d, char *why, size_t len)
     for (const ppool_t *p = d->privates; p && np < 64; p = p->next)
         pools[np++] = p;
     for (size_t i = 0; i < np; i++)
-        if (check_pool(&pools[i]->small, &nodes, why, len) < 0 || check_pool(&pools[i]->large, &nodes, why, len) < 0)
+        if (check_pool(d, &pools[i]->small, &nodes, why, len) < 0 ||
+            check_pool(d, &pools[i]->large, &nodes, why, len) < 0)
             return -1;
     if (nodes != t.free_blocks)
-        return fail(why, len, "free trees hold %zu blocks, segments have %zu free blocks", nodes, t.free_blocks);
+        return fail(why, len, "free bins hold %zu blocks, segments have %zu free blocks", nodes, t.free_blocks);
     if (t.lent != t.foreign)
         return fail(why, len, "shared pages: %zu lent blocks, %zu foreign ones", t.lent, t.foreign);
     if (d->map.count != (size_t)t.allocation[CORE_POOL_ALL])

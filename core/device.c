@@ -5,8 +5,11 @@
  * created and destroyed (a thread's route to one is alloc.c's, beside the
  * hit path that reads it).
  */
+#include <linux/futex.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hand_out.h"
 #include "hostalloc.h"
@@ -18,6 +21,23 @@ static _Atomic uint64_t dev_generations;
 /* ------------------------------------------------------------------------
  * Devices
  * ---------------------------------------------------------------------- */
+
+/* ------------------------------------------------------------------------
+ * The device lock's contended paths (types.h, dev_lock): a waiter marks
+ * the word 2 and sleeps on it; whoever gives back a word it finds 2 wakes
+ * one waiter, which takes the lock marked 2 again (another may wait).
+ * ---------------------------------------------------------------------- */
+
+void dev_lock_wait(core_dev_t *d)
+{
+    while (atomic_exchange_explicit(&d->lock, 2, memory_order_acquire) != 0)
+        syscall(SYS_futex, (uint32_t *)&d->lock, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
+}
+
+void dev_lock_wake(core_dev_t *d)
+{
+    syscall(SYS_futex, (uint32_t *)&d->lock, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
 
 static void ppool_init(ppool_t *pp, int id)
 {
@@ -46,7 +66,6 @@ core_dev_t *core_dev_new(const core_backend_t *backend, int device, const conf_t
     core_dev_t *d = hostalloc_calloc(1, sizeof *d);
     if (!d)
         return NULL;
-    pthread_mutex_init(&d->lock, NULL);
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
     d->born_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
@@ -94,6 +113,8 @@ void ppool_unlink_free(core_dev_t *d, ppool_t *pp)
     for (ppool_t **p = &d->privates; *p; p = &(*p)->next)
         if (*p == pp) {
             *p = pp->next;
+            pool_fini(&pp->small);
+            pool_fini(&pp->large);
             hostalloc_free(pp);
             return;
         }
@@ -120,15 +141,18 @@ void core_dev_destroy(core_dev_t *d)
         d->spare = b->pend_next;
         hostalloc_free(b);
     }
+    pool_fini(&d->defaults.small);
+    pool_fini(&d->defaults.large);
     while (d->privates) {
         ppool_t *p = d->privates;
         d->privates = p->next;
+        pool_fini(&p->small);
+        pool_fini(&p->large);
         hostalloc_free(p);
     }
     hostalloc_free(d->map.buckets);
     jr_fini(&d->jr);
     dev_unlock(d);
-    pthread_mutex_destroy(&d->lock);
     hostalloc_free(d);
 }
 

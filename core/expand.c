@@ -45,12 +45,13 @@ static seg_t *seg_new_expandable(core_dev_t *d, pool_t *pool, core_stream_t stre
     size_t size = up(total + total / 8, page);
     seg_t *s = hostalloc_calloc(1, sizeof *s);
     block_t *b = block_new(d);
+    pool_bins_t *bins = pool_bins_get(pool, stream);
     uintptr_t addr = 0;
     size_t align = page & (page - 1) ? d->be.vmm_granularity(d->be.ctx, d->device) : page;
-    int r = s && b ? d->be.va_reserve(d->be.ctx, d->device, size, align, &addr) : CORE_EFAIL;
+    int r = s && b && bins ? d->be.va_reserve(d->be.ctx, d->device, size, align, &addr) : CORE_EFAIL;
     if (r != CORE_OK)
         return seg_refused(d, s, b, r, why);
-    seg_link(d, s, b, pool, stream, addr, size, BLOCK_UNMAPPED);
+    seg_link(d, s, b, pool, bins, addr, size, BLOCK_UNMAPPED);
     s->expandable = true;
     s->page = page;
     s->site = d->site_now;

@@ -66,47 +66,153 @@ pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded)
 }
 
 /* ------------------------------------------------------------------------
- * Free trees, ordered by (stream, size, address)
+ * Free bins: per (pool, stream), size classes of trees ordered by (size,
+ * address), and a bitmap of the classes that hold blocks
  * ---------------------------------------------------------------------- */
 
-typedef struct tree_key_s {
-    core_stream_t stream;
-    size_t size;
-} tree_key_t;
-
-static inline int key_cmp(const void *key, const rb_node_t *n)
+pool_bins_t *pool_bins_get(pool_t *pool, core_stream_t stream)
 {
-    const tree_key_t *k = key;
-    const block_t *b = rb_entry(n, block_t, node);
-    if (k->stream != b->stream)
-        return k->stream < b->stream ? -1 : 1;
-    if (k->size != b->size)
-        return k->size < b->size ? -1 : 1;
-    return -1; /* the key sorts before every block of its size */
+    for (pool_bins_t *e = pool->bins; e; e = e->next)
+        if (e->stream == stream)
+            return e;
+    pool_bins_t *e = hostalloc_calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->stream = stream;
+    e->next = pool->bins;
+    pool->bins = e;
+    return e;
+}
+
+void pool_bins_unref(pool_t *pool, pool_bins_t *bins)
+{
+    if (--bins->segs)
+        return;
+    for (pool_bins_t **p = &pool->bins; *p; p = &(*p)->next)
+        if (*p == bins) {
+            *p = bins->next;
+            hostalloc_free(bins);
+            return;
+        }
+}
+
+void pool_fini(pool_t *pool)
+{
+    while (pool->bins) {
+        pool_bins_t *e = pool->bins;
+        pool->bins = e->next;
+        hostalloc_free(e);
+    }
+}
+
+size_t pool_free_count(const pool_t *pool)
+{
+    size_t n = 0;
+    for (const pool_bins_t *e = pool->bins; e; e = e->next)
+        for (unsigned c = 0; c < POOL_BINS; c++)
+            n += rb_count(&e->bin[c]);
+    return n;
+}
+
+/* The stream's bins, moved to the front of the pool's list; NULL: none. */
+static pool_bins_t *bins_find(pool_t *pool, core_stream_t stream)
+{
+    pool_bins_t *e = pool->bins;
+    if (__builtin_expect(e && e->stream == stream, 1))
+        return e;
+    for (pool_bins_t **p = &pool->bins; (e = *p); p = &e->next)
+        if (e->stream == stream) {
+            *p = e->next;
+            e->next = pool->bins;
+            pool->bins = e;
+            return e;
+        }
+    return NULL;
+}
+
+/* The first class after c that holds a block, or POOL_BINS. */
+static inline unsigned bins_next(const pool_bins_t *e, unsigned c)
+{
+    unsigned w = c / 64;
+    uint64_t m = e->map[w] & (~0ull << (c % 64) << 1);
+    if (m)
+        return w * 64 + (unsigned)__builtin_ctzll(m);
+    uint64_t words = e->words & (~0ull << w << 1);
+    if (!words)
+        return POOL_BINS;
+    w = (unsigned)__builtin_ctzll(words);
+    return w * 64 + (unsigned)__builtin_ctzll(e->map[w]);
 }
 
 void pool_tree_insert(pool_t *pool, block_t *b)
 {
-    rb_insert(&pool->free, &b->node, block_tree_cmp);
+    (void)pool;
+    pool_bins_t *e = b->seg->bins;
+    unsigned c = pool_bin_of(b->size);
+    rb_tree_t *t = &e->bin[c];
+    if (!t->root) {
+        e->map[c / 64] |= 1ull << (c % 64);
+        e->words |= 1ull << (c / 64);
+    }
+    rb_node_t **link = &t->root, *parent = NULL;
+    while (*link) {
+        parent = *link;
+        const block_t *p = rb_entry(parent, block_t, node);
+        bool left = b->size < p->size || (b->size == p->size && b->addr < p->addr);
+        link = left ? &parent->left : &parent->right;
+    }
+    rb_link(&b->node, parent, link);
+    rb_insert_fixup(t, &b->node);
 }
 
 void pool_tree_remove(pool_t *pool, block_t *b)
 {
-    rb_erase(&pool->free, &b->node);
+    (void)pool;
+    pool_bins_t *e = b->seg->bins;
+    unsigned c = pool_bin_of(b->size);
+    rb_tree_t *t = &e->bin[c];
+    rb_erase(t, &b->node);
+    if (!t->root) {
+        e->map[c / 64] &= ~(1ull << (c % 64));
+        if (!e->map[c / 64])
+            e->words &= ~(1ull << (c / 64));
+    }
+}
+
+/* The first block of the tree of size >= size (the lowest address among
+ * the smallest such size), or NULL. */
+static inline block_t *bin_lower_bound(const rb_tree_t *t, size_t size)
+{
+    rb_node_t *n = t->root, *found = NULL;
+    while (n) {
+        if (rb_entry(n, block_t, node)->size >= size) {
+            found = n;
+            n = n->left;
+        } else {
+            n = n->right;
+        }
+    }
+    return found ? rb_entry(found, block_t, node) : NULL;
 }
 
 /* Best fit for (stream, rounded), with PyTorch's oversize rules: a request
  * below max_split_size never takes an oversize block, and an oversize
- * request takes a block only if it wastes less than max_non_split_rounding. */
+ * request takes a block only if it wastes less than max_non_split_rounding.
+ * Classes are monotonic in size: the best fit is in the request's class or
+ * is the first block of the next class that holds one. */
 block_t *pool_find_free(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded)
 {
-    tree_key_t key = {stream, rounded};
-    rb_node_t *n = rb_lower_bound(&pool->free, &key, key_cmp);
-    if (__builtin_expect(!n, 0))
+    pool_bins_t *e = bins_find(pool, stream);
+    if (__builtin_expect(!e, 0))
         return NULL;
-    block_t *b = rb_entry(n, block_t, node);
-    if (b->stream != stream)
-        return NULL;
+    unsigned c = pool_bin_of(rounded);
+    block_t *b = bin_lower_bound(&e->bin[c], rounded);
+    if (!b) {
+        c = bins_next(e, c);
+        if (c == POOL_BINS)
+            return NULL;
+        b = rb_entry(rb_first(&e->bin[c]), block_t, node);
+    }
     size_t max_split = d->conf.max_split_size;
     if (rounded < max_split && b->size >= max_split)
         return NULL;
@@ -159,15 +265,14 @@ static inline bool inactive_split(const block_t *b)
     return b->state == BLOCK_FREE && (b->prev || b->next) && !b->seg->expandable;
 }
 
-static void inactive_stat(core_dev_t *d, const block_t *b, int sign)
+/* The inactive split gauges: `gone` blocks of `gone_bytes` stop counting,
+ * then `came` blocks of `came_bytes` start (stat_move2's order). */
+static inline void inactive_move(core_dev_t *d, const pool_t *pool, uint64_t gone, uint64_t gone_bytes, uint64_t came,
+                                 uint64_t came_bytes)
 {
-    if (!inactive_split(b))
-        return;
-    int cls = pool_class(b->pool);
-    stat_add(&d->stats.inactive_split[CORE_POOL_ALL], sign);
-    stat_add(&d->stats.inactive_split[cls], sign);
-    stat_add(&d->stats.inactive_split_bytes[CORE_POOL_ALL], sign * (int64_t)b->size);
-    stat_add(&d->stats.inactive_split_bytes[cls], sign * (int64_t)b->size);
+    int cls = pool_class(pool);
+    stat_move2(d->stats.inactive_split, cls, gone, came);
+    stat_move2(d->stats.inactive_split_bytes, cls, gone_bytes, came_bytes);
 }
 
 static bool should_split(const core_dev_t *d, const block_t *b, size_t size)
@@ -198,18 +303,21 @@ static uint32_t birth_now(const core_dev_t *d)
  * allocated block, or NULL when a block struct cannot be had (b untouched). */
 block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
 {
+    bool was = inactive_split(b);
+    size_t size = b->size;
     if (should_split(d, b, rounded)) {
         block_t *rest = block_get(d); /* every field is set from b below */
         if (!rest)
             return NULL;
-        inactive_stat(d, b, -1);
         pool_tree_remove(b->pool, b);
         block_split(b, b->addr + rounded, rest);
         pool_tree_insert(rest->pool, rest);
-        inactive_stat(d, rest, +1);
+        if (!b->seg->expandable) /* rest, after b, is inactive split */
+            inactive_move(d, b->pool, was, was ? size : 0, 1, rest->size);
     } else {
-        inactive_stat(d, b, -1);
         pool_tree_remove(b->pool, b);
+        if (was)
+            inactive_move(d, b->pool, 1, size, 0, 0);
     }
     b->state = BLOCK_ALLOCATED;
     b->requested = requested;
@@ -274,10 +382,12 @@ void block_absorb(core_dev_t *d, block_t *b, block_t *n)
     block_delete(d, n);
 }
 
-/* Merges free neighbour n into b (n is absorbed and deleted). */
-static void merge_into(core_dev_t *d, block_t *b, block_t *n)
+/* Merges free neighbour n into b (n is absorbed and deleted); counts it
+ * in *gone when it was inactive split. */
+static void merge_into(core_dev_t *d, block_t *b, block_t *n, uint64_t gone[2])
 {
-    inactive_stat(d, n, -1);
+    if (inactive_split(n))
+        gone[0]++, gone[1] += n->size;
     pool_tree_remove(n->pool, n);
     b->idle = b->idle && n->idle;
     block_absorb(d, b, n);
@@ -287,13 +397,16 @@ static void merge_into(core_dev_t *d, block_t *b, block_t *n)
  * in its pool's tree. */
 static block_t *merge_insert(core_dev_t *d, block_t *b)
 {
+    uint64_t gone[2] = {0, 0}; /* inactive split blocks merged in, and their bytes */
     b->state = BLOCK_FREE;
     if (b->prev && b->prev->state == BLOCK_FREE)
-        merge_into(d, b, b->prev);
+        merge_into(d, b, b->prev, gone);
     if (b->next && b->next->state == BLOCK_FREE)
-        merge_into(d, b, b->next);
+        merge_into(d, b, b->next, gone);
     pool_tree_insert(b->pool, b);
-    inactive_stat(d, b, +1);
+    bool came = inactive_split(b);
+    if (gone[0] || came)
+        inactive_move(d, b->pool, gone[0], gone[1], came, came ? b->size : 0);
     return b;
 }
 
@@ -305,10 +418,8 @@ void pool_release_block(core_dev_t *d, block_t *b, bool idle)
 {
     b->idle = idle && b->idle; /* work queued before it was taken may still be under way */
     int cls = pool_class(b->pool);
-    stat_add(&d->stats.active[CORE_POOL_ALL], -1);
-    stat_add(&d->stats.active[cls], -1);
-    stat_add(&d->stats.active_bytes[CORE_POOL_ALL], -(int64_t)b->size);
-    stat_add(&d->stats.active_bytes[cls], -(int64_t)b->size);
+    stat_down2(d->stats.active, cls, 1);
+    stat_down2(d->stats.active_bytes, cls, b->size);
     core_emit(d, CORE_EV_FREE_COMPLETED, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
     if (b->uses) {
         hostalloc_free(b->uses);

@@ -7,21 +7,15 @@
 
 #include "types.h"
 
-static void add_both(core_stat_t *arr, int cls, int64_t delta)
-{
-    stat_add(&arr[CORE_POOL_ALL], delta);
-    stat_add(&arr[cls], delta);
-}
-
 void stats_block_alloc(core_dev_t *d, const block_t *b)
 {
     int cls = pool_class(b->pool);
     core_stats_t *s = &d->stats;
-    add_both(s->allocation, cls, 1);
-    add_both(s->allocated_bytes, cls, (int64_t)b->size);
-    add_both(s->requested_bytes, cls, (int64_t)b->requested);
-    add_both(s->active, cls, 1);
-    add_both(s->active_bytes, cls, (int64_t)b->size);
+    stat_up2(s->allocation, cls, 1);
+    stat_up2(s->allocated_bytes, cls, b->size);
+    stat_up2(s->requested_bytes, cls, b->requested);
+    stat_up2(s->active, cls, 1);
+    stat_up2(s->active_bytes, cls, b->size);
     if (b->size >= d->conf.max_split_size)
         stat_add(&s->oversize_allocations, 1);
     core_emit(d, CORE_EV_ALLOC, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
@@ -32,9 +26,9 @@ void stats_block_free(core_dev_t *d, const block_t *b)
 {
     int cls = pool_class(b->pool);
     core_stats_t *s = &d->stats;
-    add_both(s->allocation, cls, -1);
-    add_both(s->allocated_bytes, cls, -(int64_t)b->size);
-    add_both(s->requested_bytes, cls, -(int64_t)b->requested);
+    stat_down2(s->allocation, cls, 1);
+    stat_down2(s->allocated_bytes, cls, b->size);
+    stat_down2(s->requested_bytes, cls, b->requested);
     if (b->size >= d->conf.max_split_size)
         stat_add(&s->oversize_allocations, -1);
     core_emit(d, CORE_EV_FREE_REQUESTED, b->addr, b->size, b->stream, b->pool->owner->id, b->site);

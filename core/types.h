@@ -8,7 +8,8 @@
  * segments.
  *
  * Each block is in exactly one state:
- *   FREE      in its pool's free tree, ordered by (stream, size, address);
+ *   FREE      in its pool's free bins for its stream (pool_bins_t): in the
+ *             tree of its size class, ordered by (size, address);
  *   UNMAPPED  addresses of an expandable segment with no memory behind them
  *             (core/expand.c): whole pages, in no tree or list;
  *   ALLOCATED handed to the program; in the device's address map;
@@ -22,10 +23,15 @@
  *   FOREIGN   and in that mapping, its bytes that are not the borrower's
  *             (core/share.c; expand.h, "Shared pages"): in no tree or list.
  *
- * A pool (pool_t) is a free tree plus its class (small or large) and the
- * private pool (ppool_t) it belongs to; the default pools are private pool
- * 0's.  Blocks never move between pools: a segment is created for one pool
- * and all its blocks stay there.
+ * A pool (pool_t) is its free bins, one pool_bins_t per stream that has
+ * segments in it, plus its class (small or large) and the private pool
+ * (ppool_t) it belongs to; the default pools are private pool 0's.  Blocks
+ * never move between pools: a segment is created for one pool and all its
+ * blocks stay there.  A stream's bins are size classes (POOL_BINS, finer
+ * than powers of two), each a tree ordered by (size, address), and a
+ * bitmap of the classes that hold blocks: the best fit (smallest size,
+ * then lowest address) is the first block at or above the request in its
+ * class, or the first block of the next class the bitmap names.
  *
  * Invariants (core_check re-derives every one):
  *   - a segment's blocks tile it exactly: first->addr == seg->addr, each
@@ -39,7 +45,11 @@
  *     are not, nor is it counted as a segment, as in PyTorch);
  *   - a LENT and a FOREIGN block point at each other, both blocks of their
  *     segments, and split one page between them;
- *   - a FREE block is in its pool's tree exactly once, and no other block is;
+ *   - a FREE block is in its pool's bins for its stream exactly once, in
+ *     the tree of its size class (pool_bin_of), and no other block is; a
+ *     class's bit is set when its tree holds a block; a segment points at
+ *     its pool's bins for its stream, and a bins' segs counts those
+ *     segments;
  *   - an ALLOCATED block is in the address map exactly once, no other is;
  *   - a PENDING block is on exactly one pending list (a fence batch, the
  *     open batch, the event list or the held list); a held block has a
@@ -60,7 +70,7 @@
  *
  * Files, and the prefix of what each shares with the others (declared
  * below, file by file; the public core_* API is core.h's):
- *   pool.c      pool_ block_ map_  sizes and rounding, free trees, block
+ *   pool.c      pool_ block_ map_  sizes and rounding, free bins, block
  *                                  split and merge, block structs, the
  *                                  address map
  *   alloc.c     seg_ (core_*)      segments, the hit path, the retry
@@ -89,7 +99,7 @@
  *                                  conf_show, how every layer shows a refused value
  *   backend_mem.c mem_backend_     an in-process device for tests, the
  *                                  replay and the what-if
- *   rbtree.c    rb_                the free trees' red-black tree
+ *   rbtree.c    rb_                the free bins' red-black tree
  *   hashtab.c   ht_                the one hash table (uint64 -> uint64)
  *   vec.c       vec_               the one growable array
  *   hostalloc.c hostalloc_         metadata memory (hidden jemalloc arena)
@@ -99,7 +109,7 @@
 #ifndef CUCACHE_CORE_TYPES_H
 #define CUCACHE_CORE_TYPES_H
 
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -114,6 +124,7 @@ typedef struct block_s block_t;
 typedef struct seg_s seg_t;
 typedef struct pool_s pool_t;
 typedef struct ppool_s ppool_t;
+typedef struct pool_bins_s pool_bins_t;
 
 typedef enum block_state_e {
     BLOCK_FREE = 1,
@@ -139,7 +150,7 @@ struct block_s {
     pool_t *pool;         /* owning pool (the segment's) */
     core_stream_t stream; /* stream key (the segment's) */
     block_state_t state;
-    rb_node_t node;      /* FREE: in pool->free */
+    rb_node_t node;      /* FREE: in seg->bins->bin[pool_bin_of(size)] */
     block_t *map_next;   /* ALLOCATED: address map chain */
     block_t *pend_next;  /* PENDING: list link */
     uint64_t event;      /* PENDING behind an event: its handle (0: the fence list) */
@@ -167,6 +178,7 @@ struct seg_s {
     core_stream_t stream;
     block_t *first;      /* lowest-address block */
     seg_t *prev, *next;  /* the device's segment list (allocation order) */
+    pool_bins_t *bins;   /* its pool's free bins for its stream */
     uint64_t free_since; /* alloc_clock when the segment last became entirely free */
     bool oversize;       /* size >= max_split_size */
     bool direct;         /* preallocate: a request larger than the chunk, returned to the device on free */
@@ -178,8 +190,24 @@ struct seg_s {
     uint32_t site;       /* the call site of the allocation that created it (core_malloc_site; 0: none) */
 };
 
+/* Size classes: 8 per power of two from 256 bytes (min_block_size's
+ * least) up; smaller sizes are class 0. */
+#define POOL_BIN_SUB 8
+#define POOL_BINS (56 * POOL_BIN_SUB)
+#define POOL_BIN_WORDS (POOL_BINS / 64)
+
+/* The FREE blocks of one (pool, stream). */
+struct pool_bins_s {
+    core_stream_t stream;
+    size_t segs;                   /* segments of (pool, stream) pointing here; at 0 the bins go */
+    uint64_t map[POOL_BIN_WORDS];  /* bit c: bin[c] holds a block */
+    uint64_t words;                /* bit w: map[w] is not 0 */
+    rb_tree_t bin[POOL_BINS];      /* size class c: blocks ordered by (size, addr) */
+    pool_bins_t *next;             /* the pool's list, most recently searched first */
+};
+
 struct pool_s {
-    rb_tree_t free; /* FREE blocks ordered by (stream, size, addr) */
+    pool_bins_t *bins; /* per stream with segments here (or made for one); NULL: none */
     bool small;     /* the small-request pool */
     ppool_t *owner;
 };
@@ -279,7 +307,8 @@ typedef struct jr_copy_s {
 } jr_copy_t;
 
 struct core_dev_s {
-    pthread_mutex_t lock; /* every field below; not taken when solo (dev_lock) */
+    _Atomic uint32_t lock; /* every field below (dev_lock): 0 free, 1 held, 2 held and waited for; not taken when
+                            * solo */
     bool solo;            /* one thread only, ever (a what-if replay's device): no locking */
     int device;
     uint64_t gen; /* unique per core_dev_new: tags the threads' pool routing (alloc.c) */
@@ -333,7 +362,7 @@ struct core_dev_s {
  * Shared between core files (the prefixes of the map above)
  * ---------------------------------------------------------------------- */
 
-/* pool.c: sizes, free trees, split and merge, the address map */
+/* pool.c: sizes, free bins, split and merge, the address map */
 size_t pool_round_size(const conf_t *c, size_t size);
 size_t pool_alloc_size(const conf_t *c, size_t rounded);
 pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded);
@@ -342,6 +371,16 @@ block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested);
 void pool_release_block(core_dev_t *d, block_t *b, bool idle);
 void pool_tree_insert(pool_t *pool, block_t *b);
 void pool_tree_remove(pool_t *pool, block_t *b);
+/* The pool's bins for stream, made if there are none; NULL: out of host
+ * memory.  A segment links to them (seg_link), so that putting its blocks
+ * in them never allocates. */
+pool_bins_t *pool_bins_get(pool_t *pool, core_stream_t stream);
+/* A segment no longer points at bins (empty then when no other does). */
+void pool_bins_unref(pool_t *pool, pool_bins_t *bins);
+/* Frees the pool's bins (the device or the private pool goes). */
+void pool_fini(pool_t *pool);
+/* FREE blocks in the pool's bins, O(n). */
+size_t pool_free_count(const pool_t *pool);
 block_t *block_new(core_dev_t *d);
 void block_delete(core_dev_t *d, block_t *b);
 /* n new block structs into out[0..n), or none (false: out of host memory). */
@@ -429,10 +468,11 @@ void seg_release(core_dev_t *d, seg_t *s);
 /* The structs of a segment the backend refused (either may be NULL) given
  * back, the error noted: NULL. */
 seg_t *seg_refused(core_dev_t *d, seg_t *s, block_t *b, int r, seg_failure_t *why);
-/* Fills a new segment s at [addr, addr+size) of (pool, stream), its one
- * block b covering it in `state` (the other fields zero), and links it
- * into the device's list and its pool's count. */
-void seg_link(core_dev_t *d, seg_t *s, block_t *b, pool_t *pool, core_stream_t stream, uintptr_t addr, size_t size,
+/* Fills a new segment s at [addr, addr+size) of (pool, bins->stream)
+ * (bins: pool_bins_get's), its one block b covering it in `state` (the
+ * other fields zero), and links it into the device's list, its pool's
+ * count and its bins' count. */
+void seg_link(core_dev_t *d, seg_t *s, block_t *b, pool_t *pool, pool_bins_t *bins, uintptr_t addr, size_t size,
               block_state_t state);
 /* Unlinks a segment and frees it (and its pool when destroyed and empty). */
 void seg_unlink_free(core_dev_t *d, seg_t *s);
@@ -520,6 +560,37 @@ static inline void stat_add(core_stat_t *s, int64_t delta)
         s->freed += (uint64_t)-delta;
     }
 }
+
+/* stat_add(-down) then stat_add(+up), in one pass (either may be 0): the
+ * peak can only be passed at the end, and only when up > down. */
+static inline void stat_move(core_stat_t *s, uint64_t down, uint64_t up)
+{
+    s->current += (int64_t)(up - down);
+    s->allocated += up;
+    s->freed += down;
+    if (up > down && s->current > s->peak)
+        s->peak = s->current;
+}
+
+/* The same on a gauge's all and cls entries (cls: a pool class). */
+static inline void stat_move2(core_stat_t *arr, int cls, uint64_t down, uint64_t up)
+{
+    stat_move(&arr[CORE_POOL_ALL], down, up);
+    stat_move(&arr[cls], down, up);
+}
+
+/* stat_add(+up) on a gauge's all and cls entries, no sign test. */
+static inline void stat_up2(core_stat_t *arr, int cls, uint64_t up)
+{
+    stat_move2(arr, cls, 0, up);
+}
+
+/* stat_add(-down) on a gauge's all and cls entries. */
+static inline void stat_down2(core_stat_t *arr, int cls, uint64_t down)
+{
+    stat_move2(arr, cls, down, 0);
+}
+
 void stats_block_alloc(core_dev_t *d, const block_t *b);
 void stats_block_free(core_dev_t *d, const block_t *b);
 static inline void core_emit(core_dev_t *d, core_event_kind_t kind, uintptr_t addr, size_t size, core_stream_t stream,
@@ -531,28 +602,47 @@ static inline void core_emit(core_dev_t *d, core_event_kind_t kind, uintptr_t ad
     }
 }
 
-/* The free trees' order: (stream, size, address). */
-static inline int block_tree_cmp(const rb_node_t *x, const rb_node_t *y)
+/* A size's class: monotonic in size, POOL_BIN_SUB classes per power of
+ * two from 256 bytes. */
+static inline unsigned pool_bin_of(size_t size)
+{
+    if (size < 256)
+        return 0;
+    unsigned log = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+    return (log - 8) * POOL_BIN_SUB + (unsigned)((size >> (log - 3)) & (POOL_BIN_SUB - 1));
+}
+
+/* A bin's order: (size, address). */
+static inline int block_bin_cmp(const rb_node_t *x, const rb_node_t *y)
 {
     const block_t *a = rb_entry(x, block_t, node), *b = rb_entry(y, block_t, node);
-    if (a->stream != b->stream)
-        return a->stream < b->stream ? -1 : 1;
     if (a->size != b->size)
         return a->size < b->size ? -1 : 1;
     return a->addr < b->addr ? -1 : a->addr > b->addr;
 }
 
-/* The device lock, skipped for a device only one thread uses (core_dev_solo). */
+/* device.c: the device lock's contended paths (a futex). */
+void dev_lock_wait(core_dev_t *d);
+void dev_lock_wake(core_dev_t *d);
+
+/* The device lock, skipped for a device only one thread uses
+ * (core_dev_solo): one compare-and-swap to take it and one exchange to
+ * give it back when no thread waits, the futex only when one does. */
 static inline void dev_lock(core_dev_t *d)
 {
-    if (__builtin_expect(!d->solo, 1))
-        pthread_mutex_lock(&d->lock);
+    uint32_t free_word = 0;
+    if (__builtin_expect(!d->solo, 1) &&
+        __builtin_expect(!atomic_compare_exchange_strong_explicit(&d->lock, &free_word, 1, memory_order_acquire,
+                                                                  memory_order_relaxed),
+                         0))
+        dev_lock_wait(d);
 }
 
 static inline void dev_unlock(core_dev_t *d)
 {
-    if (__builtin_expect(!d->solo, 1))
-        pthread_mutex_unlock(&d->lock);
+    if (__builtin_expect(!d->solo, 1) &&
+        __builtin_expect(atomic_exchange_explicit(&d->lock, 0, memory_order_release) == 2, 0))
+        dev_lock_wake(d);
 }
 
 /* The pool class index for stats. */

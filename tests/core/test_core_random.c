@@ -892,7 +892,7 @@ static void test_check_catches_tree(void **state)
     broken_setup(&f, &a, &b);
     block_t *x = f.d->segs->next->first;
     pool_tree_remove(x->pool, x);
-    expect_broken(f.d, "a free block missing from its tree", "free trees hold");
+    expect_broken(f.d, "a free block missing from its tree", "free bins hold");
     pool_tree_insert(x->pool, x);
     CHECK(f.d);
     /* an allocated block put in a tree */
@@ -905,11 +905,60 @@ static void test_check_catches_tree(void **state)
     /* a free block in another pool's tree */
     block_t *w = f.d->segs->first; /* the whole free 12 MiB segment, large pool */
     assert_int_equal(w->state, BLOCK_FREE);
+    pool_bins_t *own = w->seg->bins, *small = f.d->defaults.small.bins;
+    assert_non_null(small);
     pool_tree_remove(w->pool, w);
-    pool_tree_insert(&f.d->defaults.small, w);
-    expect_broken(f.d, "a block in the wrong pool's tree", "another pool");
-    pool_tree_remove(&f.d->defaults.small, w);
+    w->seg->bins = small; /* pool_tree_insert puts a block in its segment's bins */
     pool_tree_insert(w->pool, w);
+    w->seg->bins = own;
+    expect_broken(f.d, "a block in the wrong pool's tree", "another pool");
+    w->seg->bins = small;
+    pool_tree_remove(w->pool, w);
+    w->seg->bins = own;
+    pool_tree_insert(w->pool, w);
+    CHECK(f.d);
+    fx_close(&f);
+}
+
+/* The free bins' own invariants: a block in the tree of its size class, a
+ * class's bit set exactly when its tree holds blocks, the word summary, and
+ * the segments that point at the bins counted. */
+static void test_check_catches_bins(void **state)
+{
+    (void)state;
+    fx_t f;
+    uintptr_t a, b;
+    broken_setup(&f, &a, &b);
+    block_t *x = f.d->segs->next->first; /* free, small pool */
+    pool_bins_t *e = x->seg->bins;
+    unsigned c = pool_bin_of(x->size);
+    /* in the tree of the next class */
+    pool_tree_remove(x->pool, x);
+    rb_insert(&e->bin[c + 1], &x->node, block_bin_cmp);
+    e->map[(c + 1) / 64] |= 1ull << ((c + 1) % 64);
+    e->words |= 1ull << ((c + 1) / 64);
+    expect_broken(f.d, "a free block in another class's tree", "another class");
+    rb_erase(&e->bin[c + 1], &x->node);
+    e->map[(c + 1) / 64] &= ~(1ull << ((c + 1) % 64));
+    e->words = 0;
+    for (unsigned w = 0; w < POOL_BIN_WORDS; w++)
+        e->words |= (uint64_t)(e->map[w] != 0) << w;
+    pool_tree_insert(x->pool, x);
+    CHECK(f.d);
+    /* a class's bit cleared while its tree holds a block */
+    e->map[c / 64] ^= 1ull << (c % 64);
+    expect_broken(f.d, "a class's bit cleared", "bit is 0");
+    e->map[c / 64] ^= 1ull << (c % 64);
+    CHECK(f.d);
+    /* the word summary */
+    e->words ^= 1ull << (c / 64);
+    expect_broken(f.d, "the word summary", "word summary");
+    e->words ^= 1ull << (c / 64);
+    CHECK(f.d);
+    /* the segments that point at the bins */
+    e->segs++;
+    expect_broken(f.d, "the bins' segment count", "segments point at them");
+    e->segs--;
     CHECK(f.d);
     fx_close(&f);
 }
@@ -1101,6 +1150,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_catches_free_block_size),
         cmocka_unit_test(test_check_catches_tree),
+        cmocka_unit_test(test_check_catches_bins),
         cmocka_unit_test(test_check_catches_states),
         cmocka_unit_test(test_check_catches_expandable),
         cmocka_unit_test(test_check_catches_shared_pages),

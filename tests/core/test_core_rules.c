@@ -213,7 +213,7 @@ static void test_split_large_pool(void **state)
 
 static size_t tree_count(const pool_t *p)
 {
-    return rb_count(&p->free);
+    return pool_free_count(p);
 }
 
 /* Three blocks and the rest of a small segment: freeing the middle one last
