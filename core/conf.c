@@ -542,10 +542,3 @@ void conf_describe(const conf_t *c, void (*write)(void *ctx, const char *line), 
         write(ctx, line);
     }
 }
-
-unsigned conf_roundup_divisions(const conf_t *c, size_t size)
-{
-    size_t mib = size >> 20;
-    unsigned i = mib ? conf_log2(mib) : 0;
-    return c->roundup_divs[i < CONF_ROUNDUP_INTERVALS ? i : CONF_ROUNDUP_INTERVALS - 1];
-}

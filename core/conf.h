@@ -87,8 +87,14 @@ void conf_help(void (*write)(void *ctx, const char *line), void *ctx);
  * marked "(default)" or "(CUCACHE_CONF)" against the defaults. */
 void conf_describe(const conf_t *c, void (*write)(void *ctx, const char *line), void *ctx);
 
-/* The rounding divisions for a request of `size` bytes (0 or 1 = off). */
-unsigned conf_roundup_divisions(const conf_t *c, size_t size);
+/* The rounding divisions for a request of `size` bytes (0 or 1 = off):
+ * interval floor(log2(MiB)), 0 below 2 MiB.  Inline: every allocation asks. */
+static inline unsigned conf_roundup_divisions(const conf_t *c, size_t size)
+{
+    size_t mib = size >> 20;
+    unsigned i = mib ? 63u - (unsigned)__builtin_clzll((unsigned long long)mib) : 0;
+    return c->roundup_divs[i < CONF_ROUNDUP_INTERVALS ? i : CONF_ROUNDUP_INTERVALS - 1];
+}
 
 /* ------------------------------------------------------------------------
  * The pieces conf_parse is made of, for every other reader of a size or of

@@ -150,9 +150,12 @@ void pool_tree_insert(pool_t *pool, block_t *b)
     pool_bins_t *e = b->seg->bins;
     unsigned c = pool_bin_of(b->size);
     rb_tree_t *t = &e->bin[c];
-    if (!t->root) {
+    if (!t->root) { /* the class's only block: a black root, no fix-up */
         e->map[c / 64] |= 1ull << (c % 64);
         e->words |= 1ull << (c / 64);
+        b->node = (rb_node_t){.parent_color = RB_BLACK};
+        t->root = &b->node;
+        return;
     }
     rb_node_t **link = &t->root, *parent = NULL;
     while (*link) {
@@ -171,7 +174,10 @@ void pool_tree_remove(pool_t *pool, block_t *b)
     pool_bins_t *e = b->seg->bins;
     unsigned c = pool_bin_of(b->size);
     rb_tree_t *t = &e->bin[c];
-    rb_erase(t, &b->node);
+    if (t->root == &b->node && !b->node.left && !b->node.right)
+        t->root = NULL; /* the class's only block */
+    else
+        rb_erase(t, &b->node);
     if (!t->root) {
         e->map[c / 64] &= ~(1ull << (c % 64));
         if (!e->map[c / 64])
