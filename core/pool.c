@@ -435,10 +435,11 @@ void pool_release_block(core_dev_t *d, block_t *b, bool idle)
     b->requested = 0;
     b = merge_insert(d, b);
     seg_t *s = b->seg;
-    if (!b->prev && !b->next)
+    if (!b->prev && !b->next) { /* only then can the segment be free */
         s->free_since = d->alloc_clock;
-    if (seg_is_free(s) && (s->pool->owner->destroyed || s->direct))
-        seg_release(d, s);
+        if (seg_is_free(s) && (s->pool->owner->destroyed || s->direct))
+            seg_release(d, s);
+    }
 }
 
 block_t *pool_insert_free(core_dev_t *d, block_t *b)
