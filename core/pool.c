@@ -16,38 +16,6 @@
  * Sizes (PyTorch's round_size and get_allocation_size)
  * ---------------------------------------------------------------------- */
 
-static size_t round_up(size_t n, size_t to)
-{
-    return (n + to - 1) / to * to;
-}
-
-/* The next 1/divs step between the powers of two around size: with 4
- * divisions, 1200 -> 1280 (steps of 256 between 1024 and 2048). */
-static size_t round_power2_division(size_t size, unsigned divs)
-{
-    if (size <= 4 || divs <= 1)
-        return size;
-    if ((size & (size - 1)) == 0)
-        return size;
-    unsigned log = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
-    size_t floor2 = (size_t)1 << log;
-    size_t step = floor2 / divs;
-    if (step == 0)
-        return size;
-    return round_up(size, step);
-}
-
-size_t pool_round_size(const conf_t *c, size_t size)
-{
-    size_t min = c->min_block_size;
-    if (size < min)
-        return min;
-    unsigned divs = conf_roundup_divisions(c, size);
-    if (divs > 1 && size > min * divs)
-        return round_up(round_power2_division(size, divs), min);
-    return round_up(size, min);
-}
-
 /* The segment size to ask the device for, for a request of `rounded`. */
 size_t pool_alloc_size(const conf_t *c, size_t rounded)
 {
@@ -55,14 +23,7 @@ size_t pool_alloc_size(const conf_t *c, size_t rounded)
         return c->small_segment_size;
     if (rounded < c->min_large_alloc)
         return c->large_segment_size;
-    return round_up(rounded, c->round_large);
-}
-
-pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded)
-{
-    if (d->conf.strategy == CONF_STRATEGY_PREALLOCATE && pp->id == 0)
-        return &pp->large; /* the chunk serves every size */
-    return rounded <= d->conf.small_size ? &pp->small : &pp->large;
+    return pool_round_up(rounded, c->round_large);
 }
 
 /* ------------------------------------------------------------------------

@@ -362,10 +362,50 @@ struct core_dev_s {
  * Shared between core files (the prefixes of the map above)
  * ---------------------------------------------------------------------- */
 
-/* pool.c: sizes, free bins, split and merge, the address map */
-size_t pool_round_size(const conf_t *c, size_t size);
+/* pool.c: sizes, free bins, split and merge, the address map; the
+ * rounding and the pool choice are inline (every allocation makes them) */
+/* n rounded up to a multiple of to. */
+static inline size_t pool_round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
+/* The next 1/divs step between the powers of two around size: with 4
+ * divisions, 1200 -> 1280 (steps of 256 between 1024 and 2048). */
+static inline size_t pool_round_division(size_t size, unsigned divs)
+{
+    if (size <= 4 || divs <= 1)
+        return size;
+    if ((size & (size - 1)) == 0)
+        return size;
+    unsigned log = 63u - (unsigned)__builtin_clzll((unsigned long long)size);
+    size_t floor2 = (size_t)1 << log;
+    size_t step = floor2 / divs;
+    if (step == 0)
+        return size;
+    return pool_round_up(size, step);
+}
+
+/* A request's size as PyTorch's round_size makes it. */
+static inline size_t pool_round_size(const conf_t *c, size_t size)
+{
+    size_t min = c->min_block_size;
+    if (size < min)
+        return min;
+    unsigned divs = conf_roundup_divisions(c, size);
+    if (divs > 1 && size > min * divs)
+        return pool_round_up(pool_round_division(size, divs), min);
+    return pool_round_up(size, min);
+}
+
+/* The pool (small or large) of pp that serves a request of `rounded`. */
+static inline pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded)
+{
+    if (d->conf.strategy == CONF_STRATEGY_PREALLOCATE && pp->id == 0)
+        return &pp->large; /* the chunk serves every size */
+    return rounded <= d->conf.small_size ? &pp->small : &pp->large;
+}
 size_t pool_alloc_size(const conf_t *c, size_t rounded);
-pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded);
 block_t *pool_find_free(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded);
 block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested);
 void pool_release_block(core_dev_t *d, block_t *b, bool idle);
@@ -579,10 +619,20 @@ static inline void stat_move2(core_stat_t *arr, int cls, uint64_t down, uint64_t
     stat_move(&arr[cls], down, up);
 }
 
+/* stat_add(+up) on one entry: no test of up (0 leaves current at most peak). */
+static inline void stat_up(core_stat_t *s, uint64_t up)
+{
+    s->current += (int64_t)up;
+    s->allocated += up;
+    if (s->current > s->peak)
+        s->peak = s->current;
+}
+
 /* stat_add(+up) on a gauge's all and cls entries, no sign test. */
 static inline void stat_up2(core_stat_t *arr, int cls, uint64_t up)
 {
-    stat_move2(arr, cls, 0, up);
+    stat_up(&arr[CORE_POOL_ALL], up);
+    stat_up(&arr[cls], up);
 }
 
 /* stat_add(-down) on a gauge's all and cls entries. */
