@@ -241,6 +241,7 @@ static size_t fill_oom(core_dev_t *d, core_oom_t *oom, const seg_miss_t *m)
         return dev_free;
     memset(oom, 0, sizeof *oom);
     oom->requested = m->size;
+    oom->site = d->site_now;
     oom->rounded = m->rounded;
     oom->alloc_size = m->alloc_size;
     oom->pool_id = m->pool_id;

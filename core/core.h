@@ -179,6 +179,7 @@ typedef enum core_free_e {
 /* What an out-of-memory failure knows, for the OOM report. */
 typedef struct core_oom_s {
     size_t requested;  /* bytes asked for */
+    uint32_t site;     /* its call site (core_malloc_site; 0: none) */
     size_t rounded;    /* after rounding */
     size_t alloc_size; /* segment size that was needed */
     int pool_id;       /* 0: default pools */

@@ -399,6 +399,9 @@ static void rep_whatif(const rep_t *r, st_sink_fn sink, void *ctx)
             conf_with(r, fit[i]->change, conf, sizeof conf);
             rep_line(sink, ctx, "hint:   %s (peak reserved %s in the replay)", conf, sz(fit[i]->peak_reserved).s);
         }
+        rep_line(sink, ctx,
+                 "hint: the replay ends at this request: what the job allocates after it is not known, and may need "
+                 "more than any setting gives; run again with the setting to see");
         return;
     }
     rep_line(sink, ctx,

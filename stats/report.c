@@ -686,6 +686,7 @@ void st_report_oom(const st_oom_input_t *in, st_sink_fn sink, void *ctx)
     rep_t r;
     rep_gather(&r, in);
     rep_sentence(&r, sink, ctx);
+    st_site_stack(in->oom->site, "the request", sink, ctx);
     rep_detail(&r, sink, ctx);
     if (r.lay) {
         rep_pools(&r, sink, ctx);

@@ -386,6 +386,11 @@ size_t st_group_by_site(const core_layout_t *l, st_site_group_t **out);
  * F of ALLOCS], at" and its innermost frames, one a line; then one line for
  * the rest.  `allocs` 0 leaves the first allocation out. */
 void st_site_lines(const st_site_group_t *g, size_t ng, size_t rows, uint64_t allocs, st_sink_fn sink, void *ctx);
+/* One call site's stack under a line "WHAT, at" (Python frames first, as
+ * st_site_lines shows them); a line saying so for a thread without Python
+ * frames; nothing when no stack was taken. */
+void st_site_stack(uint32_t site, const char *what, st_sink_fn sink, void *ctx);
+
 
 /* ------------------------------------------------------------------------
  * kept.c: memory kept for the life of the process

@@ -690,6 +690,29 @@ static void site_python(const uintptr_t *key, size_t words, st_sink_fn sink, voi
         st_linef(sink, ctx, "      ... %zu more %s", more, frames_word(more));
 }
 
+/* A kept stack's frames, Python's when it has them. */
+static void site_frames(uint32_t site, const uintptr_t *key, size_t words, st_sink_fn sink, void *ctx)
+{
+    if (words > 1 + key[0])
+        site_python(key, words, sink, ctx);
+    else
+        site_native(site, key[0], sink, ctx);
+}
+
+void st_site_stack(uint32_t site, const char *what, st_sink_fn sink, void *ctx)
+{
+    size_t words;
+    const uintptr_t *key = stk_key(site, &words);
+    if (site == ST_STACK_NO_PYTHON) {
+        st_linef(sink, ctx, "%s: no Python frames (a thread Python does not know, such as autograd's)", what);
+        return;
+    }
+    if (!key)
+        return; /* no stacks taken: nothing to say */
+    st_linef(sink, ctx, "%s, at", what);
+    site_frames(site, key, words, sink, ctx);
+}
+
 void st_site_lines(const st_site_group_t *g, size_t ng, size_t rows, uint64_t allocs, st_sink_fn sink, void *ctx)
 {
     size_t rest = 0, rest_bytes = 0;
@@ -722,10 +745,7 @@ void st_site_lines(const st_site_group_t *g, size_t ng, size_t rows, uint64_t al
             continue;
         }
         st_linef(sink, ctx, "  %s = %s%s, at", sizes, total, first);
-        if (words > 1 + key[0])
-            site_python(key, words, sink, ctx);
-        else
-            site_native(g[i].site, key[0], sink, ctx);
+        site_frames(g[i].site, key, words, sink, ctx);
     }
     if (rest) {
         char t[32];

@@ -6,7 +6,9 @@ fails one request, under LD_PRELOAD=libcucache.so on the simulated device.
 Usage: check_pystacks.py PYTHON PROG LIBCUCACHE SIM_LIBDIR numba|ctypes
 
 For each of python and python+native:
-1. The OOM report's live allocations by call site and the leak check at
+1. The OOM report names the failed request's own line first (its third
+   line, "the request, at", after PyTorch's two sentences); its live
+   allocations by call site and the leak check at
    exit list each site with the program's own frames, innermost first, by
    function, file and line (library frames folded before them; with
    python+native, one line for the native frames first).
@@ -75,11 +77,13 @@ if KIND == "numba":
                                              ("numba_run", "main-weights")]),
               ("3 x 8.00 MiB = 24.00 MiB", [("numba_run.<locals>.grow_cache", "cache")])]
     OOM_SITE = "oom"
+    OOM_FRAMES = ["oom"]
 else:
     GROUPS = [("2 x 64.00 MiB = 128.00 MiB", [("alloc", "alloc"), ("load_weights", "ct-weights"),
                                              ("ctypes_run", "ct-main")]),
               ("1 x 3.00 MiB = 3.00 MiB", [("alloc", "alloc"), ("worker", "thread")])]
     OOM_SITE = "ct-oom"
+    OOM_FRAMES = ["alloc", "ct-oom"]  # the request through the program's alloc()
 
 
 def own_frames(lines):
@@ -160,6 +164,15 @@ for stacks in ("python", "python+native:32"):
         check("forward(4 GiB): failed" in r.stdout, f"{stacks}: the request failed: {r.stdout}")
         if KIND == "ctypes":
             check("thread done: 1 main thread spun yes" in r.stdout, f"{stacks}: the thread's run: {r.stdout}")
+        # the failed request's own line first, before the report's detail
+        head = [x[len("cucache: "):] for x in err.split("cucache: needed:", 1)[0].split("\n")
+                if x.startswith("cucache: ")]
+        at = [i for i, x in enumerate(head) if x == "the request, at"]
+        check(len(at) == 1 and at[0] == 2, f"{stacks}: the OOM report names the request's call site first:\n{err}")
+        if at:
+            req = [line for _, line in own_frames(head[at[0] + 1:])][:len(OOM_FRAMES)]
+            check(req == [SITES[x] for x in OOM_FRAMES],
+                  f"{stacks}: the request's own frames are lines {[SITES[x] for x in OOM_FRAMES]}: {req}")
         oom = err.split("largest live allocations by call site (innermost frame first):", 1)
         check(len(oom) == 2, f"{stacks}: the OOM report lists call sites:\n{err}")
         if len(oom) == 2:
