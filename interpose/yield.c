@@ -15,13 +15,17 @@
  * limit's refusal, not during a capture) asks the cucache processes on the
  * GPU that hold cache, the most idle first, until what they published as
  * idle covers the missing bytes (all of them holding cache when it does
- * not), waits for their answers up to CUCACHE_YIELD_MS, and is tried once
- * more, counted (the flow is fail.c's; hook_yield_ask asks and returns the
- * answer).  The asked process's thread gives back, with core_yield, whole
- * free segments only: what no queued work can touch, without waiting for
- * any; the device lock is taken once per segment.  A neighbour that does
- * not answer in time (busy, stopped, killed) costs the asker the wait and
- * nothing else.
+ * not), waits for their answers up to CUCACHE_YIELD_MS, and past it while
+ * a neighbour is visibly giving back (its slot's `giving` word), up to
+ * HOOK_YIELD_BOUND times CUCACHE_YIELD_MS, and is tried once more, counted
+ * (the flow is fail.c's; hook_yield_ask asks and returns the answer).  The
+ * asked process's thread gives back, with core_yield, whole free segments
+ * only: what no queued work can touch, without waiting for any; the device
+ * lock is taken once per segment; it publishes its figures, then answers.
+ * A neighbour that does not answer in time (busy, stopped, killed, or
+ * giving past the bound) costs the asker the wait and nothing else; what
+ * it gives after the asker stopped waiting is free device memory, which
+ * the asker's next allocation (or anyone's) takes.
  *
  * The thread blocks every signal (the program's handlers run on its own
  * threads), goes through open_lock to reach the allocator (a reset may
@@ -121,9 +125,9 @@ static void *yield_main(void *arg)
             give_t g = {st_reg_take_want(&y->reg, y->slot), 0};
             if (g.want && hook_env()->yield)
                 hook_dev_with_core(y->hd, give, &g);
+            publish(y); /* before the answer: the asker's report reads the figures after the give */
             st_reg_answer(&y->reg, y->slot, a, g.given);
             served = a;
-            publish(y);
         }
         if (st_reg_now_ns() >= next) {
             publish(y);
@@ -264,6 +268,7 @@ hook_ask_t hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
         need = 1;
     uint32_t ticket[HOOK_ASK_MAX];
     uint64_t t0 = st_reg_now_ns(), deadline = t0 + (uint64_t)env->yield_ms * 1000000ull;
+    uint64_t bound = t0 + HOOK_YIELD_BOUND * (uint64_t)env->yield_ms * 1000000ull;
     /* first those whose published idle cache covers the need, then, when
      * they gave less, the rest (what they published may be older than
      * their last frees) */
@@ -278,14 +283,18 @@ hook_ask_t hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
             k++;
         }
         for (size_t i = from; i < k; i++) {
-            uint64_t given = 0;
-            a.who[i].answered = st_reg_wait_answer(&y->reg, v[i].slot, ticket[i], deadline, &given);
-            a.who[i].given = a.who[i].answered ? given : 0;
+            st_reg_answer_t ans = st_reg_wait_answer(&y->reg, v[i].slot, v[i].pid, ticket[i], deadline, bound);
+            a.who[i].end = ans.end;
+            if (ans.end == ST_REG_ANSWERED) {
+                a.who[i].given = ans.given;
+                a.who[i].after_ns = ans.at_ns > t0 ? ans.at_ns - t0 : 0;
+            }
             a.given += a.who[i].given;
         }
     }
     a.n = (unsigned)k;
     a.waited_ns = st_reg_now_ns() - t0;
+    st_reg_note_wait(hd->ordinal, a.waited_ns);
     hostalloc_free(v);
     return a;
 }
@@ -304,6 +313,15 @@ void hook_yield_fill(const hook_dev_t *hd, const hook_ask_t *ask, st_gpu_procs_t
     out->asked = ask->n;
     out->given = ask->given;
     out->waited_ns = ask->waited_ns;
+    for (unsigned i = 0; i < ask->n; i++) {
+        bool died_giving = ask->who[i].end == ST_REG_DIED_GIVING;
+        if (!died_giving && ask->who[i].end != ST_REG_GONE)
+            continue;
+        if (!out->gone++ || (died_giving && !out->gone_giving)) { /* the first, or the first that was giving */
+            out->gone_pid = (unsigned)ask->who[i].pid;
+            out->gone_giving = died_giving;
+        }
+    }
     if (y->slot < 0 || !out->n)
         return;
     st_reg_view_t *v = hostalloc_malloc(ST_REG_SLOTS * sizeof *v);
@@ -336,8 +354,10 @@ void hook_yield_fill(const hook_dev_t *hd, const hook_ask_t *ask, st_gpu_procs_t
         for (unsigned i = 0; i < ask->n; i++)
             if ((unsigned)ask->who[i].pid == rows[r].pid) {
                 rows[r].asked = true;
-                rows[r].answered = ask->who[i].answered;
+                rows[r].answered = ask->who[i].end == ST_REG_ANSWERED;
+                rows[r].still_giving = ask->who[i].end == ST_REG_STILL_GIVING;
                 rows[r].given = ask->who[i].given;
+                rows[r].answer_ms = ask->who[i].after_ns / 1000000u;
             }
     }
     hostalloc_free(v);

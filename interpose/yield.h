@@ -11,9 +11,11 @@
 
 #include "core.h"
 #include "hook.h"
+#include "registry.h"
 
 enum {
-    HOOK_ASK_MAX = 32, /* neighbours asked for one allocation, at most */
+    HOOK_ASK_MAX = 32,    /* neighbours asked for one allocation, at most */
+    HOOK_YIELD_BOUND = 5, /* an asker waits for a neighbour giving back up to this many times CUCACHE_YIELD_MS */
 };
 
 /* The neighbours' answer to one ask (hook_yield_ask), for the OOM report. */
@@ -21,8 +23,9 @@ typedef struct hook_ask_s {
     unsigned n; /* neighbours asked: who[0..n); 0: none */
     struct {
         int32_t pid;
-        bool answered;  /* within CUCACHE_YIELD_MS */
-        uint64_t given; /* bytes it gave back */
+        st_reg_wait_t end; /* how its wait ended: ST_REG_ANSWERED, ... */
+        uint64_t given;    /* bytes it gave back (answered) */
+        uint64_t after_ns; /* the answer came this long after the ask (answered) */
     } who[HOOK_ASK_MAX];
     uint64_t given;     /* bytes given in all */
     uint64_t waited_ns; /* how long the allocation waited for the answers */
@@ -34,8 +37,9 @@ typedef struct hook_ask_s {
 void hook_yield_dev_opened(hook_dev_t *hd);
 /* An allocation on hd failed for want of device memory: asks the other
  * cucache processes on the GPU to give idle cache back and waits for their
- * answers (CUCACHE_YIELD, CUCACHE_YIELD_MS).  Their answer; n 0: no one
- * was asked (no neighbour, or the process is not in the registry). */
+ * answers (CUCACHE_YIELD, CUCACHE_YIELD_MS; past it while one is giving
+ * back, up to HOOK_YIELD_BOUND times it).  Their answer; n 0: no one was
+ * asked (no neighbour, or the process is not in the registry). */
 hook_ask_t hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom);
 /* The OOM report's view of the neighbours: marks the cucache processes
  * among out's rows with their figures and what they gave for this

@@ -256,6 +256,8 @@ int st_reg_claim(st_reg_t *r)
 #undef ST_REG_ZERO
             atomic_store(&s->want, 0);
             atomic_store(&s->given, 0);
+            atomic_store(&s->giving, 0);
+            atomic_store(&s->answered_ns, 0);
             atomic_store(&s->answered, atomic_load(&s->asks));
             atomic_store(&s->pid, me);
             return (int)i;
@@ -268,7 +270,9 @@ void st_reg_leave(st_reg_t *r, int slot)
 {
     st_reg_slot_t *s = &r->f->slot[slot];
     int32_t me = (int32_t)getpid();
-    atomic_store(&s->answered, atomic_load(&s->asks)); /* no asker waits on a process that left */
+    atomic_store(&s->given, 0); /* no asker waits on a process that left, nor takes an old answer for its own */
+    atomic_store(&s->answered, atomic_load(&s->asks));
+    atomic_store(&s->giving, 0);
     futex_wake(&s->answered);
     atomic_compare_exchange_strong(&s->pid, &me, 0);
     if (reg_empty(r) && st_reg_current(r))
@@ -361,6 +365,7 @@ size_t st_reg_list(st_reg_t *r, st_reg_view_t *out, size_t max)
             memcpy(v->comm, s->comm, sizeof v->comm);
             v->comm[sizeof v->comm - 1] = 0;
             v->stale = !read_figs(s, &v->figs);
+            v->giving = atomic_load(&s->giving) != 0;
         }
         n++;
     }
@@ -383,25 +388,38 @@ uint32_t st_reg_ask(st_reg_t *r, int slot, uint64_t want)
     return ticket;
 }
 
-bool st_reg_wait_answer(st_reg_t *r, int slot, uint32_t ticket, uint64_t deadline_ns, uint64_t *given)
+/* Whether the process of pid still holds the slot and runs. */
+static bool owner_alive(const st_reg_slot_t *s, int32_t pid)
+{
+    return atomic_load(&s->pid) == pid && proc_alive(pid, s->start);
+}
+
+st_reg_answer_t st_reg_wait_answer(st_reg_t *r, int slot, int32_t pid, uint32_t ticket, uint64_t deadline_ns,
+                                   uint64_t bound_ns)
 {
     st_reg_slot_t *s = &r->f->slot[slot];
+    bool seen_giving = false;
     for (;;) {
         uint32_t a = atomic_load(&s->answered);
+        bool giving = atomic_load(&s->giving) != 0;
+        if (!giving) /* its answer may have come between the two loads */
+            a = atomic_load(&s->answered);
+        seen_giving |= giving;
         if ((int32_t)(a - ticket) >= 0) {
-            *given = atomic_load(&s->given);
-            return true;
+            int32_t now_pid = atomic_load(&s->pid);
+            if (now_pid != pid && now_pid != 0) /* the slot's next owner, claiming, marked every ask answered */
+                return (st_reg_answer_t){.end = ST_REG_GONE};
+            return (st_reg_answer_t){ST_REG_ANSWERED, atomic_load(&s->given), atomic_load(&s->answered_ns)};
         }
-        uint64_t now = st_reg_now_ns();
-        if (now >= deadline_ns)
-            return false;
+        uint64_t now = st_reg_now_ns(), until = giving && bound_ns > deadline_ns ? bound_ns : deadline_ns;
+        if (now >= until)
+            return (st_reg_answer_t){.end = giving ? ST_REG_STILL_GIVING : ST_REG_NO_ANSWER};
         /* a slice at a time: a process that died without answering is
          * seen gone at the next look */
-        uint64_t left = deadline_ns - now;
+        uint64_t left = until - now;
         futex_wait(&s->answered, a, left < 10000000ull ? left : 10000000ull);
-        int32_t pid = atomic_load(&s->pid);
-        if (pid <= 0 || !proc_alive(pid, s->start))
-            return false;
+        if (!owner_alive(s, pid))
+            return (st_reg_answer_t){.end = seen_giving || atomic_load(&s->giving) ? ST_REG_DIED_GIVING : ST_REG_GONE};
     }
 }
 
@@ -423,6 +441,7 @@ void st_reg_wake_owner(st_reg_t *r, int slot)
 
 uint64_t st_reg_take_want(st_reg_t *r, int slot)
 {
+    atomic_store(&r->f->slot[slot].giving, 1);
     return atomic_exchange(&r->f->slot[slot].want, 0);
 }
 
@@ -430,6 +449,39 @@ void st_reg_answer(st_reg_t *r, int slot, uint32_t asks, uint64_t given)
 {
     st_reg_slot_t *s = &r->f->slot[slot];
     atomic_store(&s->given, given);
+    atomic_store(&s->answered_ns, st_reg_now_ns());
     atomic_store(&s->answered, asks);
+    /* after the answer (an asker that sees giving clear reads answered
+     * again); still giving when another ask came meanwhile: the thread
+     * serves it next */
+    if (atomic_load(&s->asks) == asks)
+        atomic_store(&s->giving, 0);
     futex_wake(&s->answered);
+}
+
+/* ------------------------------------------------------------------------
+ * This process's waits, for the exit summary
+ * ---------------------------------------------------------------------- */
+
+static struct {
+    _Atomic uint64_t asks, total_ns, max_ns;
+} waits[ST_REG_DEVICES];
+
+void st_reg_note_wait(int device, uint64_t ns)
+{
+    if ((unsigned)device >= ST_REG_DEVICES)
+        return;
+    atomic_fetch_add(&waits[device].asks, 1);
+    atomic_fetch_add(&waits[device].total_ns, ns);
+    uint64_t m = atomic_load(&waits[device].max_ns);
+    while (m < ns && !atomic_compare_exchange_weak(&waits[device].max_ns, &m, ns))
+        ;
+}
+
+st_reg_waits_t st_reg_waits(int device)
+{
+    if ((unsigned)device >= ST_REG_DEVICES)
+        return (st_reg_waits_t){0};
+    return (st_reg_waits_t){atomic_load(&waits[device].asks), atomic_load(&waits[device].total_ns),
+                            atomic_load(&waits[device].max_ns)};
 }

@@ -29,9 +29,15 @@
  *     opens again if not;
  *   - asking: the asker raises `want` to the bytes it needs, increments
  *     `asks` and wakes the futex on it; the owner's thread, waiting on
- *     `asks`, gives back what no queued work can touch, stores the bytes in
- *     `given`, sets `answered` to the asks count it served and wakes the
- *     futex on `answered`.  The asker waits there, for a bounded time.
+ *     `asks`, sets `giving`, gives back what no queued work can touch,
+ *     publishes its figures, stores the bytes in `given` and the time in
+ *     `answered_ns`, sets `answered` to the asks count it served, then
+ *     clears `giving` (unless more asks wait) and wakes the futex on
+ *     `answered`.  The asker waits there until its deadline, and past it
+ *     while `giving` is set, up to a bound; an asker that finds `giving`
+ *     clear reads `answered` again, so an answer stored just before is
+ *     never missed.  An owner that dies while giving is seen gone (its pid)
+ *     at the asker's next look, a slice of 10 ms at most.
  * Nothing in a slot makes its owner do more than give back idle cache, and
  * only a process of the same user can open the file.
  */
@@ -44,7 +50,7 @@
 #include <stdint.h>
 
 #define ST_REG_MAGIC "CUCACHEG"
-#define ST_REG_VERSION 1u
+#define ST_REG_VERSION 2u
 #define ST_REG_SLOTS 256u
 #define ST_REG_DIR "/dev/shm"
 #define ST_REG_PREFIX "cucache-gpu-"
@@ -88,7 +94,8 @@ typedef struct st_reg_slot_s {
     _Atomic uint64_t want;     /* bytes the askers since the last answer need, at most */
     _Atomic uint64_t given;    /* bytes the last answer gave back */
     _Atomic int32_t asker;     /* pid of the last asker */
-    uint32_t pad3;
+    _Atomic uint32_t giving;   /* 1 while its thread serves asks (gives back), else 0 */
+    _Atomic uint64_t answered_ns; /* CLOCK_MONOTONIC of the last answer; 0: none yet */
 } st_reg_slot_t;
 
 typedef struct st_reg_file_s {
@@ -149,7 +156,8 @@ typedef struct st_reg_view_s {
     int32_t pid;
     uint64_t start;
     char comm[16];
-    bool stale; /* the figures could not be read whole (a writer died mid-way) */
+    bool stale;  /* the figures could not be read whole (a writer died mid-way) */
+    bool giving; /* its thread was giving idle cache back */
     st_reg_figs_t figs;
 } st_reg_view_t;
 
@@ -160,20 +168,53 @@ size_t st_reg_list(st_reg_t *r, st_reg_view_t *out, size_t max);
 /* Asks the process of `slot` for up to `want` bytes: returns the ticket to
  * wait for. */
 uint32_t st_reg_ask(st_reg_t *r, int slot, uint64_t want);
-/* Waits until the ask `ticket` of slot was answered, or until deadline_ns
- * (CLOCK_MONOTONIC).  true and *given (the answer's bytes) when answered. */
-bool st_reg_wait_answer(st_reg_t *r, int slot, uint32_t ticket, uint64_t deadline_ns, uint64_t *given);
+/* How an asker's wait for one neighbour ended. */
+typedef enum st_reg_wait_e {
+    ST_REG_ANSWERED,     /* it answered: the bytes it gave and when */
+    ST_REG_NO_ANSWER,    /* the deadline passed and it was not giving back */
+    ST_REG_STILL_GIVING, /* the bound passed while it was still giving back */
+    ST_REG_DIED_GIVING,  /* it died while giving back (seen giving, then gone) */
+    ST_REG_GONE,         /* it died or left before answering, not seen giving */
+} st_reg_wait_t;
+
+/* One neighbour's answer to an ask. */
+typedef struct st_reg_answer_s {
+    st_reg_wait_t end;
+    uint64_t given; /* bytes the answer gave back (ST_REG_ANSWERED) */
+    uint64_t at_ns; /* CLOCK_MONOTONIC of the answer (ST_REG_ANSWERED) */
+} st_reg_answer_t;
+
+/* Waits until the ask `ticket` of the process `pid` in slot was answered:
+ * until deadline_ns (CLOCK_MONOTONIC), and past it while the process is
+ * giving back, until bound_ns at most.  Returns at once when the process
+ * is gone (its slot cleared, taken by another pid, or its pid dead). */
+st_reg_answer_t st_reg_wait_answer(st_reg_t *r, int slot, int32_t pid, uint32_t ticket, uint64_t deadline_ns,
+                                   uint64_t bound_ns);
 /* The owner's side: waits up to timeout_ns for an ask beyond `served`;
  * returns the asks count (== served when none came). */
 uint32_t st_reg_wait_ask(st_reg_t *r, int slot, uint32_t served, uint64_t timeout_ns);
 /* Wakes the owner's thread without an ask (to stop it). */
 void st_reg_wake_owner(st_reg_t *r, int slot);
-/* The bytes the askers up to now want (and resets the request). */
+/* The bytes the askers up to now want (and resets the request); marks
+ * the slot giving until the answer. */
 uint64_t st_reg_take_want(st_reg_t *r, int slot);
-/* Answers the asks up to `asks` with the bytes given back. */
+/* Answers the asks up to `asks` with the bytes given back (publish the
+ * figures first: an asker that sees the answer reads them); the slot stays
+ * giving when more asks came meanwhile. */
 void st_reg_answer(st_reg_t *r, int slot, uint32_t asks, uint64_t given);
 
 uint64_t st_reg_now_ns(void); /* CLOCK_MONOTONIC */
+
+/* This process's waits for its neighbours' answers on a device (CUDA
+ * ordinal below ST_REG_DEVICES), for the exit summary. */
+enum { ST_REG_DEVICES = 64 };
+typedef struct st_reg_waits_s {
+    uint64_t asks;     /* failed allocations that asked and waited */
+    uint64_t total_ns; /* time they waited in all */
+    uint64_t max_ns;   /* the longest wait */
+} st_reg_waits_t;
+void st_reg_note_wait(int device, uint64_t ns);
+st_reg_waits_t st_reg_waits(int device);
 /* How old the figures are (their updated_ns against CLOCK_REALTIME). */
 uint64_t st_reg_age_ms(const st_reg_figs_t *figs);
 

@@ -198,6 +198,15 @@ static int proc_cmp(const void *a, const void *b)
     return x->pid < y->pid ? -1 : x->pid > y->pid;
 }
 
+/* ", as it published N ms ago" (N.N s from REP_STALE_MS on). */
+static void rep_age(char *buf, size_t len, uint64_t age_ms)
+{
+    if (age_ms >= REP_STALE_MS)
+        snprintf(buf, len, ", as it published %.1f s ago", (double)age_ms / 1000.0);
+    else
+        snprintf(buf, len, ", as it published %llu ms ago", (unsigned long long)age_ms);
+}
+
 /* One line per process as PyTorch prints them ("Process 1234 has 10.00 GiB
  * memory in use"), with the command; the largest REP_PROC_ROWS. */
 static void rep_procs(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, void *ctx)
@@ -221,19 +230,21 @@ static void rep_procs(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, 
             continue;
         }
         const st_gpu_proc_t *q = &list[i];
-        char mine[160] = "", asked[96] = "";
+        char mine[160] = "", asked[160] = "", age[48] = "";
+        if (q->pid != g->self_pid) /* a neighbour's figures are as it last published them */
+            rep_age(age, sizeof age, q->age_ms);
         if (q->cucache && q->torn)
             snprintf(mine, sizeof mine, "; cucache, its figures unreadable (it stopped while publishing them)");
-        else if (q->cucache && q->age_ms >= REP_STALE_MS)
-            snprintf(mine, sizeof mine, "; cucache: %s allocated, %s cached, as it published %.1f s ago",
-                     sz(q->allocated).s, sz(sub0(q->reserved, q->allocated)).s, (double)q->age_ms / 1000.0);
         else if (q->cucache)
-            snprintf(mine, sizeof mine, "; cucache: %s allocated, %s cached", sz(q->allocated).s,
-                     sz(sub0(q->reserved, q->allocated)).s);
-        if (q->asked && !q->answered)
+            snprintf(mine, sizeof mine, "; cucache: %s allocated, %s cached%s", sz(q->allocated).s,
+                     sz(sub0(q->reserved, q->allocated)).s, age);
+        if (q->asked && q->still_giving)
+            snprintf(asked, sizeof asked, "; asked for idle cache, still giving it back when the wait ended");
+        else if (q->asked && !q->answered)
             snprintf(asked, sizeof asked, "; asked for idle cache, no answer in time");
         else if (q->asked)
-            snprintf(asked, sizeof asked, "; gave back %s for this request", sz(q->given).s);
+            snprintf(asked, sizeof asked, "; gave back %s for this request, %llu ms after the ask", sz(q->given).s,
+                     (unsigned long long)q->answer_ms);
         st_linef(sink, ctx, "  Process %u has %s memory in use (%s%s%s%s)", q->pid, sz(q->bytes).s,
                  q->comm[0] ? q->comm : "?", q->pid == g->self_pid ? ", this process" : "", mine, asked);
     }
@@ -263,12 +274,17 @@ static void rep_yield(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, 
         st_linef(sink, ctx, "other cucache processes: none on GPU %d held cache to give back", r->in->device);
         return;
     }
-    char waited[32];
+    char waited[32], gone[128] = "", more[32] = "";
     snprintf(waited, sizeof waited, "%.1f ms", (double)g->waited_ns / 1e6);
+    if (g->gone > 1)
+        snprintf(more, sizeof more, " (and %u more)", g->gone - 1);
+    if (g->gone)
+        snprintf(gone, sizeof gone, "; process %u%s died %s", g->gone_pid, more,
+                 g->gone_giving ? "while giving back, before it answered" : "or left before it answered");
     st_linef(sink, ctx,
-             "other cucache processes: %u asked for idle cache gave back %s in all (waited %s); the allocation was "
-             "tried again and still failed",
-             g->asked, sz(g->given).s, waited);
+             "other cucache processes: %u asked for idle cache gave back %s in all (waited %s)%s; the allocation "
+             "was tried again and still failed",
+             g->asked, sz(g->given).s, waited, gone);
 }
 
 /* NVML answered but listed no process on the device: the figure stays

@@ -79,6 +79,9 @@ typedef struct st_gpu_proc_s {
     uint64_t allocated, reserved; /* its cache: live and held bytes */
     uint64_t given;               /* bytes it gave back for this request */
     uint64_t age_ms;              /* how old its figures are (published by it; 0 for this process) */
+    /* the ask's end, beyond answered (interpose/yield.c) */
+    bool still_giving;  /* no answer: it was still giving back when the wait's bound passed */
+    uint64_t answer_ms; /* answered: this many ms after the ask */
 } st_gpu_proc_t;
 
 /* The processes on the failing device (the interposer asks NVML at the
@@ -93,6 +96,9 @@ typedef struct st_gpu_procs_s {
     unsigned asked;     /* cucache processes asked */
     uint64_t given;     /* bytes they gave back in all */
     uint64_t waited_ns; /* how long the allocation waited for them */
+    unsigned gone;      /* asked ones that died or left before answering */
+    unsigned gone_pid;  /* ... the first of them */
+    bool gone_giving;   /* ... which died while giving back */
 } st_gpu_procs_t;
 
 typedef struct st_oom_input_s {
@@ -124,7 +130,8 @@ void st_report_oom_repeat(const st_oom_input_t *in, unsigned long count, st_sink
 /* The table of torch.cuda.memory_summary() (75 columns, every metric with
  * current/peak/total allocated/total freed and its large/small pool rows)
  * titled for cucache, then cucache's own lines: cache hit rate, device
- * allocations avoided, time spent waiting on fences, and the verdict
+ * allocations avoided, time spent waiting on fences and on the neighbours'
+ * answers (registry.h: st_reg_waits), and the verdict
  * ("everything freed" or "N bytes in M allocations still live"). */
 void st_summary(int device, const core_stats_t *s, st_sink_fn sink, void *ctx);
 

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "hostalloc.h"
+#include "registry.h"
 #include "st.h"
 
 #define SUM_WIDTH 75 /* characters between the bars */
@@ -188,7 +189,8 @@ static const char *plural(uint64_t n, const char *one, const char *many)
     return n == 1 ? one : many;
 }
 
-static void sum_cucache(const core_stats_t *s, st_sink_fn sink, void *ctx)
+/* w: this process's waits for its neighbours on the device (registry.h). */
+static void sum_cucache(const core_stats_t *s, const st_reg_waits_t *w, st_sink_fn sink, void *ctx)
 {
     char p[24], t[32];
     uint64_t allocs = s->allocation[CORE_POOL_ALL].allocated;
@@ -218,6 +220,15 @@ static void sum_cucache(const core_stats_t *s, st_sink_fn sink, void *ctx)
                  given, (unsigned long long)s->num_yields_given, plural(s->num_yields_given, "ask", "asks"), got,
                  (unsigned long long)s->num_yields_received,
                  plural(s->num_yields_received, "allocation", "allocations"));
+    }
+    if (w->asks) {
+        char total[32], longest[32];
+        fmt_ns(total, sizeof total, w->total_ns);
+        fmt_ns(longest, sizeof longest, w->max_ns);
+        st_linef(sink, ctx,
+                 "yield waits: %s waiting for other processes on this GPU to give idle cache back, in %llu %s (the "
+                 "longest %s; CUCACHE_YIELD_MS)",
+                 total, (unsigned long long)w->asks, plural(w->asks, "ask", "asks"), longest);
     }
     fmt_ns(t, sizeof t, s->fence_wait_ns);
     st_linef(sink, ctx, "fences: %llu recorded, %llu handed out before they completed (the device ordered after them), "
@@ -250,7 +261,8 @@ static void sum_cucache(const core_stats_t *s, st_sink_fn sink, void *ctx)
 void st_summary(int device, const core_stats_t *s, st_sink_fn sink, void *ctx)
 {
     sum_table(device, s, sink, ctx);
-    sum_cucache(s, sink, ctx);
+    st_reg_waits_t w = st_reg_waits(device);
+    sum_cucache(s, &w, sink, ctx);
 }
 
 /* ------------------------------------------------------------------------

@@ -31,9 +31,22 @@
  * neighbour's live block keeps its bytes (it gave back only what was
  * idle).  cudaMemGetInfo does not count a neighbour's idle cache as free,
  * and the free memory it reports can be allocated.
+ *
+ * A give that outlasts the wait: a neighbour whose cuMemFree takes 300 ms
+ * (CUCACHE_SIM_FREE_US) against the asker's CUCACHE_YIELD_MS=100 is waited
+ * for while it is giving (its registry slot says so) and the asker is
+ * served; its exit summary gives the wait.  Seen to fail: with the wait
+ * ending at CUCACHE_YIELD_MS (HOOK_YIELD_BOUND 1), the child fails (exit 3).
+ * A neighbour killed while giving (its free takes 5 s) ends the wait
+ * within the bound (5 x CUCACHE_YIELD_MS), and the report names it as died
+ * while giving back.  Seen to fail: with st_reg_wait_answer not checking
+ * that the owner runs, the report says nothing of its death (the wait runs
+ * to the bound, "still giving"); without the bound, the child hangs and is
+ * killed at the test's 30 s.
  */
 #include "itest.h"
 #include "peer.h"
+#include "registry.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -113,10 +126,11 @@ static void test_report_names_the_processes(void **state)
     /* the peer: its pid, bytes and command, as PyTorch's line begins; it
      * runs cucache, holds no idle cache, and was asked all the same */
     snprintf(want, sizeof want,
-             "Process %d has 768.00 MiB memory in use (ipc_peer; cucache: 768.00 MiB allocated, 0 bytes cached; "
-             "gave back 0 bytes for this request)",
+             "Process %d has 768.00 MiB memory in use (ipc_peer; cucache: 768.00 MiB allocated, 0 bytes cached, as it "
+             "published ",
              (int)peer.pid);
     line_with(r.err, want, line, sizeof line);
+    assert_non_null(strstr(line, " ago; gave back 0 bytes for this request, "));
     line_with(r.err, "other cucache processes: ", line, sizeof line);
     assert_non_null(strstr(line, "other cucache processes: 1 asked for idle cache gave back 0 bytes in all (waited "));
 
@@ -239,10 +253,11 @@ static void test_neighbour_with_yield_off(void **state)
     run_oom_child(&r);
     char line[512], want[256];
     snprintf(want, sizeof want,
-             "Process %d has 768.00 MiB memory in use (ipc_peer; cucache: 0 bytes allocated, 768.00 MiB cached; "
-             "gave back 0 bytes for this request)",
+             "Process %d has 768.00 MiB memory in use (ipc_peer; cucache: 0 bytes allocated, 768.00 MiB cached, as "
+             "it published ",
              (int)keeper.pid);
     line_with(r.err, want, line, sizeof line);
+    assert_non_null(strstr(line, " ago; gave back 0 bytes for this request, "));
     assert_int_equal(peer_stop(&keeper), 0);
 }
 
@@ -379,6 +394,131 @@ static void test_registry_refused(void **state)
     line_with(r.err, want, got, sizeof got);
 }
 
+/* A neighbour whose cuMemFree takes `free_us`, holding `mib` of idle cache. */
+static void start_slow_holder(peer_t *p, size_t mib, const char *free_us)
+{
+    setenv("CUCACHE_SIM_FREE_US", free_us, 1);
+    start_holder(p, mib, 0, NULL);
+    unsetenv("CUCACHE_SIM_FREE_US");
+}
+
+/* Its give (one 768 MiB free of 300 ms) outlasts the asker's
+ * CUCACHE_YIELD_MS=100: the asker waits while it gives and is served. */
+static void test_give_outlasts_wait(void **state)
+{
+    (void)state;
+    if (itest_expandable()) { /* its pages go back unmapped: no cuMemFree, which CUCACHE_SIM_FREE_US slows */
+        fprintf(stderr, "test_give_outlasts_wait: plain segments only, skipped\n");
+        return;
+    }
+    static peer_t slow;
+    start_slow_holder(&slow, 768, "300000");
+    static itest_run_t r;
+    const char *child = itest_helper("ITEST_CHILD");
+    const char *argv[] = {child, "leak", "4", "512", NULL};
+    const char *set[] = {"CUCACHE_YIELD_MS=100", "CUCACHE_REPORT=exit", NULL};
+    itest_spawn(child, argv, set, NULL, 30000, &r);
+    itest_expect_exit(&r, 0);
+    assert_non_null(strstr(r.out, "cudaMalloc(512 MiB) after 4 steps: served"));
+    char line[512];
+    line_with(r.err, "yields: ", line, sizeof line);
+    assert_non_null(strstr(line, "received 768.00 MiB for 1 failed allocation"));
+    line_with(r.err, "yield waits: ", line, sizeof line);
+    const char *longest = strstr(line, "(the longest ");
+    double ms = 0;
+    assert_non_null(longest);
+    assert_int_equal(sscanf(longest, "(the longest %lf ms", &ms), 1);
+    if (ms < 300 || ms > 500 + 2000)
+        fail_msg("waited %.1f ms for a 300 ms give (bound 500 ms): %s", ms, line);
+    assert_non_null(strstr(line, " in 1 ask "));
+    assert_int_equal(peer_stop(&slow), 0);
+}
+
+/* The registry of the shared device, opened by this process. */
+static void open_registry(st_reg_t *reg)
+{
+    CUdevice dev;
+    CUuuid u;
+    assert_int_equal(cuInit(0), CUDA_SUCCESS);
+    assert_int_equal(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    assert_int_equal(cuDeviceGetUuid_v2(&u, dev), CUDA_SUCCESS);
+    char uuid[48], at[160], why[320];
+    st_reg_uuid_string((const uint8_t *)u.bytes, uuid);
+    st_reg_path(uuid, at, sizeof at);
+    if (st_reg_open(at, uuid, 0, false, reg, why, sizeof why) != 0)
+        fail_msg("the registry %s: %s", at, why);
+}
+
+/* Kills pid once its registry slot says it is giving back (a child of
+ * this process; it gives up after 10 s). */
+static pid_t kill_when_giving(st_reg_t *reg, pid_t pid)
+{
+    pid_t k = fork();
+    if (k != 0)
+        return k;
+    static st_reg_view_t v[ST_REG_SLOTS];
+    for (int tries = 0; tries < 10000; tries++) {
+        size_t n = st_reg_list(reg, v, ST_REG_SLOTS);
+        for (size_t i = 0; i < n && i < ST_REG_SLOTS; i++)
+            if (v[i].pid == pid && v[i].giving) {
+                usleep(50000);
+                kill(pid, SIGKILL);
+                _exit(0);
+            }
+        usleep(1000);
+    }
+    _exit(1);
+}
+
+/* A neighbour killed while giving (a free of 5 s) ends the asker's wait
+ * within its bound; the report names it.  A neighbour that does not yield
+ * holds 256 MiB live, so that the 800 MiB fail even with the dead one's
+ * memory back. */
+static void test_neighbour_dies_giving(void **state)
+{
+    (void)state;
+    if (itest_expandable()) { /* its pages go back unmapped: no cuMemFree, which CUCACHE_SIM_FREE_US slows */
+        fprintf(stderr, "test_neighbour_dies_giving: plain segments only, skipped\n");
+        return;
+    }
+    static peer_t wall, dying;
+    setenv("CUCACHE_YIELD", "off", 1);
+    peer_start(&wall);
+    unsetenv("CUCACHE_YIELD");
+    unsigned long long live = 0;
+    const char *got = peer_cmd(&wall, "alloc %zx", 256 * MIB);
+    assert_int_equal(sscanf(got, "ok %llx", &live), 1);
+    start_slow_holder(&dying, 512, "5000000");
+    st_reg_t reg;
+    open_registry(&reg);
+    pid_t killer = kill_when_giving(&reg, dying.pid);
+    static itest_run_t r;
+    const char *child = itest_helper("ITEST_CHILD");
+    const char *argv[] = {child, "leak", "0", "800", NULL};
+    const char *set[] = {"CUCACHE_YIELD_MS=200", NULL};
+    itest_spawn(child, argv, set, NULL, 30000, &r);
+    int status;
+    assert_int_equal(waitpid(killer, &status, 0), killer);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* it was seen giving, and killed */
+    itest_expect_exit(&r, 3);
+    char line[512], want[160];
+    line_with(r.err, "other cucache processes: ", line, sizeof line);
+    snprintf(want, sizeof want, "; process %d died while giving back, before it answered; ", (int)dying.pid);
+    assert_non_null(strstr(line, want));
+    double waited = 0;
+    const char *w = strstr(line, "(waited ");
+    assert_non_null(w);
+    assert_int_equal(sscanf(w, "(waited %lf ms)", &waited), 1);
+    if (waited > 1000 + 1000)
+        fail_msg("waited %.1f ms for a neighbour killed while giving, bound 1000 ms: %s", waited, line);
+    signal(SIGPIPE, SIG_IGN); /* its pipe has no reader */
+    assert_int_equal(peer_stop(&dying), -1); /* killed */
+    signal(SIGPIPE, SIG_DFL);
+    st_reg_close(&reg);
+    assert_string_equal(peer_cmd(&wall, "free %llx", live), "ok");
+    assert_int_equal(peer_stop(&wall), 0);
+}
+
 int main(void)
 {
     /* one key per run: the peer and the children inherit it */
@@ -391,6 +531,8 @@ int main(void)
         cmocka_unit_test(test_neighbour_with_yield_off),
         cmocka_unit_test(test_neighbour_stopped),
         cmocka_unit_test(test_many_ask_at_once),
+        cmocka_unit_test(test_give_outlasts_wait),
+        cmocka_unit_test(test_neighbour_dies_giving),
         cmocka_unit_test(test_meminfo_leaves_neighbour_cache_out),
         cmocka_unit_test(test_registry_refused),
     };

@@ -152,8 +152,8 @@ static void spoil_owner(void)
 
 static const refusal_t refusals[] = {
     {"bad magic", spoil_magic, "not a cucache GPU registry (bad magic)"},
-    {"a newer version", spoil_newer, "written by a newer cucache (registry version 2; this one reads version 1)"},
-    {"an older version", spoil_older, "written by an older cucache (registry version 0; this one reads version 1)"},
+    {"a newer version", spoil_newer, "written by a newer cucache (registry version 3; this one reads version 2)"},
+    {"an older version", spoil_older, "written by an older cucache (registry version 1; this one reads version 2)"},
     {"truncated", spoil_truncated, "truncated ("},
     {"header cut", spoil_header_only, "truncated: shorter than a registry's header"},
     {"mode 0644", spoil_mode, "mode 644, not 0600: others could read or write it, refused"},
@@ -396,10 +396,14 @@ static void test_ask_answered(void **state)
     assert_true(o.slot >= 0);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, owner_main, &o), 0);
-    uint64_t given = 0;
+    int32_t me = (int32_t)getpid();
+    uint64_t t0 = st_reg_now_ns();
     uint32_t ticket = st_reg_ask(&r, o.slot, 64u << 20);
-    assert_true(st_reg_wait_answer(&r, o.slot, ticket, st_reg_now_ns() + 10000000000ull, &given));
-    assert_int_equal(given, 1u << 20);
+    st_reg_answer_t ans = st_reg_wait_answer(&r, o.slot, me, ticket, t0 + 10000000000ull, t0 + 10000000000ull);
+    assert_int_equal(ans.end, ST_REG_ANSWERED);
+    assert_int_equal(ans.given, 1u << 20);
+    assert_true(ans.at_ns >= t0 && ans.at_ns <= st_reg_now_ns());
+    assert_int_equal(atomic_load(&r.f->slot[o.slot].giving), 0); /* cleared with the answer */
 
     /* many processes asking at once: every ask answered, none lost */
     enum { ASKERS = 8, ASKS = 40 };
@@ -412,9 +416,9 @@ static void test_ask_answered(void **state)
             if (st_reg_open(path, UUID, TOTAL, false, &c, why, sizeof why) != 0)
                 _exit(2);
             for (int i = 0; i < ASKS; i++) {
-                uint64_t g;
                 uint32_t tk = st_reg_ask(&c, o.slot, 1);
-                if (!st_reg_wait_answer(&c, o.slot, tk, st_reg_now_ns() + 10000000000ull, &g))
+                uint64_t until = st_reg_now_ns() + 10000000000ull;
+                if (st_reg_wait_answer(&c, o.slot, me, tk, until, until).end != ST_REG_ANSWERED)
                     _exit(3);
             }
             _exit(0);
@@ -444,10 +448,14 @@ static void test_ask_unanswered(void **state)
     int keep = st_reg_claim(&r); /* keeps the file while the others leave */
     int slot = st_reg_claim(&r); /* ours, and no thread answers */
     assert_true(keep >= 0 && slot >= 0);
-    uint64_t given = 7, t0 = st_reg_now_ns();
+    int32_t me = (int32_t)getpid();
+    uint64_t t0 = st_reg_now_ns();
     uint32_t ticket = st_reg_ask(&r, slot, 1);
-    assert_false(st_reg_wait_answer(&r, slot, ticket, t0 + 50000000ull, &given));
+    /* not giving: the bound does not stretch the wait */
+    assert_int_equal(st_reg_wait_answer(&r, slot, me, ticket, t0 + 50000000ull, t0 + 5000000000ull).end,
+                     ST_REG_NO_ANSWER);
     assert_true(st_reg_now_ns() - t0 >= 50000000ull);
+    assert_true(st_reg_now_ns() - t0 < 2000000000ull);
     st_reg_leave(&r, slot);
 
     int pipefd[2];
@@ -471,8 +479,128 @@ static void test_ask_unanswered(void **state)
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
     t0 = st_reg_now_ns();
-    assert_false(st_reg_wait_answer(&r, s, ticket, t0 + 60000000000ull, &given));
+    assert_int_equal(st_reg_wait_answer(&r, s, child, ticket, t0 + 60000000000ull, t0 + 60000000000ull).end,
+                     ST_REG_GONE);
     assert_true(st_reg_now_ns() - t0 < 30000000000ull); /* well before the deadline */
+    close(pipefd[0]);
+    close(pipefd[1]);
+    st_reg_leave(&r, keep);
+    st_reg_close(&r);
+}
+
+/* An owner whose give takes `give_ms`: it takes the ask (giving), sleeps,
+ * answers 2 MiB once. */
+typedef struct slow_owner_s {
+    st_reg_t *r;
+    int slot;
+    unsigned give_ms;
+} slow_owner_t;
+
+static void *slow_owner_main(void *arg)
+{
+    slow_owner_t *o = arg;
+    uint32_t served = atomic_load(&o->r->f->slot[o->slot].answered), a = served;
+    while (a == served)
+        a = st_reg_wait_ask(o->r, o->slot, served, 1000000000ull);
+    st_reg_take_want(o->r, o->slot);
+    usleep(o->give_ms * 1000u);
+    st_reg_answer(o->r, o->slot, a, 2u << 20);
+    return NULL;
+}
+
+/* A give that takes longer than the deadline: the asker waits on while the
+ * owner is giving (st_reg_list shows it), and takes the answer; one that
+ * takes longer than the bound ends the wait at the bound, still giving. */
+static void test_ask_giving(void **state)
+{
+    (void)state;
+    st_reg_t r;
+    open_ok(&r, true);
+    int32_t me = (int32_t)getpid();
+    slow_owner_t o = {.r = &r, .slot = st_reg_claim(&r), .give_ms = 300};
+    assert_true(o.slot >= 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, slow_owner_main, &o), 0);
+    uint64_t t0 = st_reg_now_ns();
+    uint32_t ticket = st_reg_ask(&r, o.slot, 1);
+    /* seen giving by a reader */
+    static st_reg_view_t v[ST_REG_SLOTS];
+    bool seen = false;
+    while (!seen && st_reg_now_ns() - t0 < 200000000ull) {
+        assert_int_equal(list(&r, v), 1);
+        seen = v[0].giving;
+    }
+    assert_true(seen);
+    /* deadline 50 ms, bound 5 s: answered at about 300 ms */
+    st_reg_answer_t ans = st_reg_wait_answer(&r, o.slot, me, ticket, t0 + 50000000ull, t0 + 5000000000ull);
+    assert_int_equal(ans.end, ST_REG_ANSWERED);
+    assert_int_equal(ans.given, 2u << 20);
+    assert_true(ans.at_ns - t0 >= 300000000ull);
+    pthread_join(t, NULL);
+
+    /* deadline 50 ms, bound 150 ms, a give of 600 ms: cut at the bound */
+    o.give_ms = 600;
+    assert_int_equal(pthread_create(&t, NULL, slow_owner_main, &o), 0);
+    t0 = st_reg_now_ns();
+    ticket = st_reg_ask(&r, o.slot, 1);
+    ans = st_reg_wait_answer(&r, o.slot, me, ticket, t0 + 50000000ull, t0 + 150000000ull);
+    uint64_t waited = st_reg_now_ns() - t0;
+    assert_int_equal(ans.end, ST_REG_STILL_GIVING);
+    if (waited < 150000000ull || waited > 550000000ull)
+        fail_msg("waited %.1f ms for an owner still giving, bound 150 ms", (double)waited / 1e6);
+    pthread_join(t, NULL);
+    st_reg_leave(&r, o.slot);
+    st_reg_close(&r);
+}
+
+/* An owner that dies while giving ends the wait at once, past the deadline
+ * too, and the asker is told it died while giving. */
+static void test_ask_died_giving(void **state)
+{
+    (void)state;
+    st_reg_t r;
+    open_ok(&r, true);
+    int keep = st_reg_claim(&r); /* keeps the file */
+    assert_true(keep >= 0);
+    int pipefd[2];
+    assert_int_equal(pipe(pipefd), 0);
+    pid_t child = fork();
+    if (child == 0) {
+        st_reg_t c;
+        char why[320];
+        int s = -1;
+        if (st_reg_open(path, UUID, TOTAL, false, &c, why, sizeof why) == 0)
+            s = st_reg_claim(&c);
+        if (write(pipefd[1], &s, sizeof s) != sizeof s || s < 0)
+            _exit(1);
+        uint32_t served = atomic_load(&c.f->slot[s].answered);
+        while (st_reg_wait_ask(&c, s, served, 1000000000ull) == served)
+            ;
+        st_reg_take_want(&c, s); /* giving, and never answers */
+        pause();
+        _exit(0);
+    }
+    int s = -1;
+    assert_int_equal(read(pipefd[0], &s, sizeof s), sizeof s);
+    assert_true(s >= 0);
+    uint64_t t0 = st_reg_now_ns();
+    uint32_t ticket = st_reg_ask(&r, s, 1);
+    while (!atomic_load(&r.f->slot[s].giving))
+        usleep(1000);
+    /* past the deadline (10 ms) it waits on for the giver, killed at 100 ms */
+    pid_t killer = fork();
+    if (killer == 0) {
+        usleep(100000);
+        kill(child, SIGKILL);
+        _exit(0);
+    }
+    st_reg_answer_t ans = st_reg_wait_answer(&r, s, child, ticket, t0 + 10000000ull, t0 + 60000000000ull);
+    uint64_t waited = st_reg_now_ns() - t0;
+    assert_int_equal(ans.end, ST_REG_DIED_GIVING);
+    if (waited < 90000000ull || waited > 5000000000ull)
+        fail_msg("waited %.1f ms for an owner killed while giving at 100 ms", (double)waited / 1e6);
+    waitpid(killer, NULL, 0);
+    waitpid(child, NULL, 0);
     close(pipefd[0]);
     close(pipefd[1]);
     st_reg_leave(&r, keep);
@@ -491,6 +619,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sweep, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_answered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ask_unanswered, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ask_giving, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ask_died_giving, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "coretest.h"
+#include "registry.h"
 #include "st.h"
 
 static const char *golden_dir = "golden";
@@ -875,7 +876,7 @@ static void test_outside_neighbours(void **state)
     st_gpu_proc_t procs[] = {
         {.pid = 100, .bytes = 20 * MiB, .comm = "train.py", .cucache = true, .allocated = 16 * MiB, .reserved = 16 * MiB},
         {.pid = 200, .bytes = 48 * MiB, .comm = "eval.py", .cucache = true, .asked = true, .answered = true,
-         .allocated = 8 * MiB, .reserved = 40 * MiB, .given = 8 * MiB},
+         .allocated = 8 * MiB, .reserved = 40 * MiB, .given = 8 * MiB, .age_ms = 120, .answer_ms = 177},
         {.pid = 300, .bytes = 32 * MiB, .comm = "server", .cucache = true, .asked = true, .answered = false,
          .allocated = 2 * MiB, .reserved = 32 * MiB, .age_ms = 4200},
     };
@@ -889,7 +890,8 @@ static void test_outside_neighbours(void **state)
                         "the allocation was tried again and still failed");
     assert_string_equal(text_line(&t, "  Process 200 "),
                         "  Process 200 has 48.00 MiB memory in use (eval.py; cucache: 8.00 MiB allocated, 32.00 MiB "
-                        "cached; gave back 8.00 MiB for this request)");
+                        "cached, as it published 120 ms ago; gave back 8.00 MiB for this request, 177 ms after the "
+                        "ask)");
     assert_string_equal(text_line(&t, "  Process 300 "),
                         "  Process 300 has 32.00 MiB memory in use (server; cucache: 2.00 MiB allocated, 30.00 MiB "
                         "cached, as it published 4.2 s ago; asked for idle cache, no answer in time)");
@@ -906,6 +908,29 @@ static void test_outside_neighbours(void **state)
                         "while publishing them); asked for idle cache, no answer in time)");
     text_free(&t);
     procs[2].torn = false;
+
+    /* one still giving when the wait's bound passed, one that died while giving */
+    procs[2].still_giving = true;
+    gpu.gone = 2;
+    gpu.gone_pid = 400;
+    gpu.gone_giving = true;
+    report_with_gpu(&c, &gpu, &t);
+    assert_string_equal(text_line(&t, "  Process 300 "),
+                        "  Process 300 has 32.00 MiB memory in use (server; cucache: 2.00 MiB allocated, 30.00 MiB "
+                        "cached, as it published 4.2 s ago; asked for idle cache, still giving it back when the wait "
+                        "ended)");
+    assert_string_equal(text_line(&t, "other cucache processes: "),
+                        "other cucache processes: 2 asked for idle cache gave back 8.00 MiB in all (waited 200.4 ms); "
+                        "process 400 (and 1 more) died while giving back, before it answered; the allocation was "
+                        "tried again and still failed");
+    text_free(&t);
+    gpu.gone = 1;
+    gpu.gone_giving = false;
+    report_with_gpu(&c, &gpu, &t);
+    assert_true(text_has(&t, "(waited 200.4 ms); process 400 died or left before it answered; the allocation"));
+    text_free(&t);
+    procs[2].still_giving = false;
+    gpu.gone = 0;
 
     /* nobody to ask */
     st_gpu_procs_t alone = {.self_pid = 100, .procs = procs, .n = 1, .yield_on = true};
@@ -1193,6 +1218,22 @@ static void test_summary_units(void **state)
                                                   "device ordered after them), 0 waits for a fence or event, 0.000 ms "
                                                   "waiting");
     assert_true(text_has(&t, "hand-outs stopped: a second CUDA context appeared in the process"));
+    text_free(&t);
+
+    /* waits for the neighbours: none, then two on device 5 (not device 0's) */
+    memset(&s, 0, sizeof s);
+    st_summary(5, &s, text_sink, &t);
+    assert_false(text_has(&t, "yield waits:"));
+    text_free(&t);
+    st_reg_note_wait(5, 312400000);
+    st_reg_note_wait(5, 1200000);
+    st_summary(5, &s, text_sink, &t);
+    assert_string_equal(text_line(&t, "yield waits:"),
+                        "yield waits: 313.600 ms waiting for other processes on this GPU to give idle cache back, in "
+                        "2 asks (the longest 312.400 ms; CUCACHE_YIELD_MS)");
+    text_free(&t);
+    st_summary(0, &s, text_sink, &t);
+    assert_false(text_has(&t, "yield waits:"));
     text_free(&t);
 }
 
