@@ -19,7 +19,7 @@ enum {
     REP_BAR = 32,          /* characters in a segment's bar */
     REP_PRIVATE_POOLS = 8, /* private pools listed before "N more private pools" */
     REP_PROC_ROWS = 16,    /* processes on the device listed before "N more processes" */
-    REP_STALE_MS = 1000,   /* a neighbour's figures' age in seconds from this on, in ms below (it publishes 4 times a second) */
+    REP_STALE_MS = 1000,   /* a neighbour's figures' age is given in s from this on, in ms below */
     REP_LINE = 2304,       /* one line: a hint quotes CUCACHE_CONF (up to about 1 KiB) */
     REP_OUTSIDE_SHARE = 10 /* memory outside cucache is the cause only above 1/10 of the device */
 };

@@ -511,7 +511,7 @@ static void test_neighbour_dies_giving(void **state)
     assert_int_equal(sscanf(w, "(waited %lf ms)", &waited), 1);
     if (waited > 1000 + 1000)
         fail_msg("waited %.1f ms for a neighbour killed while giving, bound 1000 ms: %s", waited, line);
-    signal(SIGPIPE, SIG_IGN); /* its pipe has no reader */
+    signal(SIGPIPE, SIG_IGN);                /* its pipe has no reader */
     assert_int_equal(peer_stop(&dying), -1); /* killed */
     signal(SIGPIPE, SIG_DFL);
     st_reg_close(&reg);
