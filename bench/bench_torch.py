@@ -158,6 +158,8 @@ def main():
     if "torch" not in arms:
         ap.error("the ratios are to PyTorch's default allocator: --arms must include 'torch'")
     bench = Bench(a.build, a.steps)
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
@@ -183,8 +185,6 @@ def main():
             figures[w][arm]["fit"] = job.result()
 
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime())
-    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"{stamp}, cucache {commit}, {cpu}, {os.cpu_count()} CPUs; {a.steps} steps a run, "
           f"{a.rounds} rounds, fit to {a.precision:.0%}\n")
