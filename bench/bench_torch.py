@@ -146,6 +146,7 @@ def main():
     ap.add_argument("--precision", type=float, default=0.01, help="the bisection's relative precision")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="bisections run at once")
     ap.add_argument("--json", help="write every figure to this file too")
+    ap.add_argument("--no-fit", action="store_true", help="step times, peaks and allocations only: no bisection")
     a = ap.parse_args()
     workloads = a.workloads.split(",")
     arms = a.arms.split(",")
@@ -180,9 +181,10 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
         jobs = {(w, arm): pool.submit(fit, bench, w, arm, figures[w][arm]["peak"], figures[w][arm]["live"],
                                       a.precision, log)
-                for w in workloads for arm in arms}
-        for (w, arm), job in jobs.items():
-            figures[w][arm]["fit"] = job.result()
+                for w in workloads for arm in arms if not a.no_fit}
+        for w in workloads:
+            for arm in arms:
+                figures[w][arm]["fit"] = jobs[(w, arm)].result() if (w, arm) in jobs else None
 
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -200,13 +202,14 @@ def main():
         for arm in arms:
             f = figures[w][arm]
             f["step"] = statistics.median(f["steps_s"])
-            print(f"| {w} | {arm} | {f['fit'] / MiB:.0f} | {ratio(f['fit'], base['fit'])} "
+            fit_mib = f"{f['fit'] / MiB:.0f}" if f["fit"] else "-"
+            print(f"| {w} | {arm} | {fit_mib} | {ratio(f['fit'], base['fit'])} "
                   f"| {f['peak'] / MiB if f['peak'] else float('nan'):.0f} | {ratio(f['peak'], base['peak'])} "
                   f"| {f['allocs'] if f['allocs'] is not None else '-'} | {f['step'] * 1e3:.2f} "
                   f"| {ratio(f['step'], statistics.median(base['steps_s']))} |")
     # 3. the targets, as the figures say
     print()
-    for w in workloads:
+    for w in workloads if not a.no_fit else ():
         fw = figures[w]
         lines = []
         if "cucache" in fw:
