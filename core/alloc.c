@@ -37,10 +37,8 @@ bool seg_is_free(const seg_t *s)
 static void seg_stats(core_dev_t *d, const seg_t *s, int sign)
 {
     int cls = pool_class(s->pool);
-    stat_add(&d->stats.segment[CORE_POOL_ALL], sign);
-    stat_add(&d->stats.segment[cls], sign);
-    stat_add(&d->stats.reserved_bytes[CORE_POOL_ALL], sign * (int64_t)s->size);
-    stat_add(&d->stats.reserved_bytes[cls], sign * (int64_t)s->size);
+    stat_add2(d->stats.segment, cls, sign);
+    stat_add2(d->stats.reserved_bytes, cls, sign * (int64_t)s->size);
     if (s->oversize)
         stat_add(&d->stats.oversize_segments, sign);
 }
@@ -49,7 +47,7 @@ static void seg_stats(core_dev_t *d, const seg_t *s, int sign)
  * pool's tree.  NULL when the limit or the device refuses. */
 static seg_t *seg_new(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t size, bool direct, seg_failure_t *why)
 {
-    if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + size > d->allowed || size > d->allowed) {
+    if ((size_t)stat_all_current(d->stats.reserved_bytes) + size > d->allowed || size > d->allowed) {
         why->limit_hit = true;
         return NULL;
     }
@@ -163,7 +161,7 @@ size_t seg_release_free(core_dev_t *d, ppool_t *only, bool oversize_only, size_t
  * first in spirit (PyTorch's rule), until usage is back at the threshold. */
 static void gc_collect(core_dev_t *d)
 {
-    size_t reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
+    size_t reserved = (size_t)stat_all_current(d->stats.reserved_bytes);
     size_t threshold = (size_t)(d->conf.gc_threshold * (double)d->allowed);
     if (reserved <= threshold)
         return;
@@ -250,8 +248,8 @@ static size_t fill_oom(core_dev_t *d, core_oom_t *oom, const seg_miss_t *m)
     oom->backend_error = m->why.backend_error ? m->why.backend_error : CORE_ENOMEM;
     oom->device_free = dev_free;
     oom->device_total = dev_total;
-    oom->allocated = (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current;
-    oom->reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
+    oom->allocated = (size_t)stat_all_current(d->stats.allocated_bytes);
+    oom->reserved = (size_t)stat_all_current(d->stats.reserved_bytes);
     oom->largest_free = seg_largest_free(d);
     oom->pending = d->pending_bytes;
     for (const seg_t *s = d->segs; s; s = s->next)
@@ -365,7 +363,7 @@ static block_t *ladder_run(core_dev_t *d, ladder_t *l)
      * max_pending_mb and beyond the live bytes, wait for the oldest fence
      * first, as cudaFree would have. */
     while (d->pending_bytes >= l->rounded && d->pending_bytes > d->conf.max_pending &&
-           d->pending_bytes > (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current && pend_wait_oldest(d))
+           d->pending_bytes > (size_t)stat_all_current(d->stats.allocated_bytes) && pend_wait_oldest(d))
         if ((b = ladder_find(d, l)))
             return b;
     if ((b = ladder_grow(d, l)) || l->why.backend_error == CORE_EFAIL)

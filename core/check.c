@@ -215,9 +215,11 @@ static int check_pool(const core_dev_t *d, const pool_t *p, size_t *nodes, char 
 static int check_stats(const core_dev_t *d, const tally_t *t, char *why, size_t len)
 {
     static const char *const cls_name[] = {"all", "small_pool", "large_pool"};
-    const core_stats_t *s = &d->stats;
+    core_stats_t sum = d->stats;
+    const core_stats_t *s = &sum;
+    stats_sum_all(&sum);
 #define CHECK_STAT(name)                                                                                               \
-    for (int c = 0; c < CORE_POOL_CLASSES; c++)                                                                        \
+    for (int c = CORE_POOL_CLASSES - 1; c >= 0; c--) /* the classes first: all is their sum */                        \
         if (s->name[c].current != t->name[c])                                                                          \
             return fail(why, len, "stat " #name ".%s.current is %lld, the blocks say %lld", cls_name[c],               \
                         (long long)s->name[c].current, (long long)t->name[c]);
@@ -231,6 +233,13 @@ static int check_stats(const core_dev_t *d, const tally_t *t, char *why, size_t 
     CHECK_STAT(inactive_split)
     CHECK_STAT(inactive_split_bytes)
 #undef CHECK_STAT
+    /* the all entries keep only their peak (stat_all_current) */
+#define CHECK_ALL(name)                                                                                                \
+    if (d->stats.name[CORE_POOL_ALL].current || d->stats.name[CORE_POOL_ALL].allocated ||                             \
+        d->stats.name[CORE_POOL_ALL].freed || s->name[CORE_POOL_ALL].peak < s->name[CORE_POOL_ALL].current)            \
+        return fail(why, len, "stat " #name ".all keeps more than its peak, or its peak is below the classes' sum");
+    CORE_STAT_ARRAYS(CHECK_ALL)
+#undef CHECK_ALL
     return 0;
 }
 

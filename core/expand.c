@@ -23,8 +23,7 @@ size_t exp_need(const core_dev_t *d, size_t rounded)
 void exp_mapped_stat(core_dev_t *d, seg_t *s, uintptr_t addr, size_t len, int sign)
 {
     int cls = pool_class(s->pool);
-    stat_add(&d->stats.reserved_bytes[CORE_POOL_ALL], sign * (int64_t)len);
-    stat_add(&d->stats.reserved_bytes[cls], sign * (int64_t)len);
+    stat_add2(d->stats.reserved_bytes, cls, sign * (int64_t)len);
     s->mapped = sign > 0 ? s->mapped + len : s->mapped - len;
     if (sign > 0)
         d->stats.num_device_alloc++;
@@ -164,7 +163,7 @@ static bool memory_tight(core_dev_t *d, size_t need)
     size_t free_bytes = 0, total = 0;
     if (d->be.mem_info(d->be.ctx, d->device, &free_bytes, &total) != CORE_OK)
         return true;
-    size_t margin = total / 8, reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
+    size_t margin = total / 8, reserved = (size_t)stat_all_current(d->stats.reserved_bytes);
     return free_bytes < need + margin || (d->allowed != SIZE_MAX && reserved + need + margin > d->allowed);
 }
 
@@ -200,7 +199,7 @@ block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t roun
     share_t sh;
     if (d->conf.share_pages && d->be.map_alias && best.need && memory_tight(d, best.need) &&
         share_pick(d, pool, stream, rounded, best.need, &sh)) {
-        if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + sh.fresh > d->allowed) {
+        if ((size_t)stat_all_current(d->stats.reserved_bytes) + sh.fresh > d->allowed) {
             why->limit_hit = true;
             return NULL;
         }
@@ -209,7 +208,7 @@ block_t *exp_grow(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t roun
             return b;
         *why = (seg_failure_t){false, 0}; /* refused: the plain way */
     }
-    if ((size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current + best.need > d->allowed) {
+    if ((size_t)stat_all_current(d->stats.reserved_bytes) + best.need > d->allowed) {
         why->limit_hit = true;
         return NULL;
     }

@@ -69,7 +69,7 @@ static inline bool hand_out_paced(const core_dev_t *d)
 /* The reserved bytes divided by n (the pacing's unit). */
 static inline size_t hand_out_part(const core_dev_t *d, unsigned n)
 {
-    return (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current / n;
+    return (size_t)stat_all_current(d->stats.reserved_bytes) / n;
 }
 
 /* Whether a hit that would split a block (or take one larger than asked

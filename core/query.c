@@ -116,10 +116,10 @@ bool core_owns(core_dev_t *d, uintptr_t addr)
 void core_usage(core_dev_t *d, core_usage_t *u)
 {
     dev_lock(d);
-    u->allocated = (size_t)d->stats.allocated_bytes[CORE_POOL_ALL].current;
-    u->reserved = (size_t)d->stats.reserved_bytes[CORE_POOL_ALL].current;
+    u->allocated = (size_t)stat_all_current(d->stats.allocated_bytes);
+    u->reserved = (size_t)stat_all_current(d->stats.reserved_bytes);
     u->pending = d->pending_bytes;
-    u->cached_free = u->reserved - (size_t)d->stats.active_bytes[CORE_POOL_ALL].current;
+    u->cached_free = u->reserved - (size_t)stat_all_current(d->stats.active_bytes);
     u->largest_free = seg_largest_free(d);
     u->allowed = d->allowed;
     u->releasable = u->reclaimable = 0;

@@ -34,17 +34,37 @@ void stats_block_free(core_dev_t *d, const block_t *b)
     core_emit(d, CORE_EV_FREE_REQUESTED, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
 }
 
+void stats_sum_all(core_stats_t *s)
+{
+#define SUM_ALL(name)                                                                                                  \
+    s->name[CORE_POOL_ALL].current = stat_all_current(s->name);                                                        \
+    s->name[CORE_POOL_ALL].allocated = s->name[CORE_POOL_SMALL].allocated + s->name[CORE_POOL_LARGE].allocated;        \
+    s->name[CORE_POOL_ALL].freed = s->name[CORE_POOL_SMALL].freed + s->name[CORE_POOL_LARGE].freed;
+    CORE_STAT_ARRAYS(SUM_ALL)
+#undef SUM_ALL
+}
+
 void core_stats_get(core_dev_t *d, core_stats_t *out)
 {
     dev_lock(d);
     *out = d->stats;
     out->max_split_size = d->conf.max_split_size;
     dev_unlock(d);
+    stats_sum_all(out);
 }
 
 static void reset_peak(core_stat_t *s)
 {
     s->peak = s->current;
+}
+
+/* The all entries' peaks, from the classes' currents (their own currents
+ * are not kept). */
+static void reset_all_peaks(core_stats_t *s)
+{
+#define RESET_ALL_PEAK(name) s->name[CORE_POOL_ALL].peak = stat_all_current(s->name);
+    CORE_STAT_ARRAYS(RESET_ALL_PEAK)
+#undef RESET_ALL_PEAK
 }
 
 static void reset_accumulated(core_stat_t *s)
@@ -69,6 +89,7 @@ void core_stats_reset_peaks(core_dev_t *d)
 {
     dev_lock(d);
     reset_gauges(&d->stats, reset_peak);
+    reset_all_peaks(&d->stats);
     dev_unlock(d);
 }
 

@@ -612,11 +612,28 @@ static inline void stat_move(core_stat_t *s, uint64_t down, uint64_t up)
         s->peak = s->current;
 }
 
-/* The same on a gauge's all and cls entries (cls: a pool class). */
+/* A gauge array's all entry (CORE_POOL_ALL) keeps only its peak: its
+ * current, allocated and freed are the sums of the two classes', added up
+ * when the stats are read (stats_sum_all), so each update writes one class
+ * and, when the sum may have passed it, the all peak. */
+static inline int64_t stat_all_current(const core_stat_t *arr)
+{
+    return arr[CORE_POOL_SMALL].current + arr[CORE_POOL_LARGE].current;
+}
+
+static inline void stat_all_peak(core_stat_t *arr)
+{
+    int64_t all = stat_all_current(arr);
+    if (all > arr[CORE_POOL_ALL].peak)
+        arr[CORE_POOL_ALL].peak = all;
+}
+
+/* stat_move on a gauge's cls entry (cls: a pool class), and the all peak. */
 static inline void stat_move2(core_stat_t *arr, int cls, uint64_t down, uint64_t up)
 {
-    stat_move(&arr[CORE_POOL_ALL], down, up);
     stat_move(&arr[cls], down, up);
+    if (up > down)
+        stat_all_peak(arr);
 }
 
 /* stat_add(+up) on one entry: no test of up (0 leaves current at most peak). */
@@ -628,19 +645,30 @@ static inline void stat_up(core_stat_t *s, uint64_t up)
         s->peak = s->current;
 }
 
-/* stat_add(+up) on a gauge's all and cls entries, no sign test. */
+/* stat_add(+up) on a gauge's cls entry, and the all peak; no sign test. */
 static inline void stat_up2(core_stat_t *arr, int cls, uint64_t up)
 {
-    stat_up(&arr[CORE_POOL_ALL], up);
     stat_up(&arr[cls], up);
+    stat_all_peak(arr);
 }
 
-/* stat_add(-down) on a gauge's all and cls entries. */
+/* stat_add(-down) on a gauge's cls entry (the all peak cannot move). */
 static inline void stat_down2(core_stat_t *arr, int cls, uint64_t down)
 {
-    stat_move2(arr, cls, down, 0);
+    stat_move(&arr[cls], down, 0);
 }
 
+/* stat_add(delta) on a gauge's cls entry, and the all peak. */
+static inline void stat_add2(core_stat_t *arr, int cls, int64_t delta)
+{
+    stat_add(&arr[cls], delta);
+    if (delta > 0)
+        stat_all_peak(arr);
+}
+
+/* Fills every gauge array's all current, allocated and freed from the
+ * classes' (a copy's, for whoever reads the stats). */
+void stats_sum_all(core_stats_t *s);
 void stats_block_alloc(core_dev_t *d, const block_t *b);
 void stats_block_free(core_dev_t *d, const block_t *b);
 static inline void core_emit(core_dev_t *d, core_event_kind_t kind, uintptr_t addr, size_t size, core_stream_t stream,
