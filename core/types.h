@@ -63,7 +63,9 @@
  *   - the address map's count is the ALLOCATED blocks';
  *   - the stats (PyTorch's gauges: allocation, segment, active,
  *     inactive_split and their bytes, per pool class) equal the sums
- *     recomputed from the blocks.
+ *     recomputed from the blocks; a gauge's all entry keeps only its
+ *     peak (at least the classes' summed current), the rest being the
+ *     classes' sums (stat_all_current, stats_sum_all).
  * Not re-derivable from the state alone: a block's idle flag (whether
  * queued work may still use its memory) depends on the device's history;
  * test_core_random's shadow model follows it instead.
@@ -352,7 +354,7 @@ struct core_dev_s {
      * agent the ordering does not reach may touch the device's memory */
     bool no_hand_out;
     /* statistics and observation */
-    core_stats_t stats;
+    core_stats_t stats; /* the gauges' all entries: peak only (stats_sum_all) */
     core_observer_fn observer;
     void *observer_ctx;
     journal_t jr; /* the history (journal.c) */
