@@ -57,7 +57,8 @@ for f in /usr/bin/cucache-run /usr/bin/cucache-replay "$lib/libcucache.so.0" "$l
     /usr/include/cucache/cucache.h "$lib/pkgconfig/cucache.pc" "$lib/cucache/sim/libcuda.so.1" \
     "$lib/cucache/sim/libcudart.so.12" "$lib/cucache/sim/libcudart.so.13" \
     /usr/share/man/man1/cucache-run.1.gz /usr/share/man/man1/cucache-replay.1.gz /usr/share/man/man7/cucache.7.gz \
-    /usr/lib/python3/dist-packages/cucache/__init__.py /usr/lib/python3/dist-packages/cucache/torch.py; do
+    /usr/lib/python3/dist-packages/cucache/__init__.py /usr/lib/python3/dist-packages/cucache/torch.py \
+    /usr/lib/python3/dist-packages/cucache/_torch_format.py; do
     [ -e "$f" ] || fail "not installed: $f"
     dpkg -S "$f" >/dev/null 2>&1 || fail "no package owns $f"
 done
