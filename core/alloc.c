@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "hand_out.h"
+#include "hit.h"
 #include "hostalloc.h"
 #include "types.h"
 
@@ -518,7 +519,7 @@ static core_free_t free_mode(core_dev_t *d, block_t *b, core_free_t how, core_st
 int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stream)
 {
     dev_lock(d);
-    block_t *b = map_remove(d, addr);
+    block_t *b = hit_map_remove(d, addr);
     if (!b) {
         dev_unlock(d);
         return CORE_NOT_MINE;

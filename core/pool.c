@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "hit.h"
 #include "hostalloc.h"
 #include "types.h"
 
@@ -192,17 +193,6 @@ block_t *pool_find_free(core_dev_t *d, pool_t *pool, core_stream_t stream, size_
  * Block structs
  * ---------------------------------------------------------------------- */
 
-/* A block struct with undefined contents (the caller fills every field). */
-static inline block_t *block_get(core_dev_t *d)
-{
-    block_t *b = d->spare;
-    if (__builtin_expect(b != NULL, 1)) {
-        d->spare = b->pend_next;
-        return b;
-    }
-    return hostalloc_malloc(sizeof *b);
-}
-
 block_t *block_new(core_dev_t *d)
 {
     block_t *b = block_get(d);
@@ -225,77 +215,14 @@ void block_delete(core_dev_t *d, block_t *b)
  * Split and merge
  * ---------------------------------------------------------------------- */
 
-/* Counted as inactive split: free, and not a whole segment (never in an
- * expandable segment, as in PyTorch). */
-static inline bool inactive_split(const block_t *b)
-{
-    return b->state == BLOCK_FREE && (b->prev || b->next) && !b->seg->expandable;
-}
-
-/* The inactive split gauges: `gone` blocks of `gone_bytes` stop counting,
- * then `came` blocks of `came_bytes` start (stat_move2's order). */
-static inline void inactive_move(core_dev_t *d, const pool_t *pool, uint64_t gone, uint64_t gone_bytes, uint64_t came,
-                                 uint64_t came_bytes)
-{
-    int cls = pool_class(pool);
-    stat_move2(d->stats.inactive_split, cls, gone, came);
-    stat_move2(d->stats.inactive_split_bytes, cls, gone_bytes, came_bytes);
-}
-
-static bool should_split(const core_dev_t *d, const block_t *b, size_t size)
-{
-    size_t remaining = b->size - size;
-    if (b->seg->direct)
-        return false; /* returned whole to the device on free */
-    if (b->seg->expandable)
-        return remaining >= d->conf.min_block_size; /* its free pages can go back to the device */
-    if (b->pool->small || (d->conf.strategy == CONF_STRATEGY_PREALLOCATE && b->pool->owner->id == 0))
-        return remaining >= d->conf.min_block_size;
-    return size < d->conf.max_split_size && remaining > d->conf.small_size;
-}
-
-/* ms since the device's state was made, + 1 (0 means "not stamped"):
- * the coarse clock, a few ns through the vDSO. */
-static uint32_t birth_now(const core_dev_t *d)
+/* 0 means "not stamped"; the coarse clock, a few ns through the vDSO. */
+uint32_t pool_birth_now(const core_dev_t *d)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
     uint64_t ns = (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
     uint64_t ms = ns > d->born_ns ? (ns - d->born_ns) / 1000000u : 0;
     return ms >= UINT32_MAX - 1 ? UINT32_MAX : (uint32_t)ms + 1;
-}
-
-/* Takes the free block b for a request: splits off the rest when the split
- * rules say so, and makes the (low-address) part allocated.  Returns the
- * allocated block, or NULL when a block struct cannot be had (b untouched). */
-block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
-{
-    bool was = inactive_split(b);
-    size_t size = b->size;
-    if (should_split(d, b, rounded)) {
-        block_t *rest = block_get(d); /* every field is set from b below */
-        if (!rest)
-            return NULL;
-        pool_tree_remove(b->pool, b);
-        block_split(b, b->addr + rounded, rest);
-        pool_tree_insert(rest->pool, rest);
-        if (!b->seg->expandable) /* rest, after b, is inactive split */
-            inactive_move(d, b->pool, was, was ? size : 0, 1, rest->size);
-    } else {
-        pool_tree_remove(b->pool, b);
-        if (was)
-            inactive_move(d, b->pool, 1, size, 0, 0);
-    }
-    b->state = BLOCK_ALLOCATED;
-    b->requested = requested;
-    b->id = CORE_ID_TAG | ++d->next_id << 6 | (uint64_t)(d->device & 63);
-    b->hold = 0;
-    b->site = d->site_now;
-    b->born = __builtin_expect(d->births, 0) ? birth_now(d) : 0;
-    b->epoch = d->be.work_epoch ? core_epoch_note(d->be.work_epoch) : CORE_EPOCH_UNSEEN;
-    map_insert(d, b);
-    stats_block_alloc(d, b);
-    return b;
 }
 
 bool block_new_n(core_dev_t *d, block_t **out, int n)
@@ -413,13 +340,6 @@ block_t *pool_insert_free(core_dev_t *d, block_t *b)
  * The address map of allocated blocks
  * ---------------------------------------------------------------------- */
 
-static inline size_t map_hash(uintptr_t addr, size_t mask)
-{
-    uint64_t k = (uint64_t)addr >> 9;
-    k *= 0x9e3779b97f4a7c15ull;
-    return (size_t)(k >> 32) & mask;
-}
-
 bool map_grow(core_dev_t *d)
 {
     size_t n = d->map.buckets ? (d->map.mask + 1) * 2 : 1024;
@@ -440,14 +360,9 @@ bool map_grow(core_dev_t *d)
     return true;
 }
 
-/* The map is grown before any insert that would overload it (see
- * core_malloc), so an insert never allocates. */
 void map_insert(core_dev_t *d, block_t *b)
 {
-    size_t h = map_hash(b->addr, d->map.mask);
-    b->map_next = d->map.buckets[h];
-    d->map.buckets[h] = b;
-    d->map.count++;
+    hit_map_insert(d, b);
 }
 
 block_t *map_find(const core_dev_t *d, uintptr_t addr)
@@ -462,16 +377,5 @@ block_t *map_find(const core_dev_t *d, uintptr_t addr)
 
 block_t *map_remove(core_dev_t *d, uintptr_t addr)
 {
-    if (!d->map.buckets)
-        return NULL;
-    for (block_t **p = &d->map.buckets[map_hash(addr, d->map.mask)]; *p; p = &(*p)->map_next) {
-        block_t *b = *p;
-        if (b->addr == addr) {
-            *p = b->map_next;
-            b->map_next = NULL;
-            d->map.count--;
-            return b;
-        }
-    }
-    return NULL;
+    return hit_map_remove(d, addr);
 }

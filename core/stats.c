@@ -7,33 +7,6 @@
 
 #include "types.h"
 
-void stats_block_alloc(core_dev_t *d, const block_t *b)
-{
-    int cls = pool_class(b->pool);
-    core_stats_t *s = &d->stats;
-    stat_up2(s->allocation, cls, 1);
-    stat_up2(s->allocated_bytes, cls, b->size);
-    stat_up2(s->requested_bytes, cls, b->requested);
-    stat_up2(s->active, cls, 1);
-    stat_up2(s->active_bytes, cls, b->size);
-    if (b->size >= d->conf.max_split_size)
-        stat_add(&s->oversize_allocations, 1);
-    core_emit(d, CORE_EV_ALLOC, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
-}
-
-/* The program freed b; it stays active until its last use is over. */
-void stats_block_free(core_dev_t *d, const block_t *b)
-{
-    int cls = pool_class(b->pool);
-    core_stats_t *s = &d->stats;
-    stat_down2(s->allocation, cls, 1);
-    stat_down2(s->allocated_bytes, cls, b->size);
-    stat_down2(s->requested_bytes, cls, b->requested);
-    if (b->size >= d->conf.max_split_size)
-        stat_add(&s->oversize_allocations, -1);
-    core_emit(d, CORE_EV_FREE_REQUESTED, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
-}
-
 void stats_sum_all(core_stats_t *s)
 {
 #define SUM_ALL(name)                                                                                                  \

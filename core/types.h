@@ -75,6 +75,9 @@
  *   pool.c      pool_ block_ map_  sizes and rounding, free bins, block
  *                                  split and merge, block structs, the
  *                                  address map
+ *   hit.h       pool_take hit_     the hit path's inner steps, inline in
+ *                                  alloc.c and pool.c: taking a free block,
+ *                                  the address map, the alloc/free counters
  *   alloc.c     seg_ (core_*)      segments, the hit path, the retry
  *                                  ladder, garbage collection, the free
  *                                  modes, threads' routes to private pools
@@ -409,7 +412,6 @@ static inline pool_t *pool_for(core_dev_t *d, ppool_t *pp, size_t rounded)
 }
 size_t pool_alloc_size(const conf_t *c, size_t rounded);
 block_t *pool_find_free(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded);
-block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested);
 void pool_release_block(core_dev_t *d, block_t *b, bool idle);
 void pool_tree_insert(pool_t *pool, block_t *b);
 void pool_tree_remove(pool_t *pool, block_t *b);
@@ -441,6 +443,7 @@ void block_absorb(core_dev_t *d, block_t *b, block_t *n);
 /* b (FREE, not in a tree) merged with its FREE neighbours and put in its
  * pool's tree; returns the merged block. */
 block_t *pool_insert_free(core_dev_t *d, block_t *b);
+/* pool_take, and the map's insert and remove inline: hit.h */
 void map_insert(core_dev_t *d, block_t *b);
 block_t *map_remove(core_dev_t *d, uintptr_t addr);
 block_t *map_find(const core_dev_t *d, uintptr_t addr);
@@ -671,8 +674,6 @@ static inline void stat_add2(core_stat_t *arr, int cls, int64_t delta)
 /* Fills every gauge array's all current, allocated and freed from the
  * classes' (a copy's, for whoever reads the stats). */
 void stats_sum_all(core_stats_t *s);
-void stats_block_alloc(core_dev_t *d, const block_t *b);
-void stats_block_free(core_dev_t *d, const block_t *b);
 static inline void core_emit(core_dev_t *d, core_event_kind_t kind, uintptr_t addr, size_t size, core_stream_t stream,
                              int pool_id, uint32_t site)
 {
