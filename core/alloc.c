@@ -539,7 +539,7 @@ int core_free(core_dev_t *d, uintptr_t addr, core_free_t how, core_stream_t stre
     }
     how = free_mode(d, b, how, stream);
     if (how == CORE_FREE_NOW)
-        pool_release_block(d, b, idle); /* else its own stream's queued work may still use it */
+        hit_release(d, b, idle); /* else its own stream's queued work may still use it */
     else if (how == CORE_FREE_FENCED) {
         pend_fenced(d, b);
         hand_out_slice(d);

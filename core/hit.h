@@ -154,7 +154,8 @@ static inline void hit_split_free(block_t *b, uintptr_t at, block_t *r)
 /* Takes the free block b for a request: splits off the rest when the split
  * rules say so, and makes the (low-address) part allocated.  Returns the
  * allocated block, or NULL when a block struct cannot be had (b untouched). */
-static inline block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size_t requested)
+static inline __attribute__((always_inline)) block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded,
+                                                                size_t requested)
 {
     bool was = inactive_split(b);
     size_t size = b->size;
@@ -182,6 +183,64 @@ static inline block_t *pool_take(core_dev_t *d, block_t *b, size_t rounded, size
     hit_map_insert(d, b);
     stats_block_alloc(d, b);
     return b;
+}
+
+/* ------------------------------------------------------------------------
+ * A block becoming free
+ * ---------------------------------------------------------------------- */
+
+/* Merges free neighbour n into b (n is absorbed and deleted); counts it
+ * in *gone when it was inactive split. */
+static inline void merge_into(core_dev_t *d, block_t *b, block_t *n, uint64_t gone[2])
+{
+    if (inactive_split(n))
+        gone[0]++, gone[1] += n->size;
+    pool_tree_remove(n->pool, n);
+    b->idle = b->idle && n->idle;
+    block_absorb(d, b, n);
+}
+
+/* b becomes FREE: merged with its free neighbours (b absorbs them) and put
+ * in its pool's tree. */
+static inline block_t *merge_insert(core_dev_t *d, block_t *b)
+{
+    uint64_t gone[2] = {0, 0}; /* inactive split blocks merged in, and their bytes */
+    b->state = BLOCK_FREE;
+    if (b->prev && b->prev->state == BLOCK_FREE)
+        merge_into(d, b, b->prev, gone);
+    if (b->next && b->next->state == BLOCK_FREE)
+        merge_into(d, b, b->next, gone);
+    pool_tree_insert(b->pool, b);
+    bool came = inactive_split(b);
+    if (gone[0] || came)
+        inactive_move(d, b->pool, gone[0], gone[1], came, came ? b->size : 0);
+    return b;
+}
+
+/* A block whose last use is over becomes free: merged with its free
+ * neighbours and put in its pool's tree.  Its segment is released at once
+ * when it is direct (preallocate's oversize requests) or belongs to a
+ * destroyed private pool.  pool_release_block for the other paths. */
+static inline __attribute__((always_inline)) void hit_release(core_dev_t *d, block_t *b, bool idle)
+{
+    b->idle = idle && b->idle; /* work queued before it was taken may still be under way */
+    int cls = pool_class(b->pool);
+    stat_down2(d->stats.active, cls, 1);
+    stat_down2(d->stats.active_bytes, cls, b->size);
+    core_emit(d, CORE_EV_FREE_COMPLETED, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
+    if (__builtin_expect(b->uses != NULL, 0)) {
+        hostalloc_free(b->uses);
+        b->uses = NULL;
+    }
+    b->nuses = 0;
+    b->requested = 0;
+    b = merge_insert(d, b);
+    seg_t *s = b->seg;
+    if (!b->prev && !b->next) { /* only then can the segment be free */
+        s->free_since = d->alloc_clock;
+        if (seg_is_free(s) && (s->pool->owner->destroyed || s->direct))
+            seg_release(d, s);
+    }
 }
 
 #endif

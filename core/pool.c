@@ -276,58 +276,9 @@ void block_absorb(core_dev_t *d, block_t *b, block_t *n)
     block_delete(d, n);
 }
 
-/* Merges free neighbour n into b (n is absorbed and deleted); counts it
- * in *gone when it was inactive split. */
-static void merge_into(core_dev_t *d, block_t *b, block_t *n, uint64_t gone[2])
-{
-    if (inactive_split(n))
-        gone[0]++, gone[1] += n->size;
-    pool_tree_remove(n->pool, n);
-    b->idle = b->idle && n->idle;
-    block_absorb(d, b, n);
-}
-
-/* b becomes FREE: merged with its free neighbours (b absorbs them) and put
- * in its pool's tree. */
-static block_t *merge_insert(core_dev_t *d, block_t *b)
-{
-    uint64_t gone[2] = {0, 0}; /* inactive split blocks merged in, and their bytes */
-    b->state = BLOCK_FREE;
-    if (b->prev && b->prev->state == BLOCK_FREE)
-        merge_into(d, b, b->prev, gone);
-    if (b->next && b->next->state == BLOCK_FREE)
-        merge_into(d, b, b->next, gone);
-    pool_tree_insert(b->pool, b);
-    bool came = inactive_split(b);
-    if (gone[0] || came)
-        inactive_move(d, b->pool, gone[0], gone[1], came, came ? b->size : 0);
-    return b;
-}
-
-/* A block whose last use is over becomes free: merged with its free
- * neighbours and put in its pool's tree.  Its segment is released at once
- * when it is direct (preallocate's oversize requests) or belongs to a
- * destroyed private pool. */
 void pool_release_block(core_dev_t *d, block_t *b, bool idle)
 {
-    b->idle = idle && b->idle; /* work queued before it was taken may still be under way */
-    int cls = pool_class(b->pool);
-    stat_down2(d->stats.active, cls, 1);
-    stat_down2(d->stats.active_bytes, cls, b->size);
-    core_emit(d, CORE_EV_FREE_COMPLETED, b->addr, b->size, b->stream, b->pool->owner->id, b->site);
-    if (b->uses) {
-        hostalloc_free(b->uses);
-        b->uses = NULL;
-    }
-    b->nuses = 0;
-    b->requested = 0;
-    b = merge_insert(d, b);
-    seg_t *s = b->seg;
-    if (!b->prev && !b->next) { /* only then can the segment be free */
-        s->free_since = d->alloc_clock;
-        if (seg_is_free(s) && (s->pool->owner->destroyed || s->direct))
-            seg_release(d, s);
-    }
+    hit_release(d, b, idle);
 }
 
 block_t *pool_insert_free(core_dev_t *d, block_t *b)

@@ -443,7 +443,7 @@ void block_absorb(core_dev_t *d, block_t *b, block_t *n);
 /* b (FREE, not in a tree) merged with its FREE neighbours and put in its
  * pool's tree; returns the merged block. */
 block_t *pool_insert_free(core_dev_t *d, block_t *b);
-/* pool_take, and the map's insert and remove inline: hit.h */
+/* pool_take, pool_release_block's body, the map's insert and remove: inline, hit.h */
 void map_insert(core_dev_t *d, block_t *b);
 block_t *map_remove(core_dev_t *d, uintptr_t addr);
 block_t *map_find(const core_dev_t *d, uintptr_t addr);
