@@ -99,9 +99,17 @@ static void resolve_driver(void)
                 real_cu.cuEventDestroy_v2;
 }
 
-bool hook_real_driver(void)
+atomic_int hook_real_driver_state;
+
+static void resolve_driver_once(void)
 {
-    pthread_once(&driver_once, resolve_driver);
+    resolve_driver();
+    atomic_store_explicit(&hook_real_driver_state, driver_ok ? 1 : -1, memory_order_release);
+}
+
+bool hook_real_driver_resolve(void)
+{
+    pthread_once(&driver_once, resolve_driver_once);
     return driver_ok;
 }
 
@@ -131,8 +139,16 @@ static void resolve_runtime(void)
     runtime_ok = real_rt.cudaGetDevice && real_rt.cudaMalloc && real_rt.cudaFree;
 }
 
-bool hook_real_runtime(void)
+atomic_int hook_real_runtime_state;
+
+static void resolve_runtime_once(void)
 {
-    pthread_once(&runtime_once, resolve_runtime);
+    resolve_runtime();
+    atomic_store_explicit(&hook_real_runtime_state, runtime_ok ? 1 : -1, memory_order_release);
+}
+
+bool hook_real_runtime_resolve(void)
+{
+    pthread_once(&runtime_once, resolve_runtime_once);
     return runtime_ok;
 }

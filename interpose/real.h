@@ -143,11 +143,28 @@ extern hook_runtime_t real_rt;
 extern void *(*hook_real_dlsym)(void *handle, const char *symbol);
 void hook_real_dlsym_init(void);
 
+/* Whether a table was resolved (real.c): 0 not yet, 1 usable, -1 not
+ * (stored with release once the table is complete). */
+extern atomic_int hook_real_driver_state, hook_real_runtime_state;
+/* The first call's work behind hook_real_driver/hook_real_runtime (a
+ * pthread_once); every later call reads the state above. */
+bool hook_real_driver_resolve(void);
+bool hook_real_runtime_resolve(void);
+
 /* Loads libcuda.so.1 and resolves the driver table once; false when the
  * driver or one of its required entry points is missing. */
-bool hook_real_driver(void);
+static inline bool hook_real_driver(void)
+{
+    int s = atomic_load_explicit(&hook_real_driver_state, memory_order_acquire);
+    return HOOK_LIKELY(s != 0) ? s > 0 : hook_real_driver_resolve();
+}
+
 /* Resolves the runtime table once (RTLD_NEXT); false without a runtime. */
-bool hook_real_runtime(void);
+static inline bool hook_real_runtime(void)
+{
+    int s = atomic_load_explicit(&hook_real_runtime_state, memory_order_acquire);
+    return HOOK_LIKELY(s != 0) ? s > 0 : hook_real_runtime_resolve();
+}
 
 /* The real runtime call, with the guard up: what it asks of the driver
  * passes through the driver hooks uncached. */

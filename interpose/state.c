@@ -221,9 +221,10 @@ hook_dev_t *hook_rt_device(bool open)
     if (HOOK_REAL(real_rt.cudaGetDevice(&dev)) != cudaSuccess || (unsigned)dev >= HOOK_MAX_DEVICES)
         return NULL;
     hook_last_dev = dev;
-    if (!open)
-        return hook_dev_core(&hook_devs[dev]) ? &hook_devs[dev] : NULL;
-    return hook_dev_open(dev);
+    hook_dev_t *hd = &hook_devs[dev];
+    if (HOOK_LIKELY(hook_dev_core(hd) != NULL))
+        return hd;
+    return open ? hook_dev_open(dev) : NULL;
 }
 
 /* The last context a thread asked about and its device: a driver hook's
@@ -303,11 +304,9 @@ core_where_t hook_describe(uintptr_t addr, core_ptr_info_t *info, hook_dev_t **h
     return CORE_WHERE_NONE;
 }
 
-core_free_t hook_free_policy(hook_dev_t *hd)
+core_free_t hook_free_synced(hook_dev_t *hd)
 {
-    hook_order_probe(hd); /* the streams the program's work runs on: hand-outs' pacing */
-    const core_rule_t *r = conf_rule(&hook_conf);
-    bool synced = r->plain == RULE_PLAIN_AFTER_SYNC && atomic_load(&hd->capturing) == 0 && hook_dev_core(hd) &&
+    bool synced = atomic_load(&hd->capturing) == 0 && hook_dev_core(hd) &&
                   hook_backend.device_sync(hook_backend.ctx, hd->ordinal) == CORE_OK;
-    return rule_plain_free(r, synced);
+    return rule_plain_free(conf_rule(&hook_conf), synced);
 }

@@ -11,6 +11,8 @@
 #include "core.h"
 #include "cucache/cuda_api.h"
 #include "hook.h"
+#include "order.h"
+#include "rules.h"
 
 /* The configuration every device's allocator is made with (CUCACHE_CONF). */
 extern conf_t hook_conf;
@@ -38,9 +40,20 @@ void hook_dev_drop(hook_dev_t *hd);
  * outside it (a foreign pointer for the real free). */
 int hook_free_any(hook_dev_t *first, uintptr_t addr, core_free_t how, core_stream_t stream, bool *inside);
 
+/* A free under a RULE_PLAIN_AFTER_SYNC rule: the device synchronised
+ * unless a capture is on; how the core must treat it. */
+core_free_t hook_free_synced(hook_dev_t *hd);
+
 /* The synchronisation the reuse policy asks of a cudaFree/cuMemFree: returns
  * how the core must treat it. */
-core_free_t hook_free_policy(hook_dev_t *hd);
+static inline core_free_t hook_free_policy(hook_dev_t *hd)
+{
+    hook_order_probe(hd); /* the streams the program's work runs on: hand-outs' pacing */
+    const core_rule_t *r = conf_rule(&hook_conf);
+    if (HOOK_LIKELY(r->plain != RULE_PLAIN_AFTER_SYNC))
+        return rule_plain_free(r, false);
+    return hook_free_synced(hd);
+}
 
 /* What addr is to cucache, on every device with an allocator (and, in a
  * peer, among the blocks it opened by IPC: ipc.c): CORE_WHERE_LIVE inside
