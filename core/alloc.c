@@ -419,12 +419,11 @@ uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounde
  * Entry points
  * ---------------------------------------------------------------------- */
 
-/* The hit path when a cached block fits: the lock, rounding, one tree
- * lookup, the split, the address map and PyTorch's counters.  About 545
- * instructions in core_malloc and 400 in core_free (callgrind on
- * bench_core's hit_4k, gcc 12 -O3; docs/performance.md); everything else
- * is seg_malloc_slow.  Inlined into core_malloc and core_malloc_site, so
- * that core_malloc's site and try are constants. */
+/* The hit path when a cached block fits: the lock, rounding, one lookup in
+ * the stream's size-class bins, the split, the address map and PyTorch's
+ * counters (core/hit.h; its cost per pair: docs/performance.md); everything
+ * else is seg_malloc_slow.  Inlined into core_malloc and core_malloc_site,
+ * so that core_malloc's site and try are constants. */
 static inline __attribute__((always_inline)) uintptr_t malloc_at(core_dev_t *d, size_t size, core_stream_t stream,
                                                                  uint32_t site, core_try_t t, core_oom_t *oom)
 {
