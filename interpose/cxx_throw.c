@@ -95,25 +95,45 @@ static const cxx_name_t cxx_c10_oom_names[] = {
     {CXX_IN_C10_CUDA, "_ZTVN3c1016OutOfMemoryErrorE", offsetof(cxx_abi_t, vtable)},
 };
 
+/* std::string's storage in libstdc++ (pointer, length, 16-byte buffer),
+ * with room to spare; std::shared_ptr's (two pointers). */
+enum { CXX_STRING_ROOM = 64, CXX_SHARED_PTR_ROOM = 16 };
+
+/* c10::OutOfMemoryError: c10::Error's constructor, then OutOfMemoryError's
+ * vtable and destructor. */
+static void make_c10_oom(cxx_abi_t *abi, void *obj, const char *what)
+{
+    alignas(16) unsigned char msg[CXX_STRING_ROOM];
+    alignas(16) unsigned char backtrace[CXX_SHARED_PTR_ROOM] = {0};
+    char alloc = 0; /* std::allocator<char>: empty */
+    abi->string_make(msg, what, &alloc);
+    abi->error_make(obj, msg, backtrace, NULL);
+    abi->string_drop(msg);
+    *(void ***)obj = abi->vtable + 2; /* past the offset to top and the typeinfo */
+    abi->destroy = (void (*)(void *))abi->vtable[2];
+}
+
+static void make_runtime_error(cxx_abi_t *abi, void *obj, const char *what)
+{
+    abi->construct(obj, what);
+}
+
 /* One row per kind of exception, in the order they are tried: which
- * failures it carries, the names it needs, how big its storage is. */
+ * failures it carries, the names it needs, how big its storage is, how it
+ * is made in that storage. */
 typedef struct cxx_kind_s {
-    const char *what;   /* the C++ type, for the log */
     bool out_of_memory; /* only for HOOK_CXX_OUT_OF_MEMORY */
     const cxx_name_t *names;
     size_t nnames;
     size_t room; /* bytes asked of __cxa_allocate_exception */
+    void (*make)(cxx_abi_t *abi, void *obj, const char *what);
 } cxx_kind_t;
 
 static const cxx_kind_t cxx_kinds[] = {
-    {"c10::OutOfMemoryError", true, cxx_c10_oom_names, sizeof cxx_c10_oom_names / sizeof cxx_c10_oom_names[0], 1024},
-    {"std::runtime_error", false, cxx_runtime_error_names,
-     sizeof cxx_runtime_error_names / sizeof cxx_runtime_error_names[0], 64},
+    {true, cxx_c10_oom_names, sizeof cxx_c10_oom_names / sizeof cxx_c10_oom_names[0], 1024, make_c10_oom},
+    {false, cxx_runtime_error_names, sizeof cxx_runtime_error_names / sizeof cxx_runtime_error_names[0], 64,
+     make_runtime_error},
 };
-
-/* std::string's storage in libstdc++ (pointer, length, 16-byte buffer),
- * with room to spare; std::shared_ptr's (two pointers). */
-enum { CXX_STRING_ROOM = 64, CXX_SHARED_PTR_ROOM = 16 };
 
 /* The path of the first loaded object whose file name starts with
  * `prefix` followed by ".so" (then nothing or a version). */
@@ -208,17 +228,6 @@ void hook_cxx_throw(hook_cxx_failure_t failure, const char *what)
         return;
     void *obj = abi.allocate_exception(kind->room);
     memset(obj, 0, kind->room);
-    if (kind->out_of_memory) {
-        alignas(16) unsigned char msg[CXX_STRING_ROOM];
-        alignas(16) unsigned char backtrace[CXX_SHARED_PTR_ROOM] = {0};
-        char alloc = 0; /* std::allocator<char>: empty */
-        abi.string_make(msg, what, &alloc);
-        abi.error_make(obj, msg, backtrace, NULL);
-        abi.string_drop(msg);
-        *(void ***)obj = abi.vtable + 2; /* past the offset to top and the typeinfo */
-        abi.destroy = (void (*)(void *))abi.vtable[2];
-    } else {
-        abi.construct(obj, what);
-    }
+    kind->make(&abi, obj, what);
     abi.throw_exception(obj, abi.tinfo, abi.destroy);
 }
