@@ -111,7 +111,7 @@
  *   log.h          the output sink, rate-limited warnings (log.c)
  *   framework.h    frameworks' own caches, one row each: cucache-run turns them off, framework.c says once when one is on
  *   diag.h         reports, snapshots, allocation sites (diag.c, signal.c)
- *   cxx_throw.h    C++ exceptions thrown from C: PyTorch's OutOfMemoryError, or std::runtime_error (cxx_throw.c)
+ *   cxx_throw.h    C++ exceptions thrown from C: PyTorch's OutOfMemoryError or a runtime error (cxx_throw.c: make_c10_oom, make_runtime_error)
  *   nvml_procs.h   who holds a device's memory (nvml.c)
  *   env.h          every CUCACHE_* variable (env.c)
  *   submit_table.h and submit_sim.h: the entry points that submit work
