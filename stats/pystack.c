@@ -64,7 +64,8 @@
 
 enum {
     PY_NAME_MAX = 1024, /* bytes of a file or function name kept */
-    PY_CODE_CACHE = 64, /* code objects whose names a thread remembers (a power of two) */
+    PY_CODE_CACHE = 64,  /* code objects whose names a thread remembers (a power of two) */
+    PY_SITE_CACHE = 512, /* (code object, instruction) pairs whose records a thread remembers (a power of two) */
 };
 
 /* A thread's recently seen code objects and their interned names, so that
@@ -80,6 +81,18 @@ typedef struct py_code_memo_s {
 } py_code_memo_t;
 static __thread py_code_memo_t py_memo[PY_CODE_CACHE];
 
+/* A thread's recently seen places in code, (code object, instruction
+ * offset), and their frame records: a frame seen before costs neither the
+ * line number (CPython finds it by reading the code's location table from
+ * its start) nor the record's interning.  References and replacement as
+ * py_memo's. */
+typedef struct py_site_memo_s {
+    void *code;
+    int lasti;
+    uint32_t rec;
+} py_site_memo_t;
+static __thread py_site_memo_t py_sites[PY_SITE_CACHE];
+
 /* The C API used, the same in every version handled (PyObject * as void *). */
 #define PY_FUNCS(X)                                                                                                    \
     X(Py_IsInitialized, int, (void))                                                                                   \
@@ -91,6 +104,7 @@ static __thread py_code_memo_t py_memo[PY_CODE_CACHE];
     X(PyFrame_GetCode, void *, (void *))                                                                               \
     X(PyFrame_GetBack, void *, (void *))                                                                               \
     X(PyFrame_GetLineNumber, int, (void *))                                                                            \
+    X(PyFrame_GetLasti, int, (void *))                                                                                 \
     X(PyObject_GetAttrString, void *, (void *, const char *))                                                          \
     X(PyUnicode_AsUTF8AndSize, const char *, (void *, ssize_t *))                                                      \
     X(Py_DecRef, void, (void *))                                                                                       \
@@ -226,14 +240,11 @@ static uint32_t py_code_string(void *code, const char *attr)
     return id ? id : pyt.unknown;
 }
 
-/* Frame f as a record id; 0 when the table is full.  main: the thread
- * runs in the main interpreter (py_memo may be used). */
-static uint32_t py_frame_record(void *f, bool main)
+/* The record of code object `code` at line `line` (names from py_memo when
+ * main); 0 when the table is full. */
+static uint32_t py_code_record(void *code, int line, bool main)
 {
-    void *code = py.PyFrame_GetCode(f);
-    if (!code)
-        return 0;
-    py_rec_t r = {.line = py.PyFrame_GetLineNumber(f)};
+    py_rec_t r = {.line = line};
     py_code_memo_t *m = &py_memo[((uintptr_t)code >> 4) & (PY_CODE_CACHE - 1)];
     if (main && m->code == code) {
         r.file = m->file, r.name = m->name;
@@ -247,8 +258,32 @@ static uint32_t py_frame_record(void *f, bool main)
             *m = (py_code_memo_t){code, r.file, r.name};
         }
     }
-    py.Py_DecRef(code);
     return st_intern(&pyt.frames, &r, sizeof r);
+}
+
+/* Frame f as a record id; 0 when the table is full.  main: the thread
+ * runs in the main interpreter (py_memo and py_sites may be used). */
+static uint32_t py_frame_record(void *f, bool main)
+{
+    void *code = py.PyFrame_GetCode(f);
+    if (!code)
+        return 0;
+    int lasti = py.PyFrame_GetLasti(f);
+    py_site_memo_t *s = &py_sites[(((uintptr_t)code >> 4) ^ ((uintptr_t)lasti * 0x9e3779b1u)) & (PY_SITE_CACHE - 1)];
+    uint32_t rec;
+    if (main && lasti >= 0 && s->code == code && s->lasti == lasti) {
+        rec = s->rec;
+    } else {
+        rec = py_code_record(code, py.PyFrame_GetLineNumber(f), main);
+        if (main && lasti >= 0 && rec) {
+            if (s->code)
+                py.Py_DecRef(s->code);
+            py.Py_IncRef(code);
+            *s = (py_site_memo_t){code, lasti, rec};
+        }
+    }
+    py.Py_DecRef(code);
+    return rec;
 }
 
 /* The frames of thread state ts, innermost first. */
