@@ -1,9 +1,12 @@
 /*
  * A framework's own cache in front of cucache (framework.h's table): said
- * once, when the first device opens, with what to do about it.
+ * once, when the first device opens, with what to do about it; and, with
+ * that cache off, whether a failed cudaMalloc reaches the framework as its
+ * out-of-memory exception.
  */
 #include "framework.h"
 
+#include <dlfcn.h>
 #include <link.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -51,4 +54,17 @@ void hook_framework_check(void)
                      "serves and reports its segments, not its tensors. Set %s=%s (cucache-run does, unless %s), %s.",
                      fw->name, fw->off_var, fw->off_var, fw->off_value, fw->keep_option, fw->advice);
     }
+}
+
+bool hook_framework_throws_oom(const void *caller)
+{
+    Dl_info info;
+    if (!dladdr(caller, &info) || !info.dli_fname)
+        return false;
+    for (size_t i = 0; i < HOOK_NFRAMEWORKS; i++) {
+        const hook_framework_t *fw = &hook_frameworks[i];
+        if (fw->oom_throw && getenv(fw->off_var) && strstr(info.dli_fname, fw->library))
+            return true;
+    }
+    return false;
 }

@@ -10,6 +10,8 @@
 #ifndef CUCACHE_INTERPOSE_FRAMEWORK_H
 #define CUCACHE_INTERPOSE_FRAMEWORK_H
 
+#include <stdbool.h>
+
 typedef struct hook_framework_s {
     const char *name;        /* as users call it */
     const char *library;     /* part of the file name of one of its libraries: it is in the process */
@@ -19,11 +21,16 @@ typedef struct hook_framework_s {
     const char *route_var;   /* a variable that can route its allocations around its cache... */
     const char *route_value; /* ...when its value contains this */
     const char *advice;      /* what else serves the framework's tensors from cucache */
+    /* with its cache off, the framework checks its own cudaMalloc calls
+     * like any CUDA call (a generic error), where its cache would raise its
+     * out-of-memory error: a failed cudaMalloc that the library calls is
+     * thrown to it as that error (hook_framework_throws_oom) */
+    bool oom_throw;
 } hook_framework_t;
 
 static const hook_framework_t hook_frameworks[] = {
     {"PyTorch", "libc10_cuda.so", "PYTORCH_NO_CUDA_MEMORY_CACHING", "1", "--keep-torch-cache",
-     "PYTORCH_CUDA_ALLOC_CONF", "cudaMallocAsync", "or call cucache.torch.enable() before the first CUDA tensor"},
+     "PYTORCH_CUDA_ALLOC_CONF", "cudaMallocAsync", "or call cucache.torch.enable() before the first CUDA tensor", true},
 };
 
 #define HOOK_NFRAMEWORKS (sizeof hook_frameworks / sizeof hook_frameworks[0])
@@ -33,5 +40,12 @@ static const hook_framework_t hook_frameworks[] = {
  * (PyTorch's pluggable allocator: no cache of the framework's in front). */
 void hook_framework_check(void);
 void hook_framework_pluggable(void);
+/* Whether a cudaMalloc that failed, called from `caller` (its return
+ * address), is thrown to a framework with its cache off as its
+ * out-of-memory error (the row's oom_throw): caller lies in the row's
+ * library, which catches C++ exceptions, and its cache-off variable is
+ * set (with its cache on, the framework handles the failure itself: it
+ * frees its cache and tries again). */
+bool hook_framework_throws_oom(const void *caller);
 
 #endif

@@ -6,14 +6,19 @@
  * The hit path: the guard, the device (cudaGetDevice) and core_malloc.
  * Everything else (out of memory, foreign pointers, captures) is out of line.
  */
+#include <stdio.h>
+
 #include "backend.h"
+#include "cxx_throw.h"
 #include "diag.h"
 #include "fail.h"
+#include "framework.h"
 #include "hook.h"
 #include "log.h"
 #include "meminfo.h"
 #include "real.h"
 #include "recorder.h"
+#include "st.h"
 #include "state.h"
 #include "streams.h"
 #include "trace.h"
@@ -147,13 +152,33 @@ __attribute__((noinline)) static void record_free(unsigned api, cudaError_t e, v
         hook_trace_put(TRACE_FREE, api, hook_last_dev, (uintptr_t)s, (uintptr_t)devPtr, 0, when);
 }
 
+/* A failed cudaMalloc whose caller is a framework with its cache off that
+ * takes it as its out-of-memory exception (framework.h, oom_throw): the
+ * runtime's last error cleared (the framework would never read it, and its
+ * next launch check would), then thrown; else nothing. */
+static __attribute__((noinline, cold)) void rt_oom_thrown(const void *caller, size_t size)
+{
+    if (!hook_framework_throws_oom(caller))
+        return;
+    (void)RT_REAL(cudaGetLastError);
+    int dev = -1;
+    (void)RT_REAL(cudaGetDevice, &dev);
+    char sz[32], what[256];
+    st_fmt_size(sz, sizeof sz, size);
+    snprintf(what, sizeof what,
+             "CUDA out of memory. Tried to allocate %s. GPU %d: cudaMalloc under cucache (PyTorch's cache off) "
+             "failed: cucache's report (stderr, or CUCACHE_LOG's file) says why.",
+             sz, dev);
+    hook_cxx_throw(HOOK_CXX_OUT_OF_MEMORY, what);
+}
+
 HOOK_API cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-    if (HOOK_LIKELY(!hook_trace_on()))
-        return rt_malloc(devPtr, size);
     cudaError_t e = rt_malloc(devPtr, size);
-    if (devPtr)
+    if (HOOK_UNLIKELY(hook_trace_on()) && devPtr)
         record_alloc(TRACE_API_CUDA_MALLOC, e, devPtr, size, NULL);
+    if (HOOK_UNLIKELY(e == cudaErrorMemoryAllocation))
+        rt_oom_thrown(__builtin_return_address(0), size);
     return e;
 }
 

@@ -117,7 +117,8 @@
     X(cudaIpcOpenMemHandle)                                                                                            \
     X(cudaIpcCloseMemHandle)                                                                                           \
     X(cudaDeviceEnablePeerAccess)                                                                                      \
-    X(cudaDeviceDisablePeerAccess)
+    X(cudaDeviceDisablePeerAccess)                                                                                     \
+    X(cudaGetLastError)
 
 /* The 11.3 form of the resolver; cuda_api.h declares only _v2. */
 typedef CUresult (*hook_getproc_fn)(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);

@@ -608,6 +608,7 @@ CUresult cuEventDestroy_v2(CUevent hEvent);
 cudaError_t cudaGetDevice(int *device);
 cudaError_t cudaDeviceSynchronize(void);
 cudaError_t cudaDeviceReset(void);
+cudaError_t cudaGetLastError(void);
 
 cudaError_t cudaMalloc(void **devPtr, size_t size);
 cudaError_t cudaFree(void *devPtr);

@@ -20,9 +20,11 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
                   and cucache says once what that means
     oom           an allocation larger than the device: PyTorch's own
                   OutOfMemoryError and message with its allocator; under
-                  cucache-run (its cache off) what PyTorch raises with its
-                  cache off without cucache, and cucache's report; with
-                  backend:cudaMallocAsync under cucache, OutOfMemoryError
+                  cucache-run (its cache off) OutOfMemoryError too, where
+                  PyTorch with its cache off raises RuntimeError, and
+                  cucache's report; with backend:cudaMallocAsync under
+                  cucache, OutOfMemoryError; each time the program goes
+                  on (an allocation and a launch after the failure)
     pluggable-oom the MLP through cucache.torch.enable() on devices too
                   small for it (its backward pass fails; AdamW's step
                   fails): the step that fails raises OutOfMemoryError with
@@ -197,6 +199,11 @@ try:
     x = torch.empty(3 << 30, dtype=torch.uint8, device="cuda")
 except Exception as e:
     print("RAISED:" + type(e).__name__ + ":" + str(e).splitlines()[0])
+    # the program goes on: an allocation and a kernel launch (whose check
+    # reads the runtime's last error) after the failure
+    y = torch.ones(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    print("AFTER:ok")
     sys.exit(0)
 print("RAISED:nothing")
 sys.exit(1)
@@ -209,8 +216,9 @@ def oom_run(e, cucache, env):
     env = dict(env, CUCACHE_SIM_CAPACITY="2G")
     rc, out, err = e.run(["python3", "-c", OOM_PROG], env=env, cucache=cucache)
     line = next((l for l in out.splitlines() if l.startswith("RAISED:")), None)
-    if rc != 0 or not line:
-        fail(f"no exception (cucache={cucache}, {env}), exit {rc}:\n{out[-1000:]}\n{err[-3000:]}")
+    if rc != 0 or not line or "AFTER:ok" not in out:
+        fail(f"no exception, or none the program went on after (cucache={cucache}, {env}), exit {rc}:\n"
+             f"{out[-1000:]}\n{err[-3000:]}")
     if "INTERNAL ASSERT" in out + err:
         fail(f"PyTorch asserted:\n{err[-3000:]}")
     kind, _, msg = line[len("RAISED:"):].partition(":")
@@ -223,12 +231,16 @@ def case_oom(e):
     kind, msg, _ = oom_run(e, False, {})
     if kind != "OutOfMemoryError" or "CUDA out of memory. Tried to allocate 3.00 GiB" not in msg:
         fail(f"PyTorch's allocator: not PyTorch's OOM: {kind}: {msg}")
-    # cucache-run's default (PyTorch's cache off): what PyTorch raises with
-    # its cache off, with or without cucache, and cucache's report
+    # cucache-run's default (PyTorch's cache off): PyTorch with its cache
+    # off raises a generic RuntimeError (its uncached path checks cudaMalloc
+    # like any CUDA call); under cucache-run, cucache stands in for the
+    # cache and PyTorch gets its OutOfMemoryError, after cucache's report
     plain = oom_run(e, False, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})
+    if plain[0] != "RuntimeError":
+        fail(f"PyTorch with its cache off, no cucache: {plain[:2]} (RuntimeError expected)")
     under = oom_run(e, True, {})
-    if plain[:2] != under[:2]:
-        fail(f"under cucache-run PyTorch raised {under[:2]}, without cucache (its cache off) {plain[:2]}")
+    if under[0] != "OutOfMemoryError" or "CUDA out of memory. Tried to allocate 3.00 GiB" not in under[1]:
+        fail(f"under cucache-run PyTorch raised {under[:2]}, not its OutOfMemoryError")
     if "cucache: CUDA out of memory. Tried to allocate 3.00 GiB" not in under[2]:
         fail(f"no cucache report:\n{under[2][-3000:]}")
     # PyTorch's cudaMallocAsync backend served by cucache: OutOfMemoryError
