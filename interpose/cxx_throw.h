@@ -1,7 +1,9 @@
 /*
  * A C++ exception thrown from C (cxx_throw.c), for a C++ caller that takes
  * a failure only as an exception: PyTorch's pluggable allocator stores what
- * its malloc function returns, NULL included, and goes on.
+ * its malloc function returns, NULL included, and goes on; PyTorch with its
+ * cache off raises a generic error for a failed cudaMalloc where its cache
+ * raises OutOfMemoryError (framework.h, oom_throw).
  */
 #ifndef CUCACHE_INTERPOSE_CXX_THROW_H
 #define CUCACHE_INTERPOSE_CXX_THROW_H

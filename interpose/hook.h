@@ -109,7 +109,8 @@
  *   submit.h       the submissions counted, the work epoch (submit.c, submit_entry.S)
  *   recorder.h     the trace recorder (trace.c)
  *   log.h          the output sink, rate-limited warnings (log.c)
- *   framework.h    frameworks' own caches, one row each: cucache-run turns them off, framework.c says once when one is on
+ *   framework.h    frameworks' own caches, one row each: cucache-run turns them off, framework.c says once when one is on,
+ *                  and with it off throws a failed cudaMalloc to the framework as its OOM error (hook_rt_mem.c)
  *   diag.h         reports, snapshots, allocation sites (diag.c, signal.c)
  *   cxx_throw.h    C++ exceptions thrown from C: PyTorch's OutOfMemoryError or a runtime error (cxx_throw.c: make_c10_oom, make_runtime_error)
  *   nvml_procs.h   who holds a device's memory (nvml.c)
