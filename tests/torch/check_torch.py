@@ -44,6 +44,11 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
                   route; through cucache.torch each graph allocates to a
                   private pool of cucache's, as many as PyTorch's own
                   allocator makes, and the peak reserved is PyTorch's own
+    whatif        the decoder at a capacity where cucache's defaults fail:
+                  the OOM report's what-if names settings; each, applied,
+                  serves the failed request and everything before it (it
+                  runs every step, or fails only later), and one runs
+                  every step
     expandable    PyTorch's own expandable_segments:True runs the MLP
     async         PyTorch's own backend:cudaMallocAsync runs the MLP
 
@@ -53,6 +58,7 @@ scripts/torch-check makes it and runs this suite.
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -398,6 +404,49 @@ def case_graphs(e):
                      f"{alone['torch']['reserved_bytes.all.peak']}")
 
 
+WHATIF_CAPACITY = 640 << 20  # the decoder: cucache's default needs 652 MiB, expandable segments 628
+
+
+def whatif_run(e, conf):
+    """The decoder, 3 steps, under cucache-run at WHATIF_CAPACITY with
+    CUCACHE_CONF=conf (None: the defaults): (steps done or None, the
+    report's replayed calls or None, the settings the hint names)."""
+    env = {"CUCACHE_SIM_CAPACITY": str(WHATIF_CAPACITY)}
+    if conf:
+        env["CUCACHE_CONF"] = conf
+    rc, out, err = e.run(["python3", WORKLOADS, "gpt", "--route", "preload", "--steps", "3"], env=env, cucache=True)
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    steps = json.loads(lines[-1])["steps"] if rc == 0 and lines else None
+    if rc != 0 and "torch.OutOfMemoryError" not in err:
+        fail(f"CUCACHE_CONF={conf}: exited {rc} without PyTorch's OutOfMemoryError:\n{err[-3000:]}")
+    m = re.search(r"hint: replaying all ([\d,]+) allocator calls", err)
+    names = re.findall(r"hint:   CUCACHE_CONF=(\S+) \(peak reserved", err)
+    print(f"CUCACHE_CONF={conf}: {'ran ' + str(steps) + ' steps' if steps else 'failed'}"
+          f"{', the replay covers ' + m.group(1) + ' calls' if m else ''}; the hint names {names}")
+    return steps, int(m.group(1).replace(",", "")) if m else None, names
+
+
+def case_whatif(e):
+    # the defaults fail, and the what-if names settings that would have
+    # served every allocation and the failed request
+    steps, calls, names = whatif_run(e, None)
+    if steps is not None or calls is None or not names:
+        fail("at the capacity where the defaults fail, no failure with a what-if naming settings")
+    # each named setting, applied: serves the failed request and everything
+    # before it (the hint's claim): it runs every step, or fails only later
+    # (its own replay covers more calls); and one of them runs every step
+    ran = []
+    for conf in names:
+        s, c, _ = whatif_run(e, conf)
+        if s == 3:
+            ran.append(conf)
+        elif c is None or c <= calls:
+            fail(f"CUCACHE_CONF={conf}, named by the what-if, failed at or before the request it was named for "
+                 f"({c} calls replayed, the request at {calls})")
+    if not ran:
+        fail(f"none of the settings the what-if named ({names}) ran the steps")
+
+
 def case_conf(e, conf):
     res, _ = e.workload("mlp", "torch", cucache=False, env={"PYTORCH_CUDA_ALLOC_CONF": conf})
     check_steps(res)
@@ -436,6 +485,8 @@ def main():
         case_leak(e)
     elif case == "graphs":
         case_graphs(e)
+    elif case == "whatif":
+        case_whatif(e)
     elif case == "expandable":
         case_conf(e, "expandable_segments:True")
     elif case == "async":
