@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "cross.h"
 #include "hand_out.h"
 #include "hit.h"
 #include "hostalloc.h"
@@ -305,6 +306,7 @@ typedef struct ladder_s {
     size_t rounded;
     size_t alloc_size; /* the segment to ask for (expandable: the bytes to map) */
     bool direct;       /* preallocation: a segment of the request's own, returned on free */
+    unsigned policy;   /* the reuse policies (CORE_REUSE_*; cross.h): asked only while frees wait on events */
     seg_failure_t why; /* the last growth's refusal */
 } ladder_t;
 
@@ -339,12 +341,16 @@ static block_t *ladder_run(core_dev_t *d, ladder_t *l)
         }
         return NULL;
     }
-    /* 1. frees whose fence or event completed; record the open batch's fence */
+    /* 1. frees whose fence or event completed (an event's under the
+     * opportunistic policy, cross.h); record the open batch's fence */
+    if (d->event_pending)
+        l->policy = cross_policy(d);
     if (d->pending_bytes) {
-        if (pend_poll(d) && (b = ladder_find(d, l)))
+        bool events = cross_allows(l->policy, CROSS_POLL);
+        if (pend_poll_some(d, events) && (b = ladder_find(d, l)))
             return b;
         pend_close(d);
-        if (pend_poll(d) && (b = ladder_find(d, l)))
+        if (pend_poll_some(d, events) && (b = ladder_find(d, l)))
             return b;
     }
     /* 1b. frees still behind fences: handed out now, the device ordered
@@ -354,6 +360,13 @@ static block_t *ladder_run(core_dev_t *d, ladder_t *l)
      * idle device completes every fence at step 1, finds the same blocks
      * free whether or not the live run's fences had completed. */
     if (d->pending_bytes && hand_out(d, 0) && (b = ladder_find(d, l)))
+        return b;
+    /* 1c. this stream's frees on other streams, still behind their events:
+     * served now, the stream made to wait for the events on the device
+     * (the internal-dependencies policy, cross.h), before the cache grows
+     * or the host waits */
+    if (d->event_pending && cross_allows(l->policy, CROSS_WAIT) && cross_release(d, l->pool, l->stream) &&
+        (b = ladder_find(d, l)))
         return b;
     /* 2. garbage collection above the threshold */
     if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
@@ -394,7 +407,7 @@ static block_t *ladder_run(core_dev_t *d, ladder_t *l)
 uintptr_t seg_malloc_slow(core_dev_t *d, ppool_t *pp, size_t size, size_t rounded, core_stream_t stream,
                           seg_miss_t *miss)
 {
-    ladder_t l = {.pool = pool_for(d, pp, rounded), .stream = stream, .rounded = rounded};
+    ladder_t l = {.pool = pool_for(d, pp, rounded), .stream = stream, .rounded = rounded, .policy = CORE_REUSE_ALL};
     /* Preallocation serves the default pools from the chunk; private pools
      * grow on demand as under auto_growth. */
     l.alloc_size = d->conf.strategy == CONF_STRATEGY_PREALLOCATE && pp == &d->defaults

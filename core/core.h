@@ -39,7 +39,9 @@
  * after a synchronisation (core_synchronized), or, under a rule that hands
  * out, at once with the device ordered after its fence (hand_out.h: not
  * idle, its pages stay until a synchronisation); an AFTER_STREAM block
- * once its event completed.
+ * once its event completed, or, for an allocation on the block's own
+ * stream, at once with that stream made to wait for the event on the
+ * device (core/cross.h: not idle either).
  *
  * Thread safety: one lock per device; nothing global on the hit path.
  */
@@ -139,7 +141,28 @@ typedef struct core_backend_s {
      * device's memory: the core stops asking, as after
      * core_stop_hand_outs).  NULL: not possible. */
     int (*fence_order)(void *ctx, int device, uint64_t fence, uint64_t first_alloc);
+    /* Makes `stream` (a key other than 0) wait, on the device, for the
+     * marker `event` (an event_record's): its work submitted from now on
+     * runs after the marker's.  A pending free of the stream's own blocks
+     * can then serve it at once (core/cross.h).  CORE_OK, or CORE_EFAIL when
+     * it cannot now (the stream is capturing, or is one this thread cannot
+     * name): nothing changed.  NULL: not possible. */
+    int (*stream_wait)(void *ctx, int device, core_stream_t stream, uint64_t event);
+    /* The reuse policies (CORE_REUSE_* bits) the program left on for the
+     * pool cucache stands in for (cudaMallocAsync's); asked on the slow
+     * path, while frees wait behind other streams' events.  NULL: CUDA's
+     * defaults (CORE_REUSE_ALL). */
+    unsigned (*reuse_policy)(void *ctx, int device);
 } core_backend_t;
+
+/* CUDA's reuse policies of a memory pool (cudaMemPoolReuse*), as bits;
+ * what cucache does under each: core/cross.h, one row each. */
+enum {
+    CORE_REUSE_FOLLOW_EVENTS = 1, /* cudaMemPoolReuseFollowEventDependencies */
+    CORE_REUSE_OPPORTUNISTIC = 2, /* cudaMemPoolReuseAllowOpportunistic */
+    CORE_REUSE_INTERNAL_DEPS = 4, /* cudaMemPoolReuseAllowInternalDependencies */
+    CORE_REUSE_ALL = 7,           /* CUDA's default */
+};
 
 #define CORE_EPOCH_UNSEEN ((uint64_t)1 << 63)
 

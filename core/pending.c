@@ -10,7 +10,9 @@
  *
  * Frees ordered on another stream than the block's (cudaFreeAsync on a
  * second stream, record_stream uses) wait behind an event recorded on that
- * stream at the free.
+ * stream at the free; an allocation on the block's own stream may take
+ * them before the event completes, its stream made to wait for the event
+ * on the device (cross.h).
  *
  * A block another process holds (core_hold: an IPC peer has it open) goes
  * on the held list when freed and stays there, whatever the program
@@ -168,6 +170,21 @@ size_t pend_release_oldest(core_dev_t *d, pend_why_t why)
     return bytes;
 }
 
+/* Takes the event-pending block at *p off the list, its event released,
+ * and frees it (idle: its event completed); returns its bytes. */
+static size_t event_block_release(core_dev_t *d, block_t **p, bool idle)
+{
+    block_t *b = *p;
+    size_t bytes = b->size;
+    *p = b->pend_next;
+    d->be.event_release(d->be.ctx, d->device, b->event);
+    b->pend_next = NULL;
+    b->event = 0;
+    d->pending_bytes -= bytes;
+    pool_release_block(d, b, idle);
+    return bytes;
+}
+
 /* Releases the event-pending blocks whose event completed (wait: all). */
 static size_t poll_events(core_dev_t *d, bool wait)
 {
@@ -180,13 +197,24 @@ static size_t poll_events(core_dev_t *d, bool wait)
             p = &b->pend_next;
             continue;
         }
-        *p = b->pend_next;
-        d->be.event_release(d->be.ctx, d->device, b->event);
-        b->pend_next = NULL;
-        b->event = 0;
-        bytes += b->size;
-        d->pending_bytes -= b->size;
-        pool_release_block(d, b, true); /* its fence or event completed */
+        bytes += event_block_release(d, p, true); /* its fence or event completed */
+    }
+    return bytes;
+}
+
+size_t pend_wait_on_device(core_dev_t *d, const pool_t *pool, core_stream_t stream)
+{
+    size_t bytes = 0;
+    for (block_t **p = &d->event_pending; *p;) {
+        block_t *b = *p;
+        if (b->pool != pool || b->stream != stream) {
+            p = &b->pend_next;
+            continue;
+        }
+        /* refused: the stream cannot wait now, the rest stay pending */
+        if (d->be.stream_wait(d->be.ctx, d->device, stream, b->event) != CORE_OK)
+            break;
+        bytes += event_block_release(d, p, false); /* work before the event may still run */
     }
     return bytes;
 }
@@ -199,14 +227,19 @@ size_t pend_release_completed(core_dev_t *d)
     return bytes;
 }
 
-size_t pend_poll(core_dev_t *d)
+size_t pend_poll_some(core_dev_t *d, bool events)
 {
     if (d->held && poll_held(d))
         pend_record_fence(d); /* their fence: they are released once it completes */
     size_t bytes = pend_release_completed(d);
-    if (d->event_pending)
+    if (d->event_pending && events)
         bytes += poll_events(d, false);
     return bytes;
+}
+
+size_t pend_poll(core_dev_t *d)
+{
+    return pend_poll_some(d, true);
 }
 
 bool pend_wait_oldest(core_dev_t *d)

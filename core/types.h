@@ -16,7 +16,8 @@
  *   PENDING   freed by the program but maybe still in use by queued work:
  *             on a pending list until its fence or event completes, or
  *             until a rule that hands out orders the device after its fence
- *             (hand_out.h), then FREE; or still used by another process
+ *             (hand_out.h), or its own stream is made to wait for its event
+ *             (cross.h), then FREE; or still used by another process
  *             (core_hold): on the held list until the backend says the hold
  *             is over, then behind a fence;
  *   LENT      a shared page's piece lent to another mapping of the page,
@@ -91,6 +92,9 @@
  *   pending.c   pend_              frees behind fences, events and holds
  *   hand_out.c  hand_out_          frees behind fences handed out early
  *                                  (hand_out.h: when, how much, the stop)
+ *   cross.c     cross_             frees on another stream reused early, the
+ *                                  stream waiting on the device; CUDA's
+ *                                  reuse policies, one row each (cross.h)
  *   rules.c     (core_rules)       the reuse rules, one row each (rules.h)
  *   stream_key.h (core_stream_key) the key of a stream: one encoding for
  *                                  the interposer and the replay
@@ -565,6 +569,14 @@ int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream);
 /* Moves every pending block whose fence/event completed to the free trees;
  * returns the bytes released. */
 size_t pend_poll(core_dev_t *d);
+/* pend_poll, the events' blocks only when `events` (the opportunistic
+ * policy, cross.h). */
+size_t pend_poll_some(core_dev_t *d, bool events);
+/* The event-pending blocks of (pool, stream) made free (not idle), the
+ * stream made to wait for each one's event on the device (backend
+ * stream_wait, which the caller checked); stops at the first wait refused.
+ * Returns their bytes. */
+size_t pend_wait_on_device(core_dev_t *d, const pool_t *pool, core_stream_t stream);
 /* Records the open batch's fence if it has blocks. */
 void pend_close(core_dev_t *d);
 /* Waits for the oldest fence or event; false when nothing is pending. */

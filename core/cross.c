@@ -1,0 +1,36 @@
+/*
+ * Cross-stream reuse: CUDA's reuse policies, one row each, and the step
+ * that serves a stream from its blocks freed on other streams before
+ * their events complete (cross.h says when and why).
+ */
+#include "cross.h"
+
+/* clang-format off */
+const cross_policy_t cross_policies[3] = {
+    /* columns: bit, cuda, step (cross.h) */
+    {CORE_REUSE_FOLLOW_EVENTS, "cudaMemPoolReuseFollowEventDependencies",   CROSS_NO_STEP},
+    {CORE_REUSE_OPPORTUNISTIC, "cudaMemPoolReuseAllowOpportunistic",        CROSS_POLL},
+    {CORE_REUSE_INTERNAL_DEPS, "cudaMemPoolReuseAllowInternalDependencies", CROSS_WAIT},
+};
+/* clang-format on */
+
+unsigned cross_policy(core_dev_t *d)
+{
+    return d->be.reuse_policy ? d->be.reuse_policy(d->be.ctx, d->device) : CORE_REUSE_ALL;
+}
+
+bool cross_allows(unsigned policy, cross_step_t step)
+{
+    for (size_t i = 0; i < sizeof cross_policies / sizeof cross_policies[0]; i++)
+        if (cross_policies[i].step == step)
+            return (policy & cross_policies[i].bit) != 0;
+    return true; /* no policy governs it */
+}
+
+size_t cross_release(core_dev_t *d, pool_t *pool, core_stream_t stream)
+{
+    /* key 0 is no stream: nothing to make wait */
+    if (!d->be.stream_wait || d->capturing || stream == 0)
+        return 0;
+    return pend_wait_on_device(d, pool, stream);
+}
