@@ -16,6 +16,13 @@
  * the thread's capture mode relaxed for our own cuMemAlloc only, as
  * aws-ofi-nccl and Paddle do.
  *
+ * A block freed on another stream may serve its own stream at once, the
+ * stream made to wait for the free's event (stream_wait, core/cross.h):
+ * one cuStreamWaitEvent, never into a capturing stream nor while a capture
+ * is on the device (then the free waits for its event as before).  The
+ * reuse policies the program set on the device's current pool
+ * (reuse_policy) say whether it may.
+ *
  * Expandable segments (expandable_segments:true) use the driver's virtual
  * memory: cuMemAddressReserve for a segment's addresses, and per page a
  * cuMemCreate, cuMemMap and cuMemRelease (the mapping keeps the memory, so
@@ -28,6 +35,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "env.h"
 #include "fence.h"
 #include "hook.h"
 #include "hostalloc.h"
@@ -518,6 +526,74 @@ static void event_release(void *ctx, int device, uint64_t event)
     pthread_mutex_unlock(&hd->lock);
 }
 
+/* ------------------------------------------------------------------------
+ * Frees on another stream (core/cross.h)
+ * ---------------------------------------------------------------------- */
+
+/* Makes the stream of `key` wait on the device for a stream event (a fence
+ * of event_record's on that one stream): one cuStreamWaitEvent per event
+ * it holds.  Never into a capture: while any capture is on the device, or
+ * when the driver says the stream itself captures (or cannot say), the
+ * core is told it cannot, and the free waits as before.
+ * CUCACHE_TEST_NO_STREAM_WAIT (tests only) leaves the wait out. */
+static int stream_wait(void *ctx, int device, core_stream_t key, uint64_t event)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    CUstream s = stream_handle(key);
+    if (!s || atomic_load(&hd->capturing) || !real_cu.cuStreamWaitEvent || !real_cu.cuStreamIsCapturing)
+        return CORE_EFAIL;
+    if (hook_env()->test_no_stream_wait)
+        return CORE_OK;
+    hook_scope_t sc;
+    if (!hook_enter(hd, false, &sc))
+        return CORE_EFAIL;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUresult r = real_cu.cuStreamIsCapturing(s, &st);
+    if (r == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    const fence_t *f = (const fence_t *)(uintptr_t)event;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < f->n; i++)
+        r = real_cu.cuStreamWaitEvent(s, f->ev[i], 0);
+    hook_leave(&sc);
+    return r == CUDA_SUCCESS ? CORE_OK : CORE_EFAIL; /* a wait half made only orders more */
+}
+
+/* CUDA's reuse policies (core.h, CORE_REUSE_*) and the pool attributes
+ * that hold them. */
+static const struct {
+    unsigned bit;
+    CUmemPool_attribute attr;
+} reuse_attrs[] = {
+    {CORE_REUSE_FOLLOW_EVENTS, CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES},
+    {CORE_REUSE_OPPORTUNISTIC, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC},
+    {CORE_REUSE_INTERNAL_DEPS, CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES},
+};
+
+/* The policies of the device's current pool (cuDeviceGetMemPool: the one
+ * cudaMallocAsync allocates from, which cucache stands in for), as the
+ * program set them; a policy the driver cannot tell is CUDA's default
+ * (on).  Pools the program creates are never cucache's
+ * (cudaMallocFromPoolAsync passes through). */
+static unsigned reuse_policy(void *ctx, int device)
+{
+    (void)ctx;
+    hook_dev_t *hd = &hook_devs[device];
+    unsigned policy = CORE_REUSE_ALL;
+    hook_scope_t sc;
+    if (!real_cu.cuDeviceGetMemPool || !real_cu.cuMemPoolGetAttribute || !hook_enter(hd, false, &sc))
+        return policy;
+    CUmemoryPool pool = NULL;
+    if (real_cu.cuDeviceGetMemPool(&pool, hd->handle) == CUDA_SUCCESS && pool)
+        for (size_t i = 0; i < sizeof reuse_attrs / sizeof reuse_attrs[0]; i++) {
+            int on = 1;
+            if (real_cu.cuMemPoolGetAttribute(pool, reuse_attrs[i].attr, &on) == CUDA_SUCCESS && !on)
+                policy &= ~reuse_attrs[i].bit;
+        }
+    hook_leave(&sc);
+    return policy;
+}
+
 static int hold_query(void *ctx, int device, uint64_t token)
 {
     (void)ctx;
@@ -544,4 +620,6 @@ const core_backend_t hook_backend = {
     .map_alias = map_alias,
     .work_epoch = &hook_submit_epoch, /* interpose/submit.c */
     .fence_order = hook_order_fence, /* order.c */
+    .stream_wait = stream_wait,
+    .reuse_policy = reuse_policy,
 };

@@ -273,6 +273,7 @@ static void env_read(void)
     env.conf = secure_getenv("CUCACHE_CONF");
     env.log = nonempty(secure_getenv("CUCACHE_LOG"));
     env.trace = nonempty(secure_getenv("CUCACHE_TRACE"));
+    env.test_no_stream_wait = nonempty(secure_getenv("CUCACHE_TEST_NO_STREAM_WAIT")) != NULL; /* tests only */
     env_check();
 }
 

@@ -56,6 +56,11 @@ typedef struct hook_env_s {
     bool registry;        /* CUCACHE_REGISTRY: in the GPU registry (yield.c); on by default */
     bool yield;           /* CUCACHE_YIELD: asks neighbours at OOM and answers them; on by default */
     unsigned yield_ms;    /* CUCACHE_YIELD_MS: how long a failed allocation waits for their answers */
+    /* CUCACHE_TEST_NO_STREAM_WAIT, for tests only: the backend's stream_wait
+     * (a free on another stream reused early) inserts no wait and says it
+     * did, so that tests/interpose/test_xstream.c sees the race detector
+     * catch the reuse (backend.c) */
+    bool test_no_stream_wait;
     hook_env_var_t bad;   /* the first variable with a bad value; HOOK_ENV_OK: none */
     char why[512];        /* then: one line naming the variable and its value */
 } hook_env_t;

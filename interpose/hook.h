@@ -24,7 +24,10 @@
  *               core_* (core/) ──► backend.c: the core's device seam (real
  *                                  driver calls in the device's primary
  *                                  context, capture-aware; fences over
- *                                  streams) ──► order.c: the device ordered
+ *                                  streams; a stream made to wait for a
+ *                                  free on another stream, never into a
+ *                                  capture: the free then waits as
+ *                                  before) ──► order.c: the device ordered
  *                                  after fences (hand-outs), its waits and
  *                                  stops
  *               (a plain free first runs order.c's probe: whether the

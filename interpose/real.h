@@ -69,6 +69,7 @@
     X(cuEventSynchronize)                                                                                              \
     X(cuEventDestroy_v2)                                                                                               \
     X(cuDeviceGetMemPool)                                                                                              \
+    X(cuMemPoolGetAttribute)                                                                                           \
     X(cuPointerGetAttribute)                                                                                           \
     X(cuPointerGetAttributes)                                                                                          \
     X(cuPointerSetAttribute)                                                                                           \
