@@ -473,6 +473,9 @@ static inline __attribute__((always_inline)) uintptr_t malloc_at(core_dev_t *d, 
             hand_out(d, hand_out_keep(d));
             b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
         }
+        if (b && b->size != rounded && __builtin_expect(d->event_pending != NULL, 0) &&
+            cross_release_on_hit(d, pool_for(d, pp, rounded), stream))
+            b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded); /* cross.h: frees on other streams */
         if (__builtin_expect(b != NULL, 1) && (addr = take(d, b, rounded, size))) {
             d->stats.num_cache_hits++;
             jr_note(d, JR_ALLOC, 0, pp->id, asked, 0, size, d->next_id);

@@ -16,7 +16,9 @@ const cross_policy_t cross_policies[3] = {
 
 unsigned cross_policy(core_dev_t *d)
 {
-    return d->be.reuse_policy ? d->be.reuse_policy(d->be.ctx, d->device) : CORE_REUSE_ALL;
+    unsigned policy = d->be.reuse_policy ? d->be.reuse_policy(d->be.ctx, d->device) : CORE_REUSE_ALL;
+    d->reuse_off = CORE_REUSE_ALL & ~policy;
+    return policy;
 }
 
 bool cross_allows(unsigned policy, cross_step_t step)
@@ -33,4 +35,9 @@ size_t cross_release(core_dev_t *d, pool_t *pool, core_stream_t stream)
     if (!d->be.stream_wait || d->capturing || stream == 0)
         return 0;
     return pend_wait_on_device(d, pool, stream);
+}
+
+bool cross_release_on_hit(core_dev_t *d, pool_t *pool, core_stream_t stream)
+{
+    return cross_allows(CORE_REUSE_ALL & ~d->reuse_off, CROSS_WAIT) && cross_release(d, pool, stream) > 0;
 }

@@ -19,9 +19,12 @@
  * synchronisations (core_poll, core_synchronized) or, memory being short,
  * for the host's waits of steps 4 and 6.  CUDA takes internal dependencies
  * only once the device is full; cucache takes them before it grows the
- * cache (alloc.c, step 1c), so that frees on other streams cost no more
- * memory than frees on the block's own stream (docs/performance.md, "Frees
- * on another stream").
+ * cache (alloc.c, step 1c), and before a hit cuts up a larger free block
+ * of the stream (cross_release_on_hit), so that frees on other streams
+ * cost no more memory than frees on the block's own stream
+ * (docs/performance.md, "Frees on another stream").  The hit path reads
+ * the policies the last slow path asked for: a change the program makes
+ * counts from the next miss.
  *
  * A block released by a device-side wait is FREE but not idle, like a
  * hand-out (hand_out.h): work queued before the wait may still use it, so
@@ -57,7 +60,7 @@ typedef struct cross_policy_s {
 extern const cross_policy_t cross_policies[3];
 
 /* The policies in force now (the backend's answer; CORE_REUSE_ALL without
- * one). */
+ * one), kept for the hits (core_dev_t.reuse_off). */
 unsigned cross_policy(core_dev_t *d);
 
 /* Whether `step` may be taken under the policies `policy`. */
@@ -68,5 +71,12 @@ bool cross_allows(unsigned policy, cross_step_t step);
  * (not idle).  Returns the bytes released (0: none, or the backend cannot:
  * no stream_wait, a capture, stream key 0). */
 size_t cross_release(core_dev_t *d, pool_t *pool, core_stream_t stream);
+
+/* A hit that would split a block (or take one larger than asked for)
+ * while frees of its stream wait on other streams' events: step 1c first,
+ * under the policies the last slow path read, so that the frees serve
+ * before the stream's larger blocks are cut up.  Whether any was
+ * released (the caller finds its block again). */
+bool cross_release_on_hit(core_dev_t *d, pool_t *pool, core_stream_t stream);
 
 #endif

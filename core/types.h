@@ -360,6 +360,10 @@ struct core_dev_s {
     /* hand-outs behind fences stopped for good (core_stop_hand_outs): an
      * agent the ordering does not reach may touch the device's memory */
     bool no_hand_out;
+    /* the reuse policies (CORE_REUSE_*, cross.h) turned off, as the backend
+     * said at the last slow path while frees waited on events: what a hit
+     * reads (0: CUDA's defaults, all on) */
+    unsigned reuse_off;
     /* statistics and observation */
     core_stats_t stats; /* the gauges' all entries: peak only (stats_sum_all) */
     core_observer_fn observer;

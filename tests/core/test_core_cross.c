@@ -4,7 +4,8 @@
  * of stream A freed on stream B serves A's next miss at once, A made to
  * wait for the free's event (one stream_wait, no host wait, no new
  * segment), and is released not idle (its pages need a synchronisation
- * before they go back); only A's blocks of the request's pool are taken;
+ * before they go back); a hit takes it before cutting up a larger block;
+ * only A's blocks of the request's pool are taken;
  * nothing is taken for key 0, during a capture, when the backend refuses
  * the wait, or when the program turned the internal-dependencies policy
  * off; with the opportunistic policy off a completed free serves only
@@ -124,6 +125,37 @@ static void test_cross_reuse_is_not_idle(void **state)
     assert_int_equal(f.m.n_unmap_busy, 0); /* ... so no page went while B's work could run */
     assert_int_equal(mem_backend_mapped(&f.m), 2 * MiB);
     fx_free(&f, q, CORE_FREE_AFTER_STREAM, A);
+    fx_close(&f);
+}
+
+/* A hit that would cut up a larger free block of the stream takes the
+ * stream's exact-fit free pending on another stream instead (a wait); once
+ * a miss has read the internal-dependencies policy off, it splits. */
+static void test_cross_hit_before_splitting(void **state)
+{
+    (void)state;
+    fx_t f;
+    cx_open(&f, NULL);
+    uintptr_t big = fx_alloc(&f, 30 * MiB, A);
+    uintptr_t p = fx_alloc(&f, 20 * MiB, A);
+    fx_free(&f, big, CORE_FREE_NOW, A); /* free in A's bins */
+    fx_free(&f, p, CORE_FREE_AFTER_STREAM, B);
+    uintptr_t q = fx_alloc(&f, 20 * MiB, A);
+    assert_int_equal(q, p);
+    assert_int_equal(be_log.waits, 1);
+    assert_int_equal(fx_stats(&f).num_cache_hits, 1);
+    assert_int_equal(fx_stats(&f).num_device_alloc, 2);
+
+    be_log.policy = CORE_REUSE_ALL & ~(unsigned)CORE_REUSE_INTERNAL_DEPS;
+    fx_free(&f, q, CORE_FREE_AFTER_STREAM, B);
+    uintptr_t m = fx_alloc(&f, 40 * MiB, A); /* a miss reads the policy */
+    assert_true(be_log.policy_asked > 0);
+    uintptr_t r = fx_alloc(&f, 20 * MiB, A);
+    assert_int_equal(r, big); /* split from the 30 MiB block */
+    assert_int_equal(be_log.waits, 1);
+    assert_int_equal(pending(&f), 20 * MiB);
+    fx_free(&f, m, CORE_FREE_NOW, A);
+    fx_free(&f, r, CORE_FREE_NOW, A);
     fx_close(&f);
 }
 
@@ -256,6 +288,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cross_reuse_waits_on_device),
         cmocka_unit_test(test_cross_reuse_is_not_idle),
+        cmocka_unit_test(test_cross_hit_before_splitting),
         cmocka_unit_test(test_cross_takes_own_stream_and_pool),
         cmocka_unit_test(test_cross_no_wait_cases),
         cmocka_unit_test(test_cross_policies),
