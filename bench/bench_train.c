@@ -9,6 +9,7 @@
  * a real training loop.
  *
  *   bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US] [-x EVERY]
+ *   bench_train -L ROUNDS [-B MIB] [-k KERNEL_US]
  *
  * -c adds a communication stream, as data-parallel training has: after
  * every 16th allocation it waits for the compute stream's work so far (an
@@ -28,14 +29,28 @@
  * does) and frees it there with cudaFreeAsync.  A rule that reuses a block
  * on its own stream alone races with the reader here.
  *
+ * -L ROUNDS runs the cross-stream loop instead of a trace: a block of
+ * -B MiB (default 400) allocated with cudaMallocAsync on one stream,
+ * written there, read on a second stream (which waits for the write) and
+ * freed there with cudaFreeAsync, then allocated again on the first, ROUNDS
+ * times, each kernel KERNEL_US long.  Prints
+ *
+ *   result loop ROUNDS time_ms=MS fence_waits=N fence_wait_ms=MS peak_reserved=BYTES races=N
+ *
+ * (fence_waits: cucache's num_fence_waits, the host's waits for frees; -1
+ * without cucache).
+ *
  * -a allocates with cudaMallocAsync/cudaFreeAsync on the block's stream
  * instead of cudaMalloc/cudaFree.  Run it plain (CUDA without a cache:
  * the simulator's allocation costs) or under cucache-run --sim with the
  * setting to compare (scripts/bench-train runs them all side by side).
  * Prints one line:
  *
- *   result TRACE STREAMS[x] MODE step_ms=MEDIAN (MIN-MAX) peak_reserved=BYTES races=N
+ *   result TRACE STREAMS[x] MODE step_ms=MEDIAN (MIN-MAX) peak_reserved=BYTES races=N device_ms=MEDIAN (MIN-MAX)
  *
+ * device_ms is the step in the simulator's device time (events timed from
+ * the step's start to each stream's last work): unlike step_ms, it does
+ * not move with a busy host as long as the host runs ahead of the device.
  * peak_reserved is cucache's reserved_bytes.all.peak when cucache is in
  * the process, else the most device memory in use seen through
  * cudaMemGetInfo after each allocation.  races is what the simulator's
@@ -79,6 +94,54 @@ static void free_block(void *p, bool async, cudaStream_t s)
         CHECK(cudaFree(p));
 }
 
+typedef int (*stat_fn)(int, const char *, int64_t *);
+
+/* cucache's statistic `key` on device 0, or -1 without cucache. */
+static int64_t stat_or(stat_fn stat, const char *key)
+{
+    int64_t v = -1;
+    if (!stat || stat(0, key, &v) != 0)
+        v = -1;
+    return v;
+}
+
+/* The cross-stream loop (-L): allocated on a, read and freed on b,
+ * allocated again on a. */
+static void cross_loop(unsigned rounds, size_t bytes, unsigned kernel_us, stat_fn stat)
+{
+    cudaStream_t a, b;
+    cudaEvent_t written;
+    CHECK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    CHECK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+    size_t free0 = 0, total = 0, peak_used = 0;
+    CHECK(cudaMemGetInfo(&free0, &total));
+    double t0 = now_ms();
+    for (unsigned i = 0; i < rounds; i++) {
+        void *p = NULL;
+        CHECK(cudaMallocAsync(&p, bytes, a));
+        struct cucache_sim_access w = {p, bytes, 1}, r = {p, bytes, 0};
+        CHECK(cucacheSimLaunchTimed((CUstream)a, kernel_us, NULL, NULL, &w, 1));
+        CHECK(cudaEventRecord(written, a));
+        CHECK(cudaStreamWaitEvent(b, written, 0));
+        CHECK(cucacheSimLaunchTimed((CUstream)b, kernel_us, NULL, NULL, &r, 1));
+        CHECK(cudaFreeAsync(p, b));
+        size_t f = 0, tot = 0;
+        CHECK(cudaMemGetInfo(&f, &tot));
+        if (f <= free0 && free0 - f > peak_used)
+            peak_used = free0 - f;
+    }
+    CHECK(cudaDeviceSynchronize());
+    double ms = now_ms() - t0;
+    int64_t peak = stat ? stat_or(stat, "reserved_bytes.all.peak") : (int64_t)peak_used;
+    int64_t waits = stat_or(stat, "num_fence_waits"), wait_ns = stat_or(stat, "fence_wait_ns");
+    printf("result loop %u time_ms=%.1f fence_waits=%lld fence_wait_ms=%.1f peak_reserved=%lld races=%lu\n", rounds,
+           ms, (long long)waits, wait_ns < 0 ? -1.0 : (double)wait_ns / 1e6, (long long)peak, cucacheSimRaceCount());
+    CHECK(cudaEventDestroy(written));
+    CHECK(cudaStreamDestroy(a));
+    CHECK(cudaStreamDestroy(b));
+}
+
 int main(int argc, char **argv)
 {
     const char *trace = "bcrafton_cs336";
@@ -87,6 +150,8 @@ int main(int argc, char **argv)
     bool async = false;
     unsigned comm_us = 0;
     unsigned cross = 0; /* -x: every cross-th block is read on the next stream */
+    unsigned loop = 0;  /* -L: the cross-stream loop's rounds */
+    size_t loop_mib = 400;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-t") == 0 && i + 1 < argc)
             trace = argv[++i];
@@ -102,8 +167,19 @@ int main(int argc, char **argv)
             comm_us = (unsigned)atoi(argv[++i]);
         else if (strcmp(argv[i], "-x") == 0 && i + 1 < argc)
             cross = (unsigned)atoi(argv[++i]);
+        else if (strcmp(argv[i], "-L") == 0 && i + 1 < argc)
+            loop = (unsigned)atoi(argv[++i]);
+        else if (strcmp(argv[i], "-B") == 0 && i + 1 < argc)
+            loop_mib = (size_t)atoi(argv[++i]);
         else
-            bench_die("usage: bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US] [-x EVERY]");
+            bench_die("usage: bench_train [-t TRACE] [-S STREAMS] [-k KERNEL_US] [-n STEPS] [-a] [-c COMM_US] [-x EVERY]"
+                      " | -L ROUNDS [-B MIB] [-k KERNEL_US]");
+    }
+    if (loop) {
+        if (loop_mib == 0)
+            bench_die("-B needs 1 MiB or more");
+        cross_loop(loop, loop_mib << 20, kernel_us, (stat_fn)dlsym(RTLD_DEFAULT, "cucache_stat"));
+        return 0;
     }
     if (nstreams < 0 || nstreams > MAX_STREAMS || steps < 2)
         bench_die("-S 0..%d and -n 2 or more", MAX_STREAMS);
@@ -143,12 +219,19 @@ int main(int argc, char **argv)
     int *on = calloc(t.nalloc, sizeof *on);
     size_t *bytes = calloc(t.nalloc, sizeof *bytes);
     double *step_ms = calloc((size_t)steps, sizeof *step_ms);
-    if (!on || !bytes || !step_ms)
+    double *dev_ms = calloc((size_t)steps, sizeof *dev_ms);
+    if (!on || !bytes || !step_ms || !dev_ms)
         bench_die("out of memory");
     size_t free0 = 0, total = 0, peak_used = 0;
     CHECK(cudaMemGetInfo(&free0, &total));
+    /* device time: the step's start, and each stream's end (comm's last) */
+    cudaEvent_t t_start, t_end[MAX_STREAMS + 1];
+    CHECK(cudaEventCreate(&t_start));
+    for (int i = 0; i <= nstreams; i++)
+        CHECK(cudaEventCreate(&t_end[i]));
     for (int step = 0; step < steps; step++) {
         double t0 = now_ms();
+        CHECK(cudaEventRecord(t_start, s[0]));
         size_t k = 0;
         for (size_t i = 0; i < t.nops; i++) {
             int64_t op = t.ops[i];
@@ -200,14 +283,30 @@ int main(int argc, char **argv)
                 free_block(t.live[j], async, s[on[j]]);
                 t.live[j] = NULL;
             }
+        for (int i = 0; i < nstreams; i++)
+            CHECK(cudaEventRecord(t_end[i], s[i]));
+        CHECK(cudaEventRecord(t_end[nstreams], comm_us ? comm : s[0]));
         CHECK(cudaDeviceSynchronize());
         step_ms[step] = now_ms() - t0;
+        for (int i = 0; i <= nstreams; i++) {
+            float ms = 0;
+            CHECK(cudaEventElapsedTime(&ms, t_start, t_end[i]));
+            if (ms > dev_ms[step])
+                dev_ms[step] = ms;
+        }
     }
+    CHECK(cudaEventDestroy(t_start));
+    for (int i = 0; i <= nstreams; i++)
+        CHECK(cudaEventDestroy(t_end[i]));
     bench_series_t ser = {0};
     for (int i = 1; i < steps && ser.n < BENCH_MAX_RUNS; i++) /* the first step warms the cache up */
         ser.v[ser.n++] = step_ms[i];
-    char fmt[96];
+    char fmt[96], dev_fmt[96];
     bench_series_fmt(fmt, sizeof fmt, &ser);
+    bench_series_t dev = {0};
+    for (int i = 1; i < steps && dev.n < BENCH_MAX_RUNS; i++)
+        dev.v[dev.n++] = dev_ms[i];
+    bench_series_fmt(dev_fmt, sizeof dev_fmt, &dev);
     int64_t peak = (int64_t)peak_used;
     if (stat && stat(0, "reserved_bytes.all.peak", &peak) != 0)
         peak = -1;
@@ -221,7 +320,7 @@ int main(int argc, char **argv)
     }
     if (legacy)
         nstreams = 0;
-    printf("result %s %d%s %s step_ms=%s peak_reserved=%lld races=%lu\n", trace, nstreams, cross ? "x" : "", mode, fmt, (long long)peak,
-           cucacheSimRaceCount());
+    printf("result %s %d%s %s step_ms=%s peak_reserved=%lld races=%lu device_ms=%s\n", trace, nstreams, cross ? "x" : "",
+           mode, fmt, (long long)peak, cucacheSimRaceCount(), dev_fmt);
     return 0;
 }
