@@ -35,7 +35,7 @@
  * freed there with cudaFreeAsync, then allocated again on the first, ROUNDS
  * times, each kernel KERNEL_US long.  Prints
  *
- *   result loop ROUNDS time_ms=MS fence_waits=N fence_wait_ms=MS peak_reserved=BYTES races=N
+ *   result loop ROUNDS time_ms=MS device_ms=MS fence_waits=N fence_wait_ms=MS peak_reserved=BYTES races=N
  *
  * (fence_waits: cucache's num_fence_waits, the host's waits for frees; -1
  * without cucache).
@@ -116,7 +116,12 @@ static void cross_loop(unsigned rounds, size_t bytes, unsigned kernel_us, stat_f
     CHECK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
     size_t free0 = 0, total = 0, peak_used = 0;
     CHECK(cudaMemGetInfo(&free0, &total));
+    cudaEvent_t t_start, t_end[2];
+    CHECK(cudaEventCreate(&t_start));
+    CHECK(cudaEventCreate(&t_end[0]));
+    CHECK(cudaEventCreate(&t_end[1]));
     double t0 = now_ms();
+    CHECK(cudaEventRecord(t_start, a));
     for (unsigned i = 0; i < rounds; i++) {
         void *p = NULL;
         CHECK(cudaMallocAsync(&p, bytes, a));
@@ -127,16 +132,28 @@ static void cross_loop(unsigned rounds, size_t bytes, unsigned kernel_us, stat_f
         CHECK(cucacheSimLaunchTimed((CUstream)b, kernel_us, NULL, NULL, &r, 1));
         CHECK(cudaFreeAsync(p, b));
         size_t f = 0, tot = 0;
-        CHECK(cudaMemGetInfo(&f, &tot));
-        if (f <= free0 && free0 - f > peak_used)
+        if (!stat)
+            CHECK(cudaMemGetInfo(&f, &tot));
+        if (!stat && f <= free0 && free0 - f > peak_used)
             peak_used = free0 - f;
     }
+    CHECK(cudaEventRecord(t_end[0], a));
+    CHECK(cudaEventRecord(t_end[1], b));
     CHECK(cudaDeviceSynchronize());
     double ms = now_ms() - t0;
+    float dev_ms = 0, e1 = 0;
+    CHECK(cudaEventElapsedTime(&dev_ms, t_start, t_end[0]));
+    CHECK(cudaEventElapsedTime(&e1, t_start, t_end[1]));
+    if (e1 > dev_ms)
+        dev_ms = e1;
     int64_t peak = stat ? stat_or(stat, "reserved_bytes.all.peak") : (int64_t)peak_used;
     int64_t waits = stat_or(stat, "num_fence_waits"), wait_ns = stat_or(stat, "fence_wait_ns");
-    printf("result loop %u time_ms=%.1f fence_waits=%lld fence_wait_ms=%.1f peak_reserved=%lld races=%lu\n", rounds,
-           ms, (long long)waits, wait_ns < 0 ? -1.0 : (double)wait_ns / 1e6, (long long)peak, cucacheSimRaceCount());
+    printf("result loop %u time_ms=%.1f device_ms=%.1f fence_waits=%lld fence_wait_ms=%.1f peak_reserved=%lld races=%lu\n",
+           rounds, ms, (double)dev_ms, (long long)waits, wait_ns < 0 ? -1.0 : (double)wait_ns / 1e6, (long long)peak,
+           cucacheSimRaceCount());
+    CHECK(cudaEventDestroy(t_start));
+    CHECK(cudaEventDestroy(t_end[0]));
+    CHECK(cudaEventDestroy(t_end[1]));
     CHECK(cudaEventDestroy(written));
     CHECK(cudaStreamDestroy(a));
     CHECK(cudaStreamDestroy(b));
