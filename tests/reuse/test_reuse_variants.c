@@ -543,6 +543,10 @@ static void *alloc_async_filled(size_t n, unsigned seed, cudaStream_t s)
 struct realloc_how {
     bool async;
     cudaStream_t on;
+    /* `on` is the freed block's own stream: its free on the reader's stream
+     * may serve it at once, `on` made to wait for the reader on the device
+     * (core/cross.h), so the writer cannot go idle while the reader is held */
+    bool own;
 };
 
 static void *realloc_one(const struct realloc_how *how, size_t n)
@@ -560,20 +564,26 @@ static void finish_async_hazard(void *a, size_t n, unsigned seed, const struct r
                                 cudaStream_t reader, const char *what)
 {
     void *bc[2];
+    int count = 0;
     for (int i = 0; i < 2; i++) {
         if (i == 1) {
             reuse_drain_unheld();
             reuse_fill(how->on, how->async);
         }
-        bc[i] = realloc_one(how, n);
-        reuse_expect_disjoint_if_fenced(bc[i], n, a, n);
+        bc[count++] = realloc_one(how, n);
+        bool waits = how->own && reuse_overlap(bc[i], n, a, n);
+        if (!waits)
+            reuse_expect_disjoint_if_fenced(bc[i], n, a, n);
         SIM_OK(cudaMemsetAsync(bc[i], OVERWRITE, n, writer));
+        if (waits)
+            break; /* the writer runs once the reader has: the verdict below */
         SIM_OK(simtest_stream_wait_idle(writer));
     }
     reuse_open_all();
     SIM_OK(simtest_stream_wait_idle(reader));
+    SIM_OK(simtest_stream_wait_idle(writer));
     reuse_verdict_hazard_maybe(a, n, reuse_data_is(rf.dst, n, seed, "the reader of A"), what);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < count; i++) {
         if (how->async)
             reuse_free_async(bc[i], writer);
         else
@@ -592,7 +602,7 @@ static void test_free_async_then_malloc_async_on_other_stream(void **state)
     reuse_gate_on(rf.nb);
     SIM_OK(cudaMemcpyAsync(rf.dst, a, N, cudaMemcpyDeviceToHost, rf.nb));
     reuse_free_async(a, rf.nb);
-    struct realloc_how how = {true, rf.nb2};
+    struct realloc_how how = {true, rf.nb2, false};
     finish_async_hazard(a, N, seed, &how, rf.nb2, rf.nb, "cudaFreeAsync on nb, cudaMallocAsync on nb2");
 }
 
@@ -609,7 +619,7 @@ static void test_free_async_of_malloc_block(void **state)
     reuse_gate_on(rf.nb);
     SIM_OK(cudaMemcpyAsync(rf.dst, a, N, cudaMemcpyDeviceToHost, rf.nb));
     reuse_free_async(a, rf.nb);
-    struct realloc_how how = {false, NULL};
+    struct realloc_how how = {false, NULL, false};
     finish_async_hazard(a, N, seed, &how, LEGACY, rf.nb, "cudaMalloc block freed by cudaFreeAsync on nb");
 }
 
@@ -629,7 +639,7 @@ static void test_free_async_on_reader_stream_realloc_on_owner(void **state)
     reuse_gate_on(rf.nb);
     SIM_OK(cudaMemcpyAsync(rf.dst, a, N, cudaMemcpyDeviceToHost, rf.nb));
     reuse_free_async(a, rf.nb);
-    struct realloc_how how = {true, rf.nb2};
+    struct realloc_how how = {true, rf.nb2, true};
     finish_async_hazard(a, N, seed, &how, rf.nb2, rf.nb,
                         "nb2's block freed by cudaFreeAsync on nb, reallocated on nb2");
     SIM_OK(cudaEventDestroy(ev));
@@ -655,7 +665,7 @@ static void test_free_async_ptsz(void **state)
     (void)reuse_arm_openers();
     reuse_untrack(a);
     SIM_OK(cudaFreeAsync_ptsz(a, 0));
-    struct realloc_how how = {true, rf.nb2};
+    struct realloc_how how = {true, rf.nb2, false};
     finish_async_hazard(a, N, seed, &how, rf.nb2, cudaStreamPerThread,
                         "cudaMallocAsync_ptsz/cudaFreeAsync_ptsz on the per-thread stream, cudaMallocAsync on nb2");
 }
