@@ -33,9 +33,12 @@
  * reach it early.  Never while capturing (core_set_capturing), nor on a
  * stream the backend cannot make wait (then the frees wait as above).
  *
- * A replay's device is idle: its events have completed by step 1, which
- * finds free the blocks a live run's step 1c released, so the journal
- * needs no record of its own.
+ * The replays (cucache-replay, the what-if) have no stream_wait: there a
+ * free on another stream waits for the next poll, as before this step
+ * (their idle device has completed its event by then).  A trace with such
+ * frees may so replay a split or a growth where the live run reused the
+ * free; one without them replays exactly as before.  The journal keeps no
+ * record of these releases.
  */
 #ifndef CUCACHE_CORE_CROSS_H
 #define CUCACHE_CORE_CROSS_H
