@@ -7,7 +7,8 @@
  * no host wait (num_fence_waits), and no race (A's next writer is made to
  * wait for B's reader on the device).  With the program's
  * cudaMemPoolReuseAllowInternalDependencies turned off on the device's
- * pool, the free is never reused before B's reader ran.
+ * pool, or while a capture is on the device, the free is never reused
+ * before B's reader ran.
  *
  * Run with the group argument "planted" (test interpose_xstream_planted,
  * CUCACHE_TEST_NO_STREAM_WAIT=1: cucache leaves the device-side wait out)
@@ -121,6 +122,53 @@ static void test_internal_dependencies_off(void **state)
     SIM_OK(cudaStreamDestroy(b));
 }
 
+/* While a capture is on the device no wait is inserted (a capturing
+ * stream must not get one, and the core makes no such call while the
+ * device captures): A's allocation does not get the block freed on B,
+ * whatever serves it (a hit splitting A's free block beside it, or the
+ * capture's own route). */
+static void test_no_wait_during_a_capture(void **state)
+{
+    (void)state;
+    const size_t n = 64 * MIB;
+    cudaStream_t a, b, c;
+    SIM_OK(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking));
+    SIM_OK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+    SIM_OK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+    itest_defer_stream(a);
+    itest_defer_stream(b);
+    itest_defer_stream(c);
+    cudaEvent_t written;
+    SIM_OK(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+    void *big = NULL, *p = NULL, *q = NULL;
+    SIM_OK(cudaMallocAsync(&big, 2 * n, a));
+    SIM_OK(cudaFreeAsync(big, a)); /* free in A's bins */
+    SIM_OK(cudaMallocAsync(&p, n, a));
+    struct cucache_sim_access w = {p, n, 1}, r = {p, n, 0};
+    CU_OK(cucacheSimLaunch((CUstream)a, NULL, NULL, &w, 1));
+    SIM_OK(cudaEventRecord(written, a));
+    SIM_OK(cudaStreamWaitEvent(b, written, 0));
+    simtest_gate_t *g = simtest_gate_new();
+    simtest_gate_block(g, b);
+    CU_OK(cucacheSimLaunch((CUstream)b, NULL, NULL, &r, 1));
+    SIM_OK(cudaFreeAsync(p, b));
+    SIM_OK(cudaStreamBeginCapture(c, cudaStreamCaptureModeRelaxed));
+    SIM_OK(cudaMallocAsync(&q, n / 2, a)); /* a hit that splits */
+    cudaGraph_t graph = NULL;
+    SIM_OK(cudaStreamEndCapture(c, &graph));
+    SIM_OK(cudaGraphDestroy(graph));
+    assert_false(itest_overlap(q, n / 2, p, n));
+    struct cucache_sim_access w2 = {q, n / 2, 1};
+    CU_OK(cucacheSimLaunch((CUstream)a, NULL, NULL, &w2, 1));
+    simtest_gate_open(g);
+    SIM_OK(cudaFreeAsync(q, a));
+    SIM_OK(cudaDeviceSynchronize());
+    SIM_OK(cudaEventDestroy(written));
+    SIM_OK(cudaStreamDestroy(a));
+    SIM_OK(cudaStreamDestroy(b));
+    SIM_OK(cudaStreamDestroy(c));
+}
+
 /* Planted (CUCACHE_TEST_NO_STREAM_WAIT=1): the reuse without the wait is a
  * race the detector reports. */
 static void test_planted_reuse_without_wait_races(void **state)
@@ -149,6 +197,7 @@ int main(int argc, char **argv)
     }
     const struct CMUnitTest tests[] = {
         ITEST(test_cross_stream_loop_never_waits_on_host),
+        ITEST(test_no_wait_during_a_capture), /* before the policy is turned off: a hit reads the last miss's */
         ITEST(test_internal_dependencies_off),
     };
     return ITEST_RUN("interpose.xstream", tests, itest_group_setup);
