@@ -24,10 +24,10 @@
  * streams: after its kernel writes it on its stream, the next stream waits
  * for that write (an event) and runs a kernel of KERNEL_US reading it.  The block is then
  * freed while that reader may still be queued: cudaFree orders itself
- * against every stream's work; with -a the program first makes the
- * block's stream wait for the reader (an event, as PyTorch's record_stream
- * does) and frees it there with cudaFreeAsync.  A rule that reuses a block
- * on its own stream alone races with the reader here.
+ * against every stream's work; with -a it is freed with cudaFreeAsync on
+ * the reader's stream, its last user (the block's own stream does not wait
+ * for the reader).  A rule that reuses a block on its own stream alone
+ * races with the reader here.
  *
  * -L ROUNDS runs the cross-stream loop instead of a trace: a block of
  * -B MiB (default 400) allocated with cudaMallocAsync on one stream,
