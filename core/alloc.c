@@ -365,8 +365,8 @@ static block_t *ladder_run(core_dev_t *d, ladder_t *l)
      * served now, the stream made to wait for the events on the device
      * (the internal-dependencies policy, cross.h), before the cache grows
      * or the host waits */
-    if (d->event_pending && cross_allows(l->policy, CROSS_WAIT) && cross_release(d, l->pool, l->stream) &&
-        (b = ladder_find(d, l)))
+    if (d->event_pending && cross_allows(l->policy, CROSS_WAIT) &&
+        cross_release(d, l->pool, l->stream, l->rounded, l->policy, CROSS_AT_MISS) && (b = ladder_find(d, l)))
         return b;
     /* 2. garbage collection above the threshold */
     if (d->conf.gc_threshold > 0 && d->allowed != SIZE_MAX)
@@ -381,6 +381,12 @@ static block_t *ladder_run(core_dev_t *d, ladder_t *l)
         if ((b = ladder_find(d, l)))
             return b;
     if ((b = ladder_grow(d, l)) || l->why.backend_error == CORE_EFAIL)
+        return b;
+    /* 3b. the device is full: this stream's frees on other streams that
+     * step 1c left (those used on several streams, cross.h), the stream
+     * waiting on the device rather than the host */
+    if (d->event_pending && cross_allows(l->policy, CROSS_WAIT) &&
+        cross_release(d, l->pool, l->stream, l->rounded, l->policy, CROSS_AT_FULL) && (b = ladder_find(d, l)))
         return b;
     /* 4. memory is short: wait for the oldest fences, as cudaFree would have */
     while (d->pending_bytes && pend_wait_oldest(d))
@@ -474,7 +480,7 @@ static inline __attribute__((always_inline)) uintptr_t malloc_at(core_dev_t *d, 
             b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded);
         }
         if (b && b->size != rounded && __builtin_expect(d->event_pending != NULL, 0) &&
-            cross_release_on_hit(d, pool_for(d, pp, rounded), stream))
+            cross_release_on_hit(d, pool_for(d, pp, rounded), stream, rounded))
             b = pool_find_free(d, pool_for(d, pp, rounded), stream, rounded); /* cross.h: frees on other streams */
         if (__builtin_expect(b != NULL, 1) && (addr = take(d, b, rounded, size))) {
             d->stats.num_cache_hits++;
@@ -517,11 +523,17 @@ static inline bool free_is_idle(const core_dev_t *d, const block_t *b, core_free
 }
 
 /* The mode a free of an unheld block is applied with (core.h, "Free modes
- * as applied", rows 3 to 6); an AFTER_STREAM result has its event recorded. */
+ * as applied", rows 3 to 6); an AFTER_STREAM result has its event (or its
+ * marker on several streams) recorded. */
 static core_free_t free_mode(core_dev_t *d, block_t *b, core_free_t how, core_stream_t stream)
 {
-    if (b->nuses)
-        return CORE_FREE_FENCED; /* used on several streams: the device-wide fence covers them all */
+    if (b->nuses) {
+        /* used on several streams: one marker on each of them, else the
+         * device-wide fence covers them all */
+        if (how != CORE_FREE_AFTER_STREAM || d->capturing || pend_after_streams(d, b, stream) != 0)
+            return CORE_FREE_FENCED;
+        return CORE_FREE_AFTER_STREAM;
+    }
     if (how != CORE_FREE_AFTER_STREAM)
         return how;
     if (stream == b->stream)

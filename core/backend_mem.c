@@ -119,6 +119,13 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
     return CORE_OK;
 }
 
+/* One timeline: a marker on several streams is one event. */
+static int event_record_on(void *ctx, int device, const core_stream_t *streams, size_t n, uint64_t *event)
+{
+    (void)streams, (void)n;
+    return event_record(ctx, device, 1, event);
+}
+
 static int event_query(void *ctx, int device, uint64_t event)
 {
     mem_backend_t *m = ctx;
@@ -374,6 +381,7 @@ core_backend_t mem_backend_vtable(mem_backend_t *m)
         .seg_free = seg_free,
         .mem_info = mem_info,
         .event_record = event_record,
+        .event_record_on = event_record_on,
         .event_query = event_query,
         .event_wait = event_wait,
         .event_release = event_release,

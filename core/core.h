@@ -30,7 +30,11 @@
  *      (backend work_epoch)                            -> NOW (counted idle)
  *   2. the block is held (core_hold: another process has it open)
  *                                   -> the held list, fenced when the hold ends
- *   3. the block was used on other streams (core_record_stream) -> FENCED
+ *   3. the block was used on other streams (core_record_stream):
+ *      AFTER_STREAM, not capturing, the backend can mark several streams
+ *      (event_record_on)          -> AFTER_STREAM behind one marker on every
+ *                                    stream it was used on and the free's
+ *      otherwise                  -> FENCED
  *   4. AFTER_STREAM on the block's own stream           -> NOW
  *   5. AFTER_STREAM during a capture, or its event cannot be recorded
  *                                                       -> FENCED
@@ -80,6 +84,11 @@ typedef struct core_backend_s {
     /* Records a marker after all work queued so far on `stream` (0: on every
      * stream of the device: the fence) and returns its handle. */
     int (*event_record)(void *ctx, int device, core_stream_t stream, uint64_t *event);
+    /* One marker after all work queued so far on each of streams[0..n)
+     * (keys other than 0): it completes when all of theirs has.  Frees of
+     * blocks used on several streams (core_record_stream) wait behind it.
+     * NULL: not possible (those frees wait for the fence). */
+    int (*event_record_on)(void *ctx, int device, const core_stream_t *streams, size_t n, uint64_t *event);
     /* 1 when the marker's work has completed, 0 when not yet. */
     int (*event_query)(void *ctx, int device, uint64_t event);
     void (*event_wait)(void *ctx, int device, uint64_t event);

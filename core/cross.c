@@ -29,15 +29,25 @@ bool cross_allows(unsigned policy, cross_step_t step)
     return true; /* no policy governs it */
 }
 
-size_t cross_release(core_dev_t *d, pool_t *pool, core_stream_t stream)
+/* clang-format off */
+const unsigned cross_waits[CROSS_AT_COUNT] = {
+    [CROSS_AT_HIT]  = PEND_ONE_STREAM,
+    [CROSS_AT_MISS] = PEND_ONE_STREAM,
+    [CROSS_AT_FULL] = PEND_ONE_STREAM | PEND_MANY_STREAMS,
+};
+/* clang-format on */
+
+size_t cross_release(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, unsigned policy,
+                     cross_at_t at)
 {
     /* key 0 is no stream: nothing to make wait */
     if (!d->be.stream_wait || d->capturing || stream == 0)
         return 0;
-    return pend_wait_on_device(d, pool, stream);
+    return pend_wait_on_device(d, pool, stream, rounded, cross_allows(policy, CROSS_POLL), cross_waits[at]);
 }
 
-bool cross_release_on_hit(core_dev_t *d, pool_t *pool, core_stream_t stream)
+bool cross_release_on_hit(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded)
 {
-    return cross_allows(CORE_REUSE_ALL & ~d->reuse_off, CROSS_WAIT) && cross_release(d, pool, stream) > 0;
+    unsigned policy = CORE_REUSE_ALL & ~d->reuse_off;
+    return cross_allows(policy, CROSS_WAIT) && cross_release(d, pool, stream, rounded, policy, CROSS_AT_HIT) > 0;
 }

@@ -69,17 +69,51 @@ unsigned cross_policy(core_dev_t *d);
 /* Whether `step` may be taken under the policies `policy`. */
 bool cross_allows(unsigned policy, cross_step_t step);
 
-/* Step 1c: the blocks of (pool, stream) pending behind other streams'
- * events serve now, the stream made to wait on each event on the device
- * (not idle).  Returns the bytes released (0: none, or the backend cannot:
- * no stream_wait, a capture, stream key 0). */
-size_t cross_release(core_dev_t *d, pool_t *pool, core_stream_t stream);
+/* Where an allocation may make its stream wait for its frees pending on
+ * other streams. */
+typedef enum cross_at_e {
+    CROSS_AT_HIT,  /* a hit that would cut up a larger block */
+    CROSS_AT_MISS, /* the ladder's step 1c, before the cache grows */
+    CROSS_AT_FULL, /* step 3b: the device could not give a new segment, before the host waits */
+    CROSS_AT_COUNT,
+} cross_at_t;
+
+/* Which kinds of pending free (PEND_ONE_STREAM, PEND_MANY_STREAMS) the
+ * stream waits for at each place, one row each:
+ *
+ *   place  freed on one other stream      used on several (record_stream)
+ *   HIT    yes: no larger block cut up    no: the split serves; the program
+ *   MISS   yes: the cache does not grow   overlaps the streams' work (see below)
+ *   FULL   yes                            yes: instead of the host waiting
+ *
+ * A free on one other stream (cudaFreeAsync) is waited for as early as
+ * possible: its stream's blocks serve only it, and waiting costs the
+ * device nothing on scripts/bench-train's shapes while growing costs
+ * memory that CUDA's pool, which lets any stream take a completed free,
+ * would not.  A block used on several streams (PyTorch's record_stream:
+ * made on one stream, read by another's work, freed) is one whose stream
+ * would wait for that other stream's work, which the program queued to run
+ * beside its own: PyTorch's own allocator grows instead, and so does
+ * cucache while the device has room (docs/performance.md, "record_stream");
+ * once it has none, the stream waits on the device where PyTorch waits on
+ * the host. */
+extern const unsigned cross_waits[CROSS_AT_COUNT];
+
+/* The blocks of (pool, stream) pending behind other streams' events serve
+ * a request of `rounded` at `at`: those whose event completed (idle, under
+ * the opportunistic policy), else, of the kinds cross_waits names there,
+ * the oldest that serves it alone, else all, the stream made to wait on
+ * their events on the device (not idle; pend_wait_on_device).  Returns the
+ * bytes released (0: none, or the backend cannot: no stream_wait, a
+ * capture, stream key 0). */
+size_t cross_release(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded, unsigned policy,
+                     cross_at_t at);
 
 /* A hit that would split a block (or take one larger than asked for)
  * while frees of its stream wait on other streams' events: step 1c first,
  * under the policies the last slow path read, so that the frees serve
  * before the stream's larger blocks are cut up.  Whether any was
  * released (the caller finds its block again). */
-bool cross_release_on_hit(core_dev_t *d, pool_t *pool, core_stream_t stream);
+bool cross_release_on_hit(core_dev_t *d, pool_t *pool, core_stream_t stream, size_t rounded);
 
 #endif

@@ -9,10 +9,11 @@
  * complete in order.
  *
  * Frees ordered on another stream than the block's (cudaFreeAsync on a
- * second stream, record_stream uses) wait behind an event recorded on that
- * stream at the free; an allocation on the block's own stream may take
- * them before the event completes, its stream made to wait for the event
- * on the device (cross.h).
+ * second stream) wait behind an event recorded on that stream at the free;
+ * frees of blocks used on other streams (record_stream), behind one marker
+ * on each of those streams and the free's (pend_after_streams).  An
+ * allocation on the block's own stream may take them before the marker
+ * completes, its stream made to wait for it on the device (cross.h).
  *
  * A block another process holds (core_hold: an IPC peer has it open) goes
  * on the held list when freed and stays there, whatever the program
@@ -27,6 +28,10 @@
 
 #include "hostalloc.h"
 #include "types.h"
+
+/* The streams one marker of a free covers at most (pend_after_streams);
+ * a block used on more waits for the fence. */
+#define PEND_STREAMS_MAX 16
 
 static uint64_t now_ns(void)
 {
@@ -90,6 +95,38 @@ int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream)
 {
     uint64_t ev = 0;
     if (d->be.event_record(d->be.ctx, d->device, stream, &ev) != CORE_OK)
+        return -1;
+    b->state = BLOCK_PENDING;
+    b->event = ev;
+    b->pend_next = d->event_pending;
+    d->event_pending = b;
+    d->pending_bytes += b->size;
+    return 0;
+}
+
+int pend_after_streams(core_dev_t *d, block_t *b, core_stream_t stream)
+{
+    if (!d->be.event_record_on)
+        return -1;
+    core_stream_t on[PEND_STREAMS_MAX];
+    size_t n = 0;
+    for (uint32_t i = 0; i < b->nuses; i++) {
+        if (n == PEND_STREAMS_MAX)
+            return -1; /* more than a marker is made for: the fence covers them all */
+        on[n++] = b->uses[i];
+    }
+    if (stream != b->stream) {
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++)
+            known = on[i] == stream;
+        if (!known) {
+            if (n == PEND_STREAMS_MAX)
+                return -1;
+            on[n++] = stream;
+        }
+    }
+    uint64_t ev = 0;
+    if (d->be.event_record_on(d->be.ctx, d->device, on, n, &ev) != CORE_OK)
         return -1;
     b->state = BLOCK_PENDING;
     b->event = ev;
@@ -202,12 +239,50 @@ static size_t poll_events(core_dev_t *d, bool wait)
     return bytes;
 }
 
-size_t pend_wait_on_device(core_dev_t *d, const pool_t *pool, core_stream_t stream)
+/* Whether event-pending block b is one of (pool, stream)'s, of one of the
+ * kinds (PEND_ONE_STREAM, PEND_MANY_STREAMS bits). */
+static inline bool pend_of(const block_t *b, const pool_t *pool, core_stream_t stream, unsigned kinds)
 {
+    return b->pool == pool && b->stream == stream && (kinds & (b->nuses ? PEND_MANY_STREAMS : PEND_ONE_STREAM));
+}
+
+size_t pend_wait_on_device(core_dev_t *d, const pool_t *pool, core_stream_t stream, size_t rounded, bool completed,
+                           unsigned waits)
+{
+    /* 1. frees whose event completed (when `completed`): released idle, no
+     * wait (the list is newest first, so the oldest fitting one is the last
+     * seen) */
     size_t bytes = 0;
+    bool fits = false;
+    block_t **oldest_fit = NULL;
     for (block_t **p = &d->event_pending; *p;) {
         block_t *b = *p;
-        if (b->pool != pool || b->stream != stream) {
+        if (!pend_of(b, pool, stream, PEND_ONE_STREAM | PEND_MANY_STREAMS)) {
+            p = &b->pend_next;
+            continue;
+        }
+        if (completed && d->be.event_query(d->be.ctx, d->device, b->event) == 1) {
+            fits |= b->size >= rounded;
+            bytes += event_block_release(d, p, true);
+            continue;
+        }
+        if (b->size >= rounded && pend_of(b, pool, stream, waits))
+            oldest_fit = p;
+        p = &b->pend_next;
+    }
+    if (fits || !waits)
+        return bytes;
+    /* 2. the oldest free that serves the request alone: the stream waits
+     * for the least recent work (the likeliest to have run) */
+    if (oldest_fit) {
+        if (d->be.stream_wait(d->be.ctx, d->device, stream, (*oldest_fit)->event) != CORE_OK)
+            return bytes;
+        return bytes + event_block_release(d, oldest_fit, false); /* work before the event may still run */
+    }
+    /* 3. none does alone: all of them, merged with their neighbours */
+    for (block_t **p = &d->event_pending; *p;) {
+        block_t *b = *p;
+        if (!pend_of(b, pool, stream, waits)) {
             p = &b->pend_next;
             continue;
         }

@@ -570,17 +570,29 @@ void pend_fenced(core_dev_t *d, block_t *b);
  * the hold (asked now, and at every poll), then fenced. */
 void pend_held(core_dev_t *d, block_t *b);
 int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream);
+/* Pending behind one marker on every stream b was used on (core_record_stream)
+ * and on `stream` (the free's) unless it is b's own: 0, or -1 when the
+ * backend cannot record it (b unchanged). */
+int pend_after_streams(core_dev_t *d, block_t *b, core_stream_t stream);
 /* Moves every pending block whose fence/event completed to the free trees;
  * returns the bytes released. */
 size_t pend_poll(core_dev_t *d);
 /* pend_poll, the events' blocks only when `events` (the opportunistic
  * policy, cross.h). */
 size_t pend_poll_some(core_dev_t *d, bool events);
-/* The event-pending blocks of (pool, stream) made free (not idle), the
- * stream made to wait for each one's event on the device (backend
- * stream_wait, which the caller checked); stops at the first wait refused.
+/* The kinds of event-pending blocks: freed on one other stream than their
+ * own (cudaFreeAsync), or used on several (record_stream: the marker is on
+ * each). */
+enum { PEND_ONE_STREAM = 1, PEND_MANY_STREAMS = 2 };
+/* Event-pending blocks of (pool, stream) made free for a request of
+ * `rounded` bytes: those whose event completed, idle (when `completed`: the
+ * opportunistic policy); then, of the kinds in `waits` (0: none), the
+ * oldest that serves the request alone, or, none doing, all of them, not
+ * idle, the stream made to wait for each one's event on the device (backend
+ * stream_wait, which the caller checked; stops at the first wait refused).
  * Returns their bytes. */
-size_t pend_wait_on_device(core_dev_t *d, const pool_t *pool, core_stream_t stream);
+size_t pend_wait_on_device(core_dev_t *d, const pool_t *pool, core_stream_t stream, size_t rounded, bool completed,
+                           unsigned waits);
 /* Records the open batch's fence if it has blocks. */
 void pend_close(core_dev_t *d);
 /* Waits for the oldest fence or event; false when nothing is pending. */

@@ -404,19 +404,21 @@ static CUstream stream_handle(core_stream_t key)
     return (CUstream)key;
 }
 
-static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *event)
+/* A marker: the fence (keys NULL: the legacy stream and every stream of
+ * the device, and retired streams' last work), or one event on each of
+ * keys[0..nkeys). */
+static int record_marker(hook_dev_t *hd, const core_stream_t *keys, size_t nkeys, uint64_t *event)
 {
-    (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
     if (atomic_load(&hd->capturing))
         return CORE_EFAIL;
     hook_scope_t sc;
     if (!hook_enter(hd, false, &sc))
         return CORE_EFAIL;
     pthread_mutex_lock(&hd->lock);
-    size_t n = stream == 0 ? 1 + hd->nstreams : 1;
+    bool fence = keys == NULL;
+    size_t n = fence ? 1 + hd->nstreams : nkeys;
     size_t borrowed = 0;
-    if (stream == 0 && hd->nretired) {
+    if (fence && hd->nretired) {
         retired_sweep(hd);
         for (size_t i = 0; i < hd->nretired; i++)
             borrowed += !hd->retired[i].done;
@@ -429,7 +431,7 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
     }
     size_t done = 0;
     for (; rc == CORE_OK && done < n; done++) {
-        CUstream s = stream != 0 ? stream_handle(stream) : done == 0 ? CU_STREAM_LEGACY : hd->streams[done - 1];
+        CUstream s = !fence ? stream_handle(keys[done]) : done == 0 ? CU_STREAM_LEGACY : hd->streams[done - 1];
         if (!s) {
             rc = CORE_EFAIL;
             break;
@@ -463,6 +465,20 @@ static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *e
     pthread_mutex_unlock(&hd->lock);
     hook_leave(&sc);
     return rc;
+}
+
+static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *event)
+{
+    (void)ctx;
+    return record_marker(&hook_devs[device], stream == 0 ? NULL : &stream, 1, event);
+}
+
+/* Frees of blocks used on several streams (record_stream): one event on
+ * each; never into a capture (record_marker refuses while one is on). */
+static int event_record_on(void *ctx, int device, const core_stream_t *streams, size_t n, uint64_t *event)
+{
+    (void)ctx;
+    return n ? record_marker(&hook_devs[device], streams, n, event) : CORE_EFAIL;
 }
 
 /* 1 when every event of the fence completed.  An error (a context that
@@ -607,6 +623,7 @@ const core_backend_t hook_backend = {
     .seg_free = seg_free,
     .mem_info = mem_info,
     .event_record = event_record,
+    .event_record_on = event_record_on,
     .event_query = event_query,
     .event_wait = event_wait,
     .event_release = event_release,

@@ -13,8 +13,9 @@
  * keeps PyTorch's stream semantics, which are cudaMallocAsync's: a block
  * allocated for stream S and freed on S is reusable at once on S (stream
  * order); freed on another stream it waits for an event there; a block
- * record_stream marked as used on other streams waits for the device-wide
- * fence.  Reports, snapshots, traces, limits and the replay then cover
+ * record_stream marked as used on other streams waits for a marker on each
+ * of them (core.h, free modes, row 3; served before it completes once the
+ * device is full, its stream waiting on the device: core/cross.h).  Reports, snapshots, traces, limits and the replay then cover
  * PyTorch's tensors too (python/cucache/torch.py plugs them in).
  *
  * These run in the process whether or not libcucache.so was preloaded

@@ -286,6 +286,101 @@ static void test_cross_loop_never_waits_on_host(void **state)
     fx_close(&f);
 }
 
+/* What the test's event_record_on was asked last. */
+static struct {
+    unsigned calls;
+    core_stream_t on[4];
+    size_t n;
+} marker_log;
+
+static int test_event_record_on(void *ctx, int device, const core_stream_t *streams, size_t n, uint64_t *event)
+{
+    marker_log.calls++;
+    marker_log.n = n;
+    for (size_t i = 0; i < n && i < 4; i++)
+        marker_log.on[i] = streams[i];
+    core_stream_t one = streams[0];
+    return mem_backend_vtable(ctx).event_record(ctx, device, one, event);
+}
+
+/* cx_open with the test's event_record_on on a device of `capacity`. */
+static void cx_open_marked(fx_t *f, size_t capacity, bool markers)
+{
+    memset(f, 0, sizeof *f);
+    memset(&be_log, 0, sizeof be_log);
+    memset(&marker_log, 0, sizeof marker_log);
+    be_log.answer = CORE_OK;
+    be_log.policy = CORE_REUSE_ALL;
+    mem_backend_init(&f->m, capacity);
+    f->m.auto_complete = false;
+    conf_defaults(&f->conf);
+    core_backend_t be = mem_backend_vtable(&f->m);
+    be.stream_wait = test_stream_wait;
+    be.reuse_policy = test_reuse_policy;
+    be.event_record_on = markers ? test_event_record_on : NULL;
+    f->d = core_dev_new(&be, 0, &f->conf);
+    assert_non_null(f->d);
+    assert_int_equal(core_pool_use(f->d, 0), 0);
+    CHECK(f->d);
+}
+
+/* A block used on other streams (record_stream) freed on its own stream
+ * waits behind one marker on the streams it was used on, not the fence;
+ * while the device has room the stream does not wait for it (the cache
+ * grows, as PyTorch's allocator does: the program's streams overlap); once
+ * the device is full, the stream waits for it on the device, never the
+ * host. */
+static void test_cross_record_stream_marker(void **state)
+{
+    (void)state;
+    fx_t f;
+    cx_open_marked(&f, GiB, true);
+    uintptr_t keep = fx_alloc(&f, 350 * MiB, A); /* live bytes: the frees are not most of the cache */
+    uintptr_t p = fx_alloc(&f, 300 * MiB, A);
+    assert_int_equal(core_record_stream(f.d, p, B), CORE_FREED);
+    assert_int_equal(core_record_stream(f.d, p, C), CORE_FREED);
+    fx_free(&f, p, CORE_FREE_AFTER_STREAM, A);
+    assert_int_equal(marker_log.calls, 1);
+    assert_int_equal(marker_log.n, 2); /* B and C, not A: its own stream orders its own work */
+    assert_int_equal(marker_log.on[0], B);
+    assert_int_equal(marker_log.on[1], C);
+    assert_int_equal(f.m.n_fence, 0);
+    assert_int_equal(pending(&f), 300 * MiB);
+    /* room on the device: a new segment, no wait */
+    uintptr_t q = fx_alloc(&f, 300 * MiB, A);
+    assert_true(q != p);
+    assert_int_equal(be_log.waits, 0);
+    assert_int_equal(pending(&f), 300 * MiB);
+    /* the device full (1 GiB: 950 MiB reserved, 200 asked): the marked free
+     * serves, A waiting on the device */
+    uintptr_t r = fx_alloc(&f, 200 * MiB, A);
+    assert_int_equal(r, p);
+    assert_int_equal(be_log.waits, 1);
+    assert_int_equal(be_log.stream, A);
+    assert_int_equal(f.m.n_wait, 0);
+    assert_int_equal(f.m.n_sync, 0);
+    core_stats_t s = fx_stats(&f);
+    assert_int_equal(s.num_fence_waits, 0);
+    assert_int_equal(s.num_device_alloc, 3);
+    /* a plain free of a block used on other streams still waits for the fence */
+    assert_int_equal(core_record_stream(f.d, q, B), CORE_FREED);
+    fx_free(&f, q, CORE_FREE_FENCED, 0);
+    assert_int_equal(marker_log.calls, 1);
+    fx_free(&f, r, CORE_FREE_NOW, A);
+    fx_free(&f, keep, CORE_FREE_NOW, A);
+    fx_close(&f);
+    /* a backend that cannot mark several streams: the fence */
+    cx_open_marked(&f, GiB, false);
+    p = fx_alloc(&f, 30 * MiB, A);
+    assert_int_equal(core_record_stream(f.d, p, B), CORE_FREED);
+    fx_free(&f, p, CORE_FREE_AFTER_STREAM, A);
+    assert_int_equal(pending(&f), 30 * MiB);
+    uintptr_t q2 = fx_alloc(&f, 30 * MiB, A); /* the fence, recorded now, handed out */
+    assert_true(f.m.n_fence >= 1);
+    fx_free(&f, q2, CORE_FREE_NOW, A);
+    fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_cross_no_wait_cases),
         cmocka_unit_test(test_cross_policies),
         cmocka_unit_test(test_cross_loop_never_waits_on_host),
+        cmocka_unit_test(test_cross_record_stream_marker),
     };
     return cmocka_run_group_tests_name("core_cross", tests, NULL, NULL);
 }
