@@ -1,8 +1,9 @@
 /*
  * The core's device seam over the real driver (core/core.h's backend).
  *
- * Every call runs in the device's primary context: pushed for the call when
- * another context (or none) is current on the calling thread, as when a
+ * Every call runs in the context the allocator serves (the device's primary
+ * context, or a created one: ctx_devs.c): pushed for the call when another
+ * context (or none) is current on the calling thread, as when a
  * runtime program's thread has not touched CUDA yet.  Stream keys become
  * handles as hook.h describes.
  *
@@ -85,9 +86,9 @@ void hook_leave(hook_scope_t *sc)
 
 /* The device's state entered for one of the backend's calls (hook_enter),
  * or NULL when its context cannot be made current. */
-static hook_dev_t *enter(int device, bool relax, hook_scope_t *sc)
+static hook_dev_t *enter(void *ctx, int device, bool relax, hook_scope_t *sc)
 {
-    hook_dev_t *hd = &hook_devs[device];
+    hook_dev_t *hd = hook_backend_dev(ctx, device);
     return hook_enter(hd, relax, sc) ? hd : NULL;
 }
 
@@ -118,9 +119,8 @@ static int core_code(CUresult r)
 
 static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
 {
-    (void)ctx;
     hook_scope_t sc;
-    hook_dev_t *hd = enter(device, true, &sc);
+    hook_dev_t *hd = enter(ctx, device, true, &sc);
     if (!hd)
         return CORE_EFAIL;
     CUdeviceptr p = 0;
@@ -132,10 +132,9 @@ static int seg_alloc(void *ctx, int device, size_t size, uintptr_t *addr)
 
 static void seg_free(void *ctx, int device, uintptr_t addr, size_t size)
 {
-    (void)ctx;
     (void)size;
     hook_scope_t sc;
-    hook_dev_t *hd = enter(device, true, &sc);
+    hook_dev_t *hd = enter(ctx, device, true, &sc);
     if (!hd)
         return;
     CUresult r = real_cu.cuMemFree_v2((CUdeviceptr)addr);
@@ -165,8 +164,7 @@ static CUmemAllocationProp device_prop(const hook_dev_t *hd)
 
 static size_t vmm_granularity(void *ctx, int device)
 {
-    (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
+    hook_dev_t *hd = hook_backend_dev(ctx, device);
     if (!real_cu.cuMemAddressReserve || !real_cu.cuMemAddressFree || !real_cu.cuMemCreate || !real_cu.cuMemRelease ||
         !real_cu.cuMemMap || !real_cu.cuMemUnmap || !real_cu.cuMemSetAccess || !real_cu.cuMemGetAllocationGranularity ||
         !real_cu.cuDeviceGetAttribute)
@@ -189,9 +187,8 @@ static size_t vmm_granularity(void *ctx, int device)
 
 static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_t *addr)
 {
-    (void)ctx;
     hook_scope_t sc;
-    hook_dev_t *hd = enter(device, false, &sc);
+    hook_dev_t *hd = enter(ctx, device, false, &sc);
     if (!hd)
         return CORE_EFAIL;
     CUdeviceptr p = 0;
@@ -203,11 +200,11 @@ static int va_reserve(void *ctx, int device, size_t size, size_t align, uintptr_
 
 /* Gives back [addr, addr+size) with one driver call (call), warning when
  * it fails. */
-static void give_back(int device, bool relax, CUresult (*call)(CUdeviceptr, size_t), range_words_t what, uintptr_t addr,
-                      size_t size)
+static void give_back(void *ctx, int device, bool relax, CUresult (*call)(CUdeviceptr, size_t), range_words_t what,
+                      uintptr_t addr, size_t size)
 {
     hook_scope_t sc;
-    if (!enter(device, relax, &sc))
+    if (!enter(ctx, device, relax, &sc))
         return;
     CUresult r = call((CUdeviceptr)addr, size);
     hook_leave(&sc);
@@ -216,8 +213,8 @@ static void give_back(int device, bool relax, CUresult (*call)(CUdeviceptr, size
 
 static void va_release(void *ctx, int device, uintptr_t addr, size_t size)
 {
-    (void)ctx;
-    give_back(device, false, real_cu.cuMemAddressFree, (range_words_t){"freeing ", " of addresses", ""}, addr, size);
+    give_back(ctx, device, false, real_cu.cuMemAddressFree, (range_words_t){"freeing ", " of addresses", ""}, addr,
+              size);
 }
 
 /* The access of a new mapping of hd's memory: its own device's, and each
@@ -245,9 +242,8 @@ void hook_vmm_set_access(hook_dev_t *hd, CUdevice to, unsigned flags, uintptr_t 
 
 static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
 {
-    (void)ctx;
     hook_scope_t sc;
-    hook_dev_t *hd = enter(device, true, &sc);
+    hook_dev_t *hd = enter(ctx, device, true, &sc);
     if (!hd)
         return CORE_EFAIL;
     CUmemAllocationProp prop = device_prop(hd);
@@ -284,9 +280,8 @@ static int map(void *ctx, int device, uintptr_t addr, size_t size, size_t page)
  * after, as map does (the mappings keep the memory). */
 static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size_t size)
 {
-    (void)ctx;
     hook_scope_t sc;
-    hook_dev_t *hd = enter(device, true, &sc);
+    hook_dev_t *hd = enter(ctx, device, true, &sc);
     if (!hd)
         return CORE_EFAIL;
     CUmemGenericAllocationHandle h = 0;
@@ -313,15 +308,13 @@ static int map_alias(void *ctx, int device, uintptr_t addr, uintptr_t from, size
 
 static void unmap(void *ctx, int device, uintptr_t addr, size_t size)
 {
-    (void)ctx;
-    give_back(device, true, real_cu.cuMemUnmap, (range_words_t){"unmapping ", "", ""}, addr, size);
+    give_back(ctx, device, true, real_cu.cuMemUnmap, (range_words_t){"unmapping ", "", ""}, addr, size);
 }
 
 static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
 {
-    (void)ctx;
     hook_scope_t sc;
-    hook_dev_t *hd = enter(device, false, &sc);
+    hook_dev_t *hd = enter(ctx, device, false, &sc);
     if (!hd)
         return CORE_EFAIL;
     CUresult r = real_cu.cuMemGetInfo_v2(free_bytes, total);
@@ -335,8 +328,7 @@ static int mem_info(void *ctx, int device, size_t *free_bytes, size_t *total)
 
 static int device_sync(void *ctx, int device)
 {
-    (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
+    hook_dev_t *hd = hook_backend_dev(ctx, device);
     hook_scope_t sc;
     if (atomic_load(&hd->capturing) || !hook_enter(hd, false, &sc))
         return CORE_EFAIL; /* a capture began on another thread (the core learns it next), or no context */
@@ -469,16 +461,14 @@ static int record_marker(hook_dev_t *hd, const core_stream_t *keys, size_t nkeys
 
 static int event_record(void *ctx, int device, core_stream_t stream, uint64_t *event)
 {
-    (void)ctx;
-    return record_marker(&hook_devs[device], stream == 0 ? NULL : &stream, 1, event);
+    return record_marker(hook_backend_dev(ctx, device), stream == 0 ? NULL : &stream, 1, event);
 }
 
 /* Frees of blocks used on several streams (record_stream): one event on
  * each; never into a capture (record_marker refuses while one is on). */
 static int event_record_on(void *ctx, int device, const core_stream_t *streams, size_t n, uint64_t *event)
 {
-    (void)ctx;
-    return n ? record_marker(&hook_devs[device], streams, n, event) : CORE_EFAIL;
+    return n ? record_marker(hook_backend_dev(ctx, device), streams, n, event) : CORE_EFAIL;
 }
 
 /* 1 when every event of the fence completed.  An error (a context that
@@ -532,8 +522,7 @@ bool hook_fence_done(const fence_t *f)
 
 static void event_release(void *ctx, int device, uint64_t event)
 {
-    (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
+    hook_dev_t *hd = hook_backend_dev(ctx, device);
     fence_t *f = (fence_t *)(uintptr_t)event;
     pthread_mutex_lock(&hd->lock);
     f->released = true;
@@ -554,8 +543,7 @@ static void event_release(void *ctx, int device, uint64_t event)
  * CUCACHE_TEST_NO_STREAM_WAIT (tests only) leaves the wait out. */
 static int stream_wait(void *ctx, int device, core_stream_t key, uint64_t event)
 {
-    (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
+    hook_dev_t *hd = hook_backend_dev(ctx, device);
     CUstream s = stream_handle(key);
     if (!s || atomic_load(&hd->capturing) || !real_cu.cuStreamWaitEvent || !real_cu.cuStreamIsCapturing)
         return CORE_EFAIL;
@@ -593,8 +581,7 @@ static const struct {
  * (cudaMallocFromPoolAsync passes through). */
 static unsigned reuse_policy(void *ctx, int device)
 {
-    (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
+    hook_dev_t *hd = hook_backend_dev(ctx, device);
     unsigned policy = CORE_REUSE_ALL;
     hook_scope_t sc;
     if (!real_cu.cuDeviceGetMemPool || !real_cu.cuMemPoolGetAttribute || !hook_enter(hd, false, &sc))

@@ -11,17 +11,30 @@
 #include "cucache/cuda_api.h"
 #include "hook.h"
 
-/* The core's seam: real driver calls in the device's primary context,
- * capture-aware; fences over streams (fence.h). */
+/* The core's seam: real driver calls in the context the allocator serves,
+ * capture-aware; fences over streams (fence.h).  Its ctx is NULL for a
+ * device's primary context; a created context's allocator gets a copy whose
+ * ctx is its hook_dev_t (ctx_devs.c). */
 extern const core_backend_t hook_backend;
+
+/* The allocator a backend call serves: ctx's, or the device's primary one. */
+static inline hook_dev_t *hook_backend_dev(void *ctx, int device)
+{
+    return ctx ? (hook_dev_t *)ctx : &hook_devs[device];
+}
+/* The backend's ctx for hd's allocator (hook_backend_dev's inverse). */
+static inline void *hook_backend_ctx(hook_dev_t *hd)
+{
+    return hook_dev_is_primary(hd) ? NULL : hd;
+}
 
 /* What hook_enter changed on the calling thread, for hook_leave to undo. */
 typedef struct hook_scope_s {
-    bool pushed;              /* hd's primary context was pushed */
+    bool pushed;              /* hd's context (hd->primary) was pushed */
     bool relaxed;             /* the thread's capture mode was relaxed */
     CUstreamCaptureMode mode; /* relaxed: the mode to restore */
 } hook_scope_t;
-/* Makes hd's primary context current on the calling thread for one of
+/* Makes hd's context (hd->primary) current on the calling thread for one of
  * cucache's own driver calls (pushed when another context, or none, is
  * current) and, with relax, relaxes the thread's capture mode while the
  * device captures, so that the call is not refused in global capture mode.

@@ -1,11 +1,16 @@
 /*
- * The program's CUDA contexts (hook_ctx.c): a second one stops every
- * device's hand-outs.
+ * The program's CUDA contexts: a second one stops every device's
+ * hand-outs (hook_ctx.c), and each context it creates has an allocator of
+ * its own (ctx_devs.c).
  */
 #ifndef CUCACHE_INTERPOSE_CONTEXTS_H
 #define CUCACHE_INTERPOSE_CONTEXTS_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
+
+#include "cucache/cuda_api.h"
+#include "hook.h"
 
 /* The process has (or may have) a second CUDA context: stops the hand-outs
  * on every device and waits for those made (hook_ctx.c); every call waits,
@@ -17,5 +22,20 @@ extern atomic_bool hook_many_contexts;
 /* Context creations and primary-context retains the hooks saw (a process
  * statistic, contexts_seen: whether the runtime's reach these hooks). */
 extern atomic_ulong hook_contexts_seen;
+
+/* A context the program created (cuCtxCreate) on device handle dev: it
+ * gets a slot of hook_devs, its allocator opened on its first cached call
+ * (ctx_devs.c).  Warns once and leaves it uncached when every slot is taken. */
+void hook_ctx_register(CUcontext ctx, CUdevice dev);
+/* The allocator serving the created context ctx (opened if open and not
+ * yet), or NULL: not a context the program created through the hooks. */
+hook_dev_t *hook_ctx_dev(CUcontext ctx, bool open);
+/* The created context ctx is about to be destroyed: its allocator waits
+ * for its pending frees, gives its segments back and is destroyed, and its
+ * slot is free again.  Nothing when ctx is not one of them. */
+void hook_ctx_destroying(CUcontext ctx);
+/* Created contexts whose allocator was opened, ever (a process statistic,
+ * contexts_cached). */
+extern atomic_ulong hook_contexts_cached;
 
 #endif

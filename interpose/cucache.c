@@ -59,6 +59,7 @@ static void process_keys(void (*fn)(void *ctx, const char *key, int64_t value), 
     fn(ctx, "submissions_unseen", hook_submit_unseen());
     fn(ctx, "contexts_seen", (int64_t)atomic_load(&hook_contexts_seen));
     fn(ctx, "contexts_many", atomic_load(&hook_many_contexts));
+    fn(ctx, "contexts_cached", (int64_t)atomic_load(&hook_contexts_cached));
 }
 
 CUCACHE_EXPORT int cucache_stats_foreach(int device, void (*fn)(void *ctx, const char *key, int64_t value), void *ctx)

@@ -142,6 +142,9 @@
 
 enum {
     HOOK_MAX_DEVICES = 64,  /* devices with an allocator (CORE_MAX_DEVICES) */
+    HOOK_MAX_CONTEXTS = 64, /* created contexts with an allocator at once (ctx_devs.c) */
+    /* hook_devs: the primary contexts' by ordinal, then the created ones' */
+    HOOK_MAX_SLOTS = HOOK_MAX_DEVICES + HOOK_MAX_CONTEXTS,
     HOOK_MAX_CAPTURES = 64, /* captures in progress per device */
 };
 
@@ -180,7 +183,9 @@ typedef struct hook_retired_s {
 
 typedef struct hook_dev_s {
     _Atomic(core_dev_t *) core; /* NULL until the first cached call on the device */
-    CUcontext primary;          /* retained primary context; set before core */
+    /* the context the allocator serves, where its driver calls run: the
+     * retained primary context, or a created one (ctx_devs.c); set before core */
+    CUcontext primary;
     CUdevice handle;            /* the driver's handle of the ordinal */
     int ordinal;
     pthread_mutex_t lock; /* streams, captures, events below */
@@ -234,12 +239,18 @@ typedef struct hook_dev_s {
     atomic_bool yielding;
 } hook_dev_t;
 
-extern hook_dev_t hook_devs[HOOK_MAX_DEVICES];
+extern hook_dev_t hook_devs[HOOK_MAX_SLOTS];
 
 /* The device whose allocator serves the ordinal, without opening one. */
 static inline core_dev_t *hook_dev_core(const hook_dev_t *hd)
 {
     return atomic_load_explicit(&hd->core, memory_order_acquire);
+}
+
+/* Whether hd serves a device's primary context (else a created one's). */
+static inline bool hook_dev_is_primary(const hook_dev_t *hd)
+{
+    return hd < &hook_devs[HOOK_MAX_DEVICES];
 }
 
 #endif

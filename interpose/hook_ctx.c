@@ -1,5 +1,7 @@
 /*
- * Context creation: cuDevicePrimaryCtxRetain, cuCtxCreate_v2, _v3 and _v4.
+ * Contexts: cuDevicePrimaryCtxRetain, cuCtxCreate_v2, _v3 and _v4,
+ * cuCtxDestroy_v2.  A created context gets an allocator of its own
+ * (ctx_devs.c); its destruction gives that allocator's memory back first.
  *
  * A rule that hands out (core/hand_out.h) hands a block out before the
  * old owner's work on it is done, with the device's streams made to wait
@@ -32,6 +34,7 @@
 #include "hook.h"
 #include "order.h"
 #include "real.h"
+#include "state.h"
 
 /* The hooks note a context even inside cucache's own call into the real
  * runtime (hook_depth > 0: a cudaFree(NULL) passed through initialises the
@@ -70,6 +73,14 @@ static void context_seen(bool is_primary, CUdevice dev)
     hook_second_context();
 }
 
+/* A context the program created: a second context, and an allocator's
+ * slot (ctx_devs.c).  One cucache creates for itself never comes here. */
+static void context_created(CUcontext ctx, CUdevice dev)
+{
+    context_seen(false, dev);
+    hook_ctx_register(ctx, dev);
+}
+
 HOOK_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
     CUresult r = CU_REAL(cuDevicePrimaryCtxRetain, pctx, dev);
@@ -82,7 +93,7 @@ HOOK_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice d
 {
     CUresult r = CU_REAL(cuCtxCreate_v2, pctx, flags, dev);
     if (r == CUDA_SUCCESS)
-        context_seen(false, dev);
+        context_created(*pctx, dev);
     return r;
 }
 
@@ -91,7 +102,7 @@ HOOK_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArr
 {
     CUresult r = CU_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev);
     if (r == CUDA_SUCCESS)
-        context_seen(false, dev);
+        context_created(*pctx, dev);
     return r;
 }
 
@@ -100,6 +111,21 @@ HOOK_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePa
 {
     CUresult r = CU_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev);
     if (r == CUDA_SUCCESS)
-        context_seen(false, dev);
+        context_created(*pctx, dev);
     return r;
+}
+
+/* A created context's allocator gives its memory back while the context
+ * still exists (its pending frees waited for, its segments freed in it).
+ * A device's primary context (drivers refuse to destroy it; if one did
+ * not, the cache's segments would die with it): its cache dropped first. */
+HOOK_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    if (!hook_bypass() && ctx) {
+        hook_ctx_destroying(ctx);
+        for (int i = 0; i < HOOK_MAX_DEVICES; i++)
+            if (hook_dev_core(&hook_devs[i]) && hook_devs[i].primary == ctx)
+                hook_dev_drop(&hook_devs[i]);
+    }
+    return CU_REAL(cuCtxDestroy_v2, ctx);
 }

@@ -307,15 +307,3 @@ HOOK_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     }
     return CU_REAL(cuDevicePrimaryCtxReset_v2, dev);
 }
-
-/* Destroying a device's primary context (drivers refuse it; if one did
- * not, the cache's segments would die with it): drop the cache first.
- * Created contexts hold nothing cached. */
-HOOK_API CUresult cuCtxDestroy_v2(CUcontext ctx)
-{
-    if (!hook_bypass() && ctx)
-        for (int i = 0; i < HOOK_MAX_DEVICES; i++)
-            if (hook_dev_core(&hook_devs[i]) && hook_devs[i].primary == ctx)
-                hook_dev_drop(&hook_devs[i]);
-    return CU_REAL(cuCtxDestroy_v2, ctx);
-}

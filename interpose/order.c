@@ -174,8 +174,7 @@ static bool other_primary_active(const hook_dev_t *hd)
  * would join the graph. */
 int hook_order_fence(void *ctx, int device, uint64_t event, uint64_t first_alloc)
 {
-    (void)ctx;
-    hook_dev_t *hd = &hook_devs[device];
+    hook_dev_t *hd = hook_backend_dev(ctx, device);
     fence_t *f = (fence_t *)(uintptr_t)event;
     if (atomic_load(&hd->capturing))
         return CORE_EFAIL;

@@ -34,7 +34,7 @@ conf_t hook_conf;
 atomic_bool hook_off;
 HOOK_TLS int hook_depth;
 HOOK_TLS int hook_last_dev = -1;
-hook_dev_t hook_devs[HOOK_MAX_DEVICES];
+hook_dev_t hook_devs[HOOK_MAX_SLOTS];
 
 /* Serialises the opening and dropping of allocators. */
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -47,12 +47,12 @@ static void help_line(void *ctx, const char *line)
 
 static void devices_init(void)
 {
-    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+    for (int i = 0; i < HOOK_MAX_SLOTS; i++) {
         hook_dev_t *hd = &hook_devs[i];
         memset(hd, 0, sizeof *hd);
         pthread_mutex_init(&hd->lock, NULL);
         pthread_mutex_init(&hd->count_lock, NULL);
-        hd->ordinal = i;
+        hd->ordinal = i < HOOK_MAX_DEVICES ? i : -1; /* a created context's: set as it is registered */
     }
 }
 
@@ -63,8 +63,8 @@ static void devices_init(void)
  * reachable from hook_parent_devs. */
 /* Not static: a static array never read would lose its stores, and leak
  * checkers would no longer see what the child left behind as reachable. */
-extern hook_dev_t hook_parent_devs[HOOK_MAX_DEVICES];
-hook_dev_t hook_parent_devs[HOOK_MAX_DEVICES] __attribute__((used));
+extern hook_dev_t hook_parent_devs[HOOK_MAX_SLOTS];
+hook_dev_t hook_parent_devs[HOOK_MAX_SLOTS] __attribute__((used));
 
 static void atfork_child(void)
 {
@@ -113,6 +113,61 @@ int hook_ordinal_of(CUdevice handle)
     return -1;
 }
 
+void hook_open_lock(void)
+{
+    pthread_mutex_lock(&open_lock);
+}
+
+void hook_open_unlock(void)
+{
+    pthread_mutex_unlock(&open_lock);
+}
+
+core_dev_t *hook_dev_attach(hook_dev_t *hd, const core_backend_t *backend)
+{
+    int ordinal = hd->ordinal;
+    bool primary = hook_dev_is_primary(hd);
+    core_dev_t *d = core_dev_new(backend, ordinal, &hook_conf);
+    if (d && hook_conf.expandable_segments && !core_expandable(d))
+        hook_warn(HOOK_WARN_BACKEND,
+                  "device %d: CUCACHE_CONF=expandable_segments:true, but the device or driver has no virtual "
+                  "memory management (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED): its segments "
+                  "are plain cudaMalloc allocations",
+                  ordinal);
+    if (d) {
+        pthread_mutex_lock(&hd->lock);
+        unsigned n = hook_live_streams(hd); /* none, unless a list outlived a core */
+        pthread_mutex_unlock(&hd->lock);
+        core_set_streams(d, n);
+        /* a created context's allocator has no snapshot ring, no registry
+         * thread and no trace device record of its own: those are the
+         * device's (its primary context's) */
+        hook_diag_dev_opened(primary ? ordinal : -1, d);
+        if (primary) {
+            hook_yield_dev_opened(hd);
+            hook_trace_device(ordinal);
+        }
+        /* no hand-outs where the CPU reads and writes the device's
+         * memory coherently (address translation services, as on
+         * Grace Hopper: its access would not wait for the device's
+         * ordering), nor in a process with a second context
+         * (hook_ctx.c); before the core is published, so it never
+         * asks */
+        int ats = 0;
+        bool coherent =
+            real_cu.cuDeviceGetAttribute(&ats, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
+                                         hd->handle) == CUDA_SUCCESS &&
+            ats;
+        if (coherent || atomic_load(&hook_many_contexts)) {
+            hook_order_note_stopped(hd);
+            core_stop_hand_outs(d);
+        }
+    } else
+        hook_warn(HOOK_WARN_BACKEND, "device %d: out of host memory for the allocator; not caching", ordinal);
+    atomic_store_explicit(&hd->core, d, memory_order_release);
+    return d;
+}
+
 hook_dev_t *hook_dev_open(int ordinal)
 {
     if ((unsigned)ordinal >= HOOK_MAX_DEVICES)
@@ -132,40 +187,8 @@ hook_dev_t *hook_dev_open(int ordinal)
             real_cu.cuDevicePrimaryCtxRetain(&pc, h) == CUDA_SUCCESS) {
             hd->handle = h;
             hd->primary = pc;
-            d = core_dev_new(&hook_backend, ordinal, &hook_conf);
-            if (d && hook_conf.expandable_segments && !core_expandable(d))
-                hook_warn(HOOK_WARN_BACKEND,
-                          "device %d: CUCACHE_CONF=expandable_segments:true, but the device or driver has no virtual "
-                          "memory management (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED): its segments "
-                          "are plain cudaMalloc allocations",
-                          ordinal);
-            if (d) {
-                pthread_mutex_lock(&hd->lock);
-                unsigned n = hook_live_streams(hd); /* none, unless a list outlived a core */
-                pthread_mutex_unlock(&hd->lock);
-                core_set_streams(d, n);
-                hook_diag_dev_opened(ordinal, d);
-                hook_yield_dev_opened(hd);
-                hook_trace_device(ordinal);
-                /* no hand-outs where the CPU reads and writes the device's
-                 * memory coherently (address translation services, as on
-                 * Grace Hopper: its access would not wait for the device's
-                 * ordering), nor in a process with a second context
-                 * (hook_ctx.c); before the core is published, so it never
-                 * asks */
-                int ats = 0;
-                bool coherent = real_cu.cuDeviceGetAttribute(
-                                    &ats, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, h) ==
-                                    CUDA_SUCCESS &&
-                                ats;
-                if (coherent || atomic_load(&hook_many_contexts)) {
-                    hook_order_note_stopped(hd);
-                    core_stop_hand_outs(d);
-                }
-            } else
-                hook_warn(HOOK_WARN_BACKEND, "device %d: out of host memory for the allocator; not caching", ordinal);
+            d = hook_dev_attach(hd, &hook_backend);
         }
-        atomic_store_explicit(&hd->core, d, memory_order_release);
         for (int i = 0; d && i < HOOK_MAX_DEVICES && !second; i++)
             second = i != ordinal && hook_dev_core(&hook_devs[i]);
     }
@@ -189,9 +212,16 @@ bool hook_dev_with_core(hook_dev_t *hd, void (*fn)(core_dev_t *d, void *arg), vo
 void hook_dev_drop(hook_dev_t *hd)
 {
     pthread_mutex_lock(&open_lock);
+    hook_dev_drop_locked(hd);
+    pthread_mutex_unlock(&open_lock);
+}
+
+void hook_dev_drop_locked(hook_dev_t *hd)
+{
     core_dev_t *d = atomic_exchange(&hd->core, NULL);
     if (d) {
-        hook_ipc_dev_dropped(hd->ordinal);
+        if (hook_dev_is_primary(hd)) /* IPC exports come from primary contexts' memory only (hook_ipc.c) */
+            hook_ipc_dev_dropped(hd->ordinal);
         hook_depth++;
         core_dev_destroy(d);
         hook_depth--;
@@ -210,7 +240,6 @@ void hook_dev_drop(hook_dev_t *hd)
     hd->streams_gen++;             /* the streams are gone: new ones may take their handles */
     hd->primary = NULL;
     pthread_mutex_unlock(&hd->lock);
-    pthread_mutex_unlock(&open_lock);
 }
 
 hook_dev_t *hook_rt_device(bool open)
@@ -244,15 +273,18 @@ hook_dev_t *hook_cu_device(bool open)
         hook_last_dev = hd->ordinal;
         return hd;
     }
-    CUdevice h;
-    if (real_cu.cuCtxGetDevice(&h) != CUDA_SUCCESS)
-        return NULL;
-    int ordinal = hook_ordinal_of(h);
-    if (!open && (ordinal < 0 || !hook_dev_core(&hook_devs[ordinal])))
-        return NULL;
-    hd = hook_dev_open(ordinal);
-    if (!hd || hd->primary != cur)
-        return NULL; /* a created context: not cached */
+    hd = hook_ctx_dev(cur, open); /* a created context's allocator (ctx_devs.c) */
+    if (!hd) {
+        CUdevice h;
+        if (real_cu.cuCtxGetDevice(&h) != CUDA_SUCCESS)
+            return NULL;
+        int ordinal = hook_ordinal_of(h);
+        if (!open && (ordinal < 0 || !hook_dev_core(&hook_devs[ordinal])))
+            return NULL;
+        hd = hook_dev_open(ordinal);
+        if (!hd || hd->primary != cur)
+            return NULL; /* a context cucache does not serve (created before it was seen, or over the table) */
+    }
     tls_ctx = cur;
     tls_ctx_dev = hd;
     hook_last_dev = hd->ordinal;
@@ -269,19 +301,19 @@ int hook_free_any(hook_dev_t *first, uintptr_t addr, core_free_t how, core_strea
     core_dev_t *d = first ? hook_dev_core(first) : NULL;
     if (d && core_free(d, addr, how, stream) == CORE_FREED)
         return CORE_FREED;
-    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+    for (int i = 0; i < HOOK_MAX_SLOTS; i++) {
         core_dev_t *o = hook_dev_core(&hook_devs[i]);
         if (!o || o == d)
             continue;
-        /* a pointer of another device: its own stream keys mean nothing
-         * there, so the free waits for that device's fence (the stream
+        /* a pointer of another device or context: its own stream keys mean
+         * nothing there, so the free waits for that allocator's fence (the stream
          * goes along, unused, so that the history tells this free from a
          * plain cudaFree: core/whatif.c keeps it fenced under every setting) */
         if (core_free(o, addr, how == CORE_FREE_NOW ? how : CORE_FREE_FENCED, how == CORE_FREE_NOW ? 0 : stream) ==
             CORE_FREED)
             return CORE_FREED;
     }
-    for (int i = 0; i < HOOK_MAX_DEVICES && !*inside; i++) {
+    for (int i = 0; i < HOOK_MAX_SLOTS && !*inside; i++) {
         core_dev_t *o = hook_dev_core(&hook_devs[i]);
         *inside = o && core_owns(o, addr);
     }
@@ -291,7 +323,7 @@ int hook_free_any(hook_dev_t *first, uintptr_t addr, core_free_t how, core_strea
 core_where_t hook_describe(uintptr_t addr, core_ptr_info_t *info, hook_dev_t **hd)
 {
     *hd = NULL;
-    for (int i = 0; i < HOOK_MAX_DEVICES; i++) {
+    for (int i = 0; i < HOOK_MAX_SLOTS; i++) {
         core_dev_t *d = hook_dev_core(&hook_devs[i]);
         if (d && core_describe(d, addr, info) != CORE_WHERE_NONE) {
             *hd = &hook_devs[i];
@@ -307,6 +339,6 @@ core_where_t hook_describe(uintptr_t addr, core_ptr_info_t *info, hook_dev_t **h
 core_free_t hook_free_synced(hook_dev_t *hd)
 {
     bool synced = atomic_load(&hd->capturing) == 0 && hook_dev_core(hd) &&
-                  hook_backend.device_sync(hook_backend.ctx, hd->ordinal) == CORE_OK;
+                  hook_backend.device_sync(hook_backend_ctx(hd), hd->ordinal) == CORE_OK;
     return rule_plain_free(conf_rule(&hook_conf), synced);
 }

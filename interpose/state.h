@@ -30,9 +30,20 @@ hook_dev_t *hook_cu_device(bool open);
 hook_dev_t *hook_dev_open(int ordinal);
 /* The ordinal of a driver device handle, or -1. */
 int hook_ordinal_of(CUdevice handle);
-/* Drops the device's allocator (cudaDeviceReset, cuDevicePrimaryCtxReset):
- * its segments go back to CUDA first.  The next call opens a fresh one. */
+/* Drops the device's allocator (cudaDeviceReset, cuDevicePrimaryCtxReset,
+ * a created context's cuCtxDestroy): its segments go back to CUDA first.
+ * The next call opens a fresh one.  _locked: with hook_open_lock held. */
 void hook_dev_drop(hook_dev_t *hd);
+void hook_dev_drop_locked(hook_dev_t *hd);
+
+/* open_lock (hook.h's lock order, 1): the opening and dropping of
+ * allocators; ctx_devs.c's table of created contexts changes under it. */
+void hook_open_lock(void);
+void hook_open_unlock(void);
+/* With open_lock held: makes and publishes the allocator of hd, whose
+ * context, handle and ordinal are set, over backend (its driver calls run
+ * in hd->primary); NULL when out of host memory (warned). */
+core_dev_t *hook_dev_attach(hook_dev_t *hd, const core_backend_t *backend);
 
 /* Frees addr wherever it was allocated: the given device first, then the
  * others.  CORE_FREED, or CORE_NOT_MINE with *inside set when the address

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "contexts.h"
 #include "hook.h"
 #include "log.h"
 #include "order.h"
@@ -152,9 +153,11 @@ hook_dev_t *hook_stream_device(CUstream s, bool runtime)
     if (real_cu.cuStreamGetCtx(s, &ctx) != CUDA_SUCCESS || !ctx)
         return runtime ? hook_rt_device(true) : hook_cu_device(true);
     hook_dev_t *hd = NULL;
-    for (int i = 0; i < HOOK_MAX_DEVICES && !hd; i++)
+    for (int i = 0; i < HOOK_MAX_SLOTS && !hd; i++)
         if (hook_dev_core(&hook_devs[i]) && hook_devs[i].primary == ctx)
             hd = &hook_devs[i];
+    if (!hd)
+        hd = hook_ctx_dev(ctx, true); /* a stream of a created context (ctx_devs.c) */
     if (!hd) {
         CUdevice h;
         CUcontext popped;
@@ -164,7 +167,7 @@ hook_dev_t *hook_stream_device(CUstream s, bool runtime)
         real_cu.cuCtxPopCurrent_v2(&popped);
         hd = r == CUDA_SUCCESS ? hook_dev_open(hook_ordinal_of(h)) : NULL;
         if (hd && hd->primary != ctx)
-            return NULL; /* a stream of a created context: not cached */
+            return NULL; /* a stream of a context cucache does not serve */
     }
     tls_stream = s;
     tls_stream_gen = gen;
@@ -179,7 +182,7 @@ int hook_stream_forget(CUstream s, unsigned *flags)
     if (!s)
         return -1;
     int found = -1;
-    for (int d = 0; d < HOOK_MAX_DEVICES && found < 0; d++) {
+    for (int d = 0; d < HOOK_MAX_SLOTS && found < 0; d++) {
         hook_dev_t *hd = &hook_devs[d];
         if (!hook_dev_core(hd))
             continue;
@@ -242,7 +245,7 @@ void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread)
 void hook_capture_end(CUstream s, bool per_thread)
 {
     CUstream id = capture_id(s, per_thread);
-    for (int dev = 0; dev < HOOK_MAX_DEVICES; dev++) {
+    for (int dev = 0; dev < HOOK_MAX_SLOTS; dev++) {
         hook_dev_t *hd = &hook_devs[dev];
         core_dev_t *d = hook_dev_core(hd);
         if (!d || atomic_load(&hd->capturing) == 0)
@@ -283,7 +286,7 @@ void hook_stream_retiring(CUstream s)
 {
     if (!s || !hook_real_driver())
         return;
-    for (int d = 0; d < HOOK_MAX_DEVICES; d++) {
+    for (int d = 0; d < HOOK_MAX_SLOTS; d++) {
         hook_dev_t *hd = &hook_devs[d];
         if (!hook_dev_core(hd))
             continue;

@@ -1,8 +1,10 @@
 /*
  * Proves how cucache answers frees of memory it did not hand out or that is
- * no longer allocated: pointers from a cuCtxCreate'd context and from
- * cudaMallocFromPoolAsync (both kinds of pool) go to the real free and
- * succeed without a warning; memory freed by destroying its context is
+ * no longer allocated: a pointer of a cuCtxCreate'd context goes back to
+ * that context's own cache from whichever context frees it, never to the
+ * primary context's, and is foreign once its context is destroyed;
+ * pointers from cudaMallocFromPoolAsync (both kinds of pool) go to the real
+ * free and succeed without a warning; memory freed by destroying its context is
  * forgotten (its address, reused by the device for cucache, is cucache's);
  * an interior pointer, a never-allocated address and a double free return
  * cudaErrorInvalidValue (CUDA_ERROR_INVALID_VALUE from cuMemFree_v2) with
@@ -40,9 +42,12 @@ static void test_free_null(void **state)
     itest_require_cucache();
 }
 
-/* Memory of a created context is the driver's alone; cudaFree and
- * cuMemFree_v2 hand it to the real free, which releases it at once. */
-static void test_created_context_pointer_goes_to_the_real_free(void **state)
+/* Memory of a created context is its own allocator's: freed in that
+ * context or from the primary one (cudaFree, silently), it stays cached
+ * there (no real free, no block for the primary context); the context's
+ * destruction gives it back, and a free of its pointer afterwards gets
+ * CUDA's own answer. */
+static void test_created_context_pointer_goes_to_its_own_cache(void **state)
 {
     (void)state;
     const size_t n = MIB + 100;
@@ -55,23 +60,22 @@ static void test_created_context_pointer_goes_to_the_real_free(void **state)
 
     CU_OK(cuCtxCreate_v2(&c, 0, dev));
     CUdeviceptr x = 0, y = 0;
-    unsigned long allocs0 = itest_dev_allocs();
     CU_OK(cuMemAlloc_v2(&x, n));
     CU_OK(cuMemAlloc_v2(&y, n));
-    assert_int_equal(itest_dev_allocs(), allocs0 + 2); /* straight to the driver */
     CU_OK(cuMemsetD8_v2(x, 0x3C, n));
     unsigned char *h = malloc(n);
     assert_non_null(h);
     CU_OK(cuMemcpyDtoH_v2(h, x, n));
     assert_int_equal(simtest_check_byte(h, n, 0x3C), -1);
-    /* freed in its own context */
+    /* freed in its own context: cached */
     unsigned long frees0 = itest_dev_frees();
     CU_OK(cuMemFree_v2(y));
-    assert_int_equal(itest_dev_frees(), frees0 + 1);
+    assert_int_equal(itest_dev_frees(), frees0);
     CU_OK(cuCtxPopCurrent_v2(&popped));
     assert_ptr_equal(popped, c);
 
-    /* freed from the primary context, through the runtime, silently */
+    /* freed from the primary context, through the runtime, silently, to
+     * its own context's cache */
     CUcontext cur = NULL;
     CU_OK(cuCtxGetCurrent(&cur));
     assert_ptr_equal(cur, primary);
@@ -80,12 +84,25 @@ static void test_created_context_pointer_goes_to_the_real_free(void **state)
     cudaError_t rc = cudaFree((void *)(uintptr_t)x);
     itest_stderr_end(err, sizeof err);
     SIM_OK(rc);
-    assert_int_equal(itest_dev_frees(), frees0 + 2);
+    assert_int_equal(itest_dev_frees(), frees0);
     if (itest_count_lines(err, "cucache: ") != 0) {
-        print_error("freeing a foreign pointer warned:\n%s\n", err);
+        print_error("freeing another context's pointer warned:\n%s\n", err);
         fail();
     }
+    assert_int_equal(itest_stat(0, "allocation.all.current"), live0);
+    /* the primary context never gets those blocks */
+    SIM_OK(cudaDeviceSynchronize());
+    void *q = NULL;
+    SIM_OK(cudaMalloc(&q, n));
+    assert_true((CUdeviceptr)(uintptr_t)q != x && (CUdeviceptr)(uintptr_t)q != y);
+    SIM_OK(cudaFree(q));
+
     CU_OK(cuCtxDestroy_v2(c));
+    assert_true(itest_dev_frees() > frees0); /* its segments went back */
+    itest_stderr_begin();
+    CUresult r = cuMemFree_v2(x); /* foreign now: CUDA answers */
+    itest_stderr_end(err, sizeof err);
+    assert_int_equal(r, CUDA_ERROR_INVALID_VALUE);
     free(h);
     assert_int_equal(itest_stat(0, "allocation.all.current"), live0);
 }
@@ -481,7 +498,7 @@ int main(int argc, char **argv)
         return child_main(argv[2]);
     const struct CMUnitTest tests[] = {
         ITEST(test_free_null),
-        ITEST(test_created_context_pointer_goes_to_the_real_free),
+        ITEST(test_created_context_pointer_goes_to_its_own_cache),
         ITEST(test_destroyed_context_memory_is_forgotten),
         ITEST(test_pool_pointer_goes_to_the_real_free),
         ITEST(test_interior_pointer_is_refused),

@@ -5,8 +5,8 @@
  * names, dlsym on libcuda.so.1, cuGetProcAddress_v2 and the runtime's
  * cudaGetDriverEntryPointByVersion) and through the runtime's
  * cudaPointerGetAttributes.  The reference is the simulated driver itself:
- * an allocation of the same size made in a created context, which cucache
- * never caches.  For blocks of many sizes and at many offsets inside their
+ * an allocation of the same size made by this program run again as a child
+ * without the preload (--reference SIZE OFFSET).  For blocks of many sizes and at many offsets inside their
  * segments: the range and mapping are the block's, not the segment's; the
  * buffer id is unique, and a block handed out again at the same address
  * gets a new one; a freed block reads as freed memory (an error for
@@ -24,6 +24,7 @@
 #include "itest.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -107,26 +108,67 @@ static CUresult attrs_get(const route_t *r, CUdeviceptr p, attrs_t *a)
     return r->attrs(sizeof which / sizeof which[0], which, data, p);
 }
 
+/* The attributes as one line of text, and back (the child's answer). */
+#define ATTRS_FMT "%u %u %d %hhu %hhu %hhu %hhu %llu %llu %llu %llu %zu %zu %p %d"
+
+/* The child (--reference SIZE OFFSET, run without the preload): the
+ * simulated driver's answers for a SIZE-byte allocation at OFFSET, live
+ * and freed, and the single query's result once freed, on stdout. */
+static int reference_child(size_t size, size_t off)
+{
+    CUdevice dev;
+    CUcontext ctx = NULL;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+        return 2;
+    route_t r = {"exported names", cuPointerGetAttribute, cuPointerGetAttributes, cuMemGetAddressRange_v2};
+    CUdeviceptr p = 0;
+    attrs_t live, freed;
+    if (cuMemAlloc_v2(&p, size) != CUDA_SUCCESS || attrs_get(&r, p + off, &live) != CUDA_SUCCESS ||
+        cuMemFree_v2(p) != CUDA_SUCCESS || attrs_get(&r, p + off, &freed) != CUDA_SUCCESS)
+        return 3;
+    unsigned long long id;
+    CUresult single = cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p + off);
+    const attrs_t *a[] = {&live, &freed}; /* the live range relative to p, as the parent's blocks are */
+    for (int i = 0; i < 2; i++)
+        printf(ATTRS_FMT "\n", a[i]->type, a[i]->access, a[i]->ordinal, a[i]->mapped, a[i]->ipc, a[i]->rdma,
+               a[i]->managed, a[i]->id, a[i]->block, a[i]->start - (i ? 0 : p), a[i]->map_base - (i ? 0 : p),
+               a[i]->size, a[i]->map_size, (void *)a[i]->pool, (int)single);
+    return 0;
+}
+
+static void reference_parse(const char *line, attrs_t *a, CUresult *single)
+{
+    memset(a, 0, sizeof *a);
+    void *pool = NULL;
+    int r = 0;
+    int n = sscanf(line, ATTRS_FMT, &a->type, &a->access, &a->ordinal, &a->mapped, &a->ipc, &a->rdma, &a->managed,
+                   &a->id, &a->block, &a->start, &a->map_base, &a->size, &a->map_size, &pool, &r);
+    if (n != 15)
+        fail_msg("the reference child's line \"%s\" has %d fields, not 15", line, n);
+    a->pool = (CUmemoryPool)pool;
+    *single = (CUresult)r;
+}
+
 /* The simulated driver's own answers for a `size`-byte allocation at
- * offset `off`: an allocation in a created context, which cucache does not
- * cache.  Its addresses and ids are its own; the rest must match. */
+ * offset `off`, asked of a child without cucache.  Its addresses and ids
+ * are its own; the rest must match. */
 static void reference(size_t size, size_t off, attrs_t *live, attrs_t *freed, CUresult *freed_single)
 {
-    CUcontext created = NULL, popped = NULL;
-    CUdevice dev;
-    CU_OK(cuDeviceGet(&dev, 0));
-    CU_OK(cuCtxCreate_v2(&created, 0, dev));
-    CUdeviceptr p = 0;
-    CU_OK(cuMemAlloc_v2(&p, size));
-    CU_OK(attrs_get(&routes[0], p + off, live));
-    live->start -= p;
-    live->map_base -= p;
-    CU_OK(cuMemFree_v2(p));
-    CU_OK(attrs_get(&routes[0], p + off, freed));
-    unsigned long long id;
-    *freed_single = cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p + off);
-    CU_OK(cuCtxPopCurrent_v2(&popped));
-    CU_OK(cuCtxDestroy_v2(created));
+    char sz[32], of[32];
+    snprintf(sz, sizeof sz, "%zu", size);
+    snprintf(of, sizeof of, "%zu", off);
+    const char *argv[] = {"test_interpose_pointer", "--reference", sz, of, NULL};
+    const char *unset[] = {"LD_PRELOAD", NULL};
+    static itest_run_t run;
+    itest_spawn("/proc/self/exe", argv, NULL, unset, 30000, &run);
+    itest_expect_exit(&run, 0);
+    char *second = strchr(run.out, '\n');
+    if (!second)
+        fail_msg("the reference child printed \"%s\"", run.out);
+    CUresult unused;
+    reference_parse(run.out, live, &unused);
+    reference_parse(second + 1, freed, freed_single);
 }
 
 static void expect_same(const attrs_t *got, const attrs_t *want, const char *what, const char *route, size_t size)
@@ -382,8 +424,10 @@ static void test_foreign_pointers_and_bad_input(void **state)
     SIM_OK(cudaFree(p));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--reference") == 0)
+        return reference_child(strtoull(argv[2], NULL, 10), strtoull(argv[3], NULL, 10));
     const struct CMUnitTest tests[] = {
         ITEST(test_live_blocks_by_every_route),
         ITEST(test_freed_blocks_read_as_freed),
