@@ -25,6 +25,8 @@
 
 #include "backend.h"
 #include "contexts.h"
+#include "diag.h"
+#include "env.h"
 #include "hook.h"
 #include "log.h"
 #include "order.h"
@@ -48,9 +50,17 @@ static hook_dev_t *slot_of(CUcontext ctx)
 }
 
 /* Under open_lock: the slot's allocator dropped, and the slot made free,
- * as new (its lists keep their host memory for the next context). */
+ * as new (its lists keep their host memory for the next context).  With
+ * CUCACHE_REPORT=exit the allocator's summary first: the exit summary
+ * never sees it. */
 static void slot_release(hook_dev_t *hd)
 {
+    core_dev_t *d = hook_dev_core(hd);
+    if (d && hook_env()->report_exit) {
+        hook_log("context %p of device %d is destroyed; what its allocator served:", (void *)hd->primary,
+                 hd->ordinal);
+        hook_summary_core(d, hd->ordinal);
+    }
     hook_dev_drop_locked(hd);
     pthread_mutex_lock(&hd->lock);
     hd->nlost = 0;

@@ -459,6 +459,13 @@ int hook_summary(int device, st_sink_fn sink, void *ctx)
     return 0;
 }
 
+void hook_summary_core(core_dev_t *d, int device)
+{
+    summary_ctx_t s = {.device = device};
+    core_stats_get(d, &s.stats);
+    emit_block(emit_summary, &s);
+}
+
 typedef struct leak_ctx_s {
     int device;
     const core_layout_t *layout;

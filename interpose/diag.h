@@ -41,6 +41,9 @@ const char *hook_snapshot_template(void);
 /* The memory summary of a device into sink (NULL: stderr, one block);
  * -1 when the device has no allocator. */
 int hook_summary(int device, void (*sink)(void *ctx, const char *line), void *ctx);
+/* The memory summary of one allocator (a created context's, before it is
+ * destroyed: the exit summary never sees it), on stderr, one block. */
+void hook_summary_core(core_dev_t *d, int device);
 
 /* CUCACHE_STACKS (diag.c): each allocation's call stack, interned by
  * stats/stack.c, as the block's site.  Off, the hooks pay one predictable
