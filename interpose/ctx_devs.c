@@ -57,8 +57,7 @@ static void slot_release(hook_dev_t *hd)
 {
     core_dev_t *d = hook_dev_core(hd);
     if (d && hook_env()->report_exit) {
-        hook_log("context %p of device %d is destroyed; what its allocator served:", (void *)hd->primary,
-                 hd->ordinal);
+        hook_log("context %p of device %d is destroyed; what its allocator served:", (void *)hd->primary, hd->ordinal);
         hook_summary_core(d, hd->ordinal);
     }
     hook_dev_drop_locked(hd);
