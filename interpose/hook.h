@@ -15,14 +15,16 @@
  *                 │  dlsym_entry.S (dlsym, cuGetProcAddress)
  *                 │  bypass? (re-entry guard, cucache off) ──► real entry point (real.c)
  *                 ▼
- *               hook_dev_t of the call's device (state.c; streams.c: the
- *               program's streams and captures; ipc.c: exports and imports)
+ *               hook_dev_t of the call's context: the device's primary
+ *               one (state.c) or a created one (ctx_devs.c); streams.c:
+ *               the program's streams and captures; ipc.c: exports and
+ *               imports
  *                 │
  *                 ▼  an allocation: hook_alloc, one flow (fail.c): the try,
  *                 │  the neighbours asked (yield.c), the counted try; the
  *                 │  report (diag.c) gets the failure as a value
  *               core_* (core/) ──► backend.c: the core's device seam (real
- *                                  driver calls in the device's primary
+ *                                  driver calls in the allocator's
  *                                  context, capture-aware; fences over
  *                                  streams; a stream made to wait for a
  *                                  free on another stream, never into a
@@ -77,10 +79,13 @@
  * hook runs the real runtime on the program's behalf, the thread's guard
  * (hook_depth, raised by HOOK_REAL) makes every hook pass straight through.
  *
- * Contexts.  Each device has one allocator (core_dev_t), for its primary
- * context, the one the runtime uses.  Driver calls made while a created
- * context (cuCtxCreate) is current pass through uncached: memory of one
- * context is not usable from another.
+ * Contexts.  Each device has an allocator (core_dev_t) for its primary
+ * context, the one the runtime uses, in hook_devs[ordinal]; each context
+ * the program creates (cuCtxCreate) has one of its own, in a slot after
+ * them (ctx_devs.c), used by the driver calls made while it is current or
+ * on its streams.  A block never moves between contexts; a free finds its
+ * owner across all of them (state.c); cuCtxDestroy gives the context's
+ * memory back first (hook_ctx.c).
  *
  * Streams.  The core keys blocks by stream (core_stream_t).  Key 0 is
  * memory not tied to a stream (cudaMalloc); the keys of streams are
@@ -100,7 +105,8 @@
  *   state.h        devices found, opened and dropped; frees and pointer
  *                  questions across devices (state.c)
  *   streams.h      stream keys, the program's streams, captures (streams.c)
- *   contexts.h     a second context stops the hand-outs (hook_ctx.c)
+ *   contexts.h     a second context stops the hand-outs (hook_ctx.c);
+ *                  created contexts' allocators (ctx_devs.c)
  *   backend.h      the core's device seam, hook_enter/hook_leave (backend.c)
  *   fence.h        fences and their spare events (backend.c), for order.c
  *   order.h        the device ordered after fences: waits, stops, the probe (order.c)

@@ -4,7 +4,8 @@
  * Programs linked with the static runtime (nvcc's default) and frameworks
  * that call the driver are cached here; they reach these through the
  * exports, dlsym and cuGetProcAddress (hook_lookup.c).  Calls made while a
- * created context is current pass through: hook.h, "Contexts".
+ * created context is current use that context's allocator: hook.h,
+ * "Contexts".
  */
 #include "backend.h"
 #include "diag.h"

@@ -21,9 +21,9 @@ extern conf_t hook_conf;
  * when the call must pass through (no runtime or driver, bad device).
  * open: create the allocator if the device has none yet (else NULL). */
 hook_dev_t *hook_rt_device(bool open);
-/* The device of a driver call: the current context's, when that context is
- * the device's primary one; NULL means pass through (no context, a created
- * context, no driver). */
+/* The allocator of a driver call: the current context's, the device's
+ * primary one or a created one's (ctx_devs.c); NULL means pass through (no
+ * context, one cucache does not serve, no driver). */
 hook_dev_t *hook_cu_device(bool open);
 /* The device by ordinal, opening its allocator on first use; NULL if the
  * ordinal is out of range or the driver refused. */
