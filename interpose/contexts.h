@@ -34,6 +34,8 @@ hook_dev_t *hook_ctx_dev(CUcontext ctx, bool open);
  * for its pending frees, gives its segments back and is destroyed, and its
  * slot is free again.  Nothing when ctx is not one of them. */
 void hook_ctx_destroying(CUcontext ctx);
+/* In a fork child, after its devices were reset (state.c): no slot taken. */
+void hook_ctx_forked(void);
 /* Created contexts whose allocator was opened, ever (a process statistic,
  * contexts_cached). */
 extern atomic_ulong hook_contexts_cached;

@@ -32,6 +32,7 @@
 #include "order.h"
 #include "real.h"
 #include "state.h"
+#include "streams.h"
 
 atomic_ulong hook_contexts_cached;
 
@@ -61,6 +62,7 @@ static void slot_release(hook_dev_t *hd)
         hook_summary_core(d, hd->ordinal);
     }
     hook_dev_drop_locked(hd);
+    hook_streams_of_context_gone(); /* no thread's cache maps a stream to this slot any more */
     pthread_mutex_lock(&hd->lock);
     hd->nlost = 0;
     hd->handle = 0;
@@ -73,6 +75,11 @@ static void slot_release(hook_dev_t *hd)
     atomic_store(&hd->yielding, false);
     pthread_mutex_unlock(&hd->lock);
     atomic_fetch_sub(&ntaken, 1);
+}
+
+void hook_ctx_forked(void)
+{
+    atomic_store(&ntaken, 0);
 }
 
 void hook_ctx_register(CUcontext ctx, CUdevice dev)

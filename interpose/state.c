@@ -71,6 +71,7 @@ static void atfork_child(void)
     pthread_mutex_init(&open_lock, NULL);
     memcpy(hook_parent_devs, hook_devs, sizeof hook_parent_devs);
     devices_init();
+    hook_ctx_forked();
 }
 
 __attribute__((constructor)) static void hook_start(void)

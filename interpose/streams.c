@@ -209,6 +209,11 @@ void hook_stream_destroyed(CUstream s)
         atomic_fetch_add_explicit(&streams_gen, 1, memory_order_release);
 }
 
+void hook_streams_of_context_gone(void)
+{
+    atomic_fetch_add_explicit(&streams_gen, 1, memory_order_release);
+}
+
 void hook_capture_begin(hook_dev_t *hd, CUstream s, bool per_thread)
 {
     core_dev_t *d = hook_dev_core(hd);

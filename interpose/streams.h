@@ -55,6 +55,9 @@ void hook_stream_default_busy(hook_dev_t *hd);
 int hook_stream_forget(CUstream s, unsigned *flags);
 /* After a successful destruction. */
 void hook_stream_destroyed(CUstream s);
+/* A created context is destroyed: its streams are gone with it, and their
+ * handles may name new streams of other contexts (ctx_devs.c). */
+void hook_streams_of_context_gone(void);
 /* A stream is about to be destroyed: if it is a known non-blocking stream,
  * an event recorded on it now joins every later fence until it completes
  * (the destroyed stream's queued work still runs and may read memory the
