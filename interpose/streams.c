@@ -153,11 +153,11 @@ hook_dev_t *hook_stream_device(CUstream s, bool runtime)
     if (real_cu.cuStreamGetCtx(s, &ctx) != CUDA_SUCCESS || !ctx)
         return runtime ? hook_rt_device(true) : hook_cu_device(true);
     hook_dev_t *hd = NULL;
-    for (int i = 0; i < HOOK_MAX_SLOTS && !hd; i++)
+    for (int i = 0; i < HOOK_MAX_DEVICES && !hd; i++)
         if (hook_dev_core(&hook_devs[i]) && hook_devs[i].primary == ctx)
             hd = &hook_devs[i];
-    if (!hd)
-        hd = hook_ctx_dev(ctx, true); /* a stream of a created context (ctx_devs.c) */
+    if (!hd) /* a stream of a created context (ctx_devs.c: its table read under its lock) */
+        hd = hook_ctx_dev(ctx, true);
     if (!hd) {
         CUdevice h;
         CUcontext popped;
