@@ -29,7 +29,6 @@
 #include "env.h"
 #include "hook.h"
 #include "log.h"
-#include "order.h"
 #include "real.h"
 #include "state.h"
 #include "streams.h"
@@ -103,7 +102,8 @@ void hook_ctx_register(CUcontext ctx, CUdevice dev)
     hook_open_unlock();
     if (!hd)
         hook_warn(HOOK_WARN_BACKEND,
-                  "%d created contexts at once: the context %p on device %d is not cached (its calls go to CUDA)",
+                  "%d created contexts already have an allocator: the context %p on device %d is not cached "
+                  "(its calls go to CUDA)",
                   HOOK_MAX_CONTEXTS, (void *)ctx, ordinal);
 }
 

@@ -215,6 +215,50 @@ static void test_destroy_gives_live_memory_back(void **state)
     assert_int_equal(itest_dev_frees() - frees0, itest_dev_allocs() - allocs0);
 }
 
+/* Slots are reused: contexts created and destroyed one after another are
+ * each cached.  At most 64 have an allocator at once (interpose/hook.h,
+ * HOOK_MAX_CONTEXTS): the 65th is warned about once and passes through,
+ * and works. */
+static void test_contexts_beyond_the_table(void **state)
+{
+    (void)state;
+    enum { SERIAL = 100, TABLE = 64 };
+    itest_require_cucache();
+    int64_t cached0 = itest_stat(0, "contexts_cached");
+    for (int i = 0; i < SERIAL; i++) {
+        CUcontext c = create(0);
+        CUdeviceptr p;
+        CU_OK(cuMemAlloc_v2(&p, 4 * KIB));
+        CU_OK(cuMemFree_v2(p));
+        destroy(c);
+    }
+    assert_int_equal(itest_stat(0, "contexts_cached"), cached0 + SERIAL);
+
+    CUcontext held[TABLE + 1];
+    for (int i = 0; i < TABLE; i++) {
+        held[i] = create(0);
+        CUcontext popped;
+        CU_OK(cuCtxPopCurrent_v2(&popped));
+    }
+    static char err[4096];
+    itest_stderr_begin();
+    held[TABLE] = create(0);
+    itest_stderr_end(err, sizeof err);
+    if (itest_count_lines(err, "cucache: 64 created contexts already have an allocator") != 1) {
+        print_error("the context over the table was not warned about once:\n%s\n", err);
+        fail();
+    }
+    unsigned long allocs0 = itest_dev_allocs(), frees0 = itest_dev_frees();
+    CUdeviceptr p;
+    CU_OK(cuMemAlloc_v2(&p, 4 * KIB)); /* to the driver */
+    CU_OK(cuMemFree_v2(p));
+    assert_int_equal(itest_dev_allocs(), allocs0 + 1);
+    assert_int_equal(itest_dev_frees(), frees0 + 1);
+    destroy(held[TABLE]);
+    for (int i = 0; i < TABLE; i++)
+        CU_OK(cuCtxDestroy_v2(held[i]));
+}
+
 /* ---- reuse safety ------------------------------------------------------ */
 
 /* A reader on one stream of a created context (held behind a gate) still
@@ -309,6 +353,7 @@ int main(int argc, char **argv)
         ITEST(test_stream_ordered_on_another_contexts_stream),
         ITEST(test_meminfo_counts_the_contexts_cache),
         ITEST(test_destroy_gives_live_memory_back),
+        ITEST(test_contexts_beyond_the_table),
         ITEST(test_reader_on_the_legacy_stream),
         ITEST(test_reader_on_a_nonblocking_stream),
         ITEST(test_freed_from_another_context),
