@@ -26,6 +26,9 @@
  */
 #include "itest.h"
 
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cusim/sim.h"
@@ -259,6 +262,104 @@ static void test_contexts_beyond_the_table(void **state)
         CU_OK(cuCtxDestroy_v2(held[i]));
 }
 
+/* Threads at once: each of four pushes one of two shared contexts in
+ * turn, allocates blocks of mixed sizes, writes and reads them back, frees
+ * them; a fifth creates and destroys contexts of its own meanwhile (the
+ * table changing under the others).  Every block holds its data, and lies
+ * in the memory of the context current at its allocation.  The threads
+ * report their first failure as text (cmocka asserts on the test's own
+ * thread only). */
+typedef struct worker_s {
+    CUcontext ctx[2];
+    int id;
+    char failed[256]; /* empty: every check passed */
+} worker_t;
+
+enum { WORKER_ROUNDS = 40, CHURN_CONTEXTS = 20 };
+
+#define WORKER_CHECK(w, cond)                                                                                          \
+    do {                                                                                                               \
+        if (!(cond) && !(w)->failed[0])                                                                                \
+            snprintf((w)->failed, sizeof(w)->failed, "thread %d, line %d: %s", (w)->id, __LINE__, #cond);              \
+    } while (0)
+
+/* Whether p's memory belongs to c (any answer under expandable segments:
+ * virtual memory belongs to no context). */
+static bool in_ctx(CUdeviceptr p, CUcontext c)
+{
+    CUcontext got = NULL;
+    return itest_expandable() ||
+           (cuPointerGetAttribute(&got, CU_POINTER_ATTRIBUTE_CONTEXT, p) == CUDA_SUCCESS && got == c);
+}
+
+static void *worker(void *arg)
+{
+    worker_t *w = arg;
+    unsigned char *h = malloc(2 * MIB), *back = malloc(2 * MIB);
+    WORKER_CHECK(w, h && back);
+    for (int r = 0; r < WORKER_ROUNDS && !w->failed[0]; r++) {
+        CUcontext c = w->ctx[(r + w->id) % 2], popped = NULL;
+        size_t n = ((size_t)(r * 7 + w->id * 13) % 16 + 1) * 128 * KIB;
+        unsigned seed = (unsigned)(w->id * 1000 + r);
+        CUdeviceptr p = 0;
+        WORKER_CHECK(w, cuCtxPushCurrent_v2(c) == CUDA_SUCCESS);
+        WORKER_CHECK(w, cuMemAlloc_v2(&p, n) == CUDA_SUCCESS);
+        WORKER_CHECK(w, in_ctx(p, c));
+        simtest_fill(h, n, seed);
+        WORKER_CHECK(w, cuMemcpyHtoD_v2(p, h, n) == CUDA_SUCCESS);
+        WORKER_CHECK(w, cuMemcpyDtoH_v2(back, p, n) == CUDA_SUCCESS);
+        WORKER_CHECK(w, simtest_check(back, n, seed, 0) == -1);
+        WORKER_CHECK(w, cuMemFree_v2(p) == CUDA_SUCCESS);
+        WORKER_CHECK(w, cuCtxPopCurrent_v2(&popped) == CUDA_SUCCESS && popped == c);
+    }
+    free(h);
+    free(back);
+    return NULL;
+}
+
+static void *churner(void *arg)
+{
+    worker_t *w = arg;
+    CUdevice dev;
+    WORKER_CHECK(w, cuDeviceGet(&dev, 0) == CUDA_SUCCESS);
+    for (int i = 0; i < CHURN_CONTEXTS && !w->failed[0]; i++) {
+        CUcontext c = NULL, popped = NULL;
+        CUdeviceptr p = 0;
+        WORKER_CHECK(w, cuCtxCreate_v2(&c, 0, dev) == CUDA_SUCCESS);
+        WORKER_CHECK(w, cuMemAlloc_v2(&p, 64 * KIB) == CUDA_SUCCESS);
+        WORKER_CHECK(w, in_ctx(p, c));
+        WORKER_CHECK(w, cuMemFree_v2(p) == CUDA_SUCCESS);
+        WORKER_CHECK(w, cuCtxPopCurrent_v2(&popped) == CUDA_SUCCESS && popped == c);
+        WORKER_CHECK(w, cuCtxDestroy_v2(c) == CUDA_SUCCESS);
+    }
+    return NULL;
+}
+
+static void test_threads_in_shared_contexts(void **state)
+{
+    (void)state;
+    itest_require_cucache();
+    enum { WORKERS = 4 };
+    CUcontext ctx[2], popped;
+    for (int i = 0; i < 2; i++) {
+        ctx[i] = create(i);
+        CU_OK(cuCtxPopCurrent_v2(&popped)); /* floating: any thread pushes it */
+    }
+    worker_t w[WORKERS + 1];
+    pthread_t t[WORKERS + 1];
+    for (int i = 0; i <= WORKERS; i++) {
+        w[i] = (worker_t){{ctx[0], ctx[1]}, i, ""};
+        assert_int_equal(pthread_create(&t[i], NULL, i < WORKERS ? worker : churner, &w[i]), 0);
+    }
+    for (int i = 0; i <= WORKERS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i <= WORKERS; i++)
+        if (w[i].failed[0])
+            fail_msg("%s", w[i].failed);
+    for (int i = 0; i < 2; i++)
+        CU_OK(cuCtxDestroy_v2(ctx[i]));
+}
+
 /* ---- reuse safety ------------------------------------------------------ */
 
 /* A reader on one stream of a created context (held behind a gate) still
@@ -353,10 +454,12 @@ int main(int argc, char **argv)
         ITEST(test_stream_ordered_on_another_contexts_stream),
         ITEST(test_meminfo_counts_the_contexts_cache),
         ITEST(test_destroy_gives_live_memory_back),
-        ITEST(test_contexts_beyond_the_table),
+        ITEST(test_threads_in_shared_contexts),
         ITEST(test_reader_on_the_legacy_stream),
         ITEST(test_reader_on_a_nonblocking_stream),
         ITEST(test_freed_from_another_context),
+        /* last: failing, it may leave the table full for the tests after it */
+        ITEST(test_contexts_beyond_the_table),
     };
     return ITEST_RUN("interpose.contexts", tests, contexts_setup);
 }
