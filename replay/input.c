@@ -47,6 +47,23 @@ void rp_input_free(rp_input_t *in)
     memset(in, 0, sizeof *in);
 }
 
+size_t rp_input_as_preload(rp_input_t *in)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < in->nev; i++) {
+        trace_event_t *e = &in->ev[i];
+        if (e->api == TRACE_API_IMPORTED && (e->kind == TRACE_ALLOC || e->kind == TRACE_FREE)) {
+            e->api = TRACE_API_CUDA_MALLOC;
+            n++;
+        }
+    }
+    if (n)
+        rp_note(in, "replayed as under cucache-run (--preload): %zu allocations and frees as cudaMalloc and "
+                    "cudaFree",
+                n);
+    return n;
+}
+
 /* The recorded CUCACHE_CONF, assembled from its pieces: which bytes came,
  * and where the text ends (the last piece's end; SIZE_MAX until seen). */
 typedef struct conf_asm_s {

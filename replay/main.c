@@ -87,6 +87,9 @@ static void usage(FILE *f)
           "  --json           one JSON object per line per trace and configuration\n"
           "  --plot FILE.svg  allocated and reserved over the events, per configuration\n"
           "  --no-reference   leave out the 'no cache' and 'floor' columns\n"
+          "  --preload        replay a PyTorch snapshot's or an RMM log's allocations and\n"
+          "                   frees as cudaMalloc and cudaFree: what cucache serves when\n"
+          "                   cucache-run runs the job (the framework's cache off)\n"
           "  --dump           print each trace's events as text (what a replay reads) and\n"
           "                   replay nothing\n"
           "  --busy           queued work completes only at the job's synchronisations;\n"
@@ -243,6 +246,7 @@ int main(int argc, char **argv)
     rp_opts_t opts = {.capacity = (uint64_t)80 << 30};
     const char *plot = NULL;
     bool json = false, reference = true, dump = false, fit = false, model_given = false, capacity_given = false;
+    bool preload = false;
     static char fit_text[MAX_CONFS][1200];
     char err[1024];
     /* the traces are gathered at the front of argv: slot 1 + ntraces is
@@ -272,6 +276,8 @@ int main(int argc, char **argv)
             model_given = true;
         } else if (strcmp(a, "--dump") == 0) {
             dump = true;
+        } else if (strcmp(a, "--preload") == 0) {
+            preload = true;
         } else if (strcmp(a, "--conf") == 0 || strcmp(a, "--capacity") == 0 || strcmp(a, "--plot") == 0 ||
                    strcmp(a, "--fit") == 0) {
             if (!val) {
@@ -366,6 +372,8 @@ int main(int argc, char **argv)
             status = 1;
             continue;
         }
+        if (preload)
+            rp_input_as_preload(&d->in);
         if (dump) {
             rp_print_events(stdout, &d->in);
             continue;

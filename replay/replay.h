@@ -112,6 +112,13 @@ int rp_input_from_trace(trace_t *t, rp_input_t *out, char *err, size_t errlen);
  * in none. */
 bool rp_failed_for_memory(const rp_input_t *in, const trace_event_t *e);
 
+/* An import as the job would ask cucache under cucache-run, the framework's
+ * cache off: each allocation a cudaMalloc, each free a cudaFree, treated as
+ * the interposer treats them (the reuse rule, fences), where the import's
+ * frees are reusable at once (the framework's own cache).  The number of
+ * events changed: 0 for a cucache trace, which records the calls themselves. */
+size_t rp_input_as_preload(rp_input_t *in);
+
 /* Appends to in->notes (as "; "-separated items, truncated when full). */
 void rp_note(rp_input_t *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
