@@ -89,7 +89,8 @@ static void usage(FILE *f)
           "  --no-reference   leave out the 'no cache' and 'floor' columns\n"
           "  --preload        replay a PyTorch snapshot's or an RMM log's allocations and\n"
           "                   frees as cudaMalloc and cudaFree: what cucache serves when\n"
-          "                   cucache-run runs the job (the framework's cache off)\n"
+          "                   cucache-run runs the job (the framework's cache off), the\n"
+          "                   runtime's allocator serving what cucache's path cannot\n"
           "  --dump           print each trace's events as text (what a replay reads) and\n"
           "                   replay nothing\n"
           "  --busy           queued work completes only at the job's synchronisations;\n"
@@ -390,7 +391,7 @@ int main(int argc, char **argv)
         d->opts = opts;
         if (!capacity_given && recorded_capacity(&d->in))
             d->opts.dev_capacity = d->in.recorded_free;
-        d->opts.fallback = !fit && d->in.format == RP_FORMAT_CUCACHE;
+        d->opts.fallback = !fit && (d->in.format == RP_FORMAT_CUCACHE || preload);
         if (!model_given && d->in.format == RP_FORMAT_CUCACHE && d->in.recorded_settings &&
             choose_model(d, err, sizeof err) != 0) {
             fprintf(stderr, "cucache-replay: %s: the recorded settings: %s\n", d->in.name, err);
