@@ -49,6 +49,10 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
                   serves the failed request and everything before it (it
                   runs every step, or fails only later), and one runs
                   every step
+    replay-W      cucache-replay of PyTorch's own snapshot of workload W
+                  (every workload of workloads.py) against the live runs:
+                  PyTorch's peak, cucache's peak (--preload) and the
+                  smallest device of each (replay_live.py says how)
     expandable    PyTorch's own expandable_segments:True runs the MLP
     async         PyTorch's own backend:cudaMallocAsync runs the MLP
 
@@ -61,6 +65,8 @@ import pickle
 import re
 import subprocess
 import sys
+
+import replay_live
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -487,6 +493,8 @@ def main():
         case_graphs(e)
     elif case == "whatif":
         case_whatif(e)
+    elif kind == "replay":
+        replay_live.ReplayLive(e, WORKLOADS, w, fail).check()
     elif case == "expandable":
         case_conf(e, "expandable_segments:True")
     elif case == "async":

@@ -207,7 +207,8 @@ def torch_counters():
         s = torch.cuda.memory_stats()
     except Exception as e:  # the pluggable allocator has none in PyTorch 2.6
         return {"unavailable": str(e).splitlines()[0]}
-    return {k: s.get(k, 0) for k in ("allocated_bytes.all.peak", "reserved_bytes.all.peak", "num_alloc_retries",
+    return {k: s.get(k, 0) for k in ("allocated_bytes.all.peak", "reserved_bytes.all.peak",
+                                     "reserved_bytes.all.current", "num_alloc_retries",
                                      "num_ooms", "allocation.all.allocated", "segment.all.allocated")}
 
 
@@ -262,6 +263,7 @@ def main():
     if a.snapshot:
         torch.cuda.memory._dump_snapshot(a.snapshot)
         torch.cuda.memory._record_memory_history(enabled=None)
+    free, total = torch.cuda.mem_get_info()
     out = {
         "workload": a.workload,
         "route": a.route,
@@ -271,6 +273,7 @@ def main():
         "cucache": cucache_counters(),
         "no_caching": os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING"),
         "torch_version": torch.__version__,
+        "device_used": total - free,  # cudaMemGetInfo at the end: the device memory in use
     }
     print(json.dumps(out), flush=True)
     return 0
