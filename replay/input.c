@@ -58,8 +58,7 @@ size_t rp_input_as_preload(rp_input_t *in)
         }
     }
     if (n)
-        rp_note(in, "replayed as under cucache-run (--preload): %zu allocations and frees as cudaMalloc and "
-                    "cudaFree",
+        rp_note(in, "replayed as under cucache-run (--preload): %zu allocations and frees as cudaMalloc and cudaFree",
                 n);
     return n;
 }

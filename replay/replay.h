@@ -3,7 +3,8 @@
  * through the real core on the in-process backend, once per configuration.
  *
  *   input.c        reads a TRACE argument: detects the format and turns it
- *                  into an rp_input_t (cucache trace, PyTorch snapshot, RMM CSV)
+ *                  into an rp_input_t (cucache trace, PyTorch snapshot, RMM CSV);
+ *                  an import as cucache-run would serve it (--preload)
  *   pickle.c       a pickle reader that refuses every global (PyTorch snapshots)
  *   import_torch.c PyTorch snapshot -> rp_input_t (blocks live before the
  *                  recording began, PyTorch's own reserved curve)
