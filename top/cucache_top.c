@@ -53,6 +53,11 @@ enum {
     TOP_MAX_GPUS = 64,
     TOP_MAX_PROCS = 2 * ST_REG_SLOTS, /* NVML's rows and the registry's, per GPU */
 };
+/* Figures older than this are shown with their age: a process publishes
+ * four times a second, so its publishing thread is stuck or stopped. */
+#define TOP_OLD_FIGURES_NS (2000000000ull)
+/* The COMMAND column's characters. */
+#define TOP_COMMAND_WIDTH 24
 
 /* ------------------------------------------------------------------------
  * What one refresh sees
@@ -66,6 +71,9 @@ typedef struct top_proc_s {
     bool cucache;  /* the registry lists it: figs below */
     bool stale;    /* ... but its figures could not be read whole */
     st_reg_figs_t figs;
+    int32_t gave_to;      /* the asker its last answer served; 0: it never answered one */
+    uint64_t gave_bytes;  /* bytes that answer gave back (0: it had nothing idle) */
+    uint64_t gave_ago_ns; /* how long before this refresh it answered */
 } top_proc_t;
 
 typedef struct top_gpu_s {
@@ -136,12 +144,53 @@ static void nvml_load(void)
         snprintf(nvml.why, sizeof nvml.why, "NVML: nvmlInit_v2 failed: %s", st_nvml_text(nvml.error, rc));
 }
 
-/* The command of pid (/proc/PID/comm); "?" when it is not visible. */
+/* Interpreters, whose command name says less than the script they run:
+ * one row each, matched on the start of the command name. */
+static const char *const top_interpreters[] = {"python", "perl", "ruby", "node", "bash", "sh", "julia", "Rscript"};
+
+/* The script an interpreter's command line runs and the words after it,
+ * as many as fit in len ("train.py --epochs 3"); false when argv has none
+ * (an option such as -c or -m first, or no argument). */
+static bool top_script(const char *argv, size_t n, char *out, size_t len)
+{
+    const char *word = argv + strlen(argv) + 1; /* past the interpreter */
+    if (word >= argv + n || word[0] == '-' || !word[0])
+        return false;
+    const char *base = strrchr(word, '/');
+    size_t used = (size_t)snprintf(out, len, "%s", base ? base + 1 : word);
+    for (word += strlen(word) + 1; word < argv + n && used < len; word += strlen(word) + 1) {
+        if (used + 1 + strlen(word) >= len)
+            break;
+        used += (size_t)snprintf(out + used, len - used, " %s", word);
+    }
+    return true;
+}
+
+/* The command of pid: /proc/PID/comm, or for an interpreter the script it
+ * runs with its arguments (top_script); "?" when it is not visible. */
 static void top_comm(unsigned pid, char *out, size_t len)
 {
     uint64_t start;
     char state, comm[16];
-    snprintf(out, len, "%s", proc_stat((int32_t)pid, &start, &state, comm) ? comm : "?");
+    if (!proc_stat((int32_t)pid, &start, &state, comm)) {
+        snprintf(out, len, "?");
+        return;
+    }
+    snprintf(out, len, "%s", comm);
+    bool interpreter = false;
+    for (size_t i = 0; i < sizeof top_interpreters / sizeof top_interpreters[0]; i++)
+        interpreter = interpreter || strncmp(comm, top_interpreters[i], strlen(top_interpreters[i])) == 0;
+    char path[64], argv[512];
+    snprintf(path, sizeof path, "/proc/%u/cmdline", pid);
+    FILE *f = interpreter ? fopen(path, "re") : NULL;
+    if (!f)
+        return;
+    size_t n = fread(argv, 1, sizeof argv - 1, f);
+    fclose(f);
+    argv[n] = '\0';
+    char script[TOP_COMMAND_WIDTH + 1]; /* whole words that fit the column */
+    if (n && top_script(argv, n, script, sizeof script))
+        snprintf(out, len, "%s", script);
 }
 
 static top_proc_t *gpu_proc(top_gpu_t *g, unsigned pid)
@@ -179,6 +228,20 @@ static void nvml_procs(st_nvml_dev_t dev, top_gpu_t *g)
  * Registries
  * ---------------------------------------------------------------------- */
 
+/* The last ask the process of slot answered: whom, what it gave, when.
+ * Its owner writes these words apart, so a give under way may show the
+ * ask before its bytes: the next refresh has both. */
+static void registry_last_give(st_reg_slot_t *slot, top_proc_t *p)
+{
+    uint64_t at = atomic_load(&slot->answered_ns);
+    p->gave_to = at ? atomic_load(&slot->asker) : 0;
+    p->gave_bytes = atomic_load(&slot->given);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* answered_ns's clock */
+    uint64_t now_ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    p->gave_ago_ns = now_ns > at ? now_ns - at : 0;
+}
+
 /* The registry of g's UUID into g: its processes, or its refusal.  false
  * when there is no registry file. */
 static bool registry_read(top_gpu_t *g, const char *path)
@@ -203,6 +266,7 @@ static bool registry_read(top_gpu_t *g, const char *path)
         p->cucache = true;
         p->stale = views[i].stale;
         p->figs = views[i].figs;
+        registry_last_give(&r.f->slot[views[i].slot], p);
         if (!p->comm[0])
             snprintf(p->comm, sizeof p->comm, "%s", views[i].comm);
     }
@@ -295,9 +359,32 @@ static void size_or_dash(char *buf, size_t len, bool have, uint64_t bytes)
         snprintf(buf, len, "-");
 }
 
+/* "850 ms", "12 s", "4 min", "3 h": how long ago, as a column shows it. */
+static void top_fmt_age(char *buf, size_t len, uint64_t ns)
+{
+    uint64_t ms = ns / 1000000u, s = ms / 1000u;
+    if (s < 1)
+        snprintf(buf, len, "%llu ms", (unsigned long long)ms);
+    else if (s < 120)
+        snprintf(buf, len, "%llu s", (unsigned long long)s);
+    else if (s < 7200)
+        snprintf(buf, len, "%llu min", (unsigned long long)(s / 60));
+    else
+        snprintf(buf, len, "%llu h", (unsigned long long)(s / 3600));
+}
+
+/* CLOCK_REALTIME in ns: the clock of a slot's updated_ns. */
+static uint64_t top_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 /* The cucache columns of p: live, cached, idle, pending, hit rate, OOMs,
- * given, received; dashes for a process without cucache.  "Holds nothing"
- * only where NVML lists the GPU: it alone knows. */
+ * given, received, its last give (to whom, how long ago); dashes for a
+ * process without cucache.  "Holds nothing" only where NVML lists the GPU:
+ * it alone knows.  Figures older than TOP_OLD_FIGURES_NS say their age. */
 static void proc_row(const top_gpu_t *g, const top_proc_t *p, char *out, size_t len)
 {
     char used[24], live[24], cached[24], idle[24], pending[24], given[24], received[24], hit[16], ooms[24];
@@ -318,11 +405,27 @@ static void proc_row(const top_gpu_t *g, const top_proc_t *p, char *out, size_t 
         st_fmt_count(ooms, sizeof ooms, f->ooms);
     else
         snprintf(ooms, sizeof ooms, "-");
-    snprintf(out, len, "%8u %-15.15s %11s %11s %11s %11s %11s %6s %5s %11s %11s%s", p->pid, p->comm, used, live, cached,
-             idle, pending, hit, ooms, given, received,
+    char gave[64], bytes[24], ago[24], old[64] = "";
+    if (c && p->gave_to) {
+        st_fmt_size(bytes, sizeof bytes, p->gave_bytes);
+        top_fmt_age(ago, sizeof ago, p->gave_ago_ns);
+        snprintf(gave, sizeof gave, "%s to %d, %s ago", bytes, p->gave_to, ago);
+    } else {
+        snprintf(gave, sizeof gave, "-");
+    }
+    uint64_t now_ns = (uint64_t)top_now_ns();
+    if (c && now_ns > f->updated_ns + TOP_OLD_FIGURES_NS) {
+        top_fmt_age(ago, sizeof ago, now_ns - f->updated_ns);
+        snprintf(old, sizeof old, "  (figures of %s ago: not publishing)", ago);
+    }
+    snprintf(out, len, "%8u %-*.*s %11s %11s %11s %11s %11s %6s %5s %11s %11s  %-27s%s%s", p->pid, TOP_COMMAND_WIDTH,
+             TOP_COMMAND_WIDTH, p->comm, used, live, cached, idle, pending, hit, ooms, given, received, gave,
              p->stale                                     ? "  (figures being written)"
              : p->cucache && !p->on_nvml && g->index >= 0 ? "  (cucache, holds nothing on the GPU)"
-                                                          : "");
+                                                          : "",
+             old);
+    for (size_t n = strlen(out); n && out[n - 1] == ' '; n--)
+        out[n - 1] = '\0'; /* the last column's padding, when no note follows */
 }
 
 static void text_lines(const top_view_t *v, top_line_fn line, void *ctx)
@@ -355,8 +458,9 @@ static void text_lines(const top_view_t *v, top_line_fn line, void *ctx)
             line(ctx, "  no processes");
             continue;
         }
-        snprintf(buf, sizeof buf, "%8s %-15s %11s %11s %11s %11s %11s %6s %5s %11s %11s", "PID", "COMMAND", "USED",
-                 "LIVE", "CACHED", "IDLE", "PENDING", "HIT", "OOMS", "GIVEN", "RECEIVED");
+        snprintf(buf, sizeof buf, "%8s %-*s %11s %11s %11s %11s %11s %6s %5s %11s %11s  %s", "PID", TOP_COMMAND_WIDTH,
+                 "COMMAND", "USED", "LIVE", "CACHED", "IDLE", "PENDING", "HIT", "OOMS", "GIVEN", "RECEIVED",
+                 "LAST GIVE");
         line(ctx, buf);
         for (size_t j = 0; j < g->n; j++) {
             proc_row(g, &g->proc[j], buf, sizeof buf);
@@ -427,7 +531,12 @@ static void json_write(const top_view_t *v, FILE *f)
 #define TOP_JSON_FIG(name) fprintf(f, "%c\"" #name "\":%llu", sep, (unsigned long long)p->figs.name), sep = ',';
             ST_REG_FIGURES(TOP_JSON_FIG)
 #undef TOP_JSON_FIG
-            fputs("}}", f);
+            fputs("},\"last_give\":", f);
+            if (p->gave_to)
+                fprintf(f, "{\"to\":%d,\"bytes\":%llu,\"ago_ms\":%llu}}", p->gave_to, (unsigned long long)p->gave_bytes,
+                        (unsigned long long)(p->gave_ago_ns / 1000000u));
+            else
+                fputs("null}", f);
         }
         fputs("]}", f);
     }

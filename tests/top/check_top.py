@@ -7,12 +7,14 @@ frees the 64 MiB, which stays in its cache.  Then, one case per argument:
 
   once        the plain table lists the GPU (name, UUID) and the peer's row
               with its command, used, live and cached bytes, and no escape
-              codes;
+              codes; a process that never gave has no last give, and one
+              whose figures stopped (SIGSTOP) says how old they are;
   json        the document parses; the GPU and the peer's row carry exact
               values: NVML's used bytes equal the registry's reserved, the
               allocated 256 MiB, reserved - allocated 64 MiB; a cucache
               process holding nothing (a second peer) is listed with used
-              null and its figures;
+              null and its figures, and its last give: the bytes and the
+              asker;
   prometheus  --prometheus FILE --once: HELP/TYPE lines, every sample line
               parses as name{labels} value, the peer's samples carry its
               bytes, and no FILE.tmp is left;
@@ -21,6 +23,8 @@ frees the 64 MiB, which stays in its cache.  Then, one case per argument:
   corrupt     a registry file with a wrong magic under a fake GPU's UUID
               (mode 0600) is one line naming the file and the problem, in
               the table and in the JSON, and the rest is shown;
+  command     a Python program holding memory (no cucache) is shown by its
+              script and arguments, a program by its command name;
   nonvml      without libnvidia-ml.so.1 on the library path, one line says
               so and the peer's GPU is listed from its registry.
 
@@ -29,6 +33,7 @@ Usage: check_top.py CASE CUCACHE_TOP LIBCUCACHE IPC_PEER SIM_LIBDIR
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -42,6 +47,19 @@ env.pop("LD_PRELOAD", None)
 failures = []
 peers = []
 cleanup = [f"/dev/shm/cucache-sim-{os.geteuid()}-{key}"]
+
+
+# A Python program that holds N MiB of the shared device through the
+# driver (ctypes), until its stdin closes.
+HOLDER = """
+import ctypes, sys
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, ptr = ctypes.c_void_p(), ctypes.c_uint64()
+ok = (cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+      and cu.cuCtxSetCurrent(ctx) == 0 and cu.cuMemAlloc_v2(ctypes.byref(ptr), int(sys.argv[2]) << 20) == 0)
+print("ok" if ok else "failed", flush=True)
+sys.stdin.read()
+"""
 
 
 def check(cond, what):
@@ -130,8 +148,19 @@ def main():
               f"--once has no GPU line for {uuid}:\n{r.stdout}")
         row = re.search(rf"^ *{pid} ipc_peer +(320\.00 MiB) +(256\.00 MiB) +(64\.00 MiB) .*$", r.stdout, re.M)
         check(row, f"--once has no row 'PID ipc_peer 320 MiB used, 256 MiB live, 64 MiB cached':\n{r.stdout}")
-        check(re.search(r"^ +PID COMMAND +USED +LIVE +CACHED +IDLE +PENDING +HIT +OOMS +GIVEN +RECEIVED$", r.stdout,
-                        re.M), f"--once has no column header:\n{r.stdout}")
+        check(re.search(r"^ +PID COMMAND +USED +LIVE +CACHED +IDLE +PENDING +HIT +OOMS +GIVEN +RECEIVED  LAST GIVE$",
+                        r.stdout, re.M), f"--once has no column header:\n{r.stdout}")
+        check(re.search(rf"^ *{pid} ipc_peer .* 0 bytes  - *$", r.stdout, re.M),
+              f"--once: a peer that never gave has no last give:\n{r.stdout}")
+        # a process that stops publishing: its figures say their age
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(2.6)
+            r = run_top("--once")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        check(re.search(rf"^ *{pid} ipc_peer .*  \(figures of 2 s ago: not publishing\)$", r.stdout, re.M),
+              f"--once: a stopped peer's figures do not say their age:\n{r.stdout}")
 
     elif case == "json":
         c = p["cucache"]
@@ -160,10 +189,38 @@ def main():
         _, p = find_proc(doc, pid)
         check(p["cucache"]["yields_received"] == 1 and p["cucache"]["bytes_received"] == 512 * MiB,
               f"the first peer received 512 MiB: {p}")
+        give = e["last_give"] if e else None
+        check(give and give["to"] == pid and give["bytes"] == 512 * MiB and 0 <= give["ago_ms"] < 60000,
+              f"the second peer's last give: 512 MiB to {pid}: {give}")
+        check(p["last_give"] is None, f"the first peer gave nothing: {p['last_give']}")
         r = run_top("--once")
         check(re.search(rf"^ *{other.p.pid} ipc_peer +- +0 bytes +0 bytes .* 512\.00 MiB +0 bytes  "
-                        r"\(cucache, holds nothing on the GPU\)$", r.stdout, re.M),
+                        rf"512\.00 MiB to {pid}, [0-9]+ (ms|s) ago +\(cucache, holds nothing on the GPU\)$",
+                        r.stdout, re.M),
               f"--once: the second peer's row:\n{r.stdout}")
+
+    elif case == "command":
+        # a process of an interpreter is shown by its script and arguments:
+        # a Python program holding 64 MiB through the driver, no cucache
+        folder = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"check-top-{os.getpid()}")
+        os.makedirs(folder, exist_ok=True)
+        script = os.path.join(folder, "holder.py")
+        cleanup.extend([script, folder])
+        with open(script, "w") as f:
+            f.write(HOLDER)
+        h = subprocess.Popen([sys.executable, script, "hold", "64"], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            ready = h.stdout.readline().strip()
+            check(ready == "ok", f"the holder: {ready!r}")
+            r = run_top("--once")
+            check(re.search(rf"^ *{h.pid} holder\.py hold 64 +64\.00 MiB +- +- ", r.stdout,
+                            re.M), f"--once: the holder's row is not its script and arguments:\n{r.stdout}")
+            check(re.search(rf"^ *{pid} ipc_peer +320\.00 MiB ", r.stdout, re.M),
+                  f"--once: a program's row is not its command name:\n{r.stdout}")
+        finally:
+            h.stdin.close()
+            h.wait(timeout=30)
 
     elif case == "prometheus":
         out = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"check-top-{os.getpid()}.prom")
