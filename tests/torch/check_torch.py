@@ -55,6 +55,11 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
                   smallest device of each (replay_live.py says how)
     expandable    PyTorch's own expandable_segments:True runs the MLP
     async         PyTorch's own backend:cudaMallocAsync runs the MLP
+    two-procs     a trainer idling on a large cache and an evaluator whose
+                  peak needs it, on one shared simulated GPU: PyTorch's
+                  own allocator fails the evaluator, cucache (cucache-run,
+                  cucache.torch.enable()) gives it the trainer's idle cache
+                  and the giver's statistics stay right (two_procs.py)
 
 Exit 77 (skipped) when not root or when the root is missing or stale:
 scripts/torch-check makes it and runs this suite.
@@ -89,6 +94,11 @@ class Env:
 
     def run(self, argv, env=None, cucache=False, timeout=900):
         """Runs argv inside the root on the simulator; returns (rc, stdout, stderr)."""
+        p = subprocess.run(self.command(argv, env, cucache), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return p.returncode, p.stdout, p.stderr
+
+    def command(self, argv, env=None, cucache=False):
+        """The command line that runs argv inside the root on the simulator."""
         base = {
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             "HOME": "/root",
@@ -102,9 +112,7 @@ class Env:
         else:
             base["LD_LIBRARY_PATH"] = self.simlib
             cmd = argv
-        full = [TORCH_ENV, "run", "env", "-i"] + [f"{k}={v}" for k, v in base.items()] + cmd
-        p = subprocess.run(full, capture_output=True, text=True, timeout=timeout, cwd=REPO)
-        return p.returncode, p.stdout, p.stderr
+        return [TORCH_ENV, "run", "env", "-i"] + [f"{k}={v}" for k, v in base.items()] + cmd
 
     def workload(self, name, route, cucache, env=None, extra=()):
         rc, out, err = self.run(["python3", WORKLOADS, name, "--route", route] + list(extra), env=env, cucache=cucache)
@@ -495,6 +503,10 @@ def main():
         case_whatif(e)
     elif kind == "replay":
         replay_live.ReplayLive(e, WORKLOADS, w, fail).check()
+    elif case == "two-procs":
+        import two_procs
+
+        two_procs.case_two_procs(e, fail)
     elif case == "expandable":
         case_conf(e, "expandable_segments:True")
     elif case == "async":
