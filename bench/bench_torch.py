@@ -58,6 +58,7 @@ ARMS = (
 ARM = {a[0]: a for a in ARMS}
 FIXED = ("mlp", "gpt", "cnn")
 CHANGING = ("packed", "generate", "mixres")
+STREAMS = ("sidestream",)  # a second stream's work on the first's blocks (record_stream)
 
 
 class Bench:
@@ -139,7 +140,7 @@ def fit(bench, workload, arm, peak, live, precision, log):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", required=True, help="a cucache build directory (release: build-bench)")
-    ap.add_argument("--workloads", default=",".join(FIXED + CHANGING))
+    ap.add_argument("--workloads", default=",".join(FIXED + CHANGING + STREAMS))
     ap.add_argument("--arms", default=",".join(a[0] for a in ARMS))
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of step timing")
@@ -151,8 +152,8 @@ def main():
     workloads = a.workloads.split(",")
     arms = a.arms.split(",")
     for w in workloads:
-        if w not in FIXED + CHANGING:
-            ap.error(f"unknown workload '{w}' ({', '.join(FIXED + CHANGING)})")
+        if w not in FIXED + CHANGING + STREAMS:
+            ap.error(f"unknown workload '{w}' ({', '.join(FIXED + CHANGING + STREAMS)})")
     for arm in arms:
         if arm not in ARM:
             ap.error(f"unknown arm '{arm}' ({', '.join(ARM)})")

@@ -44,6 +44,13 @@ makes) on the simulator built in BUILD_DIR, with the race detector fatal
                   route; through cucache.torch each graph allocates to a
                   private pool of cucache's, as many as PyTorch's own
                   allocator makes, and the peak reserved is PyTorch's own
+    record-stream PyTorch's record_stream pattern (record_stream_prog.py)
+                  on a device where it fits only by reusing blocks still
+                  read by a side stream: PyTorch's allocator waits on the
+                  host; through cucache.torch no race (the detector is
+                  fatal) and no host wait, the stream waiting on the
+                  device; with that wait left out (planted) the detector
+                  sees the race
     whatif        the decoder at a capacity where cucache's defaults fail:
                   the OOM report's what-if names settings; each, applied,
                   serves the failed request and everything before it (it
@@ -418,6 +425,44 @@ def case_graphs(e):
                      f"{alone['torch']['reserved_bytes.all.peak']}")
 
 
+RECORD_STREAM = os.path.join(HERE, "record_stream_prog.py")
+RECORD_STREAM_CAPACITY = 300 << 20  # PyTorch's allocator fits only by waiting on the host for its events
+
+
+def record_stream_run(e, route, env):
+    env = dict(env, CUCACHE_SIM_CAPACITY=str(RECORD_STREAM_CAPACITY), CUCACHE_REPORT="exit")
+    rc, out, err = e.run(["python3", RECORD_STREAM, "--route", route, "--steps", "12"], env=env,
+                         cucache=route != "torch")
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    res = json.loads(lines[-1]) if rc == 0 and lines else None
+    return rc, res, err
+
+
+def case_record_stream(e):
+    # PyTorch's own allocator: runs, waiting on the host for its events
+    # when cudaMalloc fails (its retries)
+    rc, res, err = record_stream_run(e, "torch", {})
+    if res is None:
+        fail(f"PyTorch's allocator, record_stream at {RECORD_STREAM_CAPACITY >> 20} MiB: exit {rc}:\n{err[-3000:]}")
+    print(f"torch: {res['torch']}")
+    # cucache.torch: race-free (the detector is fatal), no host wait: the
+    # default stream waits on the device for the side stream's marker
+    rc, res, err = record_stream_run(e, "pluggable", {})
+    if res is None:
+        fail(f"cucache.torch, record_stream: exit {rc}:\n{err[-3000:]}")
+    print(f"cucache: {res['cucache']}")
+    if "0 waits for a fence or event" not in err:
+        fail(f"cucache waited on the host for a free:\n{err[-3000:]}")
+    if res["cucache"]["num_alloc_retries"] != 0:
+        fail(f"cucache retried: {res['cucache']}")
+    # planted: the device-side wait left out (a test-only knob): the
+    # detector sees the side stream's read overlap the new owner's write
+    rc, res, err = record_stream_run(e, "pluggable", {"CUCACHE_TEST_NO_STREAM_WAIT": "1"})
+    if rc == 0 or "RACE" not in err:
+        fail(f"with the device-side wait left out, no race was seen (exit {rc})")
+    print("planted (no device-side wait): the race detector caught it")
+
+
 WHATIF_CAPACITY = 640 << 20  # the decoder: cucache's default needs 652 MiB, expandable segments 628
 
 
@@ -501,6 +546,8 @@ def main():
         case_graphs(e)
     elif case == "whatif":
         case_whatif(e)
+    elif case == "record-stream":
+        case_record_stream(e)
     elif kind == "replay":
         replay_live.ReplayLive(e, WORKLOADS, w, fail).check()
     elif case == "two-procs":

@@ -17,6 +17,11 @@ allocators differ most:
                token (no gradient, no optimizer)
     mixres     the CNN on images of a drawn resolution (32 to 128 pixels),
                about 128K pixels a batch
+and a second stream's work on blocks of the first (PyTorch's
+record_stream), where allocators differ in when they reuse them:
+    sidestream the decoder, its gradients reduced on a communication
+               stream in buckets made on the default stream, marked with
+               record_stream and freed while the reduction may still run
 ROUTE says who serves PyTorch's tensors, and
 what the program does about it:
     torch      PyTorch's own caching allocator (no cucache: run it plain)
@@ -195,10 +200,39 @@ def make(name, dev):
             return F.cross_entropy(model(x), y)
 
         return model, mixres, True
+    if name == "sidestream":
+        model = Decoder().to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        comm = torch.cuda.Stream()
+        idx = torch.randint(0, 8192, (8, 256), device=dev)
+        tgt = torch.randint(0, 8192, (8, 256), device=dev)
+        params = list(model.parameters())
+
+        def sidestream(i):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(idx).view(-1, 8192), tgt.view(-1)).backward()
+            # the gradients reduced on a communication stream, as in
+            # data-parallel training: each bucket made on the default
+            # stream, read there by the reduction, marked with
+            # record_stream and freed on its own stream while that work may
+            # still run; the optimizer's step overlaps it
+            comm.wait_stream(torch.cuda.current_stream())
+            buckets = [torch.cat([p.grad.flatten() for p in params[k:k + 8]]) for k in range(0, len(params), 8)]
+            with torch.cuda.stream(comm):
+                for b in buckets:
+                    for _ in range(4):
+                        b.mul_(0.5)
+            for b in buckets:
+                b.record_stream(comm)
+            del buckets
+            opt.step()
+            return None
+
+        return model, sidestream, False
     raise SystemExit(f"workloads.py: unknown workload '{name}' ({', '.join(WORKLOADS)})")
 
 
-WORKLOADS = ("mlp", "gpt", "cnn", "packed", "generate", "mixres")
+WORKLOADS = ("mlp", "gpt", "cnn", "packed", "generate", "mixres", "sidestream")
 
 
 def torch_counters():
