@@ -20,6 +20,10 @@
  * simulated device than through a cache, so a fixed count would not do);
  * runs are repeated and the median, minimum and maximum reported.
  *
+ * -C makes the same calls through the driver (cuMemAlloc_v2, cuMemFree_v2)
+ * in a context the program created with cuCtxCreate, as NVIDIA's
+ * driver-API samples do.
+ *
  * Proof of what answered: when libcucache.so is loaded, cucache_stat (found
  * with dlsym(RTLD_DEFAULT), so the program runs without it too) gives the
  * cache hits of each scenario, and the simulated driver's
@@ -100,31 +104,57 @@ static void check(cudaError_t rc, const char *what, size_t size)
         bench_die("%s(%zu bytes) failed: %s", what, size, cudaGetErrorString(rc));
 }
 
-/* cudaMalloc(size), cudaFree, `pairs` times; ns */
+static void check_cu(CUresult rc, const char *what, size_t size)
+{
+    if (__builtin_expect(rc != CUDA_SUCCESS, 0))
+        bench_die("%s(%zu bytes) failed: CUresult %d", what, size, (int)rc);
+}
+
+/* -C: the calls are the driver's, in a context the program created
+ * (cuCtxCreate), as NVIDIA's driver-API samples allocate. */
+static bool driver_ctx;
+
+static void *one_alloc(size_t size)
+{
+    if (driver_ctx) {
+        CUdeviceptr p;
+        check_cu(cuMemAlloc_v2(&p, size), "cuMemAlloc_v2", size);
+        return (void *)(uintptr_t)p;
+    }
+    void *p;
+    check(cudaMalloc(&p, size), "cudaMalloc", size);
+    return p;
+}
+
+static void one_free(void *p, size_t size)
+{
+    if (driver_ctx)
+        check_cu(cuMemFree_v2((CUdeviceptr)(uintptr_t)p), "cuMemFree_v2", size);
+    else
+        check(cudaFree(p), "cudaFree", size);
+}
+
+/* cudaMalloc(size), cudaFree (-C: cuMemAlloc_v2, cuMemFree_v2), `pairs`
+ * times; ns */
 static uint64_t loop_hit(size_t size, uint64_t pairs)
 {
-    void *p;
     uint64_t t0 = bench_now_ns();
-    for (uint64_t i = 0; i < pairs; i++) {
-        check(cudaMalloc(&p, size), "cudaMalloc", size);
-        check(cudaFree(p), "cudaFree", size);
-    }
+    for (uint64_t i = 0; i < pairs; i++)
+        one_free(one_alloc(size), size);
     return bench_now_ns() - t0;
 }
 
-/* The allocator bench_trace_replay is given: cudaMalloc and cudaFree. */
+/* The allocator bench_trace_replay is given: the same calls. */
 static uintptr_t rt_alloc(void *ctx, size_t size)
 {
     (void)ctx;
-    void *p;
-    check(cudaMalloc(&p, size), "cudaMalloc", size);
-    return (uintptr_t)p;
+    return (uintptr_t)one_alloc(size);
 }
 
 static void rt_release(void *ctx, uintptr_t p)
 {
     (void)ctx;
-    check(cudaFree((void *)p), "cudaFree", 0);
+    one_free((void *)p, 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -228,7 +258,8 @@ static void print_header(const opts_t *o, const probe_t *pr)
                env_or("CUCACHE_SIM_FREE_US", "30"));
     printf("\ncucache: %s%s\n", pr->version ? "loaded, version " : "not loaded", pr->version ? pr->version() : "");
     if (!o->machine) {
-        printf("ns per cudaMalloc+cudaFree pair, median (min-max)\n\n");
+        printf("ns per %s pair, median (min-max)\n\n",
+               driver_ctx ? "cuMemAlloc_v2+cuMemFree_v2 (a context of the program's own)" : "cudaMalloc+cudaFree");
         printf("| scenario | ns per pair | pairs per run | cache hits | device allocations | pairs per fence | "
                "others' CPUs |\n");
         printf("|---|---:|---:|---:|---:|---:|---:|\n");
@@ -260,13 +291,14 @@ static void print_row(const opts_t *o, const scenario_t *sc, const result_t *r)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_preload [-r RUNS] [-t SECONDS] [-n PAIRS] [-d SIZES_DIR] [-s NAME]... [-c] [-m] [-h]\n"
+    fprintf(f, "usage: bench_preload [-r RUNS] [-t SECONDS] [-n PAIRS] [-d SIZES_DIR] [-s NAME]... [-c] [-C] [-m] [-h]\n"
                "  -r RUNS     timed runs per scenario (default 7; median, min and max are reported)\n"
                "  -t SECONDS  length of one run (default 0.3); the pairs per run follow from it\n"
                "  -n PAIRS    at most this many pairs per run (default 1000000)\n"
                "  -d DIR      where sizes_<trace>.txt are (default " BENCH_SIZES_DIR ")\n"
                "  -s NAME     only the scenarios NAME matches (a glob: 'hit_*'; repeatable)\n"
                "  -c          require cucache: fail unless it is loaded and serves each scenario from its cache\n"
+               "  -C          a context of the program's own (cuCtxCreate), cuMemAlloc_v2 and cuMemFree_v2 in it\n"
                "  -m          machine-readable lines: result NAME MEDIAN MIN MAX PAIRS HIT_SHARE DEVICE_ALLOCS "
                "OTHERS FENCES\n"
                "              (PAIRS per run; HIT_SHARE, DEVICE_ALLOCS, FENCES over all runs; -1: not known)\n");
@@ -284,6 +316,8 @@ static void parse_args(int argc, char **argv, opts_t *o)
             o->require_cache = true;
         } else if (strcmp(a, "-m") == 0) {
             o->machine = true;
+        } else if (strcmp(a, "-C") == 0) {
+            driver_ctx = true;
         } else if (v && strcmp(a, "-r") == 0) {
             o->runs = atoi(v), i++;
         } else if (v && strcmp(a, "-t") == 0) {
@@ -309,6 +343,13 @@ int main(int argc, char **argv)
     parse_args(argc, argv, &o);
 
     check(cudaFree(NULL), "cudaFree", 0); /* initialises the runtime and loads the driver */
+    if (driver_ctx) {
+        CUdevice dev;
+        CUcontext ctx;
+        check_cu(cuInit(0), "cuInit", 0);
+        check_cu(cuDeviceGet(&dev, 0), "cuDeviceGet", 0);
+        check_cu(cuCtxCreate_v2(&ctx, 0, dev), "cuCtxCreate_v2", 0); /* current from now on */
+    }
     probe_t pr;
     probe_init(&pr);
     if (o.require_cache && !pr.stat)
