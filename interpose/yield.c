@@ -16,14 +16,20 @@
  * GPU that hold cache, the most idle first, until what they published as
  * idle covers the missing bytes (all of them holding cache when it does
  * not), waits for their answers up to CUCACHE_YIELD_MS, and past it while
- * a neighbour is visibly giving back (its slot's `giving` word), up to
- * HOOK_YIELD_BOUND times CUCACHE_YIELD_MS, and is tried once more, counted
- * (the flow is fail.c's; hook_yield_ask asks and returns the answer).  The
+ * a neighbour is visibly giving back (its slot's `giving` word) and making
+ * progress (the device's free memory grows): HOOK_YIELD_BOUND times
+ * CUCACHE_YIELD_MS without growth ends the wait, and HOOK_YIELD_CAP times
+ * it from the ask ends it in any case, so that a give that never ends
+ * holds nobody.  As soon as the device's free memory covers the request
+ * the wait ends without the answers.  Then the allocation is tried once
+ * more, counted (the flow is fail.c's; hook_yield_ask asks and returns the
+ * answer, in which what landed beyond the answers counts as given, by the
+ * one neighbour still giving when there was one).  The
  * asked process's thread gives back, with core_yield, whole free segments
  * only: what no queued work can touch, without waiting for any; the device
  * lock is taken once per segment; it publishes its figures, then answers.
  * A neighbour that does not answer in time (busy, stopped, killed, or
- * giving past the bound) costs the asker the wait and nothing else; what
+ * giving past the bound or the cap) costs the asker the wait and nothing else; what
  * it gives after the asker stopped waiting is free device memory, which
  * the asker's next allocation (or anyone's) takes.
  *
@@ -39,6 +45,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "env.h"
 #include "hook.h"
 #include "hostalloc.h"
@@ -241,6 +248,71 @@ static int by_idle(const void *a, const void *b)
     return cx > cy ? -1 : cx < cy;
 }
 
+/* What the asker watches while it waits: the device's free memory, which
+ * grows as the neighbours' segments land. */
+typedef struct watch_s {
+    hook_dev_t *hd;
+    uint64_t fits;    /* the request fits once the device has this free */
+    uint64_t free0;   /* the device's free bytes at the ask */
+    uint64_t best;    /* the most seen free since */
+    uint64_t last_ns; /* when it last grew (the ask at first) */
+    uint64_t span_ns; /* a give that shows no progress this long ends the wait */
+    uint64_t cap_ns;  /* the wait ends here, progress or not */
+    bool landed;      /* enough has landed: try again now */
+} watch_t;
+
+/* The device's free bytes now; false when they cannot be read.  The
+ * failure's device error (hook_backend_error) stays the allocation's. */
+static bool device_free(hook_dev_t *hd, uint64_t *out)
+{
+    hook_scope_t sc;
+    size_t f = 0, t = 0;
+    CUresult kept = hook_backend_error, r = CUDA_ERROR_INVALID_CONTEXT;
+    if (hook_enter(hd, false, &sc)) {
+        r = real_cu.cuMemGetInfo_v2(&f, &t);
+        hook_leave(&sc);
+    }
+    hook_backend_error = kept;
+    if (r == CUDA_SUCCESS)
+        *out = f;
+    return r == CUDA_SUCCESS;
+}
+
+/* The wait's bound (st_reg_bound_fn): HOOK_YIELD_BOUND times
+ * CUCACHE_YIELD_MS from the last growth of free memory, HOOK_YIELD_CAP
+ * times it from the ask at most; 0 once the request fits. */
+static uint64_t watch_bound(void *arg, uint64_t now_ns)
+{
+    watch_t *w = arg;
+    uint64_t f;
+    if (!w->landed && device_free(w->hd, &f) && f > w->best) {
+        w->best = f;
+        w->last_ns = now_ns;
+        w->landed = f >= w->fits;
+    }
+    if (w->landed)
+        return 0;
+    uint64_t b = w->last_ns + w->span_ns;
+    return b < w->cap_ns ? b : w->cap_ns;
+}
+
+/* What landed while the asker waited beyond the answers (free memory's
+ * growth less what answered): the part-way give of the one neighbour
+ * still giving, when one was. */
+static void note_landed(hook_ask_t *a, const watch_t *w)
+{
+    uint64_t landed = w->best - w->free0;
+    if (landed <= a->given)
+        return;
+    unsigned giving = 0, at = 0;
+    for (unsigned i = 0; i < a->n; i++)
+        if (a->who[i].end == ST_REG_STILL_GIVING)
+            giving++, at = i;
+    if (giving == 1)
+        a->who[at].given = landed - a->given;
+    a->given = landed;
+}
+
 hook_ask_t hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
 {
     const hook_env_t *env = hook_env();
@@ -267,13 +339,20 @@ hook_ask_t hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
     if (!need)
         need = 1;
     uint32_t ticket[HOOK_ASK_MAX];
-    uint64_t t0 = st_reg_now_ns(), deadline = t0 + (uint64_t)env->yield_ms * 1000000ull;
-    uint64_t bound = t0 + HOOK_YIELD_BOUND * (uint64_t)env->yield_ms * 1000000ull;
+    uint64_t t0 = st_reg_now_ns(), ms = (uint64_t)env->yield_ms * 1000000ull, deadline = t0 + ms;
+    watch_t w = {.hd = hd,
+                 .fits = oom->alloc_size,
+                 .free0 = oom->device_free,
+                 .last_ns = t0,
+                 .span_ns = HOOK_YIELD_BOUND * ms,
+                 .cap_ns = t0 + HOOK_YIELD_CAP * ms};
+    device_free(hd, &w.free0);
+    w.best = w.free0;
     /* first those whose published idle cache covers the need, then, when
      * they gave less, the rest (what they published may be older than
      * their last frees) */
     size_t k = 0;
-    for (int round = 0; round < 2 && a.given < need && k < m; round++) {
+    for (int round = 0; round < 2 && a.given < need && !w.landed && k < m; round++) {
         size_t from = k;
         uint64_t idle = 0;
         while (k < m && (round == 1 || (v[k].figs.reserved > v[k].figs.allocated && idle < need))) {
@@ -283,7 +362,8 @@ hook_ask_t hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
             k++;
         }
         for (size_t i = from; i < k; i++) {
-            st_reg_answer_t ans = st_reg_wait_answer(&y->reg, v[i].slot, v[i].pid, ticket[i], deadline, bound);
+            st_reg_answer_t ans =
+                st_reg_wait_answer_by(&y->reg, v[i].slot, v[i].pid, ticket[i], deadline, watch_bound, &w);
             a.who[i].end = ans.end;
             if (ans.end == ST_REG_ANSWERED) {
                 a.who[i].given = ans.given;
@@ -294,7 +374,8 @@ hook_ask_t hook_yield_ask(hook_dev_t *hd, const core_oom_t *oom)
     }
     a.n = (unsigned)k;
     a.waited_ns = st_reg_now_ns() - t0;
-    st_reg_note_wait(hd->ordinal, a.waited_ns);
+    note_landed(&a, &w);
+    st_reg_note_wait(hd->ordinal, a.waited_ns, a.given);
     hostalloc_free(v);
     return a;
 }

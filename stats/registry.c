@@ -394,8 +394,22 @@ static bool owner_alive(const st_reg_slot_t *s, int32_t pid)
     return atomic_load(&s->pid) == pid && proc_alive(pid, s->start);
 }
 
+static uint64_t fixed_bound(void *arg, uint64_t now_ns)
+{
+    (void)now_ns;
+    return *(const uint64_t *)arg;
+}
+
 st_reg_answer_t st_reg_wait_answer(st_reg_t *r, int slot, int32_t pid, uint32_t ticket, uint64_t deadline_ns,
                                    uint64_t bound_ns)
+{
+    if (!bound_ns) /* 0 ends a wait at once: a fixed bound of 0 is the deadline's */
+        bound_ns = deadline_ns;
+    return st_reg_wait_answer_by(r, slot, pid, ticket, deadline_ns, fixed_bound, &bound_ns);
+}
+
+st_reg_answer_t st_reg_wait_answer_by(st_reg_t *r, int slot, int32_t pid, uint32_t ticket, uint64_t deadline_ns,
+                                      st_reg_bound_fn bound, void *arg)
 {
     st_reg_slot_t *s = &r->f->slot[slot];
     bool seen_giving = false;
@@ -411,8 +425,9 @@ st_reg_answer_t st_reg_wait_answer(st_reg_t *r, int slot, int32_t pid, uint32_t 
                 return (st_reg_answer_t){.end = ST_REG_GONE};
             return (st_reg_answer_t){ST_REG_ANSWERED, atomic_load(&s->given), atomic_load(&s->answered_ns)};
         }
-        uint64_t now = st_reg_now_ns(), until = giving && bound_ns > deadline_ns ? bound_ns : deadline_ns;
-        if (now >= until)
+        uint64_t now = st_reg_now_ns(), bound_ns = bound(arg, now);
+        uint64_t until = giving && bound_ns > deadline_ns ? bound_ns : deadline_ns;
+        if (!bound_ns || now >= until)
             return (st_reg_answer_t){.end = giving ? ST_REG_STILL_GIVING : ST_REG_NO_ANSWER};
         /* a slice at a time: a process that died without answering is
          * seen gone at the next look */
@@ -464,15 +479,16 @@ void st_reg_answer(st_reg_t *r, int slot, uint32_t asks, uint64_t given)
  * ---------------------------------------------------------------------- */
 
 static struct {
-    _Atomic uint64_t asks, total_ns, max_ns;
+    _Atomic uint64_t asks, total_ns, max_ns, given;
 } waits[ST_REG_DEVICES];
 
-void st_reg_note_wait(int device, uint64_t ns)
+void st_reg_note_wait(int device, uint64_t ns, uint64_t given)
 {
     if ((unsigned)device >= ST_REG_DEVICES)
         return;
     atomic_fetch_add(&waits[device].asks, 1);
     atomic_fetch_add(&waits[device].total_ns, ns);
+    atomic_fetch_add(&waits[device].given, given);
     uint64_t m = atomic_load(&waits[device].max_ns);
     while (m < ns && !atomic_compare_exchange_weak(&waits[device].max_ns, &m, ns))
         ;
@@ -483,5 +499,5 @@ st_reg_waits_t st_reg_waits(int device)
     if ((unsigned)device >= ST_REG_DEVICES)
         return (st_reg_waits_t){0};
     return (st_reg_waits_t){atomic_load(&waits[device].asks), atomic_load(&waits[device].total_ns),
-                            atomic_load(&waits[device].max_ns)};
+                            atomic_load(&waits[device].max_ns), atomic_load(&waits[device].given)};
 }

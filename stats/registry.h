@@ -34,7 +34,9 @@
  *     `answered_ns`, sets `answered` to the asks count it served, then
  *     clears `giving` (unless more asks wait) and wakes the futex on
  *     `answered`.  The asker waits there until its deadline, and past it
- *     while `giving` is set, up to a bound; an asker that finds `giving`
+ *     while `giving` is set, up to a bound it may move between slices
+ *     (st_reg_wait_answer_by: while what it waits for keeps landing) or
+ *     end early (it has landed); an asker that finds `giving`
  *     clear reads `answered` again, so an answer stored just before is
  *     never missed.  An owner that dies while giving is seen gone (its pid)
  *     at the asker's next look, a slice of 10 ms at most.
@@ -190,6 +192,13 @@ typedef struct st_reg_answer_s {
  * is gone (its slot cleared, taken by another pid, or its pid dead). */
 st_reg_answer_t st_reg_wait_answer(st_reg_t *r, int slot, int32_t pid, uint32_t ticket, uint64_t deadline_ns,
                                    uint64_t bound_ns);
+/* The asker's bound, asked before each slice of a wait (every 10 ms at
+ * most): how long it waits for an owner that is giving back (CLOCK_MONOTONIC
+ * ns), or 0 to end the wait at once (what it waited for has landed). */
+typedef uint64_t (*st_reg_bound_fn)(void *arg, uint64_t now_ns);
+/* st_reg_wait_answer with a bound that moves (bound(arg, now) each slice). */
+st_reg_answer_t st_reg_wait_answer_by(st_reg_t *r, int slot, int32_t pid, uint32_t ticket, uint64_t deadline_ns,
+                                      st_reg_bound_fn bound, void *arg);
 /* The owner's side: waits up to timeout_ns for an ask beyond `served`;
  * returns the asks count (== served when none came). */
 uint32_t st_reg_wait_ask(st_reg_t *r, int slot, uint32_t served, uint64_t timeout_ns);
@@ -212,8 +221,9 @@ typedef struct st_reg_waits_s {
     uint64_t asks;     /* failed allocations that asked and waited */
     uint64_t total_ns; /* time they waited in all */
     uint64_t max_ns;   /* the longest wait */
+    uint64_t given;    /* bytes given to them while they waited */
 } st_reg_waits_t;
-void st_reg_note_wait(int device, uint64_t ns);
+void st_reg_note_wait(int device, uint64_t ns, uint64_t given);
 st_reg_waits_t st_reg_waits(int device);
 /* How old the figures are (their updated_ns against CLOCK_REALTIME). */
 uint64_t st_reg_age_ms(const st_reg_figs_t *figs);

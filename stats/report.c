@@ -239,7 +239,8 @@ static void rep_procs(const rep_t *r, const st_gpu_procs_t *g, st_sink_fn sink, 
             snprintf(mine, sizeof mine, "; cucache: %s allocated, %s cached%s", sz(q->allocated).s,
                      sz(sub0(q->reserved, q->allocated)).s, age);
         if (q->asked && q->still_giving)
-            snprintf(asked, sizeof asked, "; asked for idle cache, still giving it back when the wait ended");
+            snprintf(asked, sizeof asked, "; asked for idle cache, still giving it back when the wait ended, %s so far",
+                     sz(q->given).s);
         else if (q->asked && !q->answered)
             snprintf(asked, sizeof asked, "; asked for idle cache, no answer in time");
         else if (q->asked)

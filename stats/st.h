@@ -77,7 +77,7 @@ typedef struct st_gpu_proc_s {
     bool asked;     /* it was asked to give idle cache back for this request */
     bool answered;  /* ... and answered within the wait (else: no answer in time) */
     uint64_t allocated, reserved; /* its cache: live and held bytes */
-    uint64_t given;               /* bytes it gave back for this request */
+    uint64_t given;               /* bytes it gave back for this request (still giving: landed so far) */
     uint64_t age_ms;              /* how old its figures are (published by it; 0 for this process) */
     /* the ask's end, beyond answered (interpose/yield.c) */
     bool still_giving;  /* no answer: it was still giving back when the wait's bound passed */

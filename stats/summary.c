@@ -222,13 +222,14 @@ static void sum_cucache(const core_stats_t *s, const st_reg_waits_t *w, st_sink_
                  plural(s->num_yields_received, "allocation", "allocations"));
     }
     if (w->asks) {
-        char total[32], longest[32];
+        char total[32], longest[32], given[32];
         fmt_ns(total, sizeof total, w->total_ns);
         fmt_ns(longest, sizeof longest, w->max_ns);
+        st_fmt_size(given, sizeof given, w->given);
         st_linef(sink, ctx,
                  "yield waits: %s waiting for other processes on this GPU to give idle cache back, in %llu %s (the "
-                 "longest %s; CUCACHE_YIELD_MS)",
-                 total, (unsigned long long)w->asks, plural(w->asks, "ask", "asks"), longest);
+                 "longest %s; CUCACHE_YIELD_MS); %s given while it waited",
+                 total, (unsigned long long)w->asks, plural(w->asks, "ask", "asks"), longest, given);
     }
     fmt_ns(t, sizeof t, s->fence_wait_ns);
     st_linef(sink, ctx, "fences: %llu recorded, %llu handed out before they completed (the device ordered after them), "

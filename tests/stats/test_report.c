@@ -911,6 +911,7 @@ static void test_outside_neighbours(void **state)
 
     /* one still giving when the wait's bound passed, one that died while giving */
     procs[2].still_giving = true;
+    procs[2].given = 6 * MiB; /* what had landed of its give when the wait ended */
     gpu.gone = 2;
     gpu.gone_pid = 400;
     gpu.gone_giving = true;
@@ -918,7 +919,7 @@ static void test_outside_neighbours(void **state)
     assert_string_equal(text_line(&t, "  Process 300 "),
                         "  Process 300 has 32.00 MiB memory in use (server; cucache: 2.00 MiB allocated, 30.00 MiB "
                         "cached, as it published 4.2 s ago; asked for idle cache, still giving it back when the wait "
-                        "ended)");
+                        "ended, 6.00 MiB so far)");
     assert_string_equal(text_line(&t, "other cucache processes: "),
                         "other cucache processes: 2 asked for idle cache gave back 8.00 MiB in all (waited 200.4 ms); "
                         "process 400 (and 1 more) died while giving back, before it answered; the allocation was "
@@ -930,6 +931,7 @@ static void test_outside_neighbours(void **state)
     assert_true(text_has(&t, "(waited 200.4 ms); process 400 died or left before it answered; the allocation"));
     text_free(&t);
     procs[2].still_giving = false;
+    procs[2].given = 0;
     gpu.gone = 0;
 
     /* nobody to ask */
@@ -1225,12 +1227,12 @@ static void test_summary_units(void **state)
     st_summary(5, &s, text_sink, &t);
     assert_false(text_has(&t, "yield waits:"));
     text_free(&t);
-    st_reg_note_wait(5, 312400000);
-    st_reg_note_wait(5, 1200000);
+    st_reg_note_wait(5, 312400000, 3 * 1048576);
+    st_reg_note_wait(5, 1200000, 0);
     st_summary(5, &s, text_sink, &t);
     assert_string_equal(text_line(&t, "yield waits:"),
                         "yield waits: 313.600 ms waiting for other processes on this GPU to give idle cache back, in "
-                        "2 asks (the longest 312.400 ms; CUCACHE_YIELD_MS)");
+                        "2 asks (the longest 312.400 ms; CUCACHE_YIELD_MS); 3.00 MiB given while it waited");
     text_free(&t);
     st_summary(0, &s, text_sink, &t);
     assert_false(text_has(&t, "yield waits:"));
