@@ -29,9 +29,9 @@
  * only: what no queued work can touch, without waiting for any; the device
  * lock is taken once per segment; it publishes its figures, then answers.
  * A neighbour that does not answer in time (busy, stopped, killed, or
- * giving past the bound or the cap) costs the asker the wait and nothing else; what
- * it gives after the asker stopped waiting is free device memory, which
- * the asker's next allocation (or anyone's) takes.
+ * giving past the bound or the cap) costs the asker the wait and nothing
+ * else; what it gives after the asker stopped waiting is free device
+ * memory, which the asker's next allocation (or anyone's) takes.
  *
  * The thread blocks every signal (the program's handlers run on its own
  * threads), goes through open_lock to reach the allocator (a reset may

@@ -174,7 +174,7 @@ uint32_t st_reg_ask(st_reg_t *r, int slot, uint64_t want);
 typedef enum st_reg_wait_e {
     ST_REG_ANSWERED,     /* it answered: the bytes it gave and when */
     ST_REG_NO_ANSWER,    /* the deadline passed and it was not giving back */
-    ST_REG_STILL_GIVING, /* the bound passed while it was still giving back */
+    ST_REG_STILL_GIVING, /* the wait ended (its bound, or the asker's need landed) while it was still giving back */
     ST_REG_DIED_GIVING,  /* it died while giving back (seen giving, then gone) */
     ST_REG_GONE,         /* it died or left before answering, not seen giving */
 } st_reg_wait_t;
