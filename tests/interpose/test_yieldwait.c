@@ -22,19 +22,25 @@
  *     holds the asker until HOOK_YIELD_CAP x CUCACHE_YIELD_MS (3 s), no
  *     longer; its report says what the neighbour had given so far, not 0.
  *     Seen to fail: without the cap, the wait runs to the answer (4.8 s);
- *     with the report taking only answers, it says "0 bytes so far".
+ *     with the report taking only answers, it says "0 bytes so far";
+ *   - it fits: while the neighbour asked stalls, a process outside cucache
+ *     frees enough; the asker tries again at once (within 600 ms of the
+ *     ask), not at the bound.  Seen to fail: with the wait ending only on
+ *     answers and bounds, it waits 1 s past that free.
  *
  * Plain segments only: expandable ones go back unmapped, not through the
  * cuMemFree that CUCACHE_SIM_FREE_US slows.
  */
 #include "itest.h"
 #include "peer.h"
+#include "registry.h"
 
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { MAX_SEGS = 64 };
@@ -133,6 +139,7 @@ static void test_steady_give_is_waited_for(void **state)
     double ms = ms_after(line, "(the longest ");
     if (ms < 500 || ms > 5000) /* past the bound from the ask, short of the cap */
         fail_msg("waited %.1f ms for a give of 6 x 200 ms (bound 500 ms from the last progress): %s", ms, line);
+    fprintf(stderr, "steady: %s\n", line);
     double mib = number_after(line, "CUCACHE_YIELD_MS); ");
     if (!strstr(line, " MiB given while it waited") || mib < 256)
         fail_msg("the wait should say what was given (256 MiB or more): %s", line);
@@ -162,6 +169,7 @@ static void test_stalled_give_ends_the_wait(void **state)
     double waited = number_after(line, "(waited ");
     if (waited < 500 || waited > 2500)
         fail_msg("waited %.1f ms for a give that stalled, bound 500 ms: %s", waited, line);
+    fprintf(stderr, "stalled: %s\n", line);
     assert_int_equal(peer_stop(&holder), 0);
 }
 
@@ -188,6 +196,7 @@ static void test_endless_give_is_capped(void **state)
     double waited = number_after(line, "(waited ");
     if (waited < 3000 || waited > 4500)
         fail_msg("waited %.1f ms for a give of 4.8 s, cap 3000 ms: %s", waited, line);
+    fprintf(stderr, "endless: %s\n", line);
     double in_all = number_after(line, "gave back ");
     if (!strstr(line, " MiB in all") || in_all < 16)
         fail_msg("the report should say what was given so far: %s", line);
@@ -204,6 +213,82 @@ static void test_endless_give_is_capped(void **state)
     assert_int_equal(peer_stop(&wall), 0);
 }
 
+/* The registry of the shared device, opened by this process. */
+static void open_registry(st_reg_t *reg)
+{
+    CUdevice dev;
+    CUuuid u;
+    assert_int_equal(cuInit(0), CUDA_SUCCESS);
+    assert_int_equal(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    assert_int_equal(cuDeviceGetUuid_v2(&u, dev), CUDA_SUCCESS);
+    char uuid[48], at[160], why[320];
+    st_reg_uuid_string((const uint8_t *)u.bytes, uuid);
+    st_reg_path(uuid, at, sizeof at);
+    if (st_reg_open(at, uuid, 0, false, reg, why, sizeof why) != 0)
+        fail_msg("the registry %s: %s", at, why);
+}
+
+/* A child of this process that, once pid's registry slot says it is
+ * giving back, waits 100 ms and has the peer `other` free `block` (it
+ * gives up after 10 s: exit 1). */
+static pid_t free_when_giving(st_reg_t *reg, pid_t pid, peer_t *other, unsigned long long block)
+{
+    pid_t k = fork();
+    if (k != 0)
+        return k;
+    static st_reg_view_t v[ST_REG_SLOTS];
+    for (int tries = 0; tries < 10000; tries++) {
+        size_t n = st_reg_list(reg, v, ST_REG_SLOTS);
+        for (size_t i = 0; i < n && i < ST_REG_SLOTS; i++)
+            if (v[i].pid == pid && v[i].giving) {
+                usleep(100000);
+                _exit(strcmp(peer_cmd(other, "free %llx", block), "ok") == 0 ? 0 : 2);
+            }
+        usleep(1000);
+    }
+    _exit(1);
+}
+
+/* While the neighbour asked stalls (a free of 3 s), a process outside
+ * cucache frees enough: the asker tries again at once, well before the
+ * bound (1 s without progress). */
+static void test_tries_once_it_fits(void **state)
+{
+    (void)state;
+    if (!plain_only("test_tries_once_it_fits"))
+        return;
+    static peer_t wall, holder;
+    char *preload = strdup(getenv("LD_PRELOAD") ? getenv("LD_PRELOAD") : "");
+    unsetenv("LD_PRELOAD"); /* outside cucache: its free goes back to the device */
+    peer_start(&wall);
+    setenv("LD_PRELOAD", preload, 1);
+    free(preload);
+    unsigned long long live = 0;
+    assert_int_equal(sscanf(peer_cmd(&wall, "alloc %zx", 512 * MIB), "ok %llx", &live), 1);
+    start_slow_holder(&holder, 1, 480, "3000000");
+    st_reg_t reg;
+    open_registry(&reg);
+    pid_t freer = free_when_giving(&reg, holder.pid, &wall, live);
+    static itest_run_t r;
+    const char *child = itest_helper("ITEST_CHILD");
+    const char *argv[] = {child, "leak", "0", "400", NULL};
+    const char *set[] = {"CUCACHE_YIELD_MS=200", "CUCACHE_REPORT=exit", NULL};
+    itest_spawn(child, argv, set, NULL, 30000, &r);
+    int status;
+    assert_int_equal(waitpid(freer, &status, 0), freer);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* the holder was seen giving; the wall freed */
+    itest_expect_exit(&r, 0);
+    char line[512];
+    line_with(r.err, "yield waits: ", line, sizeof line);
+    double ms = ms_after(line, "(the longest ");
+    if (ms < 100 || ms > 600) /* the free 100 ms into the give; the bound would be 1 s after it */
+        fail_msg("waited %.1f ms, though the request fit 100 ms into the give: %s", ms, line);
+    fprintf(stderr, "fits: %s\n", line);
+    st_reg_close(&reg);
+    assert_int_equal(peer_stop(&holder), 0);
+    assert_int_equal(peer_stop(&wall), 0);
+}
+
 int main(void)
 {
     /* one key per run: the peers and the children inherit it */
@@ -213,6 +298,7 @@ int main(void)
         cmocka_unit_test(test_steady_give_is_waited_for),
         cmocka_unit_test(test_stalled_give_ends_the_wait),
         cmocka_unit_test(test_endless_give_is_capped),
+        cmocka_unit_test(test_tries_once_it_fits),
     };
     return cmocka_run_group_tests(tests, NULL, group_teardown);
 }
