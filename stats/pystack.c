@@ -65,7 +65,7 @@
 enum {
     PY_NAME_MAX = 1024, /* bytes of a file or function name kept */
     PY_CODE_CACHE = 64,  /* code objects whose names a thread remembers (a power of two) */
-    PY_SITE_CACHE = 512, /* (code object, instruction) pairs whose records a thread remembers (a power of two) */
+    PY_SITE_CACHE = 4096,/* (code object, instruction) pairs whose records a thread remembers (a power of two) */
 };
 
 /* A thread's recently seen code objects and their interned names, so that
