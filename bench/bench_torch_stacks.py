@@ -76,13 +76,7 @@ def child(workload, steps, route, history):
     for i in range(steps):
         n0 = allocations(torch)
         t0, c0 = time.perf_counter(), time.process_time()
-        if trains:
-            opt.zero_grad(set_to_none=True)
-            step_fn(i).backward()
-            opt.step()
-        else:
-            step_fn(i)
-        torch.cuda.synchronize()
+        workloads.run_step(opt, step_fn, trains, i)
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         allocs.append(allocations(torch) - n0)

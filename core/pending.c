@@ -90,17 +90,23 @@ static size_t poll_held(core_dev_t *d)
     return n;
 }
 
+/* b pending behind the marker ev, on the event list. */
+static void pend_on_event(core_dev_t *d, block_t *b, uint64_t ev)
+{
+    b->state = BLOCK_PENDING;
+    b->event = ev;
+    b->pend_next = d->event_pending;
+    d->event_pending = b;
+    d->pending_bytes += b->size;
+}
+
 /* Pending behind an event on `stream` (and one on each record_stream use). */
 int pend_after_stream(core_dev_t *d, block_t *b, core_stream_t stream)
 {
     uint64_t ev = 0;
     if (d->be.event_record(d->be.ctx, d->device, stream, &ev) != CORE_OK)
         return -1;
-    b->state = BLOCK_PENDING;
-    b->event = ev;
-    b->pend_next = d->event_pending;
-    d->event_pending = b;
-    d->pending_bytes += b->size;
+    pend_on_event(d, b, ev);
     return 0;
 }
 
@@ -128,11 +134,7 @@ int pend_after_streams(core_dev_t *d, block_t *b, core_stream_t stream)
     uint64_t ev = 0;
     if (d->be.event_record_on(d->be.ctx, d->device, on, n, &ev) != CORE_OK)
         return -1;
-    b->state = BLOCK_PENDING;
-    b->event = ev;
-    b->pend_next = d->event_pending;
-    d->event_pending = b;
-    d->pending_bytes += b->size;
+    pend_on_event(d, b, ev);
     return 0;
 }
 

@@ -235,6 +235,17 @@ def make(name, dev):
 WORKLOADS = ("mlp", "gpt", "cnn", "packed", "generate", "mixres", "sidestream")
 
 
+def run_step(opt, step_fn, trains, i):
+    """Step i of a workload make() made, its work done on the device."""
+    if trains:
+        opt.zero_grad(set_to_none=True)
+        step_fn(i).backward()
+        opt.step()
+    else:
+        step_fn(i)
+    torch.cuda.synchronize()
+
+
 def torch_counters():
     """PyTorch's own allocator's counters, or why there are none."""
     try:
@@ -284,13 +295,7 @@ def main():
     times = []
     for i in range(a.steps):
         t0 = time.perf_counter()
-        if trains:
-            opt.zero_grad(set_to_none=True)
-            step_fn(i).backward()
-            opt.step()
-        else:
-            step_fn(i)
-        torch.cuda.synchronize()
+        run_step(opt, step_fn, trains, i)
         times.append(time.perf_counter() - t0)
         if a.progress:
             print(f"STEP {i} done", file=sys.stderr, flush=True)
