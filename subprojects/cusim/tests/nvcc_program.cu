@@ -58,7 +58,9 @@ int main()
     float ms = 0;
     if (!CHECK(cudaEventElapsedTime(&ms, a, b)))
         return 1;
-    if (ms < 196 || ms > 204) {
+    // Never shorter than the kernels' time; longer only by the gaps a busy
+    // host leaves between launches (the stream idles until the next one).
+    if (ms < 196 || ms > 230) {
         std::printf("FAIL: ten 20 ms kernels took %.3f ms of device time\n", ms);
         return 1;
     }
