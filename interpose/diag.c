@@ -507,9 +507,17 @@ static void at_exit(void)
      * between cucache-run and the job, a fork child) prints and writes
      * nothing. */
     const hook_env_t *env = hook_env();
-    if (env->report_exit)
+    if (env->report_exit) {
         for (int i = 0; i < HOOK_MAX_DEVICES; i++)
             hook_summary(i, NULL, NULL);
+        /* created contexts the program never destroyed (their destruction
+         * prints theirs: hook_ctx.c) */
+        for (int i = HOOK_MAX_DEVICES; i < HOOK_MAX_SLOTS; i++) {
+            core_dev_t *d = hook_dev_core(&hook_devs[i]);
+            if (d)
+                hook_summary_core(d, hook_devs[i].ordinal);
+        }
+    }
     bool used = false;
     for (int i = 0; i < HOOK_MAX_DEVICES; i++)
         used |= hook_dev_core(&hook_devs[i]) != NULL;

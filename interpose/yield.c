@@ -297,8 +297,10 @@ static uint64_t watch_bound(void *arg, uint64_t now_ns)
 }
 
 /* What landed while the asker waited beyond the answers (free memory's
- * growth less what answered): the part-way give of the one neighbour
- * still giving, when one was. */
+ * growth less what answered): the part-way give of the neighbours still
+ * giving when the wait ended (named when there is one).  When every
+ * neighbour answered, the answers are what was given: the device's free
+ * memory also moves with frees that are not gives (another process's). */
 static void note_landed(hook_ask_t *a, const watch_t *w)
 {
     uint64_t landed = w->best - w->free0;
@@ -308,6 +310,8 @@ static void note_landed(hook_ask_t *a, const watch_t *w)
     for (unsigned i = 0; i < a->n; i++)
         if (a->who[i].end == ST_REG_STILL_GIVING)
             giving++, at = i;
+    if (giving == 0)
+        return;
     if (giving == 1)
         a->who[at].given = landed - a->given;
     a->given = landed;
