@@ -107,13 +107,16 @@ def find_proc(doc, pid):
     return None, None
 
 
-def wait_published(pid, allocs, environ=None):
+def wait_published(pid, allocs, environ=None, allocated=None):
     """The document once the peer's registry slot counts `allocs`
-    allocations (it publishes every 250 ms); the last one read otherwise."""
+    allocations (and, given, `allocated` bytes: figures published between
+    an allocation and a free show the allocation's count before the free's
+    bytes; it publishes every 250 ms); the last one read otherwise."""
     for _ in range(100):
         doc = top_json(environ)
         _, p = find_proc(doc, pid)
-        if p and p["cucache"] and p["cucache"]["allocs"] == allocs:
+        if (p and p["cucache"] and p["cucache"]["allocs"] == allocs and
+                (allocated is None or p["cucache"]["allocated"] == allocated)):
             return doc
         time.sleep(0.1)
     return doc
@@ -132,7 +135,7 @@ def start_peer():
 def main():
     peer = start_peer()
     pid = peer.p.pid
-    doc = wait_published(pid, 2)
+    doc = wait_published(pid, 2, allocated=256 * MiB)
     g, p = find_proc(doc, pid)
     check(p is not None and p["cucache"] is not None, f"the peer {pid} with its figures in {doc}")
     if failures:
