@@ -265,17 +265,13 @@ typedef struct watch_s {
  * failure's device error (hook_backend_error) stays the allocation's. */
 static bool device_free(hook_dev_t *hd, uint64_t *out)
 {
-    hook_scope_t sc;
     size_t f = 0, t = 0;
-    CUresult kept = hook_backend_error, r = CUDA_ERROR_INVALID_CONTEXT;
-    if (hook_enter(hd, false, &sc)) {
-        r = real_cu.cuMemGetInfo_v2(&f, &t);
-        hook_leave(&sc);
-    }
+    CUresult kept = hook_backend_error;
+    bool ok = hook_backend.mem_info(hook_backend_ctx(hd), hd->ordinal, &f, &t) == CORE_OK;
     hook_backend_error = kept;
-    if (r == CUDA_SUCCESS)
+    if (ok)
         *out = f;
-    return r == CUDA_SUCCESS;
+    return ok;
 }
 
 /* The wait's bound (st_reg_bound_fn): HOOK_YIELD_BOUND times
